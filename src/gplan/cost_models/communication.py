@@ -1,0 +1,79 @@
+"""Communication: alpha–beta times of collectives and point-to-point sends (DESIGN.md §7).
+
+A group inside one node runs at the intra-node bandwidth. A group that spans nodes is bounded by the
+NICs: with k members per node, NCCL/HCCL run k rings (one per NIC) that each carry 1/k of the data,
+so the group sees `min(intra, k × inter)` per device — an FSDP group over whole 8-GPU nodes is eight
+times faster than a dp group of one GPU per node (the placement effect veGiantModel reports). Rank layout:
+axes `pp, dp, cp, tp` from outermost to innermost (Megatron's tp-cp-dp-pp order), so an axis' group
+spans `stride × size` consecutive ranks, stride = product of the inner degrees.
+"""
+
+from __future__ import annotations
+
+from gplan.profiles.schema import LinkSpec, NodeGroup
+from gplan.spec.parallel import ParallelConfig
+
+#: Mesh axes from outermost to innermost.
+AXIS_ORDER: tuple[str, ...] = ("pp", "dp", "cp", "tp")
+
+
+def ring_allreduce_time_s(size_bytes: float, n: int, link: LinkSpec) -> float:
+    """Ring all-reduce of S bytes over n devices: `2·(n−1)/n · S/B + 2·(n−1)·α` (Thakur et al. 2005)."""
+    if n <= 1 or size_bytes <= 0:
+        return 0.0
+    return 2 * (n - 1) / n * size_bytes / link.bytes_per_s + 2 * (n - 1) * link.latency_s
+
+
+def allgather_time_s(size_bytes: float, n: int, link: LinkSpec) -> float:
+    """Ring all-gather (or reduce-scatter) of an S-byte result: `(n−1)/n · S/B + (n−1)·α`."""
+    if n <= 1 or size_bytes <= 0:
+        return 0.0
+    return (n - 1) / n * size_bytes / link.bytes_per_s + (n - 1) * link.latency_s
+
+
+reduce_scatter_time_s = allgather_time_s
+
+
+def p2p_time_s(size_bytes: float, link: LinkSpec) -> float:
+    """One send: `S/B + α`."""
+    return size_bytes / link.bytes_per_s + link.latency_s
+
+
+def axis_span(config: ParallelConfig, axis: str) -> int:
+    """Consecutive ranks one group of `axis` covers: its stride × its size."""
+    degrees = {"pp": config.pp, "dp": config.dp, "cp": config.cp, "tp": config.tp}
+    inner = AXIS_ORDER[AXIS_ORDER.index(axis) + 1:]
+    stride = 1
+    for name in inner:
+        stride *= degrees[name]
+    return stride * degrees[axis]
+
+
+def axis_stride(config: ParallelConfig, axis: str) -> int:
+    degrees = {"pp": config.pp, "dp": config.dp, "cp": config.cp, "tp": config.tp}
+    return axis_span(config, axis) // degrees[axis]
+
+
+def members_per_node(config: ParallelConfig, axis: str, devices_per_node: int) -> int:
+    """How many devices of one `axis` group share a node (1 when the stride is a node or more)."""
+    stride = axis_stride(config, axis)
+    size = axis_span(config, axis) // stride
+    return max(1, min(size, devices_per_node // stride))
+
+
+def axis_link(group: NodeGroup, config: ParallelConfig, axis: str) -> LinkSpec:
+    """The link class that bounds a group of `axis` (see the module docstring)."""
+    if axis_span(config, axis) <= group.devices_per_node:
+        return group.intra_node
+    k = members_per_node(config, axis, group.devices_per_node)
+    inter = group.inter_node
+    if k == 1:
+        return inter
+    bandwidth = min(group.intra_node.bandwidth_GBps, k * inter.bandwidth_GBps)
+    return inter.model_copy(update={"bandwidth_GBps": bandwidth})
+
+
+def pipeline_link(group: NodeGroup, config: ParallelConfig) -> LinkSpec:
+    """Stage boundaries cross nodes as soon as the whole pipeline does not fit in one node; each
+    device sends its own slice through its own NIC."""
+    return group.intra_node if axis_span(config, "pp") <= group.devices_per_node else group.inter_node

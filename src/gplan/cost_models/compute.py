@@ -1,0 +1,210 @@
+"""Compute: FLOPs and time of one transformer layer, the embedding and the head, per micro-batch.
+
+FLOP counts follow DESIGN.md §7 (Narayanan et al. 2021, eq. 3, generalised to GQA and swiglu).
+Times divide each GEMM's FLOPs by `peak × efficiency(GEMM size)`, each fused-attention call's by
+`peak × attention efficiency`, and each element-wise kernel's bytes by achieved HBM bandwidth:
+small hidden sizes lose to element-wise traffic and small GEMMs, which is why they run further from
+peak (the trend in MosaicML's and Megatron's published tables).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gplan.profiles.schema import DeviceSpec
+from gplan.spec.model import LayerKind, ModelSpec
+from gplan.spec.parallel import ParallelConfig
+from gplan.spec.training import TrainingSpec
+
+#: FlashAttention-2 backward runs 5 GEMM-like products against the forward's 2 (it recomputes the
+#: scores): 2.5× the forward FLOPs (Dao 2023, §3.1).
+FLASH_BACKWARD_FLOP_RATIO = 2.5
+#: A GEMM's backward computes the input gradient and the weight gradient: 2× the forward.
+GEMM_BACKWARD_FLOP_RATIO = 2.0
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """One matrix product C[m×n] = A[m×k]·B[k×n]."""
+
+    m: int
+    n: int
+    k: int
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k
+
+
+@dataclass(frozen=True)
+class Shard:
+    """What one device computes of a micro-batch: tokens after cp, widths after tp."""
+
+    batch: int
+    seq: int
+    """Query tokens per sequence on this device (s / cp)."""
+    kv_seq: int
+    """Key tokens each query attends to (the whole sequence, s)."""
+    tp: int
+    sp: bool
+
+    @property
+    def tokens(self) -> int:
+        return self.batch * self.seq
+
+
+def shard_of(training: TrainingSpec, config: ParallelConfig) -> Shard:
+    return Shard(batch=config.mbs, seq=training.seq_length // config.cp, kv_seq=training.seq_length,
+                 tp=config.tp, sp=config.sp and config.tp > 1)
+
+
+# ---- FLOPs -------------------------------------------------------------------------------------
+
+def layer_gemms(model: ModelSpec, kind: LayerKind, shard: Shard) -> list[Gemm]:
+    """The weight GEMMs of one layer on one tp rank (Megatron column/row split):
+    QKV `2·b·s·h·(h + 2·h_kv)`, output `2·b·s·h²`, MLP `2·b·s·h·f·k` (k = 2 gelu/relu, 3 swiglu)."""
+    h, hkv, f, t, n = model.hidden_size, model.kv_hidden_size, model.ffn_size, shard.tp, shard.tokens
+    attention = [Gemm(n, (h + 2 * hkv) // t, h), Gemm(n, h, h // t)]
+    up_width = 2 * f if model.ffn_kind == "swiglu" else f
+    mlp = [Gemm(n, up_width // t, h), Gemm(n, h, f // t)]
+    return attention * (2 if kind.cross_attention else 1) + mlp
+
+
+def attention_core_flops(model: ModelSpec, kind: LayerKind, shard: Shard, causal_skip: bool) -> float:
+    """Scores and context `4·b·s·s_kv·h / t` forward; causal flash attention skips half
+    (`causal_skip`). Cross-attention is never causal."""
+    def core(causal: bool) -> float:
+        full = 4.0 * shard.batch * shard.seq * shard.kv_seq * model.hidden_size / shard.tp
+        return full / 2 if (causal and causal_skip) else full
+    cross = core(False) if kind.cross_attention else 0.0
+    return core(kind.causal) + cross
+
+
+def head_gemm(model: ModelSpec, shard: Shard) -> Gemm:
+    """Logits `2·b·s·h·V`, vocab split over tp (vocab-parallel output layer)."""
+    return Gemm(shard.tokens, model.vocab_size // shard.tp, model.hidden_size)
+
+
+def layer_forward_flops(model: ModelSpec, kind: LayerKind, shard: Shard, causal_skip: bool = False) -> float:
+    return sum(g.flops for g in layer_gemms(model, kind, shard)) + attention_core_flops(
+        model, kind, shard, causal_skip)
+
+
+def model_flops_per_step(model: ModelSpec, training: TrainingSpec) -> float:
+    """Model FLOPs of one step, forward + backward = 3 × forward, no recompute, attention counted
+    without causal halving (the SC21 / Megatron convention, so MFU compares with published numbers).
+    For GPT with f = 4h this is `72·B·s·L·h²·(1 + s/(6h) + V/(12·L·h))` (Narayanan et al. 2021, eq. 3)."""
+    whole = Shard(batch=training.gbs, seq=training.seq_length, kv_seq=training.seq_length, tp=1, sp=False)
+    layers = sum(k.count * layer_forward_flops(model, k, whole) for k in model.layer_kinds())
+    return 3.0 * (layers + head_gemm(model, whole).flops)
+
+
+# ---- time --------------------------------------------------------------------------------------
+
+def gemm_efficiency(device: DeviceSpec, gemm: Gemm) -> float:
+    """`e_max · W / (W + W_half)` with W the GEMM's GFLOP: small (and tp-sharded) GEMMs fill fewer
+    tensor cores and amortise less launch and tail time."""
+    eff = device.efficiency
+    work_gflop = gemm.flops / 1e9
+    return eff.gemm * work_gflop / (work_gflop + eff.gemm_half_gflop)
+
+
+def gemm_time_s(device: DeviceSpec, precision: str, gemm: Gemm) -> float:
+    return gemm.flops / (device.peak_flops(precision) * gemm_efficiency(device, gemm))
+
+
+def memory_time_s(device: DeviceSpec, moved_bytes: float) -> float:
+    """Element-wise kernels are bandwidth-bound: bytes / (HBM bandwidth × achieved fraction)."""
+    return moved_bytes / (device.hbm_bandwidth_GBps * 1e9 * device.efficiency.memory)
+
+
+def layer_elementwise_elements(model: ModelSpec, kind: LayerKind, shard: Shard) -> float:
+    """Elements read + written by one layer's forward element-wise kernels, on one device.
+
+    Norms (read + write h, twice), residual adds (read 2h, write h, twice), the MLP activation
+    (gelu/relu: read + write f; swiglu: read 2f, write f), rotary embedding on q and k, dropout
+    (read + write + mask, twice) — from the layer's dataflow (Korthikanti et al. 2022, Fig. 4 and 5).
+    Norms and residuals are split over tp only with sequence parallelism."""
+    h, f, t = model.hidden_size, model.ffn_size, shard.tp
+    blocks = 2 if kind.cross_attention else 1
+    replicated = (blocks + 1) * (4 * h + 6 * h) / 2
+    if model.dropout > 0:
+        replicated += (blocks + 1) * 2.5 * h
+    sharded = (3 * f if model.ffn_kind == "swiglu" else 2 * f)
+    if model.position_embedding == "rope":
+        sharded += 2 * (h + 2 * model.kv_hidden_size)
+    per_token = replicated / (t if shard.sp else 1) + sharded / t
+    return per_token * shard.tokens
+
+
+@dataclass(frozen=True)
+class LayerTime:
+    """Seconds of one layer for one micro-batch on one device."""
+
+    forward_s: float
+    backward_s: float
+    attention_forward_s: float
+    """The attention core alone (what selective recompute replays)."""
+
+    def recompute_s(self, option: str) -> float:
+        if option == "full":
+            return self.forward_s
+        if option == "selective":
+            return self.attention_forward_s
+        return 0.0
+
+
+def layer_time(model: ModelSpec, kind: LayerKind, training: TrainingSpec, shard: Shard,
+               device: DeviceSpec) -> LayerTime:
+    """Forward: GEMMs + attention core + element-wise + a fixed launch overhead; backward: 2× GEMMs,
+    2.5× flash attention, 2× element-wise and launches."""
+    precision = training.precision
+    gemm_s = sum(gemm_time_s(device, precision, g) for g in layer_gemms(model, kind, shard))
+    flash = training.flash_attention
+    core_flops = attention_core_flops(model, kind, shard, causal_skip=flash)
+    if flash:
+        attention_s = core_flops / (device.peak_flops(precision) * device.efficiency.attention)
+        attention_bwd_ratio = FLASH_BACKWARD_FLOP_RATIO
+    else:
+        bmm = Gemm(shard.batch * model.num_attention_heads // shard.tp * shard.seq, shard.kv_seq,
+                   model.head_dim)
+        scores_bytes = 3 * shard.batch * model.num_attention_heads // shard.tp * shard.seq * shard.kv_seq
+        attention_s = core_flops / (device.peak_flops(precision) * gemm_efficiency(device, bmm)) + \
+            memory_time_s(device, scores_bytes * training.element_bytes)
+        attention_bwd_ratio = GEMM_BACKWARD_FLOP_RATIO
+    elementwise_s = memory_time_s(
+        device, layer_elementwise_elements(model, kind, shard) * training.element_bytes)
+    launch_s = device.efficiency.layer_overhead_s
+    forward = gemm_s + attention_s + elementwise_s + launch_s
+    backward = GEMM_BACKWARD_FLOP_RATIO * (gemm_s + elementwise_s + launch_s) + attention_bwd_ratio * attention_s
+    return LayerTime(forward_s=forward, backward_s=backward, attention_forward_s=attention_s)
+
+
+#: Bytes per logit element moved by a fused cross-entropy, forward and backward together: the
+#: logits are written (2), upcast and read for max/sum/exp (4 + 4), and the gradient written (2).
+CROSS_ENTROPY_BYTES_PER_LOGIT = 12
+
+
+def head_time(model: ModelSpec, training: TrainingSpec, shard: Shard, device: DeviceSpec) -> tuple[float, float]:
+    """(forward, backward) seconds of the final norm, logits GEMM and cross-entropy."""
+    gemm_s = gemm_time_s(device, training.precision, head_gemm(model, shard))
+    logits = shard.tokens * model.vocab_size / shard.tp
+    loss_s = memory_time_s(device, logits * CROSS_ENTROPY_BYTES_PER_LOGIT)
+    norm_s = memory_time_s(device, 4 * shard.tokens * model.hidden_size * training.element_bytes)
+    return gemm_s + loss_s / 2 + norm_s, GEMM_BACKWARD_FLOP_RATIO * (gemm_s + norm_s) + loss_s / 2
+
+
+def embedding_time(model: ModelSpec, training: TrainingSpec, shard: Shard, device: DeviceSpec) -> tuple[float, float]:
+    """(forward, backward) seconds of the token lookup (a gather) and its gradient (a scatter-add)."""
+    moved = 2 * shard.tokens * model.hidden_size * training.element_bytes
+    return memory_time_s(device, moved), memory_time_s(device, 2 * moved)
+
+
+#: Adam with fp32 master weights moves per parameter: fp32 grad (4) read, master weight (4 + 4),
+#: m and v (8 + 8) read and written, the 16-bit copy (2) written, plus the grad-norm read (4).
+ADAM_BYTES_PER_PARAM = 34
+
+
+def optimizer_time_s(device: DeviceSpec, local_params: float) -> float:
+    """Adam is bandwidth-bound: bytes per parameter × local (sharded) parameters / HBM bandwidth."""
+    return memory_time_s(device, ADAM_BYTES_PER_PARAM * local_params)

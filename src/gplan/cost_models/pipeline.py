@@ -1,0 +1,36 @@
+"""Pipeline schedules: step time from per-stage times, and micro-batches in flight per stage.
+
+With T_i the time of stage i for one micro-batch (forward + backward + its sends), m micro-batches and
+v virtual chunks per rank:
+
+    step = m · max_i T_i + (Σ_i T_i − max_i T_i) / v
+
+For v = 1 this is `Σ T_i + (m − 1)·max T_i` (DESIGN.md §7); for uniform stages it gives the bubble
+fraction `(p − 1)/m` of 1F1B and GPipe and `(p − 1)/(m·v)` of interleaved 1F1B (Narayanan et al. 2021,
+§2.2). The formula is linear in (T_max, T_i), which is what the ILP needs.
+"""
+
+from __future__ import annotations
+
+
+def pipeline_time_s(stage_times_s: list[float], num_microbatches: int, vpp: int = 1) -> float:
+    longest = max(stage_times_s)
+    return num_microbatches * longest + (sum(stage_times_s) - longest) / vpp
+
+
+def bubble_time_s(stage_times_s: list[float], vpp: int = 1) -> float:
+    """The part of the step a stage waits: `(Σ T_i − max T_i)/v`."""
+    return (sum(stage_times_s) - max(stage_times_s)) / vpp
+
+
+def in_flight_microbatches(stage: int, pp: int, num_microbatches: int, schedule: str, vpp: int = 1) -> float:
+    """Micro-batches whose activations stage `stage` (0-based) holds at its peak.
+
+    GPipe: all m. 1F1B: `min(p − i, m)` (the first stage holds p). Interleaved 1F1B: that times
+    `1 + (p − 1)/(p·v)` (Korthikanti et al. 2022, §4.2.3)."""
+    if schedule == "gpipe":
+        return float(num_microbatches)
+    held = float(min(pp - stage, num_microbatches))
+    if schedule == "interleaved_1f1b":
+        held *= 1 + (pp - 1) / (pp * vpp)
+    return held

@@ -1,0 +1,337 @@
+"""One training step, composed from the per-term functions: per-stage time and memory, the pipeline
+schedule, exposed data-parallel communication, the optimizer — the Prediction of DESIGN.md §5.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from pydantic import BaseModel, ConfigDict
+
+from gplan.cost_models import communication as comm
+from gplan.cost_models import compute, memory, pipeline
+from gplan.profiles.schema import ClusterSpec, NodeGroup
+from gplan.spec.model import LayerKind, ModelSpec
+from gplan.spec.parallel import ParallelConfig, StageLayout, uniform_layout
+from gplan.spec.training import TrainingSpec
+
+
+class StageMemory(BaseModel):
+    """Bytes one device of a stage holds at its peak."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    weights_bytes: float
+    grads_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    buffers_bytes: float
+    """Unsharded zero-3 layers and similar transient buffers."""
+    reserve_bytes: float
+    """Framework reserve from the hardware catalogue (context, communicators, fragmentation)."""
+
+    @property
+    def total_bytes(self) -> float:
+        return (self.weights_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes
+                + self.buffers_bytes + self.reserve_bytes)
+
+
+class StagePrediction(BaseModel):
+    """One pipeline stage, per micro-batch (times) and at peak (memory)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    index: int
+    num_layers: int
+    node_group: int
+    forward_s: float
+    backward_s: float
+    """Backward including recomputation."""
+    tp_comm_s: float
+    cp_comm_s: float
+    pp_comm_s: float
+    time_s: float
+    """T_i: forward + backward + communication of one micro-batch."""
+    in_flight: float
+    params: float
+    """Parameters held by one device of this stage (after tp)."""
+    memory: StageMemory
+    memory_bytes: float
+    memory_budget_bytes: float
+
+
+class StepBreakdown(BaseModel):
+    """Where the step's time goes; the terms add up to step_time_s."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    compute: float
+    tp_comm: float
+    cp_comm: float
+    pp_comm: float
+    dp_comm: float
+    bubble: float
+    optimizer: float
+    overhead: float
+
+
+class Prediction(BaseModel):
+    """What gplan predicts for one configuration (the `prediction` block of plan.json)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    step_time_s: float
+    tokens_per_s: float
+    samples_per_s: float
+    model_tflops_per_device: float
+    mfu: float
+    """Model FLOPs (SC21 convention: no recompute, attention without causal halving) / peak."""
+    memory_bytes_per_device_max: float
+    fits: bool
+    num_microbatches: int
+    breakdown: StepBreakdown
+    stages: list[StagePrediction]
+
+    @property
+    def bubble_fraction(self) -> float:
+        return self.breakdown.bubble / self.step_time_s
+
+    @property
+    def comm_fraction(self) -> float:
+        b = self.breakdown
+        return (b.tp_comm + b.cp_comm + b.pp_comm + b.dp_comm) / self.step_time_s
+
+
+@dataclass
+class StepModel:
+    """Costs of one configuration; cached per layer kind and node group, so the planner can price many
+    stage layouts of the same configuration cheaply."""
+
+    model: ModelSpec
+    training: TrainingSpec
+    cluster: ClusterSpec
+    config: ParallelConfig
+    _layer_times: dict = field(default_factory=dict, repr=False)
+
+    @cached_property
+    def shard(self) -> compute.Shard:
+        return compute.shard_of(self.training, self.config)
+
+    @cached_property
+    def num_microbatches(self) -> int:
+        return self.config.num_microbatches(self.training.gbs)
+
+    @cached_property
+    def kinds(self) -> dict[str, LayerKind]:
+        return {k.name: k for k in self.model.layer_kinds()}
+
+    def group(self, index: int) -> NodeGroup:
+        return self.cluster.node_groups[index]
+
+    # ---- per layer ------------------------------------------------------------------------------
+    def layer_time(self, kind: str, group: int) -> compute.LayerTime:
+        key = (kind, group)
+        if key not in self._layer_times:
+            self._layer_times[key] = compute.layer_time(
+                self.model, self.kinds[kind], self.training, self.shard, self.group(group).hardware)
+        return self._layer_times[key]
+
+    def activation_bytes_per_tensor(self) -> float:
+        """One b·s·h activation on one device (the tp and pp message size)."""
+        return self.shard.tokens * self.model.hidden_size * self.training.element_bytes
+
+    def tp_allreduce_s(self, group: int) -> float:
+        link = comm.axis_link(self.group(group), self.config, "tp")
+        return comm.ring_allreduce_time_s(self.activation_bytes_per_tensor(), self.config.tp, link)
+
+    def layer_tp_comm_s(self, kind: str, recompute: str, group: int) -> float:
+        """2 all-reduces forward and 2 backward per attention+MLP pair (Megatron's f/g operators;
+        with sp an all-gather + reduce-scatter of the same volume); full recompute replays the forward's 2;
+        a cross-attention block adds one more each way."""
+        if self.config.tp == 1:
+            return 0.0
+        per_pass = 3 if self.kinds[kind].cross_attention else 2
+        passes = 3 if recompute == "full" else 2
+        return per_pass * passes * self.tp_allreduce_s(group)
+
+    def layer_cp_comm_s(self, kind: str, group: int) -> float:
+        """Ring attention passes K and V around the cp ring (`(cp−1)·2·b·(s/cp)·h_kv/t` bytes forward,
+        twice that backward), overlapped with the attention core; only the excess is exposed."""
+        if self.config.cp == 1:
+            return 0.0
+        cp = self.config.cp
+        kv_bytes = 2 * self.shard.tokens * self.model.kv_hidden_size / self.config.tp * self.training.element_bytes
+        link = comm.axis_link(self.group(group), self.config, "cp")
+        send_s = (cp - 1) * comm.p2p_time_s(kv_bytes, link) * 3
+        lt = self.layer_time(kind, group)
+        overlap_s = lt.attention_forward_s * (1 + compute.FLASH_BACKWARD_FLOP_RATIO)
+        return max(0.0, send_s - overlap_s)
+
+    def layer_params(self, kind: str) -> float:
+        return self.model.layer_params(self.kinds[kind]) / self.config.tp
+
+    def layer_activation_bytes(self, kind: str, recompute: str) -> float:
+        return memory.layer_activation_bytes(self.model, self.kinds[kind], self.shard,
+                                             self.training.element_bytes, self.training.flash_attention,
+                                             recompute)
+
+    # ---- per stage --------------------------------------------------------------------------------
+    def stage_fixed_params(self, stage: StageLayout) -> float:
+        """Embedding on the first stage; head on the last (a tied head keeps its own copy of the
+        embedding when the two sit on different stages, as Megatron-LM does)."""
+        params = 0.0
+        if stage.embedding:
+            params += self.model.embedding_params()
+        if stage.head:
+            params += self.model.head_params()
+            if self.model.tie_embeddings and not stage.embedding:
+                params += self.model.vocab_size * self.model.hidden_size
+        return params / self.config.tp
+
+    def stage_params(self, stage: StageLayout) -> float:
+        return sum(c.count * self.layer_params(c.kind) for c in stage.layers) + self.stage_fixed_params(stage)
+
+    def pp_send_s(self, group: int) -> float:
+        """One activation (or its gradient) to the neighbour stage; with tp, each rank sends its 1/t
+        slice (Megatron's scatter-gather optimisation, Narayanan et al. 2021, §4.1)."""
+        link = comm.pipeline_link(self.group(group), self.config)
+        return comm.p2p_time_s(self.activation_bytes_per_tensor() / self.config.tp, link)
+
+    def stage_sends(self, stage: StageLayout) -> int:
+        """Sends per micro-batch: forward out (all but the last stage) and gradient back (all but the
+        first), once per virtual chunk."""
+        if self.config.pp == 1:
+            return 0
+        return 2 * self.config.vpp - int(stage.embedding) - int(stage.head)
+
+    def in_flight(self, index: int) -> float:
+        c = self.config
+        return pipeline.in_flight_microbatches(index, c.pp, self.num_microbatches, c.schedule, c.vpp)
+
+    def stage(self, index: int, layout: StageLayout) -> StagePrediction:
+        g = layout.node_group
+        device = self.group(g).hardware
+        forward = backward = tp_s = cp_s = 0.0
+        activations = 0.0
+        for c in layout.layers:
+            lt = self.layer_time(c.kind, g)
+            forward += c.count * lt.forward_s
+            backward += c.count * (lt.backward_s + lt.recompute_s(c.recompute))
+            tp_s += c.count * self.layer_tp_comm_s(c.kind, c.recompute, g)
+            cp_s += c.count * self.layer_cp_comm_s(c.kind, g)
+            activations += c.count * self.layer_activation_bytes(c.kind, c.recompute)
+        in_flight = self.in_flight(index)
+        activations *= in_flight
+        if layout.embedding:
+            f, b = compute.embedding_time(self.model, self.training, self.shard, device)
+            forward, backward = forward + f, backward + b
+            tp_s += self.tp_allreduce_s(g) if self.config.tp > 1 else 0.0
+            activations += in_flight * memory.embedding_activation_bytes(self.model, self.shard)
+        if layout.head:
+            f, b = compute.head_time(self.model, self.training, self.shard, device)
+            forward, backward = forward + f, backward + b
+            tp_s += self.tp_allreduce_s(g) if self.config.tp > 1 else 0.0
+            head_held = self.num_microbatches if self.config.schedule == "gpipe" else 1
+            activations += head_held * memory.head_activation_bytes(self.model, self.shard,
+                                                                    self.training.element_bytes)
+        pp_s = self.stage_sends(layout) * self.pp_send_s(g)
+        params = self.stage_params(layout)
+        mem = self.stage_memory(layout, params, activations)
+        return StagePrediction(
+            index=index, num_layers=layout.num_layers, node_group=g,
+            forward_s=forward, backward_s=backward, tp_comm_s=tp_s, cp_comm_s=cp_s, pp_comm_s=pp_s,
+            time_s=forward + backward + tp_s + cp_s + pp_s, in_flight=in_flight, params=params,
+            memory=mem, memory_bytes=mem.total_bytes, memory_budget_bytes=self.memory_budget(g),
+        )
+
+    def stage_memory(self, layout: StageLayout, params: float, activations: float) -> StageMemory:
+        c = self.config
+        per_param = memory.state_bytes_per_param(self.training.element_bytes, c.zero, memory.zero_shard_ranks(c))
+        buffers = 0.0
+        if c.zero >= 3 and layout.layers:
+            widest = max(self.layer_params(lc.kind) for lc in layout.layers)
+            buffers = memory.zero3_gather_buffer_bytes(widest, self.training.element_bytes)
+        return StageMemory(
+            weights_bytes=params * per_param.weights, grads_bytes=params * per_param.grads,
+            optimizer_bytes=params * per_param.optimizer, activations_bytes=activations,
+            buffers_bytes=buffers, reserve_bytes=self.group(layout.node_group).hardware.reserve_GiB * 1024**3,
+        )
+
+    def memory_budget(self, group: int) -> float:
+        return self.group(group).hardware.memory_bytes * (1 - self.training.memory_headroom)
+
+    # ---- data parallel and optimizer --------------------------------------------------------------
+    def dp_exposed_s(self, stage: StagePrediction) -> float:
+        """Gradient synchronisation of one stage's parameters over its dp·cp ranks, minus what hides
+        behind compute. zero 0: all-reduce overlapped with the last micro-batch's backward; zero 1/2:
+        reduce-scatter there, and the parameter all-gather behind the first forward; zero 3 (FSDP):
+        per micro-batch two all-gathers and a reduce-scatter behind that micro-batch's forward and
+        backward."""
+        c = self.config
+        ranks = memory.zero_shard_ranks(c)
+        if ranks == 1:
+            return 0.0
+        link = comm.axis_link(self.group(stage.node_group), c, "dp")
+        grad_bytes = stage.params * memory.GRAD_BYTES
+        weight_bytes = stage.params * self.training.element_bytes
+        if c.zero == 0:
+            return max(0.0, comm.ring_allreduce_time_s(grad_bytes, ranks, link) - stage.backward_s)
+        gather = comm.allgather_time_s(weight_bytes, ranks, link)
+        scatter = comm.reduce_scatter_time_s(grad_bytes, ranks, link)
+        if c.zero < 3:
+            return max(0.0, scatter - stage.backward_s) + max(0.0, gather - stage.forward_s)
+        per_mb = max(0.0, gather - stage.forward_s) + max(0.0, gather + scatter - stage.backward_s)
+        return self.num_microbatches * per_mb
+
+    def optimizer_s(self, stage: StagePrediction) -> float:
+        ranks = memory.zero_shard_ranks(self.config) if self.config.zero >= 1 else 1
+        return compute.optimizer_time_s(self.group(stage.node_group).hardware, stage.params / ranks)
+
+    # ---- the step -----------------------------------------------------------------------------------
+    def predict(self, layouts: list[StageLayout] | None = None) -> Prediction:
+        c = self.config
+        layouts = layouts or uniform_layout(self.model, c.pp, c.recompute)
+        stages = [self.stage(i, s) for i, s in enumerate(layouts)]
+        times = [s.time_s for s in stages]
+        m = self.num_microbatches
+        critical = max(stages, key=lambda s: s.time_s)
+        bubble = pipeline.bubble_time_s(times, c.vpp)
+        dp_s = max(self.dp_exposed_s(s) for s in stages)
+        optimizer_s = max(self.optimizer_s(s) for s in stages)
+        overhead_s = max(self.group(s.node_group).hardware.efficiency.step_overhead_s for s in stages)
+        breakdown = StepBreakdown(
+            compute=m * (critical.forward_s + critical.backward_s), tp_comm=m * critical.tp_comm_s,
+            cp_comm=m * critical.cp_comm_s, pp_comm=m * critical.pp_comm_s, dp_comm=dp_s,
+            bubble=bubble, optimizer=optimizer_s, overhead=overhead_s,
+        )
+        step_s = pipeline.pipeline_time_s(times, m, c.vpp) + dp_s + optimizer_s + overhead_s
+        return self._prediction(step_s, breakdown, stages)
+
+    def devices_per_stage(self) -> int:
+        return self.config.dp * self.config.tp * self.config.cp
+
+    def _prediction(self, step_s: float, breakdown: StepBreakdown, stages: list[StagePrediction]) -> Prediction:
+        flops = compute.model_flops_per_step(self.model, self.training)
+        per_stage = self.devices_per_stage()
+        peak = sum(per_stage * self.group(s.node_group).hardware.peak_flops(self.training.precision)
+                   for s in stages)
+        world = per_stage * len(stages)
+        return Prediction(
+            step_time_s=step_s,
+            tokens_per_s=self.training.tokens_per_step / step_s,
+            samples_per_s=self.training.gbs / step_s,
+            model_tflops_per_device=flops / step_s / world / 1e12,
+            mfu=flops / step_s / peak,
+            memory_bytes_per_device_max=max(s.memory_bytes for s in stages),
+            fits=all(s.memory_bytes <= s.memory_budget_bytes for s in stages),
+            num_microbatches=self.num_microbatches,
+            breakdown=breakdown,
+            stages=stages,
+        )
+
+
+def predict(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, config: ParallelConfig,
+            layouts: list[StageLayout] | None = None) -> Prediction:
+    """Predict one configuration (uniform Megatron split unless `layouts` is given)."""
+    return StepModel(model, training, cluster, config).predict(layouts)

@@ -1,0 +1,135 @@
+"""The cluster a plan runs on: devices, node groups and links.
+
+A ClusterSpec is self-contained once loaded: hardware names are resolved against the bundled catalogue
+into full DeviceSpecs, so a plan file carries every number its prediction used.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+GIB = 1024**3
+
+
+class Efficiency(BaseModel):
+    """Fractions of peak that real kernels reach; calibrated per hardware kind (bench/accuracy.py)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    gemm: float = Field(gt=0, le=1)
+    """Fraction of dense peak that a large GEMM sustains."""
+    gemm_half_gflop: float = Field(default=1.0, ge=0)
+    """GEMM size (GFLOP per call) at which efficiency falls to half of `gemm`: small and tp-sharded
+    matrices run further from peak."""
+    attention: float = Field(gt=0, le=1)
+    """Fraction of dense peak that fused (flash) attention sustains."""
+    memory: float = Field(default=0.8, gt=0, le=1)
+    """Fraction of HBM bandwidth that element-wise kernels (norms, activations, Adam) sustain."""
+    layer_overhead_s: float = Field(default=0.0, ge=0)
+    """Fixed time per layer per micro-batch forward (backward: twice) for kernel launches and
+    framework hooks; dominates small layers."""
+    step_overhead_s: float = Field(default=0.0, ge=0)
+    """Fixed per-step time outside the model (launch, logging, data loading)."""
+
+
+class DeviceSpec(BaseModel):
+    """One accelerator kind."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    kind: Literal["gpu", "npu", "cpu"]
+    memory_GiB: float = Field(gt=0)
+    peak_tflops: dict[str, float]
+    """Dense peak per precision (bf16, fp16, fp32); a missing precision is unsupported."""
+    hbm_bandwidth_GBps: float = Field(gt=0)
+    reserve_GiB: float = Field(default=0.0, ge=0)
+    """Memory the framework holds before the model: context, communicator buffers, fragmentation."""
+    efficiency: Efficiency
+
+    @property
+    def memory_bytes(self) -> float:
+        return self.memory_GiB * GIB
+
+    def peak_flops(self, precision: str) -> float:
+        return self.peak_tflops[precision] * 1e12
+
+
+class LinkSpec(BaseModel):
+    """A link class: bandwidth per device per direction, and latency."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    bandwidth_GBps: float = Field(gt=0)
+    """GB/s (1e9 bytes) per device per direction."""
+    latency_us: float = Field(default=5.0, ge=0)
+    efficiency: float = Field(default=0.8, gt=0, le=1)
+    """Fraction of the bandwidth that collectives reach (NCCL/HCCL bus bandwidth / link bandwidth)."""
+
+    @property
+    def bytes_per_s(self) -> float:
+        return self.bandwidth_GBps * 1e9 * self.efficiency
+
+    @property
+    def latency_s(self) -> float:
+        return self.latency_us * 1e-6
+
+
+class NodeGroup(BaseModel):
+    """Identical nodes: the same device kind, count per node and links."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    hardware: DeviceSpec
+    """A bundled hardware name (see `gplan hardware`) or an inline device description."""
+    nodes: int = Field(default=1, gt=0)
+    devices_per_node: int = Field(gt=0)
+    intra_node: LinkSpec
+    inter_node: LinkSpec
+
+    @field_validator("hardware", mode="before")
+    @classmethod
+    def _resolve_hardware(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            from gplan.profiles.catalogue import hardware_entry
+
+            return hardware_entry(value)
+        return value
+
+    @property
+    def devices(self) -> int:
+        return self.nodes * self.devices_per_node
+
+
+class ClusterSpec(BaseModel):
+    """Node groups; several groups make a heterogeneous cluster."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    node_groups: list[NodeGroup] = Field(min_length=1)
+
+    @property
+    def devices(self) -> int:
+        return sum(g.devices for g in self.node_groups)
+
+    @property
+    def is_heterogeneous(self) -> bool:
+        return len({g.hardware.name for g in self.node_groups}) > 1
+
+    @property
+    def primary(self) -> NodeGroup:
+        return self.node_groups[0]
+
+    def sized(self, devices: int) -> "ClusterSpec":
+        """A single-group template resized to hold `devices` (bundled clusters are node templates)."""
+        if len(self.node_groups) != 1:
+            return self
+        group = self.primary
+        nodes = max(1, math.ceil(devices / group.devices_per_node))
+        per_node = min(group.devices_per_node, devices) if nodes == 1 else group.devices_per_node
+        return self.model_copy(update={"node_groups": [group.model_copy(
+            update={"nodes": nodes, "devices_per_node": per_node})]})

@@ -1,0 +1,148 @@
+"""ParallelConfig (the degrees of DESIGN.md §3) and the stage layout (layers per pipeline stage)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from gplan.errors import InputError
+from gplan.spec.model import ModelSpec, check_tp_divides
+from gplan.spec.training import TrainingSpec
+
+Recompute = Literal["none", "selective", "full"]
+Schedule = Literal["gpipe", "1f1b", "interleaved_1f1b"]
+RECOMPUTE_OPTIONS: tuple[Recompute, ...] = ("none", "selective", "full")
+
+
+class ParallelConfig(BaseModel):
+    """Degrees and per-step options of one parallel configuration."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dp: int = Field(default=1, ge=1)
+    tp: int = Field(default=1, ge=1)
+    pp: int = Field(default=1, ge=1)
+    vpp: int = Field(default=1, ge=1)
+    """Virtual stages (model chunks) per pipeline rank; > 1 means the interleaved 1F1B schedule."""
+    cp: int = Field(default=1, ge=1)
+    ep: int = Field(default=1, ge=1)
+    sp: bool = False
+    """Megatron sequence parallelism inside the tp group."""
+    zero: int = Field(default=0, ge=0, le=3)
+    """0: replicated; 1: optimizer state sharded (distributed optimizer); 2: + gradients; 3: + weights (FSDP)."""
+    mbs: int = Field(default=1, ge=1)
+    schedule: Schedule = "1f1b"
+    recompute: Recompute = "none"
+    """Default recompute of every layer; a stage layout may recompute only some layers."""
+
+    @model_validator(mode="after")
+    def _schedule_matches_vpp(self) -> "ParallelConfig":
+        if self.vpp > 1 and self.schedule != "interleaved_1f1b":
+            object.__setattr__(self, "schedule", "interleaved_1f1b")
+        if self.vpp == 1 and self.schedule == "interleaved_1f1b":
+            raise ValueError("schedule interleaved_1f1b needs vpp > 1")
+        return self
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
+
+    def num_microbatches(self, gbs: int) -> int:
+        return gbs // (self.mbs * self.dp)
+
+    def label(self) -> str:
+        parts = [f"dp={self.dp}", f"tp={self.tp}", f"pp={self.pp}"]
+        if self.vpp > 1:
+            parts.append(f"vpp={self.vpp}")
+        if self.cp > 1:
+            parts.append(f"cp={self.cp}")
+        parts += [f"mbs={self.mbs}", f"zero={self.zero}", f"rc={self.recompute}"]
+        if self.sp:
+            parts.append("sp")
+        return " ".join(parts)
+
+
+class LayerCount(BaseModel):
+    """`count` consecutive layers of one kind with one recompute option."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: str
+    recompute: Recompute
+    count: int = Field(ge=0)
+
+
+class StageLayout(BaseModel):
+    """What one pipeline stage (all its virtual chunks together) holds."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    layers: list[LayerCount]
+    embedding: bool
+    head: bool
+    node_group: int = 0
+    """Index of the cluster node group whose devices run this stage."""
+
+    @property
+    def num_layers(self) -> int:
+        return sum(c.count for c in self.layers)
+
+
+def check_config(model: ModelSpec, training: TrainingSpec, config: ParallelConfig, devices: int) -> None:
+    """Reject a configuration that cannot run, with the rule it breaks (DESIGN.md §8.1)."""
+    if config.world_size != devices:
+        raise InputError(
+            f"dp·tp·pp·cp = {config.dp}·{config.tp}·{config.pp}·{config.cp} = {config.world_size} "
+            f"≠ {devices} devices",
+            hint="make the product of the degrees equal --devices",
+        )
+    check_tp_divides(model, config.tp)
+    if config.ep != 1:
+        raise InputError("ep > 1 needs a mixture-of-experts model", hint="use ep=1")
+    if config.pp > model.total_layers:
+        raise InputError(f"pp={config.pp} exceeds the model's {model.total_layers} layers",
+                         hint="use pp ≤ number of layers")
+    if config.vpp > 1 and model.total_layers % (config.pp * config.vpp):
+        raise InputError(
+            f"vpp={config.vpp}: {model.total_layers} layers do not split into pp·vpp = "
+            f"{config.pp * config.vpp} equal chunks",
+            hint="choose vpp so that pp·vpp divides the number of layers",
+        )
+    if training.gbs % (config.mbs * config.dp):
+        raise InputError(
+            f"gbs={training.gbs} is not a multiple of mbs·dp = {config.mbs}·{config.dp}",
+            hint="choose gbs, mbs and dp so that mbs·dp divides gbs",
+        )
+    m = config.num_microbatches(training.gbs)
+    if config.vpp > 1 and m % config.pp:
+        raise InputError(
+            f"the interleaved schedule needs micro-batches ({m}) to be a multiple of pp={config.pp}",
+            hint="change gbs or mbs, or use vpp=1",
+        )
+    if training.seq_length % (config.cp * (config.tp if config.sp else 1)):
+        raise InputError(
+            f"seq_length {training.seq_length} does not split over cp·(tp if sp) ranks",
+            hint="choose cp (and tp with sp) dividing the sequence length",
+        )
+
+
+def uniform_layout(model: ModelSpec, pp: int, recompute: Recompute) -> list[StageLayout]:
+    """Megatron's default split: layers as even as possible, extra layers on the earliest stages;
+    the embedding on stage 0, the head on the last."""
+    total = model.total_layers
+    sizes = [total // pp + (1 if i < total % pp else 0) for i in range(pp)]
+    return layout_from_sizes(model, sizes, [recompute] * pp)
+
+
+def layout_from_sizes(model: ModelSpec, sizes: list[int], recompute: list[Recompute]) -> list[StageLayout]:
+    """Cut the execution-order layer sequence into consecutive stages of the given sizes."""
+    sequence = [k.name for k in model.layer_kinds() for _ in range(k.count)]
+    stages, start = [], 0
+    for i, size in enumerate(sizes):
+        chunk = sequence[start:start + size]
+        start += size
+        counts = [LayerCount(kind=k, recompute=recompute[i], count=chunk.count(k))
+                  for k in dict.fromkeys(chunk)]
+        stages.append(StageLayout(layers=counts, embedding=i == 0, head=i == len(sizes) - 1))
+    return stages
