@@ -22,18 +22,20 @@ FLASH_LSE_BYTES = 4
 
 
 def attention_block_activation_bytes(model: ModelSpec, shard: Shard, element_bytes: int,
-                                     flash: bool, kv_seq: int) -> float:
+                                     scores: str, kv_seq: int) -> float:
     """One attention block, per micro-batch: its norm input and the projection input (replicated
     unless sp), Q (b·s·h), K and V (b·s_kv·h_kv each), the output-projection input, dropout mask;
-    and without fused attention the score matrices `(2 + 1 + 2)·a·s·s_kv·b` (softmax, mask, dropout)."""
+    plus, by how the scores are handled: `stored` keeps `(2 + 1 + 2)·a·s·s_kv·b` (softmax, dropout
+    mask, dropout output), `flash` keeps one fp32 log-sum-exp per head and token, `recomputed`
+    (selective recompute) keeps nothing."""
     e, b, s, t = element_bytes, shard.batch, shard.seq, shard.tp
     h, hkv, a = model.hidden_size, model.kv_hidden_size, model.num_attention_heads
     dropout = model.dropout > 0
     replicated = 2 * e * s * b * h + (s * b * h if dropout else 0)
     sharded = e * s * b * h + 2 * e * kv_seq * b * hkv + e * s * b * h
-    if flash:
+    if scores == "flash":
         sharded += FLASH_LSE_BYTES * a * s * b
-    else:
+    elif scores == "stored":
         sharded += (2 + (1 + 2 if dropout else 0)) * a * s * kv_seq * b
     return replicated / (t if shard.sp else 1) + sharded / t
 
@@ -56,10 +58,9 @@ def layer_activation_bytes(model: ModelSpec, kind: LayerKind, shard: Shard, elem
     scores (they are recomputed); none: everything."""
     if recompute == "full":
         return element_bytes * shard.seq * shard.batch * model.hidden_size / (shard.tp if shard.sp else 1)
-    keep_scores_flash = flash or recompute == "selective"
-    total = attention_block_activation_bytes(model, shard, element_bytes, keep_scores_flash, shard.kv_seq)
-    if kind.cross_attention:
-        total += attention_block_activation_bytes(model, shard, element_bytes, keep_scores_flash, shard.kv_seq)
+    scores = "flash" if flash else ("recomputed" if recompute == "selective" else "stored")
+    blocks = 2 if kind.cross_attention else 1
+    total = blocks * attention_block_activation_bytes(model, shard, element_bytes, scores, shard.kv_seq)
     return total + mlp_block_activation_bytes(model, shard, element_bytes)
 
 

@@ -120,7 +120,7 @@ class StepModel:
 
     @cached_property
     def num_microbatches(self) -> int:
-        return self.config.num_microbatches(self.training.gbs)
+        return self.config.microbatches_for(self.training.gbs)
 
     @cached_property
     def kinds(self) -> dict[str, LayerKind]:

@@ -56,7 +56,8 @@ def validate_as(model_cls: type[M], data: Any, source: str) -> M:
 
 
 def _input_error(exc: ValidationError, model_cls: type[BaseModel], source: str) -> InputError:
-    err = exc.errors()[0]
+    # A typo'd key explains the "missing" error it causes: report it first.
+    err = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]
     loc = ".".join(str(part) for part in err["loc"])
     kind = err["type"]
     if kind == "extra_forbidden":

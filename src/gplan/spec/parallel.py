@@ -48,7 +48,7 @@ class ParallelConfig(BaseModel):
     def world_size(self) -> int:
         return self.dp * self.tp * self.pp * self.cp
 
-    def num_microbatches(self, gbs: int) -> int:
+    def microbatches_for(self, gbs: int) -> int:
         return gbs // (self.mbs * self.dp)
 
     def label(self) -> str:
@@ -114,7 +114,7 @@ def check_config(model: ModelSpec, training: TrainingSpec, config: ParallelConfi
             f"gbs={training.gbs} is not a multiple of mbs·dp = {config.mbs}·{config.dp}",
             hint="choose gbs, mbs and dp so that mbs·dp divides gbs",
         )
-    m = config.num_microbatches(training.gbs)
+    m = config.microbatches_for(training.gbs)
     if config.vpp > 1 and m % config.pp:
         raise InputError(
             f"the interleaved schedule needs micro-batches ({m}) to be a multiple of pp={config.pp}",

@@ -1,0 +1,241 @@
+"""`gplan` command line: parse, call the library, render. Human text goes to stderr; with --json,
+stdout carries exactly one JSON document. Exit codes: DESIGN.md §6 (gplan.errors)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from gplan import __version__
+from gplan.errors import EXIT_INTERNAL, GplanError, InputError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="rich",
+                  help="Plan and launch parallel training of large transformers.")
+err = Console(stderr=True)
+
+
+def emit_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def guarded(fn: Callable) -> Callable:
+    """Turn gplan's typed errors into `error:`/`hint:` lines and exit codes; anything else is an
+    internal error (exit 1), with its traceback only when GPLAN_DEBUG=1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except GplanError as exc:
+            if os.environ.get("GPLAN_DEBUG") == "1":
+                traceback.print_exc()
+            err.print(f"[red]error:[/] {exc.message}", highlight=False, soft_wrap=True)
+            if exc.hint:
+                err.print(f"[yellow]hint:[/] {exc.hint}", highlight=False, soft_wrap=True)
+            raise typer.Exit(exc.code) from None
+        except (typer.Exit, typer.Abort, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the last line of defence for users
+            if os.environ.get("GPLAN_DEBUG") == "1":
+                traceback.print_exc()
+            err.print(f"[red]internal error:[/] {type(exc).__name__}: {exc}", highlight=False, soft_wrap=True)
+            err.print("[yellow]hint:[/] rerun with GPLAN_DEBUG=1 for the traceback and report it")
+            raise typer.Exit(EXIT_INTERNAL) from None
+
+    return wrapper
+
+
+# ---- shared options ------------------------------------------------------------------------------
+
+ModelArg = typer.Argument(..., help="model.yaml, an HF config.json (or its folder), or a bundled name (gplan models)")
+DevicesOpt = typer.Option(None, "--devices", "-n", help="devices to use (default: all of the cluster file)")
+ClusterOpt = typer.Option(None, "--cluster", "-c", help="bundled cluster name or cluster.yaml (default: dgx-a100-80g)")
+HardwareOpt = typer.Option(None, "--hardware", help="bundled hardware name; links of its bundled cluster")
+PerNodeOpt = typer.Option(None, "--devices-per-node", help="with --hardware: devices per node")
+GbsOpt = typer.Option(None, "--gbs", help="global batch in sequences (default: ~4M tokens)")
+SeqOpt = typer.Option(None, "--seq-length", help="tokens per sequence (default: the model's)")
+PrecisionOpt = typer.Option(None, "--precision", help="bf16 | fp16 | fp32 (default: bf16 where supported)")
+HeadroomOpt = typer.Option(0.1, "--memory-headroom", help="fraction of device memory kept free")
+JsonOpt = typer.Option(False, "--json", help="print one JSON document on stdout")
+
+
+def _inputs(model: str, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, headroom):
+    from gplan.inputs import resolve_inputs
+
+    return resolve_inputs(model, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, headroom)
+
+
+def _title(inputs) -> str:
+    default = " (default; choose with --cluster)" if inputs.cluster_note else ""
+    return (f"{inputs.model.name} on {inputs.devices} × {inputs.cluster.primary.hardware.name}, "
+            f"cluster {inputs.cluster.name}{default}")
+
+
+def _config(**degrees: Any):
+    from pydantic import ValidationError
+
+    from gplan.spec.parallel import ParallelConfig
+
+    try:
+        return ParallelConfig(**degrees)
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        name = str(e["loc"][0]) if e["loc"] else "configuration"
+        raise InputError(f"--{name}: {e['msg'].removeprefix('Value error, ')}",
+                         hint="degrees are integers ≥ 1; zero is 0..3") from exc
+
+
+# ---- commands ------------------------------------------------------------------------------------
+
+@app.command()
+@guarded
+def estimate(
+    model: str = ModelArg, devices: Optional[int] = DevicesOpt, cluster: Optional[str] = ClusterOpt,
+    hardware: Optional[str] = HardwareOpt, devices_per_node: Optional[int] = PerNodeOpt,
+    dp: int = typer.Option(1, "--dp"), tp: int = typer.Option(1, "--tp"), pp: int = typer.Option(1, "--pp"),
+    vpp: int = typer.Option(1, "--vpp"), cp: int = typer.Option(1, "--cp"),
+    sp: bool = typer.Option(False, "--sp", help="Megatron sequence parallelism in the tp group"),
+    mbs: int = typer.Option(1, "--mbs"), recompute: str = typer.Option("none", "--recompute", help="none | selective | full"),
+    zero: int = typer.Option(0, "--zero", help="0..3"), schedule: Optional[str] = typer.Option(None, "--schedule", help="gpipe | 1f1b | interleaved_1f1b"),
+    gbs: Optional[int] = GbsOpt, seq_length: Optional[int] = SeqOpt, precision: Optional[str] = PrecisionOpt,
+    memory_headroom: float = HeadroomOpt, as_json: bool = JsonOpt,
+) -> None:
+    """Predict step time, throughput, MFU and memory of one configuration (no search)."""
+    from gplan.cost_models.step import predict
+    from gplan.render import prediction_summary
+    from gplan.spec.parallel import check_config
+
+    inputs = _inputs(model, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, memory_headroom)
+    sched = schedule or ("interleaved_1f1b" if vpp > 1 else "1f1b")
+    config = _config(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, sp=sp, mbs=mbs, recompute=recompute, zero=zero,
+                     schedule=sched)
+    check_config(inputs.model, inputs.training, config, inputs.devices)
+    prediction = predict(inputs.model, inputs.training, inputs.cluster, config)
+    if as_json:
+        emit_json(prediction.model_dump(mode="json"))
+        return
+    prediction_summary(err, _title(inputs), config, prediction)
+
+
+@app.command()
+@guarded
+def models(as_json: bool = JsonOpt) -> None:
+    """List the bundled models."""
+    from gplan.spec.loaders import load_model
+    from gplan.profiles.catalogue import bundled_models
+
+    specs = [load_model(name) for name in bundled_models()]
+    if as_json:
+        emit_json([{"name": m.name, "params": m.total_params(), **m.model_dump(mode="json")} for m in specs])
+        return
+    table = Table(title="bundled models", title_justify="left")
+    for col in ("name", "params", "layers", "hidden", "heads (kv)", "ffn", "vocab", "seq"):
+        table.add_column(col, justify="right" if col != "name" else "left")
+    for m in specs:
+        layers = f"{m.num_encoder_layers}+{m.num_layers}" if m.is_encoder_decoder else str(m.num_layers)
+        table.add_row(m.name, f"{m.total_params() / 1e9:.2f} B", layers, str(m.hidden_size),
+                      f"{m.num_attention_heads} ({m.kv_heads})", f"{m.ffn_size} {m.ffn_kind}",
+                      str(m.vocab_size), str(m.seq_length))
+    err.print(table)
+
+
+@app.command()
+@guarded
+def hardware(as_json: bool = JsonOpt) -> None:
+    """List the bundled hardware and clusters."""
+    from gplan.profiles.catalogue import bundled_clusters, hardware_entry, bundled_hardware
+    from gplan.profiles.schema import DeviceSpec
+
+    devices = [DeviceSpec.model_validate(hardware_entry(n)) for n in bundled_hardware()]
+    clusters = bundled_clusters()
+    if as_json:
+        emit_json({"hardware": [d.model_dump(mode="json") for d in devices], "clusters": clusters})
+        return
+    table = Table(title="bundled hardware (dense peak)", title_justify="left")
+    for col in ("name", "kind", "memory", "bf16", "fp16", "fp32", "HBM", "gemm eff", "attn eff"):
+        table.add_column(col, justify="left" if col in ("name", "kind") else "right")
+    for d in devices:
+        peak = lambda p: f"{d.peak_tflops[p]:g} TF" if p in d.peak_tflops else "—"  # noqa: E731
+        table.add_row(d.name, d.kind, f"{d.memory_GiB:g} GiB", peak("bf16"), peak("fp16"), peak("fp32"),
+                      f"{d.hbm_bandwidth_GBps:g} GB/s", f"{d.efficiency.gemm:.2f}", f"{d.efficiency.attention:.2f}")
+    err.print(table)
+    ctable = Table(title="bundled clusters (node templates; --devices sets the node count)", title_justify="left")
+    for col in ("name", "hardware", "devices/node", "intra-node GB/s", "inter-node GB/s"):
+        ctable.add_column(col)
+    for name, c in clusters.items():
+        g = c["node_groups"][0]
+        ctable.add_row(name, g["hardware"], str(g["devices_per_node"]), f"{g['intra_node']['bandwidth_GBps']:g}",
+                       f"{g['inter_node']['bandwidth_GBps']:g}")
+    err.print(ctable)
+
+
+@app.command()
+@guarded
+def validate(file: Path = typer.Argument(..., help="a model.yaml, HF config.json, cluster.yaml or plan.json"),
+             as_json: bool = JsonOpt) -> None:
+    """Check a model, cluster or plan file; exit 3 with the first problem."""
+    from gplan.spec.loaders import load_yaml_file
+
+    data = load_yaml_file(file)
+    if isinstance(data, dict) and "schema_version" in data:
+        kind, name = "plan", _validate_plan(file)
+    elif isinstance(data, dict) and "node_groups" in data:
+        from gplan.profiles.catalogue import load_cluster
+
+        kind, name = "cluster", load_cluster(str(file)).name
+    else:
+        from gplan.spec.loaders import load_model
+
+        kind, name = "model", load_model(str(file)).name
+    if as_json:
+        emit_json({"file": str(file), "kind": kind, "name": name, "valid": True})
+    else:
+        err.print(f"[green]ok:[/] {file} is a valid {kind} ({name})")
+
+
+def _validate_plan(file: Path) -> str:
+    """A plan is valid when it parses, its configuration is consistent, and re-predicting it with
+    this gplan gives the prediction it carries."""
+    from gplan.cost_models.step import StepModel
+    from gplan.plan import inputs_digest, read_plan
+    from gplan.planner.build import layouts_of
+    from gplan.spec.parallel import check_config
+
+    plan = read_plan(file)
+    check_config(plan.model, plan.training, plan.parallel, plan.world_size)
+    if inputs_digest(plan.model, plan.cluster, plan.training) != plan.digest:
+        raise InputError(f"{file}: digest does not match the plan's inputs (edited by hand?)",
+                         hint="regenerate the plan with gplan search")
+    if len(plan.placement.rank_to_device) != plan.world_size:
+        raise InputError(f"{file}: placement has {len(plan.placement.rank_to_device)} ranks, world size is {plan.world_size}",
+                         hint="regenerate the plan")
+    fresh = StepModel(plan.model, plan.training, plan.cluster, plan.parallel).predict(layouts_of(plan))
+    if abs(fresh.step_time_s - plan.prediction.step_time_s) > 1e-9 * max(1.0, fresh.step_time_s):
+        raise InputError(f"{file}: its prediction ({plan.prediction.step_time_s:.6g} s) differs from this gplan's "
+                         f"({fresh.step_time_s:.6g} s)", hint="regenerate the plan with this gplan version")
+    return f"{plan.model.name}, {plan.parallel.label()}"
+
+
+def version_callback(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"gplan {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=version_callback, is_eager=True,
+                                       help="print the version")) -> None:
+    """Plan and launch parallel training of large transformers."""
+
+
+def main() -> None:
+    app()

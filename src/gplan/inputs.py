@@ -1,0 +1,83 @@
+"""Resolve what a user typed (model reference, cluster flags, training flags) into typed specs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+
+from gplan.errors import InputError, UsageError
+from gplan.profiles.catalogue import cluster_from_hardware, load_cluster
+from gplan.profiles.schema import ClusterSpec
+from gplan.spec.loaders import load_model
+from gplan.spec.model import ModelSpec
+from gplan.spec.training import TrainingSpec
+
+DEFAULT_CLUSTER = "dgx-a100-80g"
+#: Default global batch: about 4M tokens, the scale of published LLM pre-training batches
+#: (GPT-3: 3.2M; Llama 2: 4M; Llama 3: 4M–16M).
+DEFAULT_BATCH_TOKENS = 2**22
+
+
+@dataclass(frozen=True)
+class Inputs:
+    model: ModelSpec
+    training: TrainingSpec
+    cluster: ClusterSpec
+    devices: int
+    cluster_note: str = ""
+
+
+def resolve_cluster(devices: int | None, cluster: str | None, hardware: str | None,
+                    devices_per_node: int | None) -> tuple[ClusterSpec, int, str]:
+    if cluster and hardware:
+        raise UsageError("--cluster and --hardware are exclusive", hint="name a cluster, or a hardware kind")
+    if devices is not None and devices < 1:
+        raise InputError(f"--devices {devices}: must be at least 1", hint="pass a positive device count")
+    note = ""
+    if hardware:
+        if devices is None:
+            raise UsageError("--hardware needs --devices", hint="add --devices N")
+        spec = cluster_from_hardware(hardware, devices, devices_per_node)
+    else:
+        name = cluster or DEFAULT_CLUSTER
+        if not cluster:
+            note = f"cluster: {DEFAULT_CLUSTER} (default; choose with --cluster or --hardware)"
+        spec = load_cluster(name, devices)
+        if devices_per_node:
+            raise UsageError("--devices-per-node goes with --hardware", hint="set devices_per_node in the cluster file")
+    if devices is None:
+        devices = spec.devices
+    if devices > spec.devices:
+        raise InputError(f"--devices {devices} exceeds the {spec.devices} devices of cluster '{spec.name}'",
+                         hint="lower --devices or add nodes to the cluster file")
+    return spec, devices, note
+
+
+def default_gbs(devices: int, seq_length: int) -> int:
+    """~4M tokens, rounded up to a multiple of the device count."""
+    gbs = max(1, DEFAULT_BATCH_TOKENS // seq_length)
+    return -(-max(gbs, devices) // devices) * devices
+
+
+def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | None = None,
+                   hardware: str | None = None, devices_per_node: int | None = None,
+                   gbs: int | None = None, seq_length: int | None = None, precision: str | None = None,
+                   memory_headroom: float = 0.1) -> Inputs:
+    model = load_model(model_ref)
+    spec, devices, note = resolve_cluster(devices, cluster, hardware, devices_per_node)
+    seq = seq_length or model.seq_length
+    if precision is None:
+        precision = "bf16" if all("bf16" in g.hardware.peak_tflops for g in spec.node_groups) else "fp16"
+    for group in spec.node_groups:
+        if precision not in group.hardware.peak_tflops:
+            raise InputError(f"{group.hardware.name} does not support {precision}",
+                             hint=f"use --precision {'/'.join(group.hardware.peak_tflops)}")
+    try:
+        training = TrainingSpec(gbs=gbs if gbs is not None else default_gbs(devices, seq), seq_length=seq,
+                                precision=precision, memory_headroom=memory_headroom)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise InputError(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}",
+                         hint="see gplan --help") from exc
+    return Inputs(model=model, training=training, cluster=spec, devices=devices, cluster_note=note)

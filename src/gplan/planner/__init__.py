@@ -1,0 +1,1 @@
+"""Search: candidate enumeration, the stage-split ILP, placement, ranking, explanation."""

@@ -1,0 +1,41 @@
+"""Turn a configuration and its stage layout into a Plan: prediction, stage ranges, placement."""
+
+from __future__ import annotations
+
+from gplan.cost_models.step import StepModel
+from gplan.plan import ParallelPlan, Plan, Provenance, SolverInfo, StagePlan, inputs_digest
+from gplan.planner.placement import place, stage_ranks
+from gplan.profiles.schema import ClusterSpec
+from gplan.spec.model import ModelSpec
+from gplan.spec.parallel import ParallelConfig, StageLayout, uniform_layout
+from gplan.spec.training import TrainingSpec
+
+
+def make_plan(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, config: ParallelConfig,
+              layouts: list[StageLayout] | None = None, solver: SolverInfo | None = None,
+              devices_given: int | None = None, profile: str | None = None) -> Plan:
+    layouts = layouts or uniform_layout(model, config.pp, config.recompute)
+    prediction = StepModel(model, training, cluster, config).predict(layouts)
+    placement = place(cluster, config, [s.node_group for s in layouts])
+    stages, start = [], 0
+    for i, (layout, pred) in enumerate(zip(layouts, prediction.stages)):
+        stages.append(StagePlan(
+            index=i, layer_start=start, layer_end=start + layout.num_layers, layers=layout.layers,
+            embedding=layout.embedding, head=layout.head, node_group=layout.node_group,
+            ranks=stage_ranks(config, i), time_s=pred.time_s, memory_bytes=pred.memory_bytes,
+            memory=pred.memory,
+        ))
+        start += layout.num_layers
+    return Plan(
+        model=model, cluster=cluster, training=training, digest=inputs_digest(model, cluster, training),
+        parallel=ParallelPlan(**config.model_dump(), num_microbatches=prediction.num_microbatches),
+        stages=stages, placement=placement, prediction=prediction,
+        provenance=Provenance(solver=solver or SolverInfo(name="none", status="none"),
+                              devices_given=devices_given, profile=profile),
+    )
+
+
+def layouts_of(plan: Plan) -> list[StageLayout]:
+    """The stage layouts a plan was priced with (to re-predict it)."""
+    return [StageLayout(layers=s.layers, embedding=s.embedding, head=s.head, node_group=s.node_group)
+            for s in plan.stages]

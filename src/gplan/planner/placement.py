@@ -1,0 +1,105 @@
+"""Placement: a named rank grid, its process groups, and the devices every rank runs on.
+
+Ranks form one grid with axes `pp, dp, cp, tp` (outermost first): rank = ((pp·D + dp)·C + cp)·T + tp,
+the order of Megatron-core's RankGenerator for `tp-cp-dp-pp`. A group of an axis is a slice of the grid
+along that axis with the other coordinates fixed — no global state. Devices are handed out node by
+node, stage by stage, from each stage's node group, so tp groups (innermost, consecutive ranks) stay
+inside a node when tp divides the devices per node, dp and cp groups take the next-fastest links, and
+stage boundaries fall on the slowest links (node boundaries) — veGiantModel's topology-aware order.
+A networkx graph of the cluster gives the link class and bandwidth each group actually rides.
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+
+from gplan.cost_models.communication import AXIS_ORDER
+from gplan.errors import InputError
+from gplan.plan import DeviceRef, Placement
+from gplan.profiles.schema import ClusterSpec
+from gplan.spec.parallel import ParallelConfig
+
+
+def rank_grid(config: ParallelConfig) -> np.ndarray:
+    """ranks as an array of shape (pp, dp, cp, tp)."""
+    shape = [getattr(config, axis) for axis in AXIS_ORDER]
+    return np.arange(int(np.prod(shape))).reshape(shape)
+
+
+def axis_groups(config: ParallelConfig, axis: str) -> list[list[int]]:
+    """Every process group of `axis`: the grid's lines along that axis."""
+    grid = rank_grid(config)
+    moved = np.moveaxis(grid, AXIS_ORDER.index(axis), -1)
+    return [list(map(int, line)) for line in moved.reshape(-1, moved.shape[-1])]
+
+
+def stage_ranks(config: ParallelConfig, stage: int) -> list[int]:
+    return list(map(int, rank_grid(config)[stage].ravel()))
+
+
+def place(cluster: ClusterSpec, config: ParallelConfig, stage_groups: list[int]) -> Placement:
+    """Assign devices to ranks: stage i takes the next free devices of node group `stage_groups[i]`,
+    node by node."""
+    free = _free_devices(cluster)
+    per_stage = config.dp * config.cp * config.tp
+    rank_to_device: list[DeviceRef] = []
+    for stage, group in enumerate(stage_groups):
+        if len(free[group]) < per_stage:
+            raise InputError(
+                f"stage {stage} needs {per_stage} devices of node group {group}, {len(free[group])} left",
+                hint="use fewer devices per stage or add nodes to that group",
+            )
+        rank_to_device += free[group][:per_stage]
+        free[group] = free[group][per_stage:]
+    return Placement(axis_order=list(AXIS_ORDER), mesh_shape=[getattr(config, a) for a in AXIS_ORDER],
+                     rank_to_device=rank_to_device)
+
+
+def _free_devices(cluster: ClusterSpec) -> list[list[DeviceRef]]:
+    free, node = [], 0
+    for g, group in enumerate(cluster.node_groups):
+        devices = []
+        for _ in range(group.nodes):
+            devices += [DeviceRef(node_group=g, node=node, local=i) for i in range(group.devices_per_node)]
+            node += 1
+        free.append(devices)
+    return free
+
+
+# ---- topology -----------------------------------------------------------------------------------
+
+def topology(cluster: ClusterSpec) -> nx.Graph:
+    """Devices as `(node, local)` vertices; an edge per device pair in a node (intra-node link), and
+    each device to its node's switch port and the switch to the fabric (inter-node link)."""
+    graph = nx.Graph()
+    node = 0
+    for group in cluster.node_groups:
+        for _ in range(group.nodes):
+            devices = [(node, i) for i in range(group.devices_per_node)]
+            graph.add_nodes_from(devices, kind="device")
+            for a in range(len(devices)):
+                for b in range(a + 1, len(devices)):
+                    graph.add_edge(devices[a], devices[b], link="intra",
+                                   bandwidth_GBps=group.intra_node.bandwidth_GBps)
+            for d in devices:
+                graph.add_edge(d, "fabric", link="inter", bandwidth_GBps=group.inter_node.bandwidth_GBps)
+            node += 1
+    return graph
+
+
+def group_link(graph: nx.Graph, devices: list[DeviceRef]) -> tuple[str, float]:
+    """The slowest link on the ring through `devices` (in order): its class and GB/s per device."""
+    if len(devices) < 2:
+        return "none", float("inf")
+    ring = [(d.node, d.local) for d in devices]
+    worst = ("intra", float("inf"))
+    for a, b in zip(ring, ring[1:] + ring[:1]):
+        if a == b:
+            continue
+        path = nx.shortest_path(graph, a, b)
+        for u, v in zip(path, path[1:]):
+            edge = graph.edges[u, v]
+            if edge["bandwidth_GBps"] < worst[1]:
+                worst = (edge["link"], edge["bandwidth_GBps"])
+    return worst

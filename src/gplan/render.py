@@ -1,0 +1,57 @@
+"""Rich renderings of predictions, plans and catalogues (to stderr; stdout is for --json data)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from gplan.cost_models.step import Prediction
+from gplan.spec.parallel import ParallelConfig
+
+GIB = 1024**3
+
+
+def gib(value: float) -> str:
+    return f"{value / GIB:.1f} GiB"
+
+
+def seconds(value: float) -> str:
+    if value >= 1:
+        return f"{value:.2f} s"
+    if value >= 1e-3:
+        return f"{value * 1e3:.1f} ms"
+    return f"{value * 1e6:.0f} µs"
+
+
+def prediction_summary(console: Console, title: str, config: ParallelConfig, p: Prediction) -> None:
+    budget = min(s.memory_budget_bytes for s in p.stages)
+    fits = "[green]fits[/]" if p.fits else "[red]does not fit[/]"
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column("what", style="bold")
+    table.add_column("value")
+    table.add_row("configuration", config.label() + f" schedule={config.schedule} m={p.num_microbatches}")
+    table.add_row("step time", seconds(p.step_time_s))
+    table.add_row("throughput", f"{p.tokens_per_s:,.0f} tokens/s   {p.samples_per_s:,.2f} samples/s")
+    table.add_row("per device", f"{p.model_tflops_per_device:.1f} model TFLOP/s   MFU {p.mfu:.1%}")
+    table.add_row("memory", f"{gib(p.memory_bytes_per_device_max)} max of {gib(budget)} budget — {fits}")
+    b = p.breakdown
+    parts = [(k, v) for k, v in b.model_dump().items() if v > 0]
+    table.add_row("step breakdown", "   ".join(f"{k} {v / p.step_time_s:.1%}" for k, v in parts))
+    console.print(table)
+    console.print(stage_table(p))
+
+
+def stage_table(p: Prediction) -> Table:
+    table = Table(title="stages (per device; states = weights + grads + optimizer)", title_justify="left")
+    for col in ("stage", "layers", "f+b/mb", "comm/mb", "in-flight", "states", "activ.", "memory", "budget"):
+        table.add_column(col, justify="right")
+    for s in p.stages:
+        m = s.memory
+        over = s.memory_bytes > s.memory_budget_bytes
+        table.add_row(
+            str(s.index), str(s.num_layers), seconds(s.forward_s + s.backward_s),
+            seconds(s.tp_comm_s + s.cp_comm_s + s.pp_comm_s), f"{s.in_flight:g}",
+            gib(m.weights_bytes + m.grads_bytes + m.optimizer_bytes), gib(m.activations_bytes),
+            f"[red]{gib(s.memory_bytes)}[/]" if over else gib(s.memory_bytes), gib(s.memory_budget_bytes),
+        )
+    return table

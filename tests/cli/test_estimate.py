@@ -1,0 +1,134 @@
+"""`gplan estimate`, `models`, `hardware`, `validate`: JSON on stdout, text on stderr, exit codes."""
+
+from __future__ import annotations
+
+import pytest
+
+from gplan.cost_models.compute import model_flops_per_step
+from gplan.spec.loaders import load_model
+from gplan.spec.training import TrainingSpec
+
+GPT3 = ["estimate", "gpt3-175b", "--cluster", "dgx-a100-80g", "--devices", "1024", "--tp", "8", "--pp", "8",
+        "--dp", "16", "--mbs", "1", "--gbs", "1536", "--recompute", "full"]
+
+
+def test_estimate_json_is_the_prediction_block(gplan):
+    r = gplan(*GPT3, "--json")
+    assert r.code == 0 and r.stderr == ""
+    p = r.json()
+    for key in ("step_time_s", "tokens_per_s", "samples_per_s", "model_tflops_per_device", "mfu",
+                "memory_bytes_per_device_max", "fits", "breakdown"):
+        assert key in p
+    assert set(p["breakdown"]) == {"compute", "tp_comm", "cp_comm", "pp_comm", "dp_comm", "bubble", "optimizer", "overhead"}
+    assert sum(p["breakdown"].values()) == pytest.approx(p["step_time_s"])
+    flops = model_flops_per_step(load_model("gpt3-175b"), TrainingSpec(gbs=1536, seq_length=2048))
+    assert p["model_tflops_per_device"] == pytest.approx(flops / p["step_time_s"] / 1024 / 1e12)
+    assert p["tokens_per_s"] == pytest.approx(1536 * 2048 / p["step_time_s"])
+    assert p["fits"] and len(p["stages"]) == 8
+
+
+def test_estimate_human_output_goes_to_stderr(gplan):
+    r = gplan(*GPT3)
+    assert r.code == 0 and r.stdout == ""
+    assert "step time" in r.stderr and "MFU" in r.stderr
+
+
+def test_more_recompute_trades_time_for_memory(gplan):
+    base = ["estimate", "llama3-8b", "--devices", "8", "--dp", "8", "--gbs", "64"]
+    none, full = gplan(*base, "--json").json(), gplan(*base, "--recompute", "full", "--json").json()
+    assert full["step_time_s"] > none["step_time_s"]
+    assert full["memory_bytes_per_device_max"] < none["memory_bytes_per_device_max"]
+
+
+BAD = [
+    (["--devices", "1024", "--tp", "8", "--pp", "8", "--dp", "8"], "≠ 1024 devices"),
+    (["--devices", "1024", "--tp", "0", "--pp", "8", "--dp", "16"], "--tp"),
+    (["--devices", "1024", "--tp", "-8", "--pp", "8", "--dp", "16"], "--tp"),
+    (["--devices", "896", "--tp", "7", "--pp", "8", "--dp", "16"], "does not divide the model's heads"),
+    (["--devices", "1024", "--hardware", "a100-90g", "--tp", "8", "--pp", "8", "--dp", "16"], "unknown hardware"),
+    (["--devices", "1024", "--cluster", "dgx-a100-8g", "--tp", "8", "--pp", "8", "--dp", "16"], "unknown cluster"),
+    (["--devices", "1024", "--tp", "8", "--pp", "8", "--dp", "16", "--gbs", "100"], "not a multiple of mbs·dp"),
+    (["--devices", "1024", "--tp", "8", "--pp", "8", "--dp", "16", "--zero", "4"], "--zero"),
+    (["--devices", "1024", "--tp", "8", "--pp", "8", "--dp", "16", "--recompute", "some"], "--recompute"),
+    (["--devices", "64", "--hardware", "v100-32g", "--dp", "64", "--precision", "bf16"], "does not support bf16"),
+]
+
+
+@pytest.mark.parametrize("args,fragment", BAD)
+def test_bad_input_is_one_line_with_hint_and_exit_3(gplan, args, fragment):
+    r = gplan("estimate", "gpt3-175b", *args, "--json")
+    assert r.code == 3, r.stderr
+    assert r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert lines[0].startswith("error:") and fragment in lines[0]
+    assert lines[1].startswith("hint:") and len(lines) == 2
+    assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("content,fragment", [
+    ("num_layers: 2\nhidden_size: 64\nnum_attention_heads: 4\n", "missing required key"),
+    ("num_layres: 2\nhidden_size: 64\nnum_attention_heads: 4\nvocab_size: 9\n", "unknown key"),
+    ("num_layers: {{\n", "malformed YAML"),
+])
+def test_bad_model_file_exit_3(gplan, tmp_path, content, fragment):
+    path = tmp_path / "model.yaml"
+    path.write_text(content)
+    r = gplan("estimate", str(path), "--devices", "8", "--dp", "8")
+    assert r.code == 3 and fragment in r.stderr
+
+
+def test_unsupported_hf_config_exit_3(gplan, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text('{"model_type": "t5", "d_model": 512}')
+    r = gplan("estimate", str(path), "--devices", "8", "--dp", "8")
+    assert r.code == 3 and "unsupported Hugging Face architecture" in r.stderr
+
+
+def test_malformed_json_exit_3(gplan, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text('{"model_type": "llama",')
+    assert gplan("estimate", str(path), "--devices", "8", "--dp", "8").code == 3
+
+
+def test_contradictory_flags_are_usage_errors(gplan):
+    r = gplan("estimate", "llama3-8b", "--devices", "8", "--dp", "8", "--cluster", "dgx-h100", "--hardware", "h100-sxm")
+    assert r.code == 2 and "exclusive" in r.stderr
+
+
+def test_unknown_flag_is_usage_error(gplan):
+    assert gplan("estimate", "llama3-8b", "--bogus").code == 2
+
+
+def test_models_and_hardware_json(gplan):
+    models = gplan("models", "--json").json()
+    assert {"gpt3-175b", "llama3-405b", "transformer-base", "gpt-1t"} <= {m["name"] for m in models}
+    hw = gplan("hardware", "--json").json()
+    assert {d["name"] for d in hw["hardware"]} >= {"a100-40g", "a100-80g", "h100-sxm", "h200", "v100-32g",
+                                                  "ascend-910a", "ascend-910b", "cpu"}
+    assert {"dgx-a100-80g", "dgx-h100", "dgx-h200", "atlas-800-910b", "dgx-v100", "local-cpu"} <= set(hw["clusters"])
+
+
+def test_validate_model_and_cluster(gplan, tmp_path):
+    model = tmp_path / "m.yaml"
+    model.write_text("num_layers: 2\nhidden_size: 64\nnum_attention_heads: 4\nvocab_size: 100\n")
+    r = gplan("validate", str(model), "--json")
+    assert r.code == 0 and r.json()["kind"] == "model"
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text("node_groups:\n  - {hardware: h100-sxm, nodes: 2, devices_per_node: 8, "
+                       "intra_node: {bandwidth_GBps: 450}, inter_node: {bandwidth_GBps: 50}}\n")
+    r = gplan("validate", str(cluster), "--json")
+    assert r.code == 0 and r.json()["kind"] == "cluster"
+    cluster.write_text("node_groups:\n  - {hardware: h100-sxm, nodes: 0, devices_per_node: 8, "
+                       "intra_node: {bandwidth_GBps: 450}, inter_node: {bandwidth_GBps: 50}}\n")
+    assert gplan("validate", str(cluster)).code == 3
+
+
+def test_internal_errors_hide_the_traceback(gplan, monkeypatch):
+    import gplan.cost_models.step as step
+
+    def boom(*a, **k):
+        raise ZeroDivisionError("boom")
+
+    monkeypatch.setattr(step, "predict", boom)
+    r = gplan("estimate", "llama3-8b", "--devices", "8", "--dp", "8")
+    assert r.code == 1 and "internal error" in r.stderr and "Traceback" not in r.stderr

@@ -1,0 +1,30 @@
+from __future__ import annotations
+
+import pytest
+
+from gplan.profiles.catalogue import load_cluster
+from gplan.spec.loaders import load_model
+from gplan.spec.model import ModelSpec
+from gplan.spec.training import TrainingSpec
+
+
+@pytest.fixture
+def gpt() -> ModelSpec:
+    """A GPT in Korthikanti et al.'s setting: 4h gelu MLP, MHA, dropout (1-byte masks)."""
+    return ModelSpec(name="gpt", num_layers=8, hidden_size=1024, num_attention_heads=16, vocab_size=51200,
+                     seq_length=2048, dropout=0.1, tie_embeddings=True)
+
+
+@pytest.fixture
+def llama8b() -> ModelSpec:
+    return load_model("llama3-8b")
+
+
+@pytest.fixture
+def a100_cluster():
+    return load_cluster("dgx-a100-80g", 64)
+
+
+@pytest.fixture
+def training() -> TrainingSpec:
+    return TrainingSpec(gbs=64, seq_length=2048)

@@ -1,0 +1,99 @@
+"""Activation and state memory: Korthikanti et al. 2022 (Table 2) fall out as special cases."""
+
+from __future__ import annotations
+
+import pytest
+
+from gplan.cost_models import memory, pipeline
+from gplan.cost_models.compute import Shard
+from gplan.cost_models.step import StepModel
+from gplan.spec.model import ModelSpec
+from gplan.spec.parallel import ParallelConfig, uniform_layout
+from gplan.spec.training import TrainingSpec
+
+S, B = 2048, 4
+
+
+def act(model: ModelSpec, t: int = 1, sp: bool = False, recompute: str = "none", flash: bool = False) -> float:
+    return memory.layer_activation_bytes(model, model.layer_kinds()[0], Shard(B, S, S, t, sp), 2, flash, recompute)
+
+
+def test_no_parallelism_is_34_plus_5as_over_h(gpt):
+    h, a = gpt.hidden_size, gpt.num_attention_heads
+    assert act(gpt) == pytest.approx(S * B * h * (34 + 5 * a * S / h))
+
+
+@pytest.mark.parametrize("t", [2, 4, 8])
+def test_tensor_parallel_only(gpt, t):
+    h, a = gpt.hidden_size, gpt.num_attention_heads
+    assert act(gpt, t=t) == pytest.approx(S * B * h * (10 + 24 / t + 5 * a * S / (h * t)))
+
+
+@pytest.mark.parametrize("t", [2, 8])
+def test_tensor_and_sequence_parallel_divide_everything(gpt, t):
+    h, a = gpt.hidden_size, gpt.num_attention_heads
+    assert act(gpt, t=t, sp=True) == pytest.approx(S * B * h * (34 + 5 * a * S / h) / t)
+
+
+def test_selective_recompute_with_sp_is_34_over_t(gpt):
+    assert act(gpt, t=8, sp=True, recompute="selective") == pytest.approx(34 * S * B * gpt.hidden_size / 8)
+
+
+def test_selective_recompute_without_sp(gpt):
+    assert act(gpt, t=4, recompute="selective") == pytest.approx(S * B * gpt.hidden_size * (10 + 24 / 4))
+
+
+def test_full_recompute_keeps_the_layer_input(gpt):
+    assert act(gpt, recompute="full") == 2 * S * B * gpt.hidden_size
+    assert act(gpt, t=4, sp=True, recompute="full") == 2 * S * B * gpt.hidden_size / 4
+
+
+def test_flash_attention_drops_the_score_matrices(gpt):
+    h, a = gpt.hidden_size, gpt.num_attention_heads
+    lse = memory.FLASH_LSE_BYTES * a * S * B
+    assert act(gpt, flash=True) == pytest.approx(S * B * h * 34 + lse)
+
+
+def test_gqa_and_swiglu_change_the_34():
+    # no dropout, swiglu f, GQA h_kv: attention 2·2 (norm, qkv input) + 2 (Q) + 2·2·h_kv/h (K, V) + 2 (out
+    # input); MLP 2·2 (norm, fc1 input) + 3·2·f/h (fused swiglu: gate, up, product)
+    m = ModelSpec(name="l", num_layers=1, hidden_size=4096, num_attention_heads=32, num_kv_heads=8,
+                  ffn_hidden_size=14336, ffn_kind="swiglu", vocab_size=1000)
+    per_sbh = 4 + 2 + 4 * 1024 / 4096 + 2 + 4 + 6 * 14336 / 4096
+    assert act(m, flash=True) == pytest.approx(S * B * 4096 * per_sbh + memory.FLASH_LSE_BYTES * 32 * S * B)
+
+
+def test_state_bytes_follow_megatron():
+    assert memory.state_bytes_per_param(2, 0, 8).total == 18
+    assert memory.state_bytes_per_param(2, 1, 8).total == pytest.approx(6 + 12 / 8)
+    assert memory.state_bytes_per_param(2, 2, 8).total == pytest.approx(2 + 16 / 8)
+    assert memory.state_bytes_per_param(2, 3, 8).total == pytest.approx(18 / 8)
+    assert memory.state_bytes_per_param(4, 0, 8).total == 16
+
+
+@pytest.mark.parametrize("p,m", [(4, 16), (8, 8), (8, 3)])
+def test_in_flight_microbatches(p, m):
+    assert pipeline.in_flight_microbatches(0, p, m, "1f1b") == min(p, m)
+    assert pipeline.in_flight_microbatches(p - 1, p, m, "1f1b") == 1
+    assert pipeline.in_flight_microbatches(1, p, m, "gpipe") == m
+    assert pipeline.in_flight_microbatches(0, p, m, "interleaved_1f1b", 2) == pytest.approx(min(p, m) * (1 + (p - 1) / (2 * p)))
+
+
+def test_first_stage_holds_about_all_layers_whatever_pp(gpt, a100_cluster):
+    """SOURCES.md: the first 1F1B stage holds p micro-batches of L/p layers, about L layers' worth."""
+    training = TrainingSpec(gbs=64, seq_length=S, flash_attention=False)
+    per_layer = act(gpt, recompute="full") / B  # mbs 1
+    for pp in (2, 4, 8):
+        config = ParallelConfig(dp=64 // pp, pp=pp, mbs=1, recompute="full")
+        stage0 = StepModel(gpt, training, a100_cluster, config).stage(0, uniform_layout(gpt, pp, "full")[0])
+        layers_activations = stage0.memory.activations_bytes - pp * memory.embedding_activation_bytes(gpt, Shard(1, S, S, 1, False))
+        assert layers_activations == pytest.approx(gpt.num_layers * per_layer)
+
+
+def test_weights_of_a_stage(llama8b, a100_cluster):
+    config = ParallelConfig(dp=16, tp=4, mbs=1)
+    step = StepModel(llama8b, TrainingSpec(gbs=64, seq_length=8192), a100_cluster, config)
+    stage = step.stage(0, uniform_layout(llama8b, 1, "none")[0])
+    assert stage.params == pytest.approx(llama8b.total_params() / 4)
+    assert stage.memory.weights_bytes + stage.memory.grads_bytes + stage.memory.optimizer_bytes == pytest.approx(
+        18 * llama8b.total_params() / 4)

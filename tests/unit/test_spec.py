@@ -1,0 +1,124 @@
+"""Loaders: model.yaml, HF config.json families, bundled names; clusters; validation messages."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gplan.errors import InputError
+from gplan.profiles.catalogue import bundled_models, load_cluster
+from gplan.spec.loaders import load_model
+
+LLAMA3_8B_HF = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+    "intermediate_size": 14336, "num_attention_heads": 32, "num_hidden_layers": 32,
+    "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 8192,
+    "hidden_act": "silu", "tie_word_embeddings": False, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+}
+
+
+def write(tmp_path, name, data):
+    path = tmp_path / name
+    path.write_text(json.dumps(data) if name.endswith(".json") else data)
+    return path
+
+
+def test_hf_llama_matches_the_bundled_model(tmp_path):
+    path = write(tmp_path, "config.json", LLAMA3_8B_HF)
+    hf = load_model(str(path))
+    bundled = load_model("llama3-8b")
+    assert hf.total_params() == bundled.total_params() == 8_030_261_248
+    assert load_model(str(tmp_path)).total_params() == hf.total_params()  # the folder works too
+
+
+@pytest.mark.parametrize("config,params", [
+    ({"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12, "vocab_size": 50257, "n_positions": 1024},
+     124_439_808),  # GPT-2 small: 124M
+    ({"model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+      "num_hidden_layers": 32, "num_key_value_heads": 8, "vocab_size": 32000, "max_position_embeddings": 32768},
+     7_241_732_096),  # Mistral 7B: 7.24B
+    ({"model_type": "gpt_neox", "hidden_size": 512, "intermediate_size": 2048, "num_attention_heads": 8,
+      "num_hidden_layers": 6, "vocab_size": 50304, "max_position_embeddings": 2048}, 70_426_624),  # Pythia-70m
+])
+def test_hf_families_give_published_parameter_counts(tmp_path, config, params):
+    model = load_model(str(write(tmp_path, "config.json", config)))
+    assert model.total_params() == pytest.approx(params, rel=2e-3)
+
+
+def test_qwen2_has_qkv_bias(tmp_path):
+    qwen = {**LLAMA3_8B_HF, "model_type": "qwen2"}
+    assert load_model(str(write(tmp_path, "config.json", qwen))).bias
+
+
+def test_model_yaml_defaults(tmp_path):
+    path = write(tmp_path, "m.yaml", "num_layers: 2\nhidden_size: 64\nnum_attention_heads: 4\nvocab_size: 100\n")
+    model = load_model(str(path))
+    assert (model.name, model.kv_heads, model.ffn_size) == ("m", 4, 256)
+
+
+def test_every_bundled_model_loads():
+    for name in bundled_models():
+        assert load_model(name).total_params() > 0
+
+
+@pytest.mark.parametrize("text,fragment", [
+    ("num_layers: 2\nhidden_size: 64\nnum_attention_heads: 4\n", "missing required key 'vocab_size'"),
+    ("num_layer: 2\nhidden_size: 64\nnum_attention_heads: 4\nvocab_size: 10\n", "unknown key 'num_layer'"),
+    ("num_layers: -2\nhidden_size: 64\nnum_attention_heads: 4\nvocab_size: 10\n", "'num_layers'"),
+    ("num_layers: 2\nhidden_size: 64\nnum_attention_heads: 5\nvocab_size: 10\n", "not divisible"),
+    ("num_layers: [2\n", "malformed YAML"),
+    ("num_layers: 2\nhidden_size: 64\nnum_attention_heads: 4\nvocab_size: 10\nnum_experts: 8\n", "mixture-of-experts"),
+])
+def test_bad_model_files_name_the_problem(tmp_path, text, fragment):
+    with pytest.raises(InputError, match=fragment.replace("[", r"\[")) as info:
+        load_model(str(write(tmp_path, "bad.yaml", text)))
+    assert info.value.hint
+
+
+def test_typo_gets_a_suggestion(tmp_path):
+    with pytest.raises(InputError) as info:
+        load_model(str(write(tmp_path, "m.yaml", "num_layer: 2\nhidden_size: 64\nnum_attention_heads: 4\nvocab_size: 10\n")))
+    assert "num_layers" in info.value.hint
+
+
+def test_unsupported_hf_architecture(tmp_path):
+    with pytest.raises(InputError, match="unsupported Hugging Face architecture"):
+        load_model(str(write(tmp_path, "config.json", {"model_type": "mamba", "hidden_size": 8})))
+
+
+def test_malformed_json(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text("{\"model_type\": ")
+    with pytest.raises(InputError, match="malformed JSON"):
+        load_model(str(path))
+
+
+def test_unknown_bundled_name_suggests():
+    with pytest.raises(InputError) as info:
+        load_model("llama3-8")
+    assert "llama3-8b" in info.value.hint
+
+
+def test_bundled_clusters_are_templates():
+    cluster = load_cluster("dgx-h100", 1024)
+    assert (cluster.devices, cluster.primary.nodes, cluster.primary.hardware.name) == (1024, 128, "h100-sxm")
+    assert load_cluster("local-cpu", 2).devices == 2
+
+
+def test_heterogeneous_cluster_file(tmp_path):
+    path = write(tmp_path, "c.yaml", """
+name: mixed
+node_groups:
+  - {hardware: a100-80g, nodes: 4, devices_per_node: 8, intra_node: {bandwidth_GBps: 300}, inter_node: {bandwidth_GBps: 25}}
+  - {hardware: v100-32g, nodes: 4, devices_per_node: 8, intra_node: {bandwidth_GBps: 150}, inter_node: {bandwidth_GBps: 12.5}}
+""")
+    cluster = load_cluster(str(path))
+    assert cluster.devices == 64 and cluster.is_heterogeneous
+
+
+def test_unknown_hardware_in_cluster_file(tmp_path):
+    path = write(tmp_path, "c.yaml", "node_groups:\n  - {hardware: a100-90g, devices_per_node: 8, "
+                 "intra_node: {bandwidth_GBps: 1}, inter_node: {bandwidth_GBps: 1}}\n")
+    with pytest.raises(InputError, match="unknown hardware 'a100-90g'"):
+        load_cluster(str(path))
