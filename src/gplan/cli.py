@@ -20,7 +20,7 @@ from gplan.errors import EXIT_INTERNAL, GplanError, InputError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="rich",
                   help="Plan and launch parallel training of large transformers.")
-err = Console(stderr=True)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 150)
 
 
 def emit_json(data: Any) -> None:
@@ -109,11 +109,16 @@ def estimate(
     gbs: Optional[int] = GbsOpt, seq_length: Optional[int] = SeqOpt, precision: Optional[str] = PrecisionOpt,
     memory_headroom: float = HeadroomOpt, as_json: bool = JsonOpt,
 ) -> None:
-    """Predict step time, throughput, MFU and memory of one configuration (no search)."""
+    """Predict step time, throughput, MFU and memory of one configuration (no search).
+
+    MODEL may also be a plan.json: its configuration and stage split are re-predicted."""
     from gplan.cost_models.step import predict
     from gplan.render import prediction_summary
     from gplan.spec.parallel import check_config
 
+    if model.endswith(".json") and Path(model).is_file() and '"schema_version"' in Path(model).read_text()[:200]:
+        _estimate_plan(Path(model), as_json)
+        return
     inputs = _inputs(model, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, memory_headroom)
     sched = schedule or ("interleaved_1f1b" if vpp > 1 else "1f1b")
     config = _config(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, sp=sp, mbs=mbs, recompute=recompute, zero=zero,
@@ -124,6 +129,99 @@ def estimate(
         emit_json(prediction.model_dump(mode="json"))
         return
     prediction_summary(err, _title(inputs), config, prediction)
+
+
+def _int_list(value: Optional[str], flag: str) -> Optional[list[int]]:
+    if not value:
+        return None
+    try:
+        items = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise InputError(f"{flag} {value!r}: expected comma-separated integers", hint=f"for example {flag} 1,2,4,8") from None
+    if any(i < 0 for i in items) or (flag != "--zero" and any(i < 1 for i in items)):
+        raise InputError(f"{flag} {value!r}: degrees are integers ≥ 1", hint=f"for example {flag} 1,2,4")
+    return items
+
+
+@app.command()
+@guarded
+def search(
+    model: str = ModelArg, devices: Optional[int] = DevicesOpt, cluster: Optional[str] = ClusterOpt,
+    hardware: Optional[str] = HardwareOpt, devices_per_node: Optional[int] = PerNodeOpt,
+    gbs: Optional[int] = GbsOpt, seq_length: Optional[int] = SeqOpt, precision: Optional[str] = PrecisionOpt,
+    memory_headroom: float = HeadroomOpt,
+    tp: Optional[str] = typer.Option(None, "--tp", help="allowed tp degrees, e.g. 1,2,4,8"),
+    pp: Optional[str] = typer.Option(None, "--pp", help="allowed pp degrees"),
+    dp: Optional[str] = typer.Option(None, "--dp", help="allowed dp degrees"),
+    cp: Optional[str] = typer.Option(None, "--cp", help="allowed cp degrees"),
+    mbs: Optional[str] = typer.Option(None, "--mbs", help="allowed micro-batch sizes (default 1,2,4,8)"),
+    vpp: Optional[str] = typer.Option(None, "--vpp", help="allowed virtual stages per rank (default 1,2,4)"),
+    zero: Optional[str] = typer.Option(None, "--zero", help="allowed optimizer sharding levels (default 0,1,3)"),
+    recompute: str = typer.Option("none,selective,full", "--recompute", help="recompute options the ILP may give each layer"),
+    schedule: Optional[str] = typer.Option(None, "--schedule", help="allowed schedules: gpipe,1f1b,interleaved_1f1b"),
+    all_devices: bool = typer.Option(False, "--all-devices", help="never use fewer devices than given"),
+    time_limit: float = typer.Option(10.0, "--time-limit", help="seconds per ILP solve"),
+    top: int = typer.Option(5, "--top", help="plans to show"),
+    out: Path = typer.Option(Path("plan.json"), "--out", "-o", help="where to write the best plan"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Search degrees, micro-batch, recompute, optimizer sharding, stage split and placement; write the best plan."""
+    from gplan.plan import write_plan
+    from gplan.planner.build import make_plan
+    from gplan.planner.search import search as run_search
+    from gplan.planner.space import SearchLimits
+    from gplan.render import search_table
+
+    inputs = _inputs(model, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, memory_headroom)
+    options = [o.strip() for o in recompute.split(",") if o.strip()]
+    bad = [o for o in options if o not in ("none", "selective", "full")]
+    if bad or not options:
+        raise InputError(f"--recompute {recompute!r}: unknown option {bad[0] if bad else ''!r}".rstrip(),
+                         hint="choose from none,selective,full")
+    schedules = [x.strip() for x in schedule.split(",")] if schedule else None
+    if schedules and any(x not in ("gpipe", "1f1b", "interleaved_1f1b") for x in schedules):
+        raise InputError(f"--schedule {schedule!r}: unknown schedule", hint="choose from gpipe,1f1b,interleaved_1f1b")
+    limits = SearchLimits(tp=_int_list(tp, "--tp"), pp=_int_list(pp, "--pp"), dp=_int_list(dp, "--dp"),
+                          cp=_int_list(cp, "--cp"), mbs=_int_list(mbs, "--mbs"), vpp=_int_list(vpp, "--vpp"),
+                          zero=_int_list(zero, "--zero"), recompute=options, schedule=schedules,
+                          allow_fewer_devices=not all_devices)
+    result = run_search(inputs.model, inputs.training, inputs.cluster, inputs.devices, limits, top=top,
+                        time_limit_s=time_limit)
+    best = result.best
+    plan_cluster = inputs.cluster if inputs.cluster.is_heterogeneous else inputs.cluster.sized(best.config.world_size)
+    plan = make_plan(inputs.model, inputs.training, plan_cluster, best.config, best.layouts, best.solver,
+                     devices_given=inputs.devices)
+    write_plan(plan, out)
+    if as_json:
+        emit_json({"plan": str(out), "candidates": result.candidates, "ilps_solved": result.solved,
+                   "search_time_s": result.time_s,
+                   "ranked": [{"parallel": c.config.model_dump(mode="json"),
+                               "stage_layers": [[lc.model_dump() for lc in s.layers] for s in c.layouts],
+                               "solver": c.solver.model_dump(), "prediction": c.prediction.model_dump(mode="json")}
+                              for c in result.ranked]})
+        return
+    err.print(search_table(_title(inputs), result))
+    used = best.config.world_size
+    if used < inputs.devices:
+        err.print(f"[yellow]note:[/] the best plan uses {used} of the {inputs.devices} devices (faster than any layout of all of them)")
+    err.print(f"searched {result.candidates} configurations, solved {result.solved} ILPs "
+              f"({result.pruned} pruned by bounds) in {result.time_s:.2f} s; "
+              f"best solved by {best.solver.name} ({best.solver.status})")
+    err.print(f"[green]wrote[/] {out}")
+
+
+def _estimate_plan(path: Path, as_json: bool) -> None:
+    from gplan.cost_models.step import StepModel
+    from gplan.plan import read_plan
+    from gplan.planner.build import layouts_of
+    from gplan.render import prediction_summary
+
+    plan = read_plan(path)
+    prediction = StepModel(plan.model, plan.training, plan.cluster, plan.parallel).predict(layouts_of(plan))
+    if as_json:
+        emit_json(prediction.model_dump(mode="json"))
+        return
+    prediction_summary(err, f"{plan.model.name} from {path}", plan.parallel, prediction)
 
 
 @app.command()

@@ -55,3 +55,39 @@ def stage_table(p: Prediction) -> Table:
             f"[red]{gib(s.memory_bytes)}[/]" if over else gib(s.memory_bytes), gib(s.memory_budget_bytes),
         )
     return table
+
+
+def recompute_mix(layouts) -> str:
+    """'none' / 'full' when uniform, else counts per option, e.g. 'none 62 · full 18'."""
+    totals: dict[str, int] = {}
+    for stage in layouts:
+        for c in stage.layers:
+            totals[c.recompute] = totals.get(c.recompute, 0) + c.count
+    totals = {k: v for k, v in totals.items() if v}
+    if len(totals) == 1:
+        return next(iter(totals))
+    return " · ".join(f"{k} {v}" for k, v in totals.items())
+
+
+def split_text(layouts) -> str:
+    sizes = [s.num_layers for s in layouts]
+    if len(set(sizes)) == 1:
+        return f"{len(sizes)}×{sizes[0]}"
+    return "/".join(map(str, sizes)) if len(sizes) <= 8 else f"{sizes[0]}/…/{sizes[-1]} (uneven)"
+
+
+def search_table(title: str, result) -> Table:
+    table = Table(title=title, title_justify="left")
+    cols = ("#", "dp", "tp", "pp", "vpp", "cp", "mbs", "zero", "recompute", "split", "step", "tokens/s", "MFU",
+            "mem/dev", "bubble", "comm")
+    for col in cols:
+        table.add_column(col, justify="left" if col in ("recompute", "split") else "right")
+    for rank, c in enumerate(result.ranked, 1):
+        cfg, p = c.config, c.prediction
+        style = "bold green" if rank == 1 else None
+        table.add_row(str(rank), str(cfg.dp), str(cfg.tp) + ("+sp" if cfg.sp else ""), str(cfg.pp), str(cfg.vpp),
+                      str(cfg.cp), str(cfg.mbs), str(cfg.zero), recompute_mix(c.layouts), split_text(c.layouts),
+                      seconds(p.step_time_s), f"{p.tokens_per_s:,.0f}", f"{p.mfu:.1%}",
+                      gib(p.memory_bytes_per_device_max), f"{p.bubble_fraction:.1%}", f"{p.comm_fraction:.1%}",
+                      style=style)
+    return table

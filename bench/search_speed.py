@@ -1,0 +1,102 @@
+"""Search speed and plan quality.
+
+Wall time of the whole `gplan search` process for the instances of issue 3, the solver status of the
+best plan, its predicted throughput against the Megatron-style heuristic (tp = devices per node,
+smallest pp that fits, mbs 1, uniform split) and against the uniform split of its own configuration;
+and ILP versus brute-force time on instances small enough for both.
+
+    python bench/search_speed.py [--readme]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from gplan.cost_models.step import StepModel
+from gplan.inputs import resolve_inputs
+from gplan.planner import ilp
+from gplan.planner.reference import brute_force, megatron_heuristic
+
+ROOT = Path(__file__).resolve().parents[1]
+BEGIN, END = "<!-- search-speed:begin -->", "<!-- search-speed:end -->"
+INSTANCES = [
+    ("llama3-8b", "dgx-a100-80g", 8, None), ("llama3-8b", "dgx-a100-80g", 64, None),
+    ("llama3-70b", "dgx-h100", 64, 512), ("llama3-70b", "dgx-h100", 512, None), ("llama3-70b", "dgx-h100", 1024, None),
+    ("gpt3-175b", "dgx-a100-80g", 1024, 1536), ("gpt-1t", "dgx-a100-80g", 3072, None), ("gpt-1t", "dgx-a100-80g", 8192, None),
+]
+
+
+def run_instance(model: str, cluster: str, devices: int, gbs: int | None) -> str:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "plan.json"
+        cmd = ["gplan", "search", model, "--cluster", cluster, "--devices", str(devices), "--out", str(out), "--json"]
+        if gbs:
+            cmd += ["--gbs", str(gbs)]
+        start = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        wall = time.perf_counter() - start
+        plan = json.loads(out.read_text())
+        ranked = json.loads(proc.stdout)
+    inputs = resolve_inputs(model, devices, cluster, gbs=gbs)
+    best = plan["prediction"]["step_time_s"]
+    heuristic = megatron_heuristic(inputs.model, inputs.training, inputs.cluster, devices)
+    heuristic_s = StepModel(inputs.model, inputs.training, inputs.cluster, heuristic).predict().step_time_s
+    from gplan.plan import Plan
+    p = Plan.model_validate(plan)
+    uniform = StepModel(p.model, p.training, p.cluster, p.parallel.model_copy(update={"recompute": _worst(p)})).predict()
+    uniform_gain = f"{uniform.step_time_s / best:.3f}×" if uniform.fits else "uniform does not fit"
+    solver = plan["provenance"]["solver"]
+    return (f"| {model} | {cluster} | {devices} | {wall:.2f} s | {ranked['candidates']} / {ranked['ilps_solved']} | "
+            f"{solver['name']} {solver['status']} (gap {solver['gap']:.0%}) | {p.parallel.label()} | "
+            f"{heuristic_s / best:.3f}× | {uniform_gain} |")
+
+
+def _worst(plan) -> str:
+    """The uniform recompute a Megatron split of this configuration would need: the heaviest used."""
+    used = {c.recompute for s in plan.stages for c in s.layers}
+    return next(o for o in ("full", "selective", "none") if o in used)
+
+
+def ilp_vs_brute_force() -> str:
+    sys.path.insert(0, str(ROOT / "tests" / "solver"))
+    from test_ilp import random_table  # noqa: E402 - the same generator the tests use
+
+    rows = []
+    for layers, pp in [(6, 2), (6, 3), (8, 3), (9, 3)]:
+        table = random_table(random.Random(layers * 10 + pp), [layers], pp)
+        t0 = time.perf_counter()
+        exact = brute_force(table)
+        t1 = time.perf_counter()
+        solved = ilp.solve(table)
+        t2 = time.perf_counter()
+        same = (exact is None and solved.split is None) or abs(exact.objective - solved.split.objective) < 1e-9 * exact.objective
+        rows.append(f"| {layers} layers × {pp} stages × 3 options | {t1 - t0:.3f} s | {t2 - t1:.3f} s | {'yes' if same else 'NO'} |")
+    return "\n".join(["| instance | brute force | ILP | same optimum |", "|---|---:|---:|---|"] + rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--readme", action="store_true")
+    args = parser.parse_args(argv)
+    lines = ["| model | cluster | devices | wall time (whole CLI) | configs / ILPs | solver | best plan | vs heuristic | vs uniform split |",
+             "|---|---|---:|---:|---:|---|---|---:|---:|"]
+    lines += [run_instance(*inst) for inst in INSTANCES]
+    text = "\n".join(lines) + "\n\n" + ilp_vs_brute_force()
+    sys.stdout.write(text + "\n")
+    if args.readme:
+        readme = ROOT / "README.md"
+        content = readme.read_text()
+        start, end = content.index(BEGIN) + len(BEGIN), content.index(END)
+        readme.write_text(content[:start] + "\n" + text + "\n" + content[end:])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,263 @@
+"""The search (DESIGN.md §8): enumerate candidates, bound, solve the stage split, re-price, rank.
+
+For every candidate configuration the cost table gives a lower bound on its pipeline time (all layers
+at their cheapest option, perfectly balanced). Candidates are visited in order of that bound; the ILP
+runs only while the bound beats the best step time found — branch and bound over configurations.
+Every ILP result is re-priced by the cost model (the solver's objective is never the prediction).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+from gplan.cost_models.step import Prediction, StepModel
+from gplan.errors import InfeasibleError
+from gplan.plan import SolverInfo
+from gplan.planner import ilp
+from gplan.planner.space import SearchLimits, candidates
+from gplan.planner.table import CostTable, build_table, uniform_split
+from gplan.profiles.schema import ClusterSpec
+from gplan.spec.model import ModelSpec
+from gplan.spec.parallel import ParallelConfig, StageLayout
+from gplan.spec.training import TrainingSpec
+
+
+@dataclass(frozen=True)
+class Candidate:
+    config: ParallelConfig
+    layouts: list[StageLayout]
+    prediction: Prediction
+    solver: SolverInfo
+
+
+@dataclass
+class SearchResult:
+    ranked: list[Candidate]
+    candidates: int = 0
+    solved: int = 0
+    pruned: int = 0
+    memory_infeasible: int = 0
+    time_s: float = 0.0
+    solver_time_s: float = 0.0
+    statuses: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def best(self) -> Candidate:
+        return self.ranked[0]
+
+
+def lower_bound_s(table: CostTable, step: StepModel) -> float:
+    """`(m − 1/v)·W/p + W/v` with W the work at the cheapest option on the fastest group: a valid
+    bound since T_max ≥ Σ T_i / p."""
+    work = sum(count * min(table.layer_time_s[q, k, g] for k in range(len(table.options)) for g in table.groups)
+               for q, count in enumerate(table.layers_per_kind))
+    work += sum(min(table.fixed_time_s[i, g] for g in table.groups) for i in range(table.pp))
+    m, v, p = table.num_microbatches, table.vpp, table.pp
+    return (m - 1 / v) * work / p + work / v
+
+
+def work_s(table: CostTable) -> float:
+    """Σ T_i at its least: every layer at its cheapest option on its fastest group."""
+    work = sum(count * min(table.layer_time_s[q, k, g] for k in range(len(table.options)) for g in table.groups)
+               for q, count in enumerate(table.layers_per_kind))
+    return work + sum(min(table.fixed_time_s[i, g] for g in table.groups) for i in range(table.pp))
+
+
+def _stage_capacity(t: list[float], mu: list[float], time_s: float, memory_bytes: float) -> float:
+    """Most layers (fractional) a stage can hold within `time_s` and `memory_bytes`, layers of option k
+    costing t[k] seconds and mu[k] bytes: a two-constraint LP, optimal at ≤ 2 non-zero options."""
+    if time_s <= 0 or memory_bytes < 0:
+        return 0.0
+    best = max(min(time_s / tk, memory_bytes / mk) for tk, mk in zip(t, mu))
+    for a in range(len(t)):
+        for b in range(a + 1, len(t)):
+            det = t[a] * mu[b] - t[b] * mu[a]
+            if det == 0:
+                continue
+            na = (time_s * mu[b] - memory_bytes * t[b]) / det
+            nb = (t[a] * memory_bytes - mu[a] * time_s) / det
+            if na >= 0 and nb >= 0:
+                best = max(best, na + nb)
+    return best
+
+
+def memory_aware_bound_s(table: CostTable, work_s: float) -> float:
+    """A tighter bound: the least T_max at which every stage, limited by both T_max and its memory,
+    can hold all layers between them (each layer priced at the most favourable kind and group);
+    then `(m − 1/v)·T_max + W/v`."""
+    K, p = len(table.options), table.pp
+    t = [min(table.layer_time_s[q, k, g] for q in range(len(table.kinds)) for g in table.groups) for k in range(K)]
+    stages = []
+    for i in range(p):
+        mu = [min(table.layer_state_bytes[q] + table.in_flight[i] * table.layer_activation_bytes[q, k]
+                  for q in range(len(table.kinds))) for k in range(K)]
+        room = max(table.budget_bytes[g] - table.fixed_memory_bytes[i, g] for g in table.groups)
+        fixed = min(table.fixed_time_s[i, g] for g in table.groups)
+        stages.append((mu, room, fixed))
+    need = table.total_layers / p if table.equal_layers else None
+
+    def holds(t_max: float) -> bool:
+        caps = [_stage_capacity(t, mu, t_max - fixed, room) for mu, room, fixed in stages]
+        if need is not None:
+            return min(caps) >= need - 1e-9
+        return sum(min(c, table.total_layers) for c in caps) >= table.total_layers - 1e-9
+
+    lo = max(fixed for _, _, fixed in stages)
+    hi = lo + table.total_layers * max(t)
+    if not holds(hi):
+        return math.inf
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if holds(mid) else (mid, hi)
+    m, v = table.num_microbatches, table.vpp
+    return (m - 1 / v) * hi + work_s / v
+
+
+def memory_lower_bound_bytes(table: CostTable) -> float:
+    """Each stage holds at least its fixed bytes; the layers' states and cheapest activations spread
+    at best evenly: a stage exceeding the budget here cannot be fixed by any split."""
+    states = sum(count * (table.layer_state_bytes[q] + min(table.layer_activation_bytes[q, k] for k in
+                                                            range(len(table.options))) * min(table.in_flight))
+                 for q, count in enumerate(table.layers_per_kind))
+    fixed = max(min(table.fixed_memory_bytes[i, g] - table.budget_bytes[g] for g in table.groups)
+                for i in range(table.pp))
+    return states / table.pp + fixed
+
+
+def search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devices: int,
+           limits: SearchLimits | None = None, top: int = 5, time_limit_s: float = 10.0,
+           progress=None) -> SearchResult:
+    """Best configurations by predicted step time, fitting memory; raises InfeasibleError.
+
+    1. Price every candidate's cost table; drop those whose memory bound already exceeds the budget.
+    2. Seed the ranking with the best uniform (Megatron) split of the most promising candidates.
+    3. Visit candidates by lower bound; solve the ILP while the bound beats the top-K step time."""
+    limits = limits or SearchLimits()
+    start = time.perf_counter()
+    result = SearchResult(ranked=[])
+    scored = []
+    for config in candidates(model, training, cluster, devices, limits):
+        result.candidates += 1
+        step_cluster = cluster if cluster.is_heterogeneous else cluster.sized(config.world_size)
+        step = StepModel(model, training, step_cluster, config)
+        table = build_table(step, limits.recompute)
+        if memory_lower_bound_bytes(table) > 0:
+            result.memory_infeasible += 1
+            continue
+        uniform = [u for k in range(len(table.options)) if (u := uniform_split(table, k))]
+        best_uniform = min(uniform, key=lambda u: u.objective) if uniform else None
+        scored.append(_Scored(lower_bound_s(table, step), result.candidates, step, table, best_uniform))
+    if not result.candidates:
+        raise InfeasibleError(_no_candidate_message(model, training, devices, limits),
+                              hint="relax --tp/--pp/--mbs/--gbs so that dp·tp·pp·cp can equal the devices")
+    found: dict[ParallelConfig, Candidate] = {}
+    seeds = sorted((s for s in scored if s.uniform), key=lambda s: s.uniform.objective)[:2 * top]
+    for s in seeds:
+        _keep(found, s.step, s.uniform.layouts(s.table), SolverInfo(name="uniform", status="none"))
+    scored.sort(key=lambda item: (item.bound, item.order))
+    for index, s in enumerate(scored):
+        if progress:
+            progress(index + 1, len(scored))
+        incumbent = _kth_best(found, top)
+        if s.bound >= incumbent:
+            result.pruned += len(scored) - index
+            break
+        if memory_aware_bound_s(s.table, work_s(s.table)) >= incumbent:
+            result.pruned += 1
+            continue
+        solved = ilp.solve(s.table, time_limit_s)
+        result.solved += 1
+        result.solver_time_s += solved.time_s
+        result.statuses[solved.status] = result.statuses.get(solved.status, 0) + 1
+        if solved.split is None:
+            result.memory_infeasible += 1
+            continue
+        info = SolverInfo(name=solved.solver, status=solved.status, gap=solved.gap, time_s=solved.time_s)
+        _keep(found, s.step, solved.split.layouts(s.table), info, replace=True)
+    result.time_s = time.perf_counter() - start
+    if not found:
+        raise _infeasible(model, training, cluster, devices, limits)
+    result.ranked = sorted(found.values(), key=lambda c: c.prediction.step_time_s)[:top]
+    return result
+
+
+@dataclass
+class _Scored:
+    bound: float
+    order: int
+    step: StepModel
+    table: CostTable
+    uniform: object
+
+
+def _keep(found: dict, step: StepModel, layouts: list[StageLayout], info: SolverInfo, replace: bool = False) -> None:
+    """Re-price a split with the cost model and keep it if it fits (the ILP's result supersedes the
+    uniform seed of the same configuration when it is at least as fast)."""
+    prediction = step.predict(layouts)
+    if not prediction.fits:
+        return
+    old = found.get(step.config)
+    if old is None or (replace and prediction.step_time_s <= old.prediction.step_time_s * (1 + 1e-9)):
+        found[step.config] = Candidate(step.config, layouts, prediction, info)
+
+
+def _kth_best(found: dict, k: int) -> float:
+    if len(found) < k:
+        return math.inf
+    return sorted(c.prediction.step_time_s for c in found.values())[k - 1]
+
+
+def _no_candidate_message(model: ModelSpec, training: TrainingSpec, devices: int, limits: SearchLimits) -> str:
+    asked = ", ".join(f"{name}={getattr(limits, name)}" for name in ("tp", "pp", "dp", "cp", "mbs", "vpp")
+                      if getattr(limits, name))
+    return (f"no configuration of {devices} devices satisfies the rules"
+            + (f" and the limits {asked}" if asked else "")
+            + f" (heads {model.num_attention_heads}, layers {model.total_layers}, gbs {training.gbs})")
+
+
+def _infeasible(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devices: int,
+                limits: SearchLimits) -> InfeasibleError:
+    """Say the least that would make it fit: more devices of this kind, or more memory per device."""
+    need_memory = _least_memory_bytes(model, training, cluster, devices)
+    device = cluster.primary.hardware
+    more = None
+    if not cluster.is_heterogeneous:
+        n = devices
+        for _ in range(8):
+            n *= 2
+            if _any_fits(model, training, cluster.sized(n), n):
+                more = n
+                break
+    parts = []
+    if more:
+        parts.append(f"needs ≥ {more} devices of {device.name}")
+    if need_memory:
+        parts.append(f"or devices with ≥ {math.ceil(need_memory / 1024**3)} GiB")
+    if "full" not in limits.recompute:
+        parts.append("or allow --recompute full")
+    hint = "; ".join(parts) if parts else "lower --mbs or --seq-length, enable recompute, or add devices"
+    return InfeasibleError(
+        f"{model.name} does not fit on {devices} × {device.name} ({device.memory_GiB:g} GiB) with gbs {training.gbs}, "
+        f"seq {training.seq_length}", hint=hint)
+
+
+def _lightest(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devices: int):
+    """The configurations that minimise memory: full recompute, zero 3, mbs 1, widest tp and pp."""
+    limits = SearchLimits(mbs=[1], zero=[3, 0], vpp=[1], recompute=["full"], allow_fewer_devices=False)
+    for config in candidates(model, training, cluster, devices, limits):
+        yield config.model_copy(update={"recompute": "full"})
+
+
+def _any_fits(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devices: int) -> bool:
+    return any(StepModel(model, training, cluster, c).predict().fits for c in _lightest(model, training, cluster, devices))
+
+
+def _least_memory_bytes(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devices: int) -> float | None:
+    best = None
+    for config in _lightest(model, training, cluster, devices):
+        p = StepModel(model, training, cluster, config).predict()
+        need = p.memory_bytes_per_device_max / (1 - training.memory_headroom)
+        best = need if best is None else min(best, need)
+    return best

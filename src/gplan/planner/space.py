@@ -1,0 +1,107 @@
+"""The candidate space (DESIGN.md §8.1): degree tuples, micro-batch, optimizer sharding, schedule."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from gplan.profiles.schema import ClusterSpec
+from gplan.spec.model import ModelSpec
+from gplan.spec.parallel import RECOMPUTE_OPTIONS, ParallelConfig
+from gplan.spec.training import TrainingSpec
+
+
+@dataclass(frozen=True)
+class SearchLimits:
+    """User limits; None = gplan's defaults."""
+
+    tp: list[int] | None = None
+    """Default: divisors of the heads up to the devices per node (tp across nodes is never worth it)."""
+    pp: list[int] | None = None
+    dp: list[int] | None = None
+    cp: list[int] | None = None
+    """Default: 1, and 2/4/8 for sequences of 32k tokens and more."""
+    mbs: list[int] | None = None
+    """Default: 1, 2, 4, 8."""
+    vpp: list[int] | None = None
+    """Default: 1, 2, 4 (interleaving when the layers and micro-batches divide)."""
+    zero: list[int] | None = None
+    """Default: 0, 1, 3."""
+    recompute: list[str] = field(default_factory=lambda: list(RECOMPUTE_OPTIONS))
+    """Options the ILP may give each layer."""
+    schedule: list[str] | None = None
+    allow_fewer_devices: bool = True
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def device_counts(cluster: ClusterSpec, devices: int, limits: SearchLimits) -> list[int]:
+    """The given count, and (when allowed, homogeneous clusters) the largest power of two and the
+    largest whole-node count below it: awkward counts (say 1000) can factor badly."""
+    counts = [devices]
+    if limits.allow_fewer_devices and not cluster.is_heterogeneous:
+        power = 1 << (devices.bit_length() - 1)
+        whole_nodes = devices - devices % cluster.primary.devices_per_node
+        counts += [n for n in (power, whole_nodes) if 0 < n < devices]
+    return sorted(set(counts), reverse=True)
+
+
+def tp_options(model: ModelSpec, cluster: ClusterSpec, limits: SearchLimits) -> list[int]:
+    per_node = min(g.devices_per_node for g in cluster.node_groups)
+    pool = limits.tp or [t for t in divisors(per_node)]
+    return [t for t in pool if model.num_attention_heads % t == 0 and model.kv_heads % t == 0
+            and model.ffn_size % t == 0]
+
+
+def cp_options(training: TrainingSpec, limits: SearchLimits) -> list[int]:
+    if limits.cp:
+        return limits.cp
+    return [1, 2, 4, 8] if training.seq_length >= 32768 else [1]
+
+
+def candidates(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devices: int,
+               limits: SearchLimits) -> Iterator[ParallelConfig]:
+    """Every configuration the rules of DESIGN.md §8.1 and the user's limits allow."""
+    layers = model.total_layers
+    for n in device_counts(cluster, devices, limits):
+        for tp in tp_options(model, cluster, limits):
+            for cp in cp_options(training, limits):
+                if n % (tp * cp) or training.seq_length % (cp * tp):
+                    continue
+                for pp in divisors(n // (tp * cp)):
+                    if pp > layers or (limits.pp and pp not in limits.pp):
+                        continue
+                    dp = n // (tp * cp * pp)
+                    if (limits.dp and dp not in limits.dp) or training.gbs % dp:
+                        continue
+                    if cluster.is_heterogeneous and not _fits_groups(cluster, dp * tp * cp, pp):
+                        continue
+                    yield from _per_degrees(model, training, limits, dp, tp, pp, cp)
+
+
+def _fits_groups(cluster: ClusterSpec, per_stage: int, pp: int) -> bool:
+    return sum(g.devices // per_stage for g in cluster.node_groups) >= pp
+
+
+def _per_degrees(model: ModelSpec, training: TrainingSpec, limits: SearchLimits, dp: int, tp: int, pp: int,
+                 cp: int) -> Iterator[ParallelConfig]:
+    per_replica = training.gbs // dp
+    for mbs in limits.mbs or [1, 2, 4, 8]:
+        if per_replica % mbs:
+            continue
+        m = per_replica // mbs
+        for vpp in limits.vpp or [1, 2, 4]:
+            if vpp > 1 and (pp == 1 or model.total_layers % (pp * vpp) or m % pp):
+                continue
+            schedule = "interleaved_1f1b" if vpp > 1 else "1f1b"
+            if limits.schedule and schedule not in limits.schedule:
+                if not (vpp == 1 and "gpipe" in limits.schedule):
+                    continue
+                schedule = "gpipe"
+            for zero in limits.zero or [0, 1, 3]:
+                if zero > 0 and dp * cp == 1:
+                    continue
+                yield ParallelConfig(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, mbs=mbs, sp=tp > 1, zero=zero,
+                                     schedule=schedule, recompute="none")

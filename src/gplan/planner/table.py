@@ -1,0 +1,140 @@
+"""The cost table one candidate configuration hands to the stage-split solvers (ILP, brute force).
+
+Everything the stage split changes is linear in the layer counts, so the table holds per-layer and
+per-stage constants taken from the cost model (StepModel); solvers never call the cost model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gplan.cost_models import memory
+from gplan.cost_models.step import StepModel
+from gplan.spec.parallel import LayerCount, StageLayout
+
+
+@dataclass(frozen=True)
+class CostTable:
+    """Indices: stage i < p, layer kind q (execution order), recompute option k, node group g."""
+
+    kinds: list[str]
+    layers_per_kind: list[int]
+    options: list[str]
+    groups: list[int]
+    """Node groups a stage may use."""
+    group_stage_capacity: list[int]
+    """How many stages each group can host (its devices / devices per stage)."""
+    pp: int
+    vpp: int
+    num_microbatches: int
+    layer_time_s: dict[tuple[int, int, int], float]
+    """(q, k, g) -> seconds per micro-batch: forward + backward + recompute + tp/cp communication."""
+    layer_state_bytes: list[float]
+    """q -> weights + grads + optimizer bytes per layer on one device."""
+    layer_activation_bytes: dict[tuple[int, int], float]
+    """(q, k) -> bytes kept per micro-batch in flight."""
+    in_flight: list[float]
+    fixed_time_s: dict[tuple[int, int], float]
+    """(i, g) -> embedding/head time and p2p sends of stage i on group g."""
+    fixed_memory_bytes: dict[tuple[int, int], float]
+    """(i, g) -> embedding/head states and activations, buffers and framework reserve."""
+    budget_bytes: list[float]
+    """g -> usable memory per device."""
+    equal_layers: bool = False
+    """Interleaved schedules need the same number of layers on every stage."""
+
+    @property
+    def total_layers(self) -> int:
+        return sum(self.layers_per_kind)
+
+    def objective(self, stage_times: list[float]) -> float:
+        """`(m − 1/v)·T_max + Σ T_i / v`, the pipeline time of cost_models.pipeline."""
+        return (self.num_microbatches - 1 / self.vpp) * max(stage_times) + sum(stage_times) / self.vpp
+
+
+def build_table(step: StepModel, options: list[str], groups: list[int] | None = None) -> CostTable:
+    """Price one configuration's layers and stages on each allowed node group."""
+    c = step.config
+    kinds = [k.name for k in step.model.layer_kinds()]
+    groups = groups if groups is not None else list(range(len(step.cluster.node_groups)))
+    per_stage = step.devices_per_stage()
+    per_param = memory.state_bytes_per_param(step.training.element_bytes, c.zero, memory.zero_shard_ranks(c))
+    layer_time, fixed_time, fixed_mem = {}, {}, {}
+    for q, kind in enumerate(kinds):
+        for k, opt in enumerate(options):
+            for g in groups:
+                lt = step.layer_time(kind, g)
+                layer_time[q, k, g] = (lt.forward_s + lt.backward_s + lt.recompute_s(opt)
+                                       + step.layer_tp_comm_s(kind, opt, g) + step.layer_cp_comm_s(kind, g))
+    buffer = 0.0
+    if c.zero >= 3:
+        buffer = memory.zero3_gather_buffer_bytes(max(step.layer_params(k) for k in kinds), step.training.element_bytes)
+    for i in range(c.pp):
+        for g in groups:
+            empty = StageLayout(layers=[], embedding=i == 0, head=i == c.pp - 1, node_group=g)
+            stage = step.stage(i, empty)
+            fixed_time[i, g] = stage.time_s
+            fixed_mem[i, g] = stage.memory_bytes + buffer
+    return CostTable(
+        kinds=kinds, layers_per_kind=[k.count for k in step.model.layer_kinds()], options=list(options),
+        groups=groups,
+        group_stage_capacity=[step.cluster.node_groups[g].devices // per_stage for g in groups],
+        pp=c.pp, vpp=c.vpp, num_microbatches=step.num_microbatches, layer_time_s=layer_time,
+        layer_state_bytes=[step.layer_params(k) * per_param.total for k in kinds],
+        layer_activation_bytes={(q, k): step.layer_activation_bytes(kind, opt)
+                                for q, kind in enumerate(kinds) for k, opt in enumerate(options)},
+        in_flight=[step.in_flight(i) for i in range(c.pp)], fixed_time_s=fixed_time,
+        fixed_memory_bytes=fixed_mem, budget_bytes=[step.memory_budget(g) for g in range(len(step.cluster.node_groups))],
+        equal_layers=c.vpp > 1,
+    )
+
+
+@dataclass(frozen=True)
+class Split:
+    """A solution: counts[i][q][k] layers, the node group of each stage, and its objective."""
+
+    counts: list[list[list[int]]]
+    stage_groups: list[int]
+    objective: float
+
+    def layouts(self, table: CostTable) -> list[StageLayout]:
+        out = []
+        for i, per_kind in enumerate(self.counts):
+            layers = [LayerCount(kind=table.kinds[q], recompute=table.options[k], count=n)
+                      for q, per_opt in enumerate(per_kind) for k, n in enumerate(per_opt) if n > 0]
+            out.append(StageLayout(layers=layers, embedding=i == 0, head=i == table.pp - 1,
+                                   node_group=self.stage_groups[i]))
+        return out
+
+
+def stage_time(table: CostTable, counts_i: list[list[int]], i: int, g: int) -> float:
+    return table.fixed_time_s[i, g] + sum(n * table.layer_time_s[q, k, g]
+                                          for q, per in enumerate(counts_i) for k, n in enumerate(per))
+
+
+def stage_memory(table: CostTable, counts_i: list[list[int]], i: int, g: int) -> float:
+    return table.fixed_memory_bytes[i, g] + sum(
+        n * (table.layer_state_bytes[q] + table.in_flight[i] * table.layer_activation_bytes[q, k])
+        for q, per in enumerate(counts_i) for k, n in enumerate(per))
+
+
+def uniform_split(table: CostTable, option: int) -> Split | None:
+    """Megatron's even split, every layer with one recompute option, stages on the first groups with
+    room; None when it does not fit or the kinds would need per-stage groups (heterogeneous)."""
+    if len(table.groups) > 1:
+        return None
+    g = table.groups[0]
+    total = table.total_layers
+    sizes = [total // table.pp + (1 if i < total % table.pp else 0) for i in range(table.pp)]
+    sequence = [q for q, count in enumerate(table.layers_per_kind) for _ in range(count)]
+    counts, start = [], 0
+    for size in sizes:
+        chunk = sequence[start:start + size]
+        start += size
+        counts.append([[chunk.count(q) if k == option else 0 for k in range(len(table.options))]
+                       for q in range(len(table.kinds))])
+    for i, c in enumerate(counts):
+        if stage_memory(table, c, i, g) > table.budget_bytes[g]:
+            return None
+    times = [stage_time(table, c, i, g) for i, c in enumerate(counts)]
+    return Split(counts=counts, stage_groups=[g] * table.pp, objective=table.objective(times))

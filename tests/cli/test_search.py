@@ -1,0 +1,109 @@
+"""`gplan search`: ranked table, plan.json written and reproducible, exit 4 when nothing fits."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+def test_search_writes_a_plan_that_validates_and_estimate_reproduces(gplan, tmp_path):
+    out = tmp_path / "plan.json"
+    r = gplan("search", "llama3-70b", "--cluster", "dgx-h100", "--devices", "64", "--gbs", "512", "--out", str(out))
+    assert r.code == 0 and r.stdout == ""
+    assert "MFU" in r.stderr and "wrote" in r.stderr
+    assert gplan("validate", str(out)).code == 0
+    plan = json.loads(out.read_text())
+    par = plan["parallel"]
+    assert plan["provenance"]["solver"]["status"] in ("optimal", "none")
+    assert par["dp"] * par["tp"] * par["pp"] * par["cp"] == len(plan["placement"]["rank_to_device"])
+    reproduced = gplan("estimate", str(out), "--json").json()
+    assert reproduced == plan["prediction"]
+
+
+def test_estimate_with_the_plans_flags_reproduces_a_uniform_plan(gplan, tmp_path):
+    out = tmp_path / "plan.json"
+    assert gplan("search", "llama3-8b", "--devices", "8", "--recompute", "none", "--pp", "1", "--out", str(out)).code == 0
+    plan = json.loads(out.read_text())
+    par = plan["parallel"]
+    flags = [f"--{k}={par[k]}" for k in ("dp", "tp", "pp", "vpp", "cp", "mbs", "zero")] + (["--sp"] if par["sp"] else [])
+    est = gplan("estimate", "llama3-8b", "--devices", str(len(plan["placement"]["rank_to_device"])),
+                "--gbs", str(plan["training"]["gbs"]), *flags, "--json").json()
+    assert est["step_time_s"] == pytest.approx(plan["prediction"]["step_time_s"], rel=1e-12)
+
+
+def test_search_json_ranks_plans(gplan, tmp_path):
+    r = gplan("search", "llama3-8b", "--devices", "8", "--out", str(tmp_path / "p.json"), "--json", "--top", "3")
+    assert r.code == 0
+    data = r.json()
+    times = [c["prediction"]["step_time_s"] for c in data["ranked"]]
+    assert times == sorted(times) and 1 <= len(times) <= 3
+    assert all(c["prediction"]["fits"] for c in data["ranked"])
+
+
+def test_the_best_plan_beats_the_megatron_heuristic(gplan, tmp_path):
+    from gplan.cost_models.step import StepModel
+    from gplan.inputs import resolve_inputs
+    from gplan.planner.reference import megatron_heuristic
+
+    r = gplan("search", "llama3-70b", "--cluster", "dgx-h100", "--devices", "64", "--gbs", "512",
+              "--out", str(tmp_path / "p.json"), "--json")
+    best = r.json()["ranked"][0]["prediction"]["step_time_s"]
+    inputs = resolve_inputs("llama3-70b", 64, "dgx-h100", gbs=512)
+    config = megatron_heuristic(inputs.model, inputs.training, inputs.cluster, 64)
+    assert best <= StepModel(inputs.model, inputs.training, inputs.cluster, config).predict().step_time_s
+
+
+def test_limits_are_respected(gplan, tmp_path):
+    r = gplan("search", "llama3-8b", "--devices", "16", "--tp", "2", "--pp", "2", "--recompute", "full",
+              "--out", str(tmp_path / "p.json"), "--json")
+    assert r.code == 0
+    for c in r.json()["ranked"]:
+        assert c["parallel"]["tp"] == 2 and c["parallel"]["pp"] == 2
+        assert all(l["recompute"] == "full" for stage in c["stage_layers"] for l in stage)
+
+
+def test_model_that_cannot_fit_exits_4_with_the_least_change(gplan, tmp_path):
+    r = gplan("search", "gpt-1t", "--cluster", "dgx-a100-80g", "--devices", "8", "--gbs", "64",
+              "--out", str(tmp_path / "p.json"))
+    assert r.code == 4
+    assert "does not fit" in r.stderr and "needs ≥" in r.stderr and "devices of a100-80g" in r.stderr
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_contradictory_limits_exit_4(gplan, tmp_path):
+    r = gplan("search", "llama3-8b", "--devices", "8", "--tp", "3", "--out", str(tmp_path / "p.json"))
+    assert r.code == 4 and "no configuration of 8 devices" in r.stderr
+
+
+def test_unfactorable_request_exit_4(gplan, tmp_path):
+    r = gplan("search", "llama3-8b", "--devices", "8", "--dp", "3", "--all-devices", "--out", str(tmp_path / "p.json"))
+    assert r.code == 4
+
+
+def test_bad_limit_syntax_exit_3(gplan, tmp_path):
+    assert gplan("search", "llama3-8b", "--devices", "8", "--tp", "two").code == 3
+    assert gplan("search", "llama3-8b", "--devices", "8", "--recompute", "some").code == 3
+
+
+def test_heterogeneous_cluster_file_uses_both_groups(gplan, tmp_path):
+    cluster = tmp_path / "mixed.yaml"
+    cluster.write_text("""
+name: mixed
+node_groups:
+  - {hardware: a100-80g, nodes: 4, devices_per_node: 8, intra_node: {bandwidth_GBps: 300}, inter_node: {bandwidth_GBps: 25}}
+  - {hardware: v100-32g, nodes: 4, devices_per_node: 8, intra_node: {bandwidth_GBps: 150}, inter_node: {bandwidth_GBps: 12.5}}
+""")
+    out = tmp_path / "p.json"
+    r = gplan("search", "llama2-13b", "--cluster", str(cluster), "--gbs", "256", "--precision", "fp16",
+              "--pp", "2,4", "--out", str(out))
+    assert r.code == 0, r.stderr
+    plan = json.loads(out.read_text())
+    groups = [s["node_group"] for s in plan["stages"]]
+    assert set(groups) == {0, 1}
+    per_group = {g: sum(s["layer_end"] - s["layer_start"] for s in plan["stages"] if s["node_group"] == g) /
+                 groups.count(g) for g in (0, 1)}
+    assert per_group[0] > per_group[1]  # the A100 stages carry more layers each
+    devices = plan["placement"]["rank_to_device"]
+    for s in plan["stages"]:
+        assert {devices[r]["node_group"] for r in s["ranks"]} == {s["node_group"]}

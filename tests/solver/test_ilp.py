@@ -1,0 +1,146 @@
+"""The stage-split ILP against brute force, on random and hypothesis-generated cost tables, and on
+real models; heterogeneous clusters; memory always respected."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gplan.cost_models.step import StepModel
+from gplan.planner import ilp
+from gplan.planner.reference import brute_force
+from gplan.planner.table import CostTable, build_table, stage_memory
+from gplan.profiles.catalogue import load_cluster
+from gplan.profiles.schema import ClusterSpec
+from gplan.spec.loaders import load_model
+from gplan.spec.model import ModelSpec
+from gplan.spec.parallel import ParallelConfig
+from gplan.spec.training import TrainingSpec
+
+OPTIONS = ["none", "selective", "full"]
+
+
+def random_table(rng: random.Random, layers: list[int], pp: int, groups: int = 1, equal: bool = False) -> CostTable:
+    """Recompute options are slower and lighter, as in reality; budgets from tight to loose."""
+    G = list(range(groups))
+    kinds = [f"k{q}" for q in range(len(layers))]
+    time, act = {}, {}
+    for q in range(len(layers)):
+        base = rng.uniform(0.5, 2.0)
+        for g in G:
+            speed = rng.uniform(0.5, 1.5)
+            for k in range(3):
+                time[q, k, g] = base * speed * (1 + 0.15 * k + rng.uniform(0, 0.1))
+        for k in range(3):
+            act[q, k] = rng.uniform(1, 3) * (3 - k)
+    in_flight = [float(pp - i) for i in range(pp)]
+    state = [rng.uniform(1, 4) for _ in layers]
+    fixed_t = {(i, g): rng.uniform(0, 1.5) * ((i == 0) + (i == pp - 1)) for i in range(pp) for g in G}
+    fixed_m = {(i, g): rng.uniform(0, 5) for i in range(pp) for g in G}
+    loose = sum(layers) * (max(state) + pp * 9)
+    budgets = [rng.uniform(0.15, 0.8) * loose for _ in G]
+    return CostTable(kinds=kinds, layers_per_kind=layers, options=OPTIONS, groups=G,
+                     group_stage_capacity=[rng.randint(1, pp) if groups > 1 else pp for _ in G], pp=pp,
+                     vpp=2 if equal else 1, num_microbatches=rng.randint(pp, 4 * pp), layer_time_s=time,
+                     layer_state_bytes=state, layer_activation_bytes=act, in_flight=in_flight,
+                     fixed_time_s=fixed_t, fixed_memory_bytes=fixed_m, budget_bytes=budgets, equal_layers=equal)
+
+
+def check_against_brute_force(table: CostTable) -> None:
+    exact = brute_force(table)
+    solved = ilp.solve(table, time_limit_s=30)
+    if exact is None:
+        assert solved.split is None and solved.status == "infeasible"
+        return
+    assert solved.status == "optimal"
+    assert solved.split.objective == pytest.approx(exact.objective, rel=1e-6)
+    for i, counts in enumerate(solved.split.counts):
+        g = solved.split.stage_groups[i]
+        assert stage_memory(table, counts, i, g) <= table.budget_bytes[g] * (1 + 1e-9)
+    assert [sum(sum(c[q]) for c in solved.split.counts) for q in range(len(table.kinds))] == table.layers_per_kind
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_single_kind_matches_brute_force(seed):
+    rng = random.Random(seed)
+    check_against_brute_force(random_table(rng, [rng.randint(2, 7)], rng.randint(1, 3)))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_two_kinds_in_order_match_brute_force(seed):
+    rng = random.Random(100 + seed)
+    check_against_brute_force(random_table(rng, [rng.randint(1, 3), rng.randint(1, 3)], rng.randint(2, 3)))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_two_node_groups_match_brute_force(seed):
+    rng = random.Random(200 + seed)
+    check_against_brute_force(random_table(rng, [rng.randint(2, 5)], rng.randint(2, 3), groups=2))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_interleaved_equal_stages_match_brute_force(seed):
+    rng = random.Random(300 + seed)
+    pp = rng.choice([2, 3])
+    check_against_brute_force(random_table(rng, [pp * rng.randint(1, 2)], pp, equal=True))
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10**6), layers=st.integers(1, 6), pp=st.integers(1, 3))
+def test_hypothesis_never_worse_than_brute_force(seed, layers, pp):
+    if layers < pp:
+        layers = pp
+    check_against_brute_force(random_table(random.Random(seed), [layers], pp))
+
+
+def real_table(model: ModelSpec, cluster: ClusterSpec, config: ParallelConfig, gbs: int, seq: int) -> tuple:
+    step = StepModel(model, TrainingSpec(gbs=gbs, seq_length=seq), cluster, config)
+    return step, build_table(step, OPTIONS)
+
+
+def test_real_model_split_fits_when_repriced_by_the_cost_model():
+    model = load_model("llama3-70b")
+    cluster = load_cluster("dgx-h100", 64)
+    step, table = real_table(model, cluster, ParallelConfig(dp=4, tp=4, pp=4, mbs=1, sp=True, zero=1), 512, 8192)
+    solved = ilp.solve(table)
+    assert solved.status == "optimal"
+    prediction = step.predict(solved.split.layouts(table))
+    assert prediction.fits
+    assert sum(s.num_layers for s in prediction.stages) == 80
+    # the ILP's objective is the cost model's pipeline time
+    pipeline_s = prediction.step_time_s - prediction.breakdown.dp_comm - prediction.breakdown.optimizer
+    assert solved.split.objective == pytest.approx(pipeline_s, rel=1e-9)
+
+
+def test_big_vocab_head_makes_the_split_uneven():
+    """llama3-8b's 128k-vocab head costs about two layers: priced on its own, it gets a stage with
+    fewer layers than the uniform split gives it, and the step is faster."""
+    model = load_model("llama3-8b")
+    cluster = load_cluster("dgx-h100", 64)
+    step, table = real_table(model, cluster, ParallelConfig(dp=16, tp=1, pp=4, mbs=1, zero=1), 512, 8192)
+    split = ilp.solve(table).split
+    sizes = [sum(sum(per) for per in stage) for stage in split.counts]
+    assert sum(sizes) == 32 and sizes[-1] < 8
+    uniform = step.predict()
+    tuned = step.predict(split.layouts(table))
+    assert tuned.step_time_s < uniform.step_time_s
+
+
+def test_heterogeneous_stages_follow_device_speed():
+    """4 nodes of A100-80GB and 4 of V100-32GB: both groups get stages, the faster more layers."""
+    cluster = ClusterSpec.model_validate({"name": "mixed", "node_groups": [
+        {"hardware": "a100-80g", "nodes": 4, "devices_per_node": 8,
+         "intra_node": {"bandwidth_GBps": 300}, "inter_node": {"bandwidth_GBps": 25}},
+        {"hardware": "v100-32g", "nodes": 4, "devices_per_node": 8,
+         "intra_node": {"bandwidth_GBps": 150}, "inter_node": {"bandwidth_GBps": 12.5}}]})
+    model = load_model("llama2-13b")
+    config = ParallelConfig(dp=4, tp=8, pp=2, mbs=1, sp=True, zero=1)
+    step = StepModel(model, TrainingSpec(gbs=256, seq_length=4096, precision="fp16"), cluster, config)
+    table = build_table(step, OPTIONS)
+    split = ilp.solve(table).split
+    assert sorted(split.stage_groups) == [0, 1]
+    layers = {g: sum(sum(per) for per in split.counts[i]) for i, g in enumerate(split.stage_groups)}
+    assert layers[0] > layers[1]
