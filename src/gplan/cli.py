@@ -89,9 +89,10 @@ def _config(**degrees: Any):
         return ParallelConfig(**degrees)
     except ValidationError as exc:
         e = exc.errors()[0]
-        name = str(e["loc"][0]) if e["loc"] else "configuration"
-        raise InputError(f"--{name}: {e['msg'].removeprefix('Value error, ')}",
-                         hint="degrees are integers ≥ 1; zero is 0..3") from exc
+        message = e["msg"].removeprefix("Value error, ")
+        if not e["loc"]:
+            raise InputError(message, hint="drop --schedule to let --vpp choose it") from exc
+        raise InputError(f"--{e['loc'][0]}: {message}", hint="degrees are integers ≥ 1; zero is 0..3") from exc
 
 
 # ---- commands ------------------------------------------------------------------------------------

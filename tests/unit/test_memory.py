@@ -97,3 +97,11 @@ def test_weights_of_a_stage(llama8b, a100_cluster):
     assert stage.params == pytest.approx(llama8b.total_params() / 4)
     assert stage.memory.weights_bytes + stage.memory.grads_bytes + stage.memory.optimizer_bytes == pytest.approx(
         18 * llama8b.total_params() / 4)
+
+
+def test_vpp_implies_the_interleaved_schedule_and_contradictions_are_refused():
+    assert ParallelConfig(pp=4, vpp=2).schedule == "interleaved_1f1b"
+    with pytest.raises(ValueError, match="interleaved_1f1b goes with vpp > 1"):
+        ParallelConfig(pp=4, vpp=2, schedule="gpipe")
+    with pytest.raises(ValueError):
+        ParallelConfig(pp=4, schedule="interleaved_1f1b")

@@ -48,12 +48,10 @@ class SearchResult:
         return self.ranked[0]
 
 
-def lower_bound_s(table: CostTable, step: StepModel) -> float:
+def lower_bound_s(table: CostTable) -> float:
     """`(m − 1/v)·W/p + W/v` with W the work at the cheapest option on the fastest group: a valid
     bound since T_max ≥ Σ T_i / p."""
-    work = sum(count * min(table.layer_time_s[q, k, g] for k in range(len(table.options)) for g in table.groups)
-               for q, count in enumerate(table.layers_per_kind))
-    work += sum(min(table.fixed_time_s[i, g] for g in table.groups) for i in range(table.pp))
+    work = work_s(table)
     m, v, p = table.num_microbatches, table.vpp, table.pp
     return (m - 1 / v) * work / p + work / v
 
@@ -148,7 +146,7 @@ def search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devic
             continue
         uniform = [u for k in range(len(table.options)) if (u := uniform_split(table, k))]
         best_uniform = min(uniform, key=lambda u: u.objective) if uniform else None
-        scored.append(_Scored(lower_bound_s(table, step), result.candidates, step, table, best_uniform))
+        scored.append(_Scored(lower_bound_s(table), result.candidates, step, table, best_uniform))
     if not result.candidates:
         raise InfeasibleError(_no_candidate_message(model, training, devices, limits),
                               hint="relax --tp/--pp/--mbs/--gbs so that dp·tp·pp·cp can equal the devices")

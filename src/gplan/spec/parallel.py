@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -36,12 +36,19 @@ class ParallelConfig(BaseModel):
     recompute: Recompute = "none"
     """Default recompute of every layer; a stage layout may recompute only some layers."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _default_schedule(cls, data: Any) -> Any:
+        """vpp > 1 means the interleaved schedule unless one is named."""
+        if isinstance(data, dict) and data.get("vpp", 1) > 1 and "schedule" not in data:
+            return {**data, "schedule": "interleaved_1f1b"}
+        return data
+
     @model_validator(mode="after")
     def _schedule_matches_vpp(self) -> "ParallelConfig":
-        if self.vpp > 1 and self.schedule != "interleaved_1f1b":
-            object.__setattr__(self, "schedule", "interleaved_1f1b")
-        if self.vpp == 1 and self.schedule == "interleaved_1f1b":
-            raise ValueError("schedule interleaved_1f1b needs vpp > 1")
+        if (self.vpp > 1) != (self.schedule == "interleaved_1f1b"):
+            raise ValueError(f"schedule {self.schedule} with vpp={self.vpp}: interleaved_1f1b goes with vpp > 1, "
+                             "gpipe and 1f1b with vpp = 1")
         return self
 
     @property
