@@ -225,6 +225,67 @@ def _estimate_plan(path: Path, as_json: bool) -> None:
     prediction_summary(err, f"{plan.model.name} from {path}", plan.parallel, prediction)
 
 
+def _parse_config(text: str, devices: int):
+    """'tp=8,pp=4,mbs=1' -> ParallelConfig; dp fills the devices when omitted."""
+    values: dict[str, Any] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise InputError(f"--config {text!r}: expected key=value pairs", hint='for example --config "tp=8,pp=4,mbs=1"')
+        key = key.strip()
+        values[key] = value.strip() if key in ("recompute", "schedule") else (value.strip().lower() in ("1", "true", "yes") if key == "sp" else _int_value(key, value, text))
+    if "dp" not in values:
+        other = values.get("tp", 1) * values.get("pp", 1) * values.get("cp", 1)
+        values["dp"] = max(1, devices // other)
+    return _config(**values)
+
+
+def _int_value(key: str, value: str, text: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise InputError(f"--config {text!r}: {key}={value!r} is not an integer", hint='for example --config "tp=8,pp=4"') from None
+
+
+@app.command()
+@guarded
+def compare(
+    items: list[str] = typer.Argument(..., help="plan.json files, or one MODEL followed by --config options"),
+    config: list[str] = typer.Option([], "--config", help='a configuration, e.g. "tp=8,pp=4,mbs=1" (repeat)'),
+    devices: Optional[int] = DevicesOpt, cluster: Optional[str] = ClusterOpt, hardware: Optional[str] = HardwareOpt,
+    devices_per_node: Optional[int] = PerNodeOpt, gbs: Optional[int] = GbsOpt, seq_length: Optional[int] = SeqOpt,
+    precision: Optional[str] = PrecisionOpt, memory_headroom: float = HeadroomOpt, as_json: bool = JsonOpt,
+) -> None:
+    """Compare plans (or configurations of one model) side by side; the best value of each row is
+    highlighted and the term that grew most is named."""
+    from gplan.cost_models.step import predict
+    from gplan.plan import read_plan
+    from gplan.render import compare_table, explain_differences
+    from gplan.spec.parallel import check_config
+
+    entries = []
+    if config:
+        if len(items) != 1:
+            raise InputError("--config compares configurations of one model", hint="pass exactly one MODEL")
+        inputs = _inputs(items[0], devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, memory_headroom)
+        for text in config:
+            cfg = _parse_config(text, inputs.devices)
+            check_config(inputs.model, inputs.training, cfg, inputs.devices)
+            entries.append((text, predict(inputs.model, inputs.training, inputs.cluster, cfg)))
+    else:
+        if len(items) < 2:
+            raise InputError("compare needs two or more plans, or one MODEL with --config", hint="gplan compare a.json b.json")
+        for item in items:
+            plan = read_plan(Path(item))
+            entries.append((item, plan.prediction))
+    if as_json:
+        emit_json([{"name": name, "prediction": p.model_dump(mode="json")} for name, p in entries])
+        return
+    err.print(compare_table(entries))
+    for line in explain_differences(entries):
+        err.print(line, highlight=False)
+
+
 @app.command()
 @guarded
 def models(as_json: bool = JsonOpt) -> None:

@@ -91,3 +91,50 @@ def search_table(title: str, result) -> Table:
                       gib(p.memory_bytes_per_device_max), f"{p.bubble_fraction:.1%}", f"{p.comm_fraction:.1%}",
                       style=style)
     return table
+
+
+#: (row label, value function, lower is better)
+COMPARE_ROWS = [
+    ("step time", lambda p: p.step_time_s, True, seconds),
+    ("tokens/s", lambda p: p.tokens_per_s, False, lambda v: f"{v:,.0f}"),
+    ("MFU", lambda p: p.mfu, False, lambda v: f"{v:.1%}"),
+    ("memory / device", lambda p: p.memory_bytes_per_device_max, True, gib),
+    ("bubble", lambda p: p.bubble_fraction, True, lambda v: f"{v:.1%}"),
+    ("communication", lambda p: p.comm_fraction, True, lambda v: f"{v:.1%}"),
+    ("fits", lambda p: p.fits, False, lambda v: "yes" if v else "[red]no[/]"),
+]
+
+
+def compare_table(entries) -> Table:
+    table = Table(title="comparison (best of each row in green)", title_justify="left")
+    table.add_column("")
+    for name, _ in entries:
+        table.add_column(name, justify="right")
+    for label, value, lower, fmt in COMPARE_ROWS:
+        values = [value(p) for _, p in entries]
+        best = min(values) if lower else max(values)
+        table.add_row(label, *[f"[bold green]{fmt(v)}[/]" if v == best else fmt(v) for v in values])
+    for term in entries[0][1].breakdown.model_dump():
+        values = [getattr(p.breakdown, term) for _, p in entries]
+        if any(values):
+            best = min(values)
+            table.add_row(f"  {term}", *[f"[bold green]{seconds(v)}[/]" if v == best else seconds(v) for v in values])
+    return table
+
+
+def explain_differences(entries) -> list[str]:
+    """For each entry slower than the fastest that fits: by how much, and which term grew most."""
+    fitting = [e for e in entries if e[1].fits] or entries
+    fastest_name, fastest = min(fitting, key=lambda e: e[1].step_time_s)
+    lines = []
+    for name, p in entries:
+        if p is fastest:
+            continue
+        if not p.fits:
+            lines.append(f"{name} does not fit: {gib(p.memory_bytes_per_device_max)} per device")
+            continue
+        growth = {k: v - getattr(fastest.breakdown, k) for k, v in p.breakdown.model_dump().items()}
+        term = max(growth, key=growth.get)
+        lines.append(f"{name} is {p.step_time_s / fastest.step_time_s - 1:.1%} slower than {fastest_name}: "
+                     f"{term} grew most (+{seconds(growth[term])})")
+    return lines

@@ -1,0 +1,32 @@
+"""`gplan compare`: configurations of one model, or plans, side by side."""
+
+from __future__ import annotations
+
+ARGS = ["compare", "llama3-70b", "--cluster", "dgx-h100", "--devices", "64", "--gbs", "512"]
+
+
+def test_compare_configurations_json(gplan):
+    r = gplan(*ARGS, "--config", "tp=8,pp=4,sp=1,recompute=full", "--config", "tp=2,pp=2,zero=3,sp=1,recompute=full", "--json")
+    assert r.code == 0
+    data = r.json()
+    assert [d["name"] for d in data] == ["tp=8,pp=4,sp=1,recompute=full", "tp=2,pp=2,zero=3,sp=1,recompute=full"]
+    assert data[0]["prediction"]["breakdown"]["tp_comm"] > data[1]["prediction"]["breakdown"]["tp_comm"]
+
+
+def test_compare_names_the_term_that_grew(gplan):
+    r = gplan(*ARGS, "--config", "tp=8,pp=4,sp=1,recompute=full", "--config", "tp=2,pp=2,zero=3,sp=1,recompute=full")
+    assert r.code == 0 and "slower than" in r.stderr and "tp_comm grew most" in r.stderr
+
+
+def test_compare_plans(gplan, tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    assert gplan("search", "llama3-8b", "--devices", "8", "--out", str(a)).code == 0
+    assert gplan("search", "llama3-8b", "--devices", "8", "--pp", "2", "--out", str(b)).code == 0
+    r = gplan("compare", str(a), str(b), "--json")
+    assert r.code == 0 and len(r.json()) == 2
+
+
+def test_compare_bad_config_exit_3(gplan):
+    assert gplan(*ARGS, "--config", "tp=eight").code == 3
+    assert gplan(*ARGS, "--config", "tp=3,pp=4").code == 3
+    assert gplan("compare", "only-one.json").code == 3
