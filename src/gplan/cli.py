@@ -117,7 +117,9 @@ def estimate(
     from gplan.render import prediction_summary
     from gplan.spec.parallel import check_config
 
-    if model.endswith(".json") and Path(model).is_file() and '"schema_version"' in Path(model).read_text()[:200]:
+    from gplan.plan import is_plan_file
+
+    if is_plan_file(Path(model)):
         _estimate_plan(Path(model), as_json)
         return
     inputs = _inputs(model, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, memory_headroom)
@@ -212,13 +214,12 @@ def search(
 
 
 def _estimate_plan(path: Path, as_json: bool) -> None:
-    from gplan.cost_models.step import StepModel
     from gplan.plan import read_plan
-    from gplan.planner.build import layouts_of
+    from gplan.planner.build import repredict
     from gplan.render import prediction_summary
 
     plan = read_plan(path)
-    prediction = StepModel(plan.model, plan.training, plan.cluster, plan.parallel).predict(layouts_of(plan))
+    prediction = repredict(plan)
     if as_json:
         emit_json(prediction.model_dump(mode="json"))
         return
@@ -365,9 +366,8 @@ def validate(file: Path = typer.Argument(..., help="a model.yaml, HF config.json
 def _validate_plan(file: Path) -> str:
     """A plan is valid when it parses, its configuration is consistent, and re-predicting it with
     this gplan gives the prediction it carries."""
-    from gplan.cost_models.step import StepModel
     from gplan.plan import inputs_digest, read_plan
-    from gplan.planner.build import layouts_of
+    from gplan.planner.build import repredict
     from gplan.spec.parallel import check_config
 
     plan = read_plan(file)
@@ -378,7 +378,7 @@ def _validate_plan(file: Path) -> str:
     if len(plan.placement.rank_to_device) != plan.world_size:
         raise InputError(f"{file}: placement has {len(plan.placement.rank_to_device)} ranks, world size is {plan.world_size}",
                          hint="regenerate the plan")
-    fresh = StepModel(plan.model, plan.training, plan.cluster, plan.parallel).predict(layouts_of(plan))
+    fresh = repredict(plan)
     if abs(fresh.step_time_s - plan.prediction.step_time_s) > 1e-9 * max(1.0, fresh.step_time_s):
         raise InputError(f"{file}: its prediction ({plan.prediction.step_time_s:.6g} s) differs from this gplan's "
                          f"({fresh.step_time_s:.6g} s)", hint="regenerate the plan with this gplan version")

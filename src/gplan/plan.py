@@ -132,6 +132,17 @@ def write_plan(plan: Plan, path: Path) -> None:
         raise RuntimeError(f"{path}: the written plan does not read back identically")
 
 
+def is_plan_file(path: Path) -> bool:
+    """A JSON file whose top level carries a schema_version (the mark of a plan)."""
+    if path.suffix != ".json" or not path.is_file():
+        return False
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return False
+    return isinstance(data, dict) and "schema_version" in data
+
+
 def read_plan(path: Path) -> Plan:
     """Read a plan; refuse unknown schema versions and malformed files with one line (exit 3)."""
     if not path.is_file():

@@ -39,9 +39,13 @@ def p2p_time_s(size_bytes: float, link: LinkSpec) -> float:
     return size_bytes / link.bytes_per_s + link.latency_s
 
 
+def _degrees(config: ParallelConfig) -> dict[str, int]:
+    return {axis: getattr(config, axis) for axis in AXIS_ORDER}
+
+
 def axis_span(config: ParallelConfig, axis: str) -> int:
     """Consecutive ranks one group of `axis` covers: its stride × its size."""
-    degrees = {"pp": config.pp, "dp": config.dp, "cp": config.cp, "tp": config.tp}
+    degrees = _degrees(config)
     inner = AXIS_ORDER[AXIS_ORDER.index(axis) + 1:]
     stride = 1
     for name in inner:
@@ -50,8 +54,7 @@ def axis_span(config: ParallelConfig, axis: str) -> int:
 
 
 def axis_stride(config: ParallelConfig, axis: str) -> int:
-    degrees = {"pp": config.pp, "dp": config.dp, "cp": config.cp, "tp": config.tp}
-    return axis_span(config, axis) // degrees[axis]
+    return axis_span(config, axis) // _degrees(config)[axis]
 
 
 def members_per_node(config: ParallelConfig, axis: str, devices_per_node: int) -> int:

@@ -35,6 +35,11 @@ def make_plan(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, co
     )
 
 
+def repredict(plan: Plan):
+    """The prediction this gplan gives for a plan's exact configuration and stage split."""
+    return StepModel(plan.model, plan.training, plan.cluster, plan.parallel).predict(layouts_of(plan))
+
+
 def layouts_of(plan: Plan) -> list[StageLayout]:
     """The stage layouts a plan was priced with (to re-predict it)."""
     return [StageLayout(layers=s.layers, embedding=s.embedding, head=s.head, node_group=s.node_group)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from gplan.cost_models import memory
 from gplan.cost_models.step import StepModel
-from gplan.spec.parallel import LayerCount, StageLayout
+from gplan.spec.parallel import LayerCount, StageLayout, even_sizes
 
 
 @dataclass(frozen=True)
@@ -124,8 +124,7 @@ def uniform_split(table: CostTable, option: int) -> Split | None:
     if len(table.groups) > 1:
         return None
     g = table.groups[0]
-    total = table.total_layers
-    sizes = [total // table.pp + (1 if i < total % table.pp else 0) for i in range(table.pp)]
+    sizes = even_sizes(table.total_layers, table.pp)
     sequence = [q for q, count in enumerate(table.layers_per_kind) for _ in range(count)]
     counts, start = [], 0
     for size in sizes:

@@ -134,12 +134,15 @@ def check_config(model: ModelSpec, training: TrainingSpec, config: ParallelConfi
         )
 
 
+def even_sizes(total: int, parts: int) -> list[int]:
+    """Megatron's split of `total` layers: as even as possible, extra layers on the earliest stages."""
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
 def uniform_layout(model: ModelSpec, pp: int, recompute: Recompute) -> list[StageLayout]:
     """Megatron's default split: layers as even as possible, extra layers on the earliest stages;
     the embedding on stage 0, the head on the last."""
-    total = model.total_layers
-    sizes = [total // pp + (1 if i < total % pp else 0) for i in range(pp)]
-    return layout_from_sizes(model, sizes, [recompute] * pp)
+    return layout_from_sizes(model, even_sizes(model.total_layers, pp), [recompute] * pp)
 
 
 def layout_from_sizes(model: ModelSpec, sizes: list[int], recompute: list[Recompute]) -> list[StageLayout]:
