@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gplan import __version__
-from gplan.errors import EXIT_INTERNAL, GplanError, InputError
+from gplan.errors import EXIT_INTERNAL, GplanError, InputError, UsageError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="rich",
                   help="Plan and launch parallel training of large transformers.")
@@ -172,6 +172,7 @@ def search(
     from gplan.plan import write_plan
     from gplan.planner.build import make_plan
     from gplan.planner.search import search as run_search
+    from gplan.planner.search import search_record
     from gplan.planner.space import SearchLimits
     from gplan.render import search_table
 
@@ -193,7 +194,7 @@ def search(
     best = result.best
     plan_cluster = inputs.cluster if inputs.cluster.is_heterogeneous else inputs.cluster.sized(best.config.world_size)
     plan = make_plan(inputs.model, inputs.training, plan_cluster, best.config, best.layouts, best.solver,
-                     devices_given=inputs.devices)
+                     devices_given=inputs.devices, search=search_record(result, limits))
     write_plan(plan, out)
     if as_json:
         emit_json({"plan": str(out), "candidates": result.candidates, "ilps_solved": result.solved,
@@ -285,6 +286,111 @@ def compare(
     err.print(compare_table(entries))
     for line in explain_differences(entries):
         err.print(line, highlight=False)
+
+
+@app.command()
+@guarded
+def explain(
+    plan_file: Path = typer.Argument(..., metavar="PLAN", help="a plan.json"),
+    what_if: list[str] = typer.Option([], "--what-if", help='e.g. "inter_node_bandwidth=2x", "devices=128", '
+                                      '"memory=1.5x", "gbs=1024" (repeat to combine)'),
+    svg: Optional[Path] = typer.Option(None, "--svg", help="also draw the pipeline schedule into this SVG file"),
+    width: int = typer.Option(100, "--width", help="columns of the terminal schedule picture"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Why this plan: per-stage time and memory, what binds, why the runner-ups lost, what-ifs, and a
+    picture of the pipeline schedule."""
+    from dataclasses import asdict
+
+    from gplan.cost_models import timeline
+    from gplan.plan import read_plan
+    from gplan.planner import explain as ex
+    from gplan.planner.build import repredict
+
+    plan = read_plan(plan_file)
+    changes = [ex.parse_what_if(text) for text in what_if]
+    if width < 20:
+        raise UsageError(f"--width {width}: too narrow for a picture", hint="use --width 60 or more")
+    prediction = repredict(plan)
+    findings = ex.findings(plan)
+    losers, source = ex.runner_ups(plan)
+    scenario = ex.what_if(plan, changes) if changes else None
+    c = plan.parallel
+    shown = timeline.shown_microbatches(c.pp, prediction.num_microbatches)
+    split = [timeline.stage_split_s(s.forward_s, s.backward_s, s.time_s) for s in prediction.stages]
+    ops = timeline.simulate([f for f, _ in split], [b for _, b in split], shown, c.schedule, c.vpp)
+    simulated = timeline.simulate([f for f, _ in split], [b for _, b in split], prediction.num_microbatches,
+                                  c.schedule, c.vpp) if prediction.num_microbatches <= 4096 else None
+    if svg:
+        from gplan.svg import timeline_svg
+
+        title = (f"{plan.model.name}: {c.label()} schedule={c.schedule}, "
+                 f"first {shown} of {prediction.num_microbatches} micro-batches")
+        _write_text(svg, timeline_svg(ops, c.pp, title))
+    if as_json:
+        emit_json({
+            "plan": str(plan_file), "step_time_s": prediction.step_time_s,
+            "simulated_pipeline_s": timeline.makespan_s(simulated) if simulated else None,
+            "findings": [asdict(f) for f in findings],
+            "runner_ups": {"source": source, "plans": [asdict(lo) for lo in losers]},
+            "what_if": _what_if_json(scenario) if scenario else None,
+            "svg": str(svg) if svg else None,
+        })
+        return
+    _render_explain(plan, prediction, findings, losers, source, scenario, ops, shown, simulated, width)
+    if svg:
+        err.print(f"[green]wrote[/] {svg}")
+
+
+def _write_text(path: Path, text: str) -> None:
+    try:
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+    except OSError as exc:
+        raise InputError(f"cannot write {path}: {exc.strerror}", hint="choose a writable path") from None
+
+
+def _render_explain(plan, prediction, findings, losers, source, scenario, ops, shown, simulated, width) -> None:
+    from gplan.cost_models import timeline
+    from gplan.render import (compare_table, findings_table, plan_stage_table, prediction_summary,
+                              runner_up_table, timeline_text)
+
+    c = plan.parallel
+    prediction_summary(err, f"{plan.model.name}: {c.label()}", c, prediction, stages=False)
+    err.print(plan_stage_table(plan, prediction))
+    err.print(findings_table(findings))
+    err.print(f"[bold]pipeline schedule[/] ({c.schedule}, first {shown} of {prediction.num_microbatches} micro-batches; "
+              "digits are micro-batches: [white on blue] forward [/] [black on green] backward [/] · waiting)")
+    for line in timeline_text(ops, c.pp, width):
+        err.print(line)
+    if simulated:
+        err.print(f"simulated pipeline: {timeline.makespan_s(simulated):.3f} s; the cost model's formula: "
+                  f"{prediction.step_time_s - prediction.breakdown.dp_comm - prediction.breakdown.optimizer - prediction.breakdown.overhead:.3f} s",
+                  highlight=False)
+    if losers:
+        err.print(runner_up_table(losers, source))
+    if scenario:
+        title = ", ".join(map(str, scenario.changes))
+        entries = [("this plan now", prediction)]
+        if scenario.this_plan is not None:
+            entries.append((f"this plan, {title}", scenario.this_plan))
+        entries.append((f"best, {title}", scenario.best.prediction))
+        err.print(f"[bold]what if {title}[/] ({scenario.devices} devices)")
+        if scenario.this_plan_note:
+            err.print(f"this plan cannot run: {scenario.this_plan_note}", highlight=False)
+        err.print(f"best plan then: {scenario.best.config.label()}", highlight=False)
+        err.print(compare_table(entries))
+
+
+def _what_if_json(scenario) -> dict:
+    return {
+        "changes": [str(x) for x in scenario.changes], "devices": scenario.devices,
+        "this_plan": scenario.this_plan.model_dump(mode="json") if scenario.this_plan else None,
+        "this_plan_note": scenario.this_plan_note,
+        "best": {"parallel": scenario.best.config.model_dump(mode="json"),
+                 "prediction": scenario.best.prediction.model_dump(mode="json")},
+    }
 
 
 @app.command()

@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gplan import __version__
-from gplan.cost_models.step import Prediction, StageMemory
+from gplan.cost_models.step import Prediction, StageMemory, StepBreakdown
 from gplan.errors import InputError
 from gplan.profiles.schema import ClusterSpec
 from gplan.spec.model import ModelSpec
@@ -30,6 +30,9 @@ class ParallelPlan(ParallelConfig):
     """The configuration plus what follows from it for the batch."""
 
     num_microbatches: int = Field(ge=1)
+
+    def to_config(self) -> ParallelConfig:
+        return ParallelConfig(**self.model_dump(exclude={"num_microbatches"}))
 
 
 class StagePlan(BaseModel):
@@ -93,6 +96,31 @@ class Provenance(BaseModel):
     """Devices the user offered; more than the plan's world size when fewer run faster."""
 
 
+class RunnerUp(BaseModel):
+    """A plan the search ranked below the winner, kept so `gplan explain` can say why it lost."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    parallel: ParallelConfig
+    stage_layers: list[list[LayerCount]]
+    step_time_s: float
+    memory_bytes_per_device_max: float
+    breakdown: StepBreakdown
+
+
+class SearchRecord(BaseModel):
+    """How the search that chose this plan was asked and what came second."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    limits: dict[str, list[int] | list[str] | bool | None]
+    """The search limits (SearchLimits fields) the user gave."""
+    candidates: int
+    ilps_solved: int
+    time_s: float
+    runner_ups: list[RunnerUp] = []
+
+
 class Plan(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -106,6 +134,8 @@ class Plan(BaseModel):
     placement: Placement
     prediction: Prediction
     provenance: Provenance
+    search: SearchRecord | None = None
+    """Present when `gplan search` wrote the plan."""
 
     @property
     def world_size(self) -> int:

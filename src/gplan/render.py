@@ -23,7 +23,7 @@ def seconds(value: float) -> str:
     return f"{value * 1e6:.0f} µs"
 
 
-def prediction_summary(console: Console, title: str, config: ParallelConfig, p: Prediction) -> None:
+def prediction_summary(console: Console, title: str, config: ParallelConfig, p: Prediction, stages: bool = True) -> None:
     budget = min(s.memory_budget_bytes for s in p.stages)
     fits = "[green]fits[/]" if p.fits else "[red]does not fit[/]"
     table = Table(title=title, show_header=False, title_justify="left")
@@ -38,7 +38,8 @@ def prediction_summary(console: Console, title: str, config: ParallelConfig, p: 
     parts = [(k, v) for k, v in b.model_dump().items() if v > 0]
     table.add_row("step breakdown", "   ".join(f"{k} {v / p.step_time_s:.1%}" for k, v in parts))
     console.print(table)
-    console.print(stage_table(p))
+    if stages:
+        console.print(stage_table(p))
 
 
 def stage_table(p: Prediction) -> Table:
@@ -137,4 +138,71 @@ def explain_differences(entries) -> list[str]:
         term = max(growth, key=growth.get)
         lines.append(f"{name} is {p.step_time_s / fastest.step_time_s - 1:.1%} slower than {fastest_name}: "
                      f"{term} grew most (+{seconds(growth[term])})")
+    return lines
+
+
+# ---- explain -------------------------------------------------------------------------------------
+
+def plan_stage_table(plan, prediction) -> Table:
+    """Per stage: its layers and options, time per micro-batch, and memory against the budget."""
+    table = Table(title="stages (per micro-batch; memory per device)", title_justify="left")
+    for col in ("stage", "layers", "recompute", "extras", "fwd+bwd", "comm", "T_i", "states", "activ.", "memory", "of budget"):
+        table.add_column(col, justify="left" if col in ("layers", "recompute", "extras") else "right")
+    slowest = max(s.time_s for s in prediction.stages)
+    for stage, s in zip(plan.stages, prediction.stages):
+        m = s.memory
+        mix = " · ".join(f"{c.recompute} {c.count}" for c in stage.layers if c.count)
+        extras = ", ".join(name for name, on in (("embedding", stage.embedding), ("head", stage.head)) if on)
+        used = s.memory_bytes / s.memory_budget_bytes
+        table.add_row(
+            str(s.index), f"{stage.layer_start}–{stage.layer_end - 1}", mix, extras,
+            seconds(s.forward_s + s.backward_s), seconds(s.tp_comm_s + s.cp_comm_s + s.pp_comm_s),
+            f"[bold]{seconds(s.time_s)}[/]" if s.time_s == slowest else seconds(s.time_s),
+            gib(m.weights_bytes + m.grads_bytes + m.optimizer_bytes), gib(m.activations_bytes), gib(s.memory_bytes),
+            f"[red]{used:.0%}[/]" if used > 1 else (f"[yellow]{used:.0%}[/]" if used >= 0.97 else f"{used:.0%}"),
+        )
+    return table
+
+
+def findings_table(items) -> Table:
+    table = Table(title="what binds", title_justify="left")
+    for col in ("constraint", "binds", "relaxing saves", "detail"):
+        table.add_column(col, justify="right" if col == "relaxing saves" else "left")
+    for f in items:
+        saving = "—" if f.constraint == "memory" else f"{f.saving_fraction:.1%}"
+        table.add_row(f.constraint, "[bold red]yes[/]" if f.binds else "no", saving, f.detail)
+    return table
+
+
+def runner_up_table(losers, source: str) -> Table:
+    table = Table(title=f"runner-ups ({source})", title_justify="left")
+    for col in ("#", "configuration", "split", "step", "slower", "why it lost"):
+        table.add_column(col, justify="right" if col in ("#", "step", "slower") else "left")
+    for rank, lo in enumerate(losers, 2):
+        table.add_row(str(rank), lo.label, lo.split, seconds(lo.step_time_s), f"+{lo.slower_fraction:.1%}",
+                      f"{lo.reason}: {lo.term} +{seconds(lo.term_growth_s)}")
+    return table
+
+
+def timeline_text(ops, pp: int, width: int) -> list:
+    """The schedule as one line of coloured cells per stage; a cell shows the op at its middle
+    (micro-batch number mod 10: blue forward, green backward, `·` waiting)."""
+    from rich.text import Text
+
+    end_s = max(op.end_s for op in ops)
+    rows = [[None] * width for _ in range(pp)]
+    for op in ops:
+        first = int(op.start_s / end_s * width + 0.5)
+        last = max(first + 1, int(op.end_s / end_s * width + 0.5))
+        for col in range(first, min(last, width)):
+            rows[op.stage][col] = op
+    lines = []
+    for stage, row in enumerate(rows):
+        line = Text(f"stage {stage:>2} ")
+        for op in row:
+            if op is None:
+                line.append("·", style="dim")
+            else:
+                line.append(str(op.microbatch % 10), style="white on blue" if op.kind == "F" else "black on green")
+        lines.append(line)
     return lines

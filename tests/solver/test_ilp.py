@@ -144,3 +144,18 @@ def test_heterogeneous_stages_follow_device_speed():
     assert sorted(split.stage_groups) == [0, 1]
     layers = {g: sum(sum(per) for per in split.counts[i]) for i, g in enumerate(split.stage_groups)}
     assert layers[0] > layers[1]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_cutoff_keeps_the_optimum_above_it_and_reports_none_below(seed):
+    """The search passes its incumbent as a cutoff: above the optimum the same split comes back,
+    below it the solver proves there is none."""
+    rng = random.Random(seed)
+    free = None
+    while free is None or free.split is None:
+        table = random_table(rng, [7], 3)
+        free = ilp.solve(table)
+    above = ilp.solve(table, cutoff=free.split.objective * 1.01)
+    assert above.split is not None and above.split.objective == pytest.approx(free.split.objective)
+    below = ilp.solve(table, cutoff=free.split.objective * 0.99)
+    assert below.split is None and below.status == "cutoff"

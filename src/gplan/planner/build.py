@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gplan.cost_models.step import StepModel
-from gplan.plan import ParallelPlan, Plan, Provenance, SolverInfo, StagePlan, inputs_digest
+from gplan.plan import ParallelPlan, Plan, Provenance, SearchRecord, SolverInfo, StagePlan, inputs_digest
 from gplan.planner.placement import place, stage_ranks
 from gplan.profiles.schema import ClusterSpec
 from gplan.spec.model import ModelSpec
@@ -13,7 +13,8 @@ from gplan.spec.training import TrainingSpec
 
 def make_plan(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, config: ParallelConfig,
               layouts: list[StageLayout] | None = None, solver: SolverInfo | None = None,
-              devices_given: int | None = None, profile: str | None = None) -> Plan:
+              devices_given: int | None = None, profile: str | None = None,
+              search: SearchRecord | None = None) -> Plan:
     layouts = layouts or uniform_layout(model, config.pp, config.recompute)
     prediction = StepModel(model, training, cluster, config).predict(layouts)
     placement = place(cluster, config, [s.node_group for s in layouts])
@@ -32,6 +33,7 @@ def make_plan(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, co
         stages=stages, placement=placement, prediction=prediction,
         provenance=Provenance(solver=solver or SolverInfo(name="none", status="none"),
                               devices_given=devices_given, profile=profile),
+        search=search,
     )
 
 

@@ -72,15 +72,19 @@ def _quiet_stdout():
         os.close(devnull)
 
 
-def _solver(time_limit_s: float):
-    highs = pulp.HiGHS(msg=False, timeLimit=time_limit_s)
+def _solver(time_limit_s: float, cutoff: float | None):
+    # objective_bound lets HiGHS prune every node that cannot beat the search's incumbent.
+    options = {"objective_bound": cutoff} if cutoff is not None and cutoff < float("inf") else {}
+    highs = pulp.HiGHS(msg=False, timeLimit=time_limit_s, **options)
     if highs.available():
         return "highs", highs
     return "cbc", pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s)
 
 
-def solve(table: CostTable, time_limit_s: float = 10.0) -> SolveResult:
-    """Build and solve the ILP of the module docstring."""
+def solve(table: CostTable, time_limit_s: float = 10.0, cutoff: float | None = None) -> SolveResult:
+    """Build and solve the ILP of the module docstring. With `cutoff`, only splits whose objective is
+    at most the cutoff are of interest: HiGHS prunes with it, and when the best split found lies above
+    it (or none is found), the result is status `cutoff` without a split."""
     start = time.perf_counter()
     p, Q, K, G = table.pp, len(table.kinds), len(table.options), table.groups
     prob = pulp.LpProblem("stage_split", pulp.LpMinimize)
@@ -130,12 +134,14 @@ def solve(table: CostTable, time_limit_s: float = 10.0) -> SolveResult:
                 if i >= 1 and q + 1 < Q:
                     prob += held <= table.layers_per_kind[q] * (1 - z[i - 1, q + 1])
 
-    name, solver = _solver(time_limit_s)
+    name, solver = _solver(time_limit_s, cutoff)
     with _quiet_stdout():
         prob.solve(solver)
     elapsed = time.perf_counter() - start
     if prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
         status = "infeasible" if prob.status == pulp.LpStatusInfeasible else "error"
+        if status == "infeasible" and cutoff is not None and cutoff < float("inf"):
+            status = "cutoff"
         return SolveResult(None, name, status, float("inf"), elapsed)
     optimal = prob.sol_status == pulp.LpSolutionOptimal
     gap = _gap(prob, name) if not optimal else 0.0
@@ -145,6 +151,8 @@ def solve(table: CostTable, time_limit_s: float = 10.0) -> SolveResult:
     # Price the integer solution exactly; the solver's T_i carry its feasibility tolerance.
     stage_times = [stage_time(table, counts[i], i, groups[i]) for i in range(p)]
     split = Split(counts=counts, stage_groups=groups, objective=table.objective(stage_times))
+    if cutoff is not None and split.objective > cutoff:
+        return SolveResult(None, name, "cutoff", float("inf"), elapsed)
     return SolveResult(split, name, "optimal" if optimal else "time_limit", gap, elapsed)
 
 

@@ -11,7 +11,8 @@ A networkx graph of the cluster gives the link class and bandwidth each group ac
 
 from __future__ import annotations
 
-import networkx as nx
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from gplan.cost_models.communication import AXIS_ORDER
@@ -19,6 +20,9 @@ from gplan.errors import InputError
 from gplan.plan import DeviceRef, Placement
 from gplan.profiles.schema import ClusterSpec
 from gplan.spec.parallel import ParallelConfig
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 
 def rank_grid(config: ParallelConfig) -> np.ndarray:
@@ -69,9 +73,11 @@ def _free_devices(cluster: ClusterSpec) -> list[list[DeviceRef]]:
 
 # ---- topology -----------------------------------------------------------------------------------
 
-def topology(cluster: ClusterSpec) -> nx.Graph:
+def topology(cluster: ClusterSpec) -> "nx.Graph":
     """Devices as `(node, local)` vertices; an edge per device pair in a node (intra-node link), and
     each device to its node's switch port and the switch to the fabric (inter-node link)."""
+    import networkx as nx  # only `explain` and `validate` walk the graph; search stays quick to start
+
     graph = nx.Graph()
     node = 0
     for group in cluster.node_groups:
@@ -88,7 +94,7 @@ def topology(cluster: ClusterSpec) -> nx.Graph:
     return graph
 
 
-def group_link(graph: nx.Graph, devices: list[DeviceRef]) -> tuple[str, float]:
+def group_link(graph: "nx.Graph", devices: list[DeviceRef]) -> tuple[str, float]:
     """The slowest link on the ring through `devices` (in order): its class and GB/s per device."""
     if len(devices) < 2:
         return "none", float("inf")
@@ -97,9 +103,15 @@ def group_link(graph: nx.Graph, devices: list[DeviceRef]) -> tuple[str, float]:
     for a, b in zip(ring, ring[1:] + ring[:1]):
         if a == b:
             continue
-        path = nx.shortest_path(graph, a, b)
+        path = _shortest_path(graph, a, b)
         for u, v in zip(path, path[1:]):
             edge = graph.edges[u, v]
             if edge["bandwidth_GBps"] < worst[1]:
                 worst = (edge["link"], edge["bandwidth_GBps"])
     return worst
+
+
+def _shortest_path(graph: "nx.Graph", a, b) -> list:
+    import networkx as nx
+
+    return nx.shortest_path(graph, a, b)

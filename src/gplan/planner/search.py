@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from gplan.cost_models.step import Prediction, StepModel
 from gplan.errors import InfeasibleError
-from gplan.plan import SolverInfo
+from gplan.plan import RunnerUp, SearchRecord, SolverInfo
 from gplan.planner import ilp
 from gplan.planner.space import SearchLimits, candidates
 from gplan.planner.table import CostTable, build_table, uniform_split
@@ -46,6 +46,16 @@ class SearchResult:
     @property
     def best(self) -> Candidate:
         return self.ranked[0]
+
+
+def search_record(result: SearchResult, limits: SearchLimits) -> SearchRecord:
+    """What the plan keeps of its search: the limits asked and the runner-ups."""
+    runner_ups = [RunnerUp(parallel=c.config, stage_layers=[s.layers for s in c.layouts],
+                           step_time_s=c.prediction.step_time_s,
+                           memory_bytes_per_device_max=c.prediction.memory_bytes_per_device_max,
+                           breakdown=c.prediction.breakdown) for c in result.ranked[1:]]
+    return SearchRecord(limits=asdict(limits), candidates=result.candidates, ilps_solved=result.solved,
+                        time_s=result.time_s, runner_ups=runner_ups)
 
 
 def lower_bound_s(table: CostTable) -> float:
@@ -165,10 +175,13 @@ def search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devic
         if memory_aware_bound_s(s.table, work_s(s.table)) >= incumbent:
             result.pruned += 1
             continue
-        solved = ilp.solve(s.table, time_limit_s)
+        solved = ilp.solve(s.table, time_limit_s, cutoff=incumbent)
         result.solved += 1
         result.solver_time_s += solved.time_s
         result.statuses[solved.status] = result.statuses.get(solved.status, 0) + 1
+        if solved.status == "cutoff":
+            result.pruned += 1
+            continue
         if solved.split is None:
             result.memory_infeasible += 1
             continue

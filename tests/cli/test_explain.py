@@ -1,0 +1,96 @@
+"""`gplan explain`: stage breakdown, binding constraints, runner-ups, what-ifs, schedule picture."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory):
+    from typer.testing import CliRunner
+
+    from gplan.cli import app
+
+    out = tmp_path_factory.mktemp("explain") / "plan.json"
+    r = CliRunner().invoke(app, ["search", "llama3-70b", "--cluster", "dgx-h100", "--devices", "64", "--gbs", "512",
+                                 "--out", str(out)])
+    assert r.exit_code == 0
+    return out
+
+
+def test_explain_prints_stages_findings_picture_and_runner_ups(gplan, searched):
+    r = gplan("explain", str(searched))
+    assert r.code == 0 and r.stdout == ""
+    for part in ("stages", "what binds", "pipeline schedule", "runner-ups (recorded by the search)"):
+        assert part in r.stderr
+    plan = json.loads(searched.read_text())
+    assert r.stderr.count("stage  ") >= plan["parallel"]["pp"]
+
+
+def test_explain_json_names_memory_first_and_runner_ups_slower(gplan, searched):
+    data = gplan("explain", str(searched), "--json").json()
+    plan = json.loads(searched.read_text())
+    assert data["findings"][0]["constraint"] == "memory"
+    assert [f for f in data["findings"] if f["binds"]], "something always binds"
+    ups = data["runner_ups"]["plans"]
+    assert len(ups) == len(plan["search"]["runner_ups"]) > 0
+    assert all(u["step_time_s"] >= data["step_time_s"] for u in ups)
+    assert data["simulated_pipeline_s"] >= max(s["time_s"] for s in plan["prediction"]["stages"]) * plan["parallel"]["num_microbatches"] - 1e-9
+
+
+def test_what_if_more_devices_finds_a_faster_plan(gplan, searched):
+    data = gplan("explain", str(searched), "--what-if", "devices=128", "--json").json()["what_if"]
+    assert data["devices"] == 128
+    best = data["best"]["prediction"]["step_time_s"]
+    assert best < data["this_plan"]["step_time_s"]
+
+
+def test_what_if_faster_links_never_slows_the_plan(gplan, searched):
+    data = gplan("explain", str(searched), "--what-if", "inter_node_bandwidth=2x", "--json").json()
+    assert data["what_if"]["this_plan"]["step_time_s"] <= data["step_time_s"] * (1 + 1e-12)
+    assert data["what_if"]["best"]["prediction"]["step_time_s"] <= data["what_if"]["this_plan"]["step_time_s"] * (1 + 1e-12)
+
+
+def test_what_if_less_memory_says_when_this_plan_no_longer_fits(gplan, searched):
+    data = gplan("explain", str(searched), "--what-if", "memory=0.9x", "--json").json()["what_if"]
+    assert data["this_plan"]["fits"] is False
+    assert data["best"]["prediction"]["fits"] is True
+
+
+def test_svg_has_a_block_per_op(gplan, searched, tmp_path):
+    svg = tmp_path / "schedule.svg"
+    data = gplan("explain", str(searched), "--svg", str(svg), "--json").json()
+    assert data["svg"] == str(svg)
+    root = ET.fromstring(svg.read_text())
+    rects = [e for e in root.iter() if e.tag.endswith("rect")]
+    plan = json.loads(searched.read_text())
+    pp, vpp = plan["parallel"]["pp"], plan["parallel"]["vpp"]
+    shown = min(plan["parallel"]["num_microbatches"], pp * max(2, -(-8 // pp)))
+    assert len(rects) == pp + 2 * pp * vpp * shown
+
+
+def test_plan_without_search_record_gets_runner_ups_from_a_fresh_search(gplan, tmp_path):
+    from gplan.inputs import resolve_inputs
+    from gplan.plan import write_plan
+    from gplan.planner.build import make_plan
+    from gplan.spec.parallel import ParallelConfig
+
+    inputs = resolve_inputs("llama3-8b", 8, "dgx-a100-80g")
+    out = tmp_path / "hand.json"
+    write_plan(make_plan(inputs.model, inputs.training, inputs.cluster,
+                         ParallelConfig(dp=4, tp=2, pp=1, zero=1, recompute="full")), out)
+    data = gplan("explain", str(out), "--json").json()
+    assert data["runner_ups"]["source"].startswith("from a fresh search")
+    assert data["runner_ups"]["plans"]
+    memory = data["findings"][0]
+    assert memory["constraint"] == "memory" and memory["binds"] is True  # every layer recomputes
+
+
+@pytest.mark.parametrize("what_if", ["bandwidth=2x", "devices", "devices=abc", "memory=-1x"])
+def test_bad_what_if_is_one_line_exit_3(gplan, searched, what_if):
+    r = gplan("explain", str(searched), "--what-if", what_if)
+    assert r.code == 3
+    assert r.stderr.startswith("error:") and "hint:" in r.stderr and "Traceback" not in r.stderr
