@@ -395,6 +395,131 @@ def _what_if_json(scenario) -> dict:
 
 @app.command()
 @guarded
+def launch(
+    plan_file: Path = typer.Argument(..., metavar="PLAN", help="a plan.json"),
+    backend: str = typer.Option("torch", "--backend", help="torch (torchrun) | mindspore (msrun)"),
+    nproc_per_node: Optional[int] = typer.Option(None, "--nproc-per-node", help="processes per node (default: the plan's devices per node)"),
+    nnodes: Optional[int] = typer.Option(None, "--nnodes", help="nodes (default: world size / processes per node)"),
+    node_rank: int = typer.Option(0, "--node-rank", help="this node's rank (several nodes)"),
+    rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT of node 0 (several nodes)"),
+    rdzv_id: str = typer.Option("gplan", "--rdzv-id", help="rendezvous id shared by the nodes of one job"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print every node's command and exit"),
+    slurm: Optional[Path] = typer.Option(None, "--slurm", help="write a SLURM batch script to this file and exit"),
+    validate_only: bool = typer.Option(False, "--validate", help="build the sharded model on the meta device with a fake "
+                                       "process group of the plan's world size; compare parameter bytes with the plan"),
+    steps: int = typer.Option(10, "--steps", help="optimizer steps"),
+    warmup_steps: int = typer.Option(2, "--warmup-steps", help="steps left out of the measured step time"),
+    layers: Optional[int] = typer.Option(None, "--layers", help="run a scaled-down model: this many layers"),
+    hidden: Optional[int] = typer.Option(None, "--hidden", help="scaled-down hidden size"),
+    seq_length: Optional[int] = typer.Option(None, "--seq-length", help="scaled-down sequence length"),
+    gbs: Optional[int] = typer.Option(None, "--gbs", help="global batch (sequences)"),
+    data: Optional[Path] = typer.Option(None, "--data", help="token file: a flat uint16 (uint32 for vocabularies > 65536) array"),
+    device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
+    checkpoint_dir: Optional[Path] = typer.Option(None, "--checkpoint-dir", help="write and resume checkpoints here"),
+    checkpoint_every: int = typer.Option(0, "--checkpoint-every", help="checkpoint every K steps"),
+    resume: bool = typer.Option(False, "--resume", help="continue from the latest checkpoint in --checkpoint-dir"),
+    run_dir: Path = typer.Option(Path("gplan-run"), "--run-dir", help="logs, the plan that ran, run_report.json"),
+    lr: float = typer.Option(3e-3, "--lr", help="AdamW learning rate"),
+    seed: int = typer.Option(0, "--seed", help="seed of the weights and the synthetic data"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Run a plan: torchrun with DeviceMesh, tensor/sequence parallel, pipelining, FSDP2; report
+    measured versus predicted."""
+    from gplan.backends.scale import scaled_plan
+    from gplan.backends.torch import launcher
+    from gplan.plan import read_plan, write_plan
+
+    plan = read_plan(plan_file)
+    if backend != "torch":
+        raise InputError(f"--backend {backend!r} is not available in this gplan", hint="use --backend torch")
+    _check_launch_flags(steps, warmup_steps, data, checkpoint_dir, checkpoint_every, resume, device)
+    if validate_only:
+        _validate_launch(plan, as_json)
+        return
+    plan = scaled_plan(plan, layers, hidden, seq_length, gbs)
+    options = launcher.LaunchOptions(
+        run_dir=run_dir.resolve(), nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
+        rdzv_endpoint=rdzv_endpoint, rdzv_id=rdzv_id, steps=steps, warmup_steps=warmup_steps, lr=lr, seed=seed,
+        data=data.resolve() if data else None, device=device,
+        checkpoint_dir=checkpoint_dir.resolve() if checkpoint_dir else None, checkpoint_every=checkpoint_every,
+        resume=resume)
+    plan_path = options.run_dir / "plan.json"
+    spec = launcher.render(plan, plan_path, options)
+    if not dry_run:
+        options.run_dir.mkdir(parents=True, exist_ok=True)
+    if slurm:
+        _write_text(slurm, launcher.slurm_script(plan, plan_path, options))
+        write_plan(plan, plan_path)
+        err.print(f"[green]wrote[/] {slurm} and {plan_path}; submit with: sbatch {slurm}")
+        return
+    if dry_run:
+        if as_json:
+            emit_json({"nnodes": spec.nnodes, "nproc_per_node": spec.nproc_per_node, "env": spec.env,
+                       "nodes": [{"node_rank": n.node_rank, "argv": n.argv} for n in spec.nodes]})
+            return
+        for node in spec.nodes:
+            sys.stdout.write(f"# node {node.node_rank}\n{launcher.shell_line(node.argv, spec.env)}\n")
+        return
+    _require_torch()
+    write_plan(plan, plan_path)
+    launcher.run(spec, options, echo=lambda line: sys.stderr.write(line + "\n"))
+    _print_run_report(options.run_dir / "run_report.json", plan, as_json)
+
+
+def _check_launch_flags(steps, warmup_steps, data, checkpoint_dir, checkpoint_every, resume, device) -> None:
+    if steps < 1 or warmup_steps < 0:
+        raise InputError(f"--steps {steps} --warmup-steps {warmup_steps}: steps ≥ 1, warm-up ≥ 0", hint="for example --steps 10")
+    if data is not None and not data.is_file():
+        raise InputError(f"--data {data}: no such file", hint="a flat binary array of token ids")
+    if (checkpoint_every or resume) and checkpoint_dir is None:
+        raise InputError("--checkpoint-every and --resume need --checkpoint-dir", hint="add --checkpoint-dir DIR")
+    if device not in ("auto", "cpu", "cuda"):
+        raise InputError(f"--device {device!r}", hint="auto | cpu | cuda")
+
+
+def _require_torch() -> None:
+    import importlib.util
+
+    from gplan.errors import BackendError
+
+    if importlib.util.find_spec("torch") is None:
+        raise BackendError("the torch backend needs PyTorch", hint="pip install -e '.[torch]'")
+
+
+def _validate_launch(plan, as_json: bool) -> None:
+    from dataclasses import asdict
+
+    from gplan.errors import BackendError
+    from gplan.render import validation_table
+
+    _require_torch()
+    from gplan.backends.torch.validate import TOLERANCE, validate_plan
+
+    rows = validate_plan(plan)
+    if as_json:
+        emit_json([asdict(r) for r in rows])
+    else:
+        err.print(validation_table(rows, plan.world_size))
+    worst = max(rows, key=lambda r: abs(r.error))
+    if abs(worst.error) > TOLERANCE:
+        raise BackendError(f"stage {worst.stage}: built parameters differ from the plan by {worst.error:+.1%}",
+                           hint="the cost model's parameter count and the torch model disagree; report it")
+
+
+def _print_run_report(path: Path, plan, as_json: bool) -> None:
+    from gplan.render import run_report_table
+    from gplan.report import read_report
+
+    report = read_report(path)
+    if as_json:
+        emit_json(report.model_dump(mode="json"))
+        return
+    err.print(run_report_table(report, plan))
+    err.print(f"[green]wrote[/] {path}")
+
+
+@app.command()
+@guarded
 def models(as_json: bool = JsonOpt) -> None:
     """List the bundled models."""
     from gplan.spec.loaders import load_model

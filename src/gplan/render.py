@@ -206,3 +206,38 @@ def timeline_text(ops, pp: int, width: int) -> list:
                 line.append(str(op.microbatch % 10), style="white on blue" if op.kind == "F" else "black on green")
         lines.append(line)
     return lines
+
+
+# ---- launch --------------------------------------------------------------------------------------
+
+def run_report_table(report, plan) -> Table:
+    """Measured against predicted, with the ratio."""
+    table = Table(title=f"measured vs predicted — {report.parallel} on {report.world_size} × {report.device} "
+                        f"({report.compute_dtype}, median of steps {report.warmup_steps + 1}–{len(report.losses)})",
+                  title_justify="left")
+    for col in ("", "measured", "predicted", "measured / predicted"):
+        table.add_column(col, justify="right")
+    p = plan.prediction
+
+    def row(label, measured, predicted, fmt):
+        table.add_row(label, fmt(measured), fmt(predicted), f"{measured / predicted:.2f}" if predicted else "—")
+
+    row("step time", report.step_time_s, p.step_time_s, seconds)
+    row("tokens/s", report.tokens_per_s, p.tokens_per_s, lambda v: f"{v:,.0f}")
+    row("MFU", report.mfu, p.mfu, lambda v: f"{v:.2%}")
+    kind = report.ranks[0].memory_kind
+    for stage, (measured, predicted) in enumerate(zip(report.stage_peak_bytes(), report.predicted_memory_bytes_per_stage)):
+        row(f"memory stage {stage} ({kind})", measured, predicted, gib)
+    table.add_row("loss first → last", f"{report.losses[0]:.4f} → {report.losses[-1]:.4f}", "", "")
+    return table
+
+
+def validation_table(rows, world_size: int) -> Table:
+    table = Table(title=f"dry validation: sharded model on the meta device, fake process group of {world_size} ranks",
+                  title_justify="left")
+    for col in ("stage", "rank", "parameters (after tp)", "plan", "error", "weight bytes (after zero)", "plan "):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(str(r.stage), str(r.rank), f"{r.params:,.0f}", f"{r.predicted_params:,.0f}", f"{r.error:+.2%}",
+                      gib(r.weight_bytes), gib(r.predicted_weight_bytes))
+    return table

@@ -1,0 +1,4 @@
+"""The PyTorch backend: torchrun, DeviceMesh, DTensor tensor parallel, pipelining, FSDP2, DCP.
+
+This package's `__init__` and `launcher` import no torch: `gplan launch --dry-run` works without it.
+"""

@@ -1,0 +1,218 @@
+"""Start a plan under torchrun (no torch import here: rendering and dry runs work anywhere).
+
+`render` turns a plan and options into argv lists and environment — never a shell string. One node:
+`torchrun --standalone --nproc-per-node K`. Several: every node runs `torchrun --nnodes N
+--node-rank R --rdzv-backend c10d --rdzv-endpoint HOST:PORT --rdzv-id ID`, or one SLURM batch
+script starts them all (`srun` one task per node). `run` starts this node's command, streams its
+output, and when a rank fails names it with its last log lines (exit 5); every process it started
+is gone when it returns.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gplan.errors import BackendError, InputError
+from gplan.plan import Plan
+
+WORKER_MODULE = "gplan.backends.torch.worker"
+DEFAULT_PORT = 29500
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """How to run a plan; the worker's options are passed through unchanged."""
+
+    run_dir: Path
+    nproc_per_node: int | None = None
+    """Processes per node; default: the plan cluster's devices per node (or the world size)."""
+    nnodes: int | None = None
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+    """HOST:PORT of the rendezvous (node 0) for several nodes."""
+    rdzv_id: str = "gplan"
+    steps: int = 10
+    warmup_steps: int = 2
+    lr: float = 3e-3
+    seed: int = 0
+    data: Path | None = None
+    device: str = "auto"
+    checkpoint_dir: Path | None = None
+    checkpoint_every: int = 0
+    resume: bool = False
+
+
+@dataclass(frozen=True)
+class NodeCommand:
+    node_rank: int
+    argv: list[str]
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    world_size: int
+    nnodes: int
+    nproc_per_node: int
+    nodes: list[NodeCommand]
+    env: dict[str, str] = field(default_factory=dict)
+    """Added to the environment of every node."""
+
+
+def node_layout(plan: Plan, options: LaunchOptions) -> tuple[int, int]:
+    """(nnodes, nproc_per_node), checked against the plan's world size (exit 3 when they differ)."""
+    world = plan.world_size
+    per_node = options.nproc_per_node or min(world, plan.cluster.primary.devices_per_node)
+    nnodes = options.nnodes or -(-world // per_node)
+    if per_node * nnodes != world:
+        raise InputError(f"the plan needs {world} ranks; --nproc-per-node {per_node} × --nnodes {nnodes} = {per_node * nnodes}",
+                         hint=f"use --nproc-per-node {min(world, plan.cluster.primary.devices_per_node)} "
+                              f"--nnodes {-(-world // min(world, plan.cluster.primary.devices_per_node))}, or re-plan for these devices")
+    if not 0 <= options.node_rank < nnodes:
+        raise InputError(f"--node-rank {options.node_rank} outside 0..{nnodes - 1}", hint="node ranks count from 0")
+    if nnodes > 1 and not options.rdzv_endpoint:
+        raise InputError(f"{nnodes} nodes need a rendezvous", hint="pass --rdzv-endpoint HOST:PORT (node 0's address)")
+    return nnodes, per_node
+
+
+def worker_args(plan_path: Path, options: LaunchOptions) -> list[str]:
+    args = ["-m", WORKER_MODULE, "--plan", str(plan_path), "--run-dir", str(options.run_dir),
+            "--steps", str(options.steps), "--warmup-steps", str(options.warmup_steps), "--lr", repr(options.lr),
+            "--seed", str(options.seed), "--device", options.device]
+    if options.data:
+        args += ["--data", str(options.data)]
+    if options.checkpoint_dir:
+        args += ["--checkpoint-dir", str(options.checkpoint_dir), "--checkpoint-every", str(options.checkpoint_every)]
+    if options.resume:
+        args.append("--resume")
+    return args
+
+
+def render(plan: Plan, plan_path: Path, options: LaunchOptions) -> LaunchSpec:
+    """The command of every node. Single node: --standalone; else c10d rendezvous."""
+    nnodes, per_node = node_layout(plan, options)
+    nodes = []
+    for node in range(nnodes):
+        if nnodes == 1:
+            head = ["torchrun", "--standalone", "--nnodes", "1", "--nproc-per-node", str(per_node)]
+        else:
+            head = ["torchrun", "--nnodes", str(nnodes), "--node-rank", str(node), "--nproc-per-node", str(per_node),
+                    "--rdzv-backend", "c10d", "--rdzv-endpoint", options.rdzv_endpoint, "--rdzv-id", options.rdzv_id]
+        head += ["--max-restarts", "0", "--monitor-interval", "0.5"]
+        nodes.append(NodeCommand(node, head + worker_args(plan_path, options)))
+    return LaunchSpec(plan.world_size, nnodes, per_node, nodes, env=job_env(plan))
+
+
+def job_env(plan: Plan) -> dict[str, str]:
+    """NCCL reports a failed peer instead of hanging; one intra-op thread per rank on CPU."""
+    env = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "GPLAN_PG_TIMEOUT_S": "300"}
+    if plan.cluster.primary.hardware.kind == "cpu":
+        env["OMP_NUM_THREADS"] = "1"
+    return env
+
+
+def slurm_script(plan: Plan, plan_path: Path, options: LaunchOptions, port: int = DEFAULT_PORT) -> str:
+    """A batch script: one `srun` task per node, each running torchrun with c10d rendezvous on the
+    first node of the allocation."""
+    nnodes, per_node = node_layout(plan, LaunchOptions(**{**options.__dict__, "rdzv_endpoint": "slurm", "node_rank": 0}))
+    gpu = plan.cluster.primary.hardware.kind == "gpu"
+    # Two words are left for the shell to expand; every other word is quoted.
+    expanded = {"@HEAD@": f'"$HEAD_NODE:{port}"', "@JOB@": '"$SLURM_JOB_ID"'}
+    torchrun = ["torchrun", "--nnodes", str(nnodes), "--nproc-per-node", str(per_node), "--rdzv-backend", "c10d",
+                "--rdzv-endpoint", "@HEAD@", "--rdzv-id", "@JOB@",
+                "--max-restarts", "0", "--monitor-interval", "0.5"] + worker_args(plan_path, options)
+    quoted = " ".join(expanded.get(a) or shlex.quote(a) for a in torchrun)
+    lines = [
+        "#!/bin/bash",
+        f"#SBATCH --job-name=gplan-{re.sub(r'[^A-Za-z0-9_.-]', '-', plan.model.name)}",
+        f"#SBATCH --nodes={nnodes}",
+        "#SBATCH --ntasks-per-node=1",
+        *([f"#SBATCH --gpus-per-node={per_node}"] if gpu else [f"#SBATCH --cpus-per-task={per_node}"]),
+        "#SBATCH --exclusive",
+        "set -euo pipefail",
+        'HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        *[f"export {k}={shlex.quote(v)}" for k, v in sorted(job_env(plan).items())],
+        f"srun --nodes={nnodes} --ntasks-per-node=1 {quoted}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def shell_line(argv: list[str], env: dict[str, str]) -> str:
+    """For people to read and paste (`--dry-run`), not for running."""
+    return " ".join([f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())] + [shlex.quote(a) for a in argv])
+
+
+# ---- running -------------------------------------------------------------------------------------
+
+def run(spec: LaunchSpec, options: LaunchOptions, echo) -> None:
+    """Run this node's command; raise BackendError naming the failed rank when the job fails."""
+    argv = [sys.executable, "-m", "torch.distributed.run"] + spec.nodes[options.node_rank].argv[1:]
+    options.run_dir.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **spec.env}
+    log_path = options.run_dir / "torchrun.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        try:
+            for line in proc.stdout:
+                log.write(line)
+                echo(line.rstrip("\n"))
+            code = proc.wait()
+        except KeyboardInterrupt:
+            _kill_group(proc)
+            raise
+        finally:
+            _kill_group(proc)
+    if code != 0:
+        raise _failure(code, log_path.read_text(), options.run_dir)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """Whatever torchrun left (it should leave nothing) dies with it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def failed_rank(torchrun_output: str, run_dir: Path) -> int | None:
+    """The first failure torchrun reports ('Root Cause' section), else a rank whose log says FAILED."""
+    cause = torchrun_output.split("Root Cause", 1)
+    if len(cause) == 2:
+        match = re.search(r"rank\s*:\s*(\d+)", cause[1])
+        if match:
+            return int(match.group(1))
+    for path in sorted((run_dir / "logs").glob("rank*.log")):
+        if "FAILED" in path.read_text():
+            return int(path.stem.removeprefix("rank"))
+    return None
+
+
+def last_lines(run_dir: Path, rank: int, count: int = 8) -> list[str]:
+    path = run_dir / "logs" / f"rank{rank}.log"
+    if not path.is_file():
+        return []
+    return path.read_text().splitlines()[-count:]
+
+
+def _failure(code: int, output: str, run_dir: Path) -> BackendError:
+    rank = failed_rank(output, run_dir)
+    exit_code = re.search(r"exitcode\s*:\s*(-?\d+)", output.split("Root Cause", 1)[-1])
+    how = f"exit code {exit_code.group(1)}" if exit_code else f"torchrun exit {code}"
+    if exit_code and int(exit_code.group(1)) < 0:
+        how = f"killed by signal {-int(exit_code.group(1))}"
+    who = f"rank {rank}" if rank is not None else "a rank"
+    tail = " | ".join(last_lines(run_dir, rank)) if rank is not None else ""
+    return BackendError(f"{who} failed ({how}); the job was stopped" + (f"; its last lines: {tail}" if tail else ""),
+                        hint=f"see {run_dir}/logs/rank{rank if rank is not None else '*'}.log and {run_dir}/torchrun.log")
+

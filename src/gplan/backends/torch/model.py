@@ -1,0 +1,227 @@
+"""The decoder-only transformer of a ModelSpec (GPT and Llama families), written so that a pipeline
+stage is the same module with the layers it does not run deleted and its missing ends set to None.
+
+Parameter names are global (`layers.17.attention.wq.weight`) whatever the layout, so checkpoints and
+the deterministic initialisation do not depend on dp/tp/pp. Attention infers its local head count
+from the projected width, so tensor parallelism only has to shard the weights.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from gplan.spec.model import ModelSpec
+
+INIT_STD = 0.02
+"""GPT-2/Megatron initialisation: N(0, 0.02) for every weight matrix."""
+
+
+@dataclass(frozen=True)
+class ModelArgs:
+    dim: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    ffn_dim: int
+    ffn_kind: str
+    vocab_size: int
+    max_seq_len: int
+    norm: str
+    position: str
+    tie_embeddings: bool
+    bias: bool
+    norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+
+    @classmethod
+    def from_spec(cls, spec: ModelSpec, seq_length: int) -> "ModelArgs":
+        if spec.num_encoder_layers:
+            raise ValueError("the torch worker runs decoder-only models")
+        if spec.position_embedding not in ("rope", "learned"):
+            raise ValueError(f"position embedding {spec.position_embedding!r}: the torch worker runs rope or learned")
+        return cls(dim=spec.hidden_size, n_layers=spec.num_layers, n_heads=spec.num_attention_heads,
+                   n_kv_heads=spec.kv_heads, ffn_dim=spec.ffn_size, ffn_kind=spec.ffn_kind,
+                   vocab_size=spec.vocab_size, max_seq_len=seq_length, norm=spec.norm,
+                   position=spec.position_embedding, tie_embeddings=spec.tie_embeddings, bias=spec.bias)
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_heads
+
+
+def make_norm(args: ModelArgs) -> nn.Module:
+    if args.norm == "rmsnorm":
+        return nn.RMSNorm(args.dim, eps=args.norm_eps)
+    return nn.LayerNorm(args.dim, eps=args.norm_eps, bias=args.bias)
+
+
+def rope_tables(seq_len: int, head_dim: int, theta: float, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of RoPE (Su et al. 2021) for positions 0..seq_len−1, shape (seq, head_dim/2)."""
+    inv = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
+    angles = torch.outer(torch.arange(seq_len, device=device, dtype=torch.float32), inv)
+    return angles.cos(), angles.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate pairs (x[2i], x[2i+1]) of every head; x is (batch, seq, heads, head_dim)."""
+    pairs = x.float().unflatten(-1, (-1, 2))
+    a, b = pairs[..., 0], pairs[..., 1]
+    cos, sin = cos[None, :, None, :], sin[None, :, None, :]
+    rotated = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1)
+    return rotated.flatten(-2).type_as(x)
+
+
+class Attention(nn.Module):
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.args = args
+        kv_dim = args.n_kv_heads * args.head_dim
+        self.wq = nn.Linear(args.dim, args.dim, bias=args.bias)
+        self.wk = nn.Linear(args.dim, kv_dim, bias=args.bias)
+        self.wv = nn.Linear(args.dim, kv_dim, bias=args.bias)
+        self.wo = nn.Linear(args.dim, args.dim, bias=args.bias)
+        self.recompute_core = False
+        """Selective recomputation: keep only the inputs of softmax(QKᵀ)V for the backward."""
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+        batch, seq, _ = x.shape
+        hd = self.args.head_dim
+        q = self.wq(x).view(batch, seq, -1, hd)
+        k = self.wk(x).view(batch, seq, -1, hd)
+        v = self.wv(x).view(batch, seq, -1, hd)
+        if rope is not None:
+            cos, sin = rope[0][:seq], rope[1][:seq]
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        groups = q.shape[2] // k.shape[2]
+        k, v = k.repeat_interleave(groups, dim=2), v.repeat_interleave(groups, dim=2)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        if self.recompute_core and torch.is_grad_enabled():
+            out = checkpoint(F.scaled_dot_product_attention, q, k, v, None, 0.0, True, use_reentrant=False)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.wo(out.transpose(1, 2).reshape(batch, seq, -1))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.kind = args.ffn_kind
+        self.w1 = nn.Linear(args.dim, args.ffn_dim, bias=args.bias)
+        self.w2 = nn.Linear(args.ffn_dim, args.dim, bias=args.bias)
+        self.w3 = nn.Linear(args.dim, args.ffn_dim, bias=args.bias) if self.kind == "swiglu" else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kind == "swiglu":
+            return self.w2(F.silu(self.w1(x)) * self.w3(x))
+        act = F.gelu if self.kind == "gelu" else F.relu
+        return self.w2(act(self.w1(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.attention_norm = make_norm(args)
+        self.attention = Attention(args)
+        self.ffn_norm = make_norm(args)
+        self.feed_forward = FeedForward(args)
+        self.recompute_full = False
+        """Full recomputation: keep only the block's input for the backward."""
+
+    def forward(self, x: torch.Tensor, rope) -> torch.Tensor:
+        if self.recompute_full and torch.is_grad_enabled():
+            return checkpoint(self._forward, x, rope, use_reentrant=False)
+        return self._forward(x, rope)
+
+    def _forward(self, x: torch.Tensor, rope) -> torch.Tensor:
+        h = x + self.attention(self.attention_norm(x), rope)
+        return h + self.feed_forward(self.ffn_norm(h))
+
+
+class Transformer(nn.Module):
+    """Token ids in, logits out; a pipeline stage takes or returns hidden states where an end is None."""
+
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.args = args
+        self.tok_embeddings: nn.Module | None = nn.Embedding(args.vocab_size, args.dim)
+        self.pos_embeddings: nn.Module | None = (
+            nn.Embedding(args.max_seq_len, args.dim) if args.position == "learned" else None)
+        self.embed_out = nn.Identity()
+        """Where tensor parallelism shards the sequence after learned positions are added."""
+        self.layers = nn.ModuleDict({str(i): Block(args) for i in range(args.n_layers)})
+        self.norm: nn.Module | None = make_norm(args)
+        self.output: nn.Module | None = nn.Linear(args.dim, args.vocab_size, bias=False)
+        self.tie_weights()
+
+    def tie_weights(self) -> None:
+        """Share the embedding with the head; again after `to_empty` and tensor parallelism, which
+        both replace parameters one module at a time."""
+        if self.args.tie_embeddings and self.tok_embeddings is not None and self.output is not None:
+            self.output.weight = self.tok_embeddings.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        seq = x.shape[1]
+        if self.tok_embeddings is not None:
+            h = self.tok_embeddings(x)
+            if self.pos_embeddings is not None:
+                h = h + self.pos_embeddings(torch.arange(seq, device=x.device))
+            h = self.embed_out(h)
+        else:
+            h = x
+        rope = None
+        if self.args.position == "rope":
+            # Under sequence parallelism hidden states hold seq/tp positions; attention sees them all.
+            rope = rope_tables(self.args.max_seq_len, self.args.head_dim, self.args.rope_theta, h.device)
+        for block in self.layers.values():
+            h = block(h, rope)
+        if self.norm is not None:
+            h = self.norm(h)
+        return self.output(h) if self.output is not None else h
+
+
+def keep_stage(model: Transformer, layer_ids: list[int], first: bool, last: bool) -> Transformer:
+    """Cut `model` down to one pipeline stage (chunk): its layers, the embedding if first, the final
+    norm and head if last."""
+    for name in list(model.layers.keys()):
+        if int(name) not in layer_ids:
+            del model.layers[name]
+    if not first:
+        model.tok_embeddings = None
+        model.pos_embeddings = None
+    if not last:
+        model.norm = None
+        model.output = None
+    return model
+
+
+def initial_value(name: str, shape: torch.Size, seed: int) -> torch.Tensor:
+    """The full initial value of parameter `name`, the same on every rank and in every layout:
+    ones for norm weights, zeros for biases, N(0, INIT_STD) else, from a generator seeded by the
+    name."""
+    if name.endswith("bias"):
+        return torch.zeros(shape)
+    if "norm" in name:
+        return torch.ones(shape)
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
+    return torch.randn(shape, generator=generator) * INIT_STD
+
+
+def init_weights(model: nn.Module, seed: int) -> None:
+    """Fill every parameter (plain, tp-sharded or FSDP-sharded) with its slice of `initial_value`."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            full = initial_value(name, param.shape, seed).to(device=param.device, dtype=param.dtype)
+            if isinstance(param, DTensor):
+                local = distribute_tensor(full, param.device_mesh, param.placements, src_data_rank=None).to_local()
+                param.to_local().copy_(local)
+            else:
+                param.copy_(full)
+

@@ -1,0 +1,81 @@
+"""Dry validation of a plan at full scale in one CPU process: for one rank of every pipeline stage,
+join a fake process group of the plan's world size, build the DeviceMesh and that rank's model chunks
+on the meta device, apply tp and FSDP exactly as the worker does, and count what the rank holds.
+
+No memory is allocated and no message is sent, so a 1024-rank llama3-70b plan checks in seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+
+from gplan.backends.torch import apply_pp
+from gplan.backends.torch.apply_dp import apply_fsdp
+from gplan.backends.torch.apply_tp import apply_tp
+from gplan.backends.torch.model import ModelArgs, Transformer, keep_stage
+from gplan.plan import Plan
+
+TOLERANCE = 0.02
+"""Largest accepted relative difference between built and predicted parameters per rank."""
+
+
+@dataclass(frozen=True)
+class StageCheck:
+    stage: int
+    rank: int
+    params: int
+    """Parameters this rank holds after tensor parallelism (before any zero sharding)."""
+    predicted_params: float
+    weight_bytes: float
+    """Bytes of weights this rank keeps between steps (after zero 3 sharding), at the plan's precision."""
+    predicted_weight_bytes: float
+
+    @property
+    def error(self) -> float:
+        return self.params / self.predicted_params - 1
+
+
+def validate_plan(plan: Plan) -> list[StageCheck]:
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from gplan.backends.torch.worker import check_supported
+
+    check_supported(plan)
+    checks = []
+    for stage in range(plan.parallel.pp):
+        rank = plan.stages[stage].ranks[0]
+        dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=plan.world_size)
+        try:
+            checks.append(_check_rank(plan, stage, rank))
+        finally:
+            dist.destroy_process_group()
+    return checks
+
+
+def _check_rank(plan: Plan, stage: int, rank: int) -> StageCheck:
+    c = plan.parallel
+    mesh = init_device_mesh("cpu", tuple(plan.placement.mesh_shape), mesh_dim_names=tuple(plan.placement.axis_order))
+    args = ModelArgs.from_spec(plan.model, plan.training.seq_length)
+    params = weights = 0
+    for chunk in apply_pp.rank_chunks(plan, stage):
+        with torch.device("meta"):
+            part = keep_stage(Transformer(args), chunk.layer_ids, chunk.first, chunk.last)
+        if c.tp > 1:
+            apply_tp(part, mesh["tp"], c.sp)
+        params += _local_numel(part)
+        if c.zero >= 3 and c.dp > 1:
+            apply_fsdp(part, mesh["dp"], c.zero)
+        weights += _local_numel(part)
+    predicted = plan.prediction.stages[stage]
+    return StageCheck(stage, rank, params, predicted.params, weights * plan.training.element_bytes,
+                      predicted.memory.weights_bytes)
+
+
+def _local_numel(module: torch.nn.Module) -> int:
+    from torch.distributed.tensor import DTensor
+
+    return sum((p.to_local() if isinstance(p, DTensor) else p).numel() for p in module.parameters())

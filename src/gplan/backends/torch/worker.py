@@ -1,0 +1,350 @@
+"""The torch worker: one process per rank under torchrun, running the plan it is given.
+
+    python -m gplan.backends.torch.worker --plan plan.json --run-dir DIR --steps N [...]
+
+Read top to bottom, `main` is the table of contents: process group and mesh, the model chunks of
+this rank (built on the meta device, then tp, recompute, dp/zero applied, then materialised and
+initialised), the pipeline schedule, the optimizer, resume, the training loop, the run report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import resource
+import socket
+import statistics
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.tensor import DTensor, Shard
+from torch.distributed.tensor.parallel import loss_parallel
+
+from gplan.backends.torch import apply_pp, checkpoint
+from gplan.backends.torch.apply_ac import apply_recompute
+from gplan.backends.torch.apply_dp import apply_fsdp, average_gradients
+from gplan.backends.torch.apply_tp import apply_tp
+from gplan.backends.torch.data import Tokens
+from gplan.backends.torch.model import ModelArgs, Transformer, init_weights, keep_stage
+from gplan.cost_models.compute import model_flops_per_step
+from gplan.plan import Plan, read_plan
+from gplan.report import RankReport, RunReport, write_report
+
+PG_TIMEOUT_S = float(os.environ.get("GPLAN_PG_TIMEOUT_S", "300"))
+"""Every collective gives up after this long: a lost rank never hangs the job forever."""
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="gplan-torch-worker")
+    parser.add_argument("--plan", type=Path, required=True)
+    parser.add_argument("--run-dir", type=Path, required=True)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--warmup-steps", type=int, default=2)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--data", type=Path, default=None)
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument("--checkpoint-dir", type=Path, default=None)
+    parser.add_argument("--checkpoint-every", type=int, default=0)
+    parser.add_argument("--resume", action="store_true")
+    return parser.parse_args(argv)
+
+
+@dataclass
+class Job:
+    """What this rank runs: its model chunks, their optimizers, and how one step executes."""
+
+    plan: Plan
+    mesh: DeviceMesh
+    device: torch.device
+    parts: list[torch.nn.Module]
+    optimizers: list[torch.optim.Optimizer]
+    schedule: object | None
+    stage: int
+    is_last_stage: bool
+    autocast: bool
+    tp_mesh: DeviceMesh | None
+    virtual_stages: list[int]
+    log: "RankLog"
+    step_times_s: list[float] = field(default_factory=list)
+
+
+class RankLog:
+    """Each rank's own log file (the launcher shows its last lines when the rank fails); rank 0
+    also echoes to stderr."""
+
+    def __init__(self, run_dir: Path, rank: int):
+        (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        self.file = open(run_dir / "logs" / f"rank{rank}.log", "a", buffering=1)
+        self.echo = rank == 0
+
+    def __call__(self, message: str) -> None:
+        line = f"{datetime.now().strftime('%H:%M:%S')} {message}"
+        self.file.write(line + "\n")
+        if self.echo:
+            print(line, file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    log = RankLog(args.run_dir, rank)
+    (args.run_dir / "logs" / f"rank{rank}.pid").write_text(str(os.getpid()))
+    try:
+        plan = read_plan(args.plan)
+        device = pick_device(args.device, local_rank)
+        init_distributed(device)
+        job = build_job(plan, device, args, log)
+        first_step = resume(job, args)
+        losses = train(job, args, first_step)
+        report(job, args, first_step, losses)
+        log("done")
+        dist.destroy_process_group()
+        return 0
+    except Exception:  # noqa: BLE001 - the launcher reads this rank's log to name the failure
+        log("FAILED\n" + traceback.format_exc())
+        return 1
+
+
+# ---- setup ---------------------------------------------------------------------------------------
+
+def pick_device(choice: str, local_rank: int) -> torch.device:
+    if choice == "cuda" or (choice == "auto" and torch.cuda.is_available()):
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def init_distributed(device: torch.device) -> None:
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    kwargs = {"device_id": device} if device.type == "cuda" else {}
+    dist.init_process_group(backend, timeout=timedelta(seconds=PG_TIMEOUT_S), **kwargs)
+
+
+def build_mesh(plan: Plan, device: torch.device) -> DeviceMesh:
+    """The plan's rank grid (axes outermost first, tp innermost), as one named DeviceMesh."""
+    if dist.get_world_size() != plan.world_size:
+        raise ValueError(f"the plan needs {plan.world_size} ranks, torchrun started {dist.get_world_size()}")
+    return init_device_mesh(device.type, tuple(plan.placement.mesh_shape),
+                            mesh_dim_names=tuple(plan.placement.axis_order))
+
+
+def check_supported(plan: Plan) -> None:
+    c = plan.parallel
+    if c.cp > 1 or c.ep > 1:
+        raise ValueError("the torch worker runs dp, tp (+sp), pp and zero; cp and ep are not implemented")
+    if plan.model.tie_embeddings and c.pp > 1:
+        raise ValueError("tied embeddings across pipeline stages are not implemented in the torch worker (pp must be 1)")
+
+
+def build_job(plan: Plan, device: torch.device, args: argparse.Namespace, log: RankLog) -> Job:
+    check_supported(plan)
+    mesh = build_mesh(plan, device)
+    c = plan.parallel
+    pp_rank = mesh["pp"].get_local_rank()
+    tp_mesh = mesh["tp"] if c.tp > 1 else None
+    model_args = ModelArgs.from_spec(plan.model, plan.training.seq_length)
+    recompute = apply_pp.recompute_by_layer(plan, pp_rank)
+    parts, stages = [], []
+    for chunk in apply_pp.rank_chunks(plan, pp_rank):
+        with torch.device("meta"):
+            part = keep_stage(Transformer(model_args), chunk.layer_ids, chunk.first, chunk.last)
+        if tp_mesh is not None:
+            apply_tp(part, tp_mesh, c.sp)
+        apply_recompute(part, recompute)
+        if c.zero >= 1 and c.dp > 1:
+            apply_fsdp(part, mesh["dp"], c.zero)
+        part.to_empty(device=device)
+        part.tie_weights()
+        init_weights(part, args.seed)
+        parts.append(part)
+        if c.pp > 1:
+            from torch.distributed.pipelining import PipelineStage
+
+            stages.append(PipelineStage(part, chunk.virtual_stage, c.pp * c.vpp, device, group=mesh["pp"].get_group()))
+    loss_fn = make_loss(tp_mesh)
+    schedule = apply_pp.build_schedule(plan, stages, loss_fn) if c.pp > 1 else None
+    optimizers = [torch.optim.AdamW(p.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1) for p in parts]
+    autocast = device.type == "cuda" and plan.training.precision in ("bf16", "fp16")
+    log(f"rank {dist.get_rank()}: stage {pp_rank}, layers {[i for ch in apply_pp.rank_chunks(plan, pp_rank) for i in ch.layer_ids]}, "
+        f"{sum(p.numel() for part in parts for p in part.parameters())} parameters here (local shards)")
+    virtual_stages = [chunk.virtual_stage for chunk in apply_pp.rank_chunks(plan, pp_rank)]
+    return Job(plan, mesh, device, parts, optimizers, schedule, pp_rank, pp_rank == c.pp - 1, autocast, tp_mesh,
+               virtual_stages, log)
+
+
+def make_loss(tp_mesh: DeviceMesh | None):
+    """Mean next-token cross-entropy; with tp the logits stay sharded over the vocabulary and the
+    loss is computed without gathering them (`loss_parallel`)."""
+
+    def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        if tp_mesh is None:
+            return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+        sharded = DTensor.from_local(logits.float(), tp_mesh, [Shard(-1)])
+        return F.cross_entropy(sharded.flatten(0, 1), targets.flatten())
+
+    return loss_fn
+
+
+def plan_fingerprint(plan: Plan) -> str:
+    """Identifies the layout a checkpoint belongs to (inputs, degrees and split)."""
+    blob = json.dumps([plan.digest, plan.parallel.model_dump(mode="json"),
+                       [s.model_dump(mode="json", include={"layer_start", "layer_end"}) for s in plan.stages]])
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def resume(job: Job, args: argparse.Namespace) -> int:
+    if not (args.resume and args.checkpoint_dir):
+        return 0
+    found = checkpoint.latest(args.checkpoint_dir)
+    if found is None:
+        job.log(f"no checkpoint in {args.checkpoint_dir}; starting from step 0")
+        return 0
+    step = checkpoint.load(found[1], job.parts, job.optimizers, job.virtual_stages, plan_fingerprint(job.plan))
+    job.log(f"resumed from {found[1]} (step {step})")
+    return step
+
+
+# ---- training ------------------------------------------------------------------------------------
+
+def train(job: Job, args: argparse.Namespace, first_step: int) -> list[float]:
+    plan = job.plan
+    tokens = Tokens(plan.model.vocab_size, plan.training.seq_length, plan.training.gbs, args.seed, args.data)
+    dp_rank = job.mesh["dp"].get_local_rank()
+    losses = []
+    for step in range(first_step, args.steps):
+        inputs, targets = tokens.dp_slice(step, dp_rank, plan.parallel.dp)
+        dist.barrier()
+        start = time.perf_counter()
+        loss = train_step(job, inputs.to(job.device), targets.to(job.device))
+        if job.device.type == "cuda":
+            torch.cuda.synchronize()
+        job.step_times_s.append(time.perf_counter() - start)
+        losses.append(loss)
+        job.log(f"step {step + 1}/{args.steps} loss {loss:.6f} time {job.step_times_s[-1]:.3f} s")
+        if args.checkpoint_dir and args.checkpoint_every and (step + 1) % args.checkpoint_every == 0:
+            path = checkpoint.save(args.checkpoint_dir, step + 1, job.parts, job.optimizers, job.virtual_stages,
+                                   plan_fingerprint(plan))
+            job.log(f"checkpoint {path}")
+    return losses
+
+
+def train_step(job: Job, inputs: torch.Tensor, targets: torch.Tensor) -> float:
+    """One optimizer step over this rank's share of the global batch; returns the global mean loss."""
+    c = job.plan.parallel
+    for opt in job.optimizers:
+        opt.zero_grad(set_to_none=True)
+    with _contexts(job):
+        if job.schedule is not None:
+            losses: list = []
+            if job.stage == 0:
+                job.schedule.step(inputs, target=targets if job.is_last_stage else None, losses=losses)
+            else:
+                job.schedule.step(target=targets if job.is_last_stage else None, losses=losses)
+            local = torch.stack([_local(x) for x in losses]).mean() if losses else None
+        else:
+            local = _accumulate(job, inputs, targets, c.num_microbatches)
+    if c.zero == 0:
+        average_gradients(job.parts, job.mesh["dp"].get_group(), c.dp)
+    for opt in job.optimizers:
+        opt.step()
+    return global_mean_loss(job, local)
+
+
+def _accumulate(job: Job, inputs: torch.Tensor, targets: torch.Tensor, num_microbatches: int) -> torch.Tensor:
+    """No pipeline: run the micro-batches one after another, summing gradients of loss/m."""
+    model = job.parts[0]
+    total = torch.zeros((), device=job.device)
+    fsdp = hasattr(model, "set_requires_gradient_sync")
+    for i, (x, y) in enumerate(zip(inputs.chunk(num_microbatches), targets.chunk(num_microbatches))):
+        if fsdp:
+            model.set_requires_gradient_sync(i == num_microbatches - 1)
+        loss = make_loss(job.tp_mesh)(model(x), y) / num_microbatches
+        loss.backward()
+        total += _local(loss).detach()
+    return total
+
+
+def _local(x: torch.Tensor) -> torch.Tensor:
+    return (x.full_tensor() if isinstance(x, DTensor) else x).detach()
+
+
+class _contexts:
+    """loss_parallel (tp: the vocabulary-sharded loss and its backward) and autocast (GPU)."""
+
+    def __init__(self, job: Job):
+        self.stack = []
+        if job.tp_mesh is not None:
+            self.stack.append(loss_parallel())
+        if job.autocast:
+            dtype = torch.bfloat16 if job.plan.training.precision == "bf16" else torch.float16
+            self.stack.append(torch.autocast(job.device.type, dtype=dtype))
+
+    def __enter__(self):
+        for ctx in self.stack:
+            ctx.__enter__()
+
+    def __exit__(self, *exc):
+        for ctx in reversed(self.stack):
+            ctx.__exit__(*exc)
+
+
+def global_mean_loss(job: Job, local: torch.Tensor | None) -> float:
+    """Average the last stage's losses over its dp ranks (tp and cp ranks hold copies)."""
+    c = job.plan.parallel
+    value = torch.zeros((), device=job.device, dtype=torch.float64)
+    if job.is_last_stage and local is not None:
+        value += local.double()
+    dist.all_reduce(value)
+    return float(value) / (c.dp * c.tp * c.cp)
+
+
+# ---- report --------------------------------------------------------------------------------------
+
+def peak_memory(device: torch.device) -> tuple[float, str]:
+    if device.type == "cuda":
+        return float(torch.cuda.max_memory_allocated(device)), "cuda_max_allocated"
+    return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024), "rss"
+
+
+def report(job: Job, args: argparse.Namespace, first_step: int, losses: list[float]) -> None:
+    memory, kind = peak_memory(job.device)
+    mine = RankReport(rank=dist.get_rank(), stage=job.stage, step_times_s=job.step_times_s,
+                      peak_memory_bytes=memory, memory_kind=kind)
+    gathered: list = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, mine.model_dump())
+    if dist.get_rank() != 0:
+        return
+    ranks = [RankReport.model_validate(r) for r in gathered]
+    plan = job.plan
+    per_step = [max(r.step_times_s[i] for r in ranks) for i in range(len(losses))]
+    measured = per_step[args.warmup_steps:] if len(per_step) > args.warmup_steps else per_step
+    step_s = statistics.median(measured) if measured else float("nan")
+    hardware = plan.cluster.primary.hardware
+    peak = hardware.peak_flops(plan.training.precision) * plan.world_size
+    device = torch.cuda.get_device_name(job.device) if job.device.type == "cuda" else "cpu"
+    write_report(RunReport(
+        backend="torch", framework_version=torch.__version__, device=device,
+        compute_dtype=plan.training.precision if job.autocast else "fp32", plan_digest=plan.digest,
+        parallel=plan.parallel.label(), world_size=plan.world_size, first_step=first_step, steps=args.steps,
+        warmup_steps=args.warmup_steps, gbs=plan.training.gbs, seq_length=plan.training.seq_length,
+        losses=losses, step_times_s=per_step, step_time_s=step_s,
+        tokens_per_s=plan.training.tokens_per_step / step_s, mfu=model_flops_per_step(plan.model, plan.training) / step_s / peak,
+        ranks=ranks, predicted_step_time_s=plan.prediction.step_time_s,
+        predicted_memory_bytes_per_stage=[s.memory_bytes for s in plan.prediction.stages],
+        host=socket.gethostname(), created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    ), args.run_dir / "run_report.json")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
