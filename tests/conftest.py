@@ -1,6 +1,11 @@
 from __future__ import annotations
 
+import json
+
 import pytest
+from typer.testing import CliRunner
+
+from gplan.cli import app
 
 from gplan.profiles.catalogue import load_cluster
 from gplan.spec.loaders import load_model
@@ -28,3 +33,23 @@ def a100_cluster():
 @pytest.fixture
 def training() -> TrainingSpec:
     return TrainingSpec(gbs=64, seq_length=2048)
+
+
+class Result:
+    def __init__(self, result):
+        self.code = result.exit_code
+        self.stdout = result.stdout
+        self.stderr = result.stderr
+
+    def json(self):
+        return json.loads(self.stdout)
+
+
+@pytest.fixture
+def gplan():
+    runner = CliRunner()
+
+    def run(*args: str) -> Result:
+        return Result(runner.invoke(app, list(args), catch_exceptions=False))
+
+    return run

@@ -13,6 +13,7 @@ from typing import Any, Callable, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from gplan import __version__
@@ -38,16 +39,16 @@ def guarded(fn: Callable) -> Callable:
         except GplanError as exc:
             if os.environ.get("GPLAN_DEBUG") == "1":
                 traceback.print_exc()
-            err.print(f"[red]error:[/] {exc.message}", highlight=False, soft_wrap=True)
+            err.print(f"[red]error:[/] {escape(exc.message)}", highlight=False, soft_wrap=True)
             if exc.hint:
-                err.print(f"[yellow]hint:[/] {exc.hint}", highlight=False, soft_wrap=True)
+                err.print(f"[yellow]hint:[/] {escape(exc.hint)}", highlight=False, soft_wrap=True)
             raise typer.Exit(exc.code) from None
         except (typer.Exit, typer.Abort, KeyboardInterrupt):
             raise
         except Exception as exc:  # noqa: BLE001 - the last line of defence for users
             if os.environ.get("GPLAN_DEBUG") == "1":
                 traceback.print_exc()
-            err.print(f"[red]internal error:[/] {type(exc).__name__}: {exc}", highlight=False, soft_wrap=True)
+            err.print(f"[red]internal error:[/] {type(exc).__name__}: {escape(str(exc))}", highlight=False, soft_wrap=True)
             err.print("[yellow]hint:[/] rerun with GPLAN_DEBUG=1 for the traceback and report it")
             raise typer.Exit(EXIT_INTERNAL) from None
 
@@ -630,3 +631,7 @@ def _root(version: bool = typer.Option(False, "--version", callback=version_call
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":
+    main()

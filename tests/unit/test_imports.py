@@ -10,7 +10,7 @@ import gplan
 
 PACKAGE = Path(gplan.__file__).parent
 FORBIDDEN = {"torch", "mindspore"}
-PLANNING_SIDE = ["planner", "cost_models", "spec", "plan.py", "inputs.py", "render.py", "errors.py"]
+PLANNING_SIDE = ["planner", "cost_models", "spec", "plan.py", "inputs.py", "render.py", "errors.py", "report.py", "svg.py"]
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -52,3 +52,10 @@ def test_the_checker_sees_imports(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text("import torch.distributed\nfrom mindspore import nn\n")
     assert imported_modules(probe) == {"torch.distributed", "mindspore"}
+
+
+def test_launchers_import_no_framework():
+    """`gplan launch --dry-run` and `--slurm` work where torch is not installed."""
+    for path in [PACKAGE / "backends" / "__init__.py", PACKAGE / "backends" / "scale.py",
+                 PACKAGE / "backends" / "torch" / "__init__.py", PACKAGE / "backends" / "torch" / "launcher.py"]:
+        assert not {m.split(".")[0] for m in imported_modules(path)} & FORBIDDEN, path

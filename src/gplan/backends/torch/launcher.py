@@ -65,6 +65,19 @@ class LaunchSpec:
     """Added to the environment of every node."""
 
 
+def check_supported(plan: Plan) -> None:
+    """What the torch worker cannot run, refused before any process starts."""
+    c = plan.parallel
+    if c.cp > 1 or c.ep > 1:
+        raise InputError(f"the torch backend runs dp, tp (+sp), pp and zero; this plan has cp={c.cp} ep={c.ep}",
+                         hint="search again with --cp 1")
+    if plan.model.tie_embeddings and c.pp > 1:
+        raise InputError("tied embeddings across pipeline stages are not implemented in the torch backend",
+                         hint="search again with --pp 1, or untie the embeddings (tie_embeddings: false)")
+    if plan.model.num_encoder_layers:
+        raise InputError("the torch backend runs decoder-only models", hint="export the plan for another engine instead")
+
+
 def node_layout(plan: Plan, options: LaunchOptions) -> tuple[int, int]:
     """(nnodes, nproc_per_node), checked against the plan's world size (exit 3 when they differ)."""
     world = plan.world_size
@@ -96,6 +109,7 @@ def worker_args(plan_path: Path, options: LaunchOptions) -> list[str]:
 
 def render(plan: Plan, plan_path: Path, options: LaunchOptions) -> LaunchSpec:
     """The command of every node. Single node: --standalone; else c10d rendezvous."""
+    check_supported(plan)
     nnodes, per_node = node_layout(plan, options)
     nodes = []
     for node in range(nnodes):
@@ -185,17 +199,38 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def failed_rank(torchrun_output: str, run_dir: Path) -> int | None:
-    """The first failure torchrun reports ('Root Cause' section), else a rank whose log says FAILED."""
-    cause = torchrun_output.split("Root Cause", 1)
-    if len(cause) == 2:
-        match = re.search(r"rank\s*:\s*(\d+)", cause[1])
-        if match:
-            return int(match.group(1))
-    for path in sorted((run_dir / "logs").glob("rank*.log")):
-        if "FAILED" in path.read_text():
-            return int(path.stem.removeprefix("rank"))
-    return None
+PEER_LOSS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "Socket Timeout",
+             "NCCL communicator was aborted")
+"""Errors a rank raises because another rank died: symptoms, not the cause."""
+
+
+def failures(torchrun_output: str) -> list[tuple[int, int]]:
+    """(rank, exit code) of every failed rank torchrun lists; a negative code is the signal."""
+    found = re.findall(r"rank\s*:\s*(\d+)[^\n]*\n\s*exitcode\s*:\s*(-?\d+)", torchrun_output)
+    return list(dict.fromkeys((int(rank), int(code)) for rank, code in found))
+
+
+def failed_rank(torchrun_output: str, run_dir: Path) -> tuple[int, str] | None:
+    """The rank that caused the failure, and how it failed. A rank killed by a signal other than the
+    SIGTERM torchrun sends to the survivors comes first; then a rank that raised an error of its own
+    (not the lost connection every peer of a dead rank reports); then torchrun's first failure."""
+    listed = failures(torchrun_output)
+    for rank, code in listed:
+        if code < 0 and -code != signal.SIGTERM:
+            return rank, f"killed by signal {-code}"
+    raised = []
+    for path in sorted((run_dir / "logs").glob("rank*.log"), key=lambda p: int(p.stem.removeprefix("rank"))):
+        text = path.read_text()
+        if "FAILED" in text:
+            rank = int(path.stem.removeprefix("rank"))
+            raised.append((rank, any(symptom in text for symptom in PEER_LOSS)))
+    for rank, symptom in raised:
+        if not symptom:
+            return rank, "raised an error"
+    if listed:
+        rank, code = listed[0]
+        return rank, f"exit code {code}" if code >= 0 else f"killed by signal {-code}"
+    return (raised[0][0], "raised an error") if raised else None
 
 
 def last_lines(run_dir: Path, rank: int, count: int = 8) -> list[str]:
@@ -206,13 +241,10 @@ def last_lines(run_dir: Path, rank: int, count: int = 8) -> list[str]:
 
 
 def _failure(code: int, output: str, run_dir: Path) -> BackendError:
-    rank = failed_rank(output, run_dir)
-    exit_code = re.search(r"exitcode\s*:\s*(-?\d+)", output.split("Root Cause", 1)[-1])
-    how = f"exit code {exit_code.group(1)}" if exit_code else f"torchrun exit {code}"
-    if exit_code and int(exit_code.group(1)) < 0:
-        how = f"killed by signal {-int(exit_code.group(1))}"
-    who = f"rank {rank}" if rank is not None else "a rank"
-    tail = " | ".join(last_lines(run_dir, rank)) if rank is not None else ""
-    return BackendError(f"{who} failed ({how}); the job was stopped" + (f"; its last lines: {tail}" if tail else ""),
-                        hint=f"see {run_dir}/logs/rank{rank if rank is not None else '*'}.log and {run_dir}/torchrun.log")
-
+    found = failed_rank(output, run_dir)
+    if found is None:
+        return BackendError(f"the job failed (torchrun exit {code})", hint=f"see {run_dir}/torchrun.log")
+    rank, how = found
+    tail = " | ".join(last_lines(run_dir, rank))
+    return BackendError(f"rank {rank} failed ({how}); the job was stopped" + (f"; its last lines: {tail}" if tail else ""),
+                        hint=f"see {run_dir}/logs/rank{rank}.log and {run_dir}/torchrun.log")

@@ -42,7 +42,7 @@ class StageCheck:
 def validate_plan(plan: Plan) -> list[StageCheck]:
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    from gplan.backends.torch.worker import check_supported
+    from gplan.backends.torch.launcher import check_supported
 
     check_supported(plan)
     checks = []

@@ -30,7 +30,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor, Shard
 from torch.distributed.tensor.parallel import loss_parallel
 
-from gplan.backends.torch import apply_pp, checkpoint
+from gplan.backends.torch import apply_pp, checkpoint, launcher
 from gplan.backends.torch.apply_ac import apply_recompute
 from gplan.backends.torch.apply_dp import apply_fsdp, average_gradients
 from gplan.backends.torch.apply_tp import apply_tp
@@ -114,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception:  # noqa: BLE001 - the launcher reads this rank's log to name the failure
         log("FAILED\n" + traceback.format_exc())
         return 1
+    finally:
+        log.file.close()
 
 
 # ---- setup ---------------------------------------------------------------------------------------
@@ -139,16 +141,8 @@ def build_mesh(plan: Plan, device: torch.device) -> DeviceMesh:
                             mesh_dim_names=tuple(plan.placement.axis_order))
 
 
-def check_supported(plan: Plan) -> None:
-    c = plan.parallel
-    if c.cp > 1 or c.ep > 1:
-        raise ValueError("the torch worker runs dp, tp (+sp), pp and zero; cp and ep are not implemented")
-    if plan.model.tie_embeddings and c.pp > 1:
-        raise ValueError("tied embeddings across pipeline stages are not implemented in the torch worker (pp must be 1)")
-
-
 def build_job(plan: Plan, device: torch.device, args: argparse.Namespace, log: RankLog) -> Job:
-    check_supported(plan)
+    launcher.check_supported(plan)
     mesh = build_mesh(plan, device)
     c = plan.parallel
     pp_rank = mesh["pp"].get_local_rank()
@@ -347,4 +341,10 @@ def report(job: Job, args: argparse.Namespace, first_step: int, losses: list[flo
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter finalisation: gloo's worker threads can still hold work objects whose tensors
+    # need the GIL while the interpreter is torn down, which aborts the process after a clean run
+    # (pytorch/pytorch#179291). Everything the run produced is written and closed by now.
+    os._exit(code)

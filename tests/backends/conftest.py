@@ -1,0 +1,16 @@
+"""Fixtures of the backend tests (the plans themselves are in tinyplans.py)."""
+
+from __future__ import annotations
+
+import pytest
+from tinyplans import TINY_LLAMA, tiny_plan
+
+
+@pytest.fixture
+def plan_factory(tmp_path):
+    counter = iter(range(1000))
+
+    def make(model: ModelSpec = TINY_LLAMA, stages=None, **degrees) -> Path:
+        return tiny_plan(tmp_path / f"plan{next(counter)}.json", model, stages, **degrees)
+
+    return make

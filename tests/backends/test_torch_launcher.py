@@ -1,0 +1,159 @@
+"""The torch launcher without running anything: commands per node, the SLURM script, and the
+refusals that happen before any process starts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gplan.backends.scale import scaled_plan
+from gplan.backends.torch.launcher import LaunchOptions, render, shell_line, slurm_script
+from gplan.errors import InputError
+from gplan.plan import read_plan
+
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+RUN = Path("/runs/job")
+
+
+def check_snapshot(name: str, text: str) -> None:
+    """Compare with the stored snapshot (GPLAN_UPDATE_SNAPSHOTS=1 rewrites it after a deliberate change)."""
+    import os
+
+    path = SNAPSHOTS / name
+    if os.environ.get("GPLAN_UPDATE_SNAPSHOTS") == "1":
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+    assert text == path.read_text()
+
+
+def commands(spec) -> str:
+    return "".join(f"# node {n.node_rank}\n{shell_line(n.argv, spec.env)}\n" for n in spec.nodes)
+
+
+def test_single_node_is_standalone(plan_factory):
+    plan = read_plan(plan_factory(dp=2, tp=2, pp=2, sp=True))
+    spec = render(plan, RUN / "plan.json", LaunchOptions(run_dir=RUN, steps=5))
+    assert spec.nnodes == 1 and spec.nproc_per_node == 8
+    assert spec.nodes[0].argv[:3] == ["torchrun", "--standalone", "--nnodes"]
+    check_snapshot("single_node.txt", commands(spec))
+
+
+def test_two_nodes_rendezvous_on_node_zero(plan_factory):
+    plan = read_plan(plan_factory(dp=2, tp=2, pp=2))
+    options = LaunchOptions(run_dir=RUN, nproc_per_node=4, rdzv_endpoint="node0:29500", rdzv_id="job42",
+                            checkpoint_dir=Path("/ckpt"), checkpoint_every=100, resume=True)
+    spec = render(plan, RUN / "plan.json", options)
+    assert [n.argv[n.argv.index("--node-rank") + 1] for n in spec.nodes] == ["0", "1"]
+    check_snapshot("two_nodes.txt", commands(spec))
+
+
+def test_slurm_script_runs_one_torchrun_per_node(plan_factory):
+    plan = read_plan(plan_factory(dp=2, tp=2, pp=2))
+    script = slurm_script(plan, RUN / "plan.json", LaunchOptions(run_dir=RUN, nproc_per_node=4, steps=100))
+    assert "#SBATCH --nodes=2" in script and "--ntasks-per-node=1" in script
+    assert '--rdzv-endpoint "$HEAD_NODE:29500"' in script
+    check_snapshot("slurm.sh", script)
+
+
+def test_argv_never_passes_through_a_shell(plan_factory, tmp_path):
+    odd = tmp_path / "my plan; rm -rf ~.json"
+    plan = read_plan(plan_factory(dp=2))
+    spec = render(plan, odd, LaunchOptions(run_dir=tmp_path))
+    assert str(odd) in spec.nodes[0].argv  # one argv element, never split or interpreted
+    assert "'" in shell_line(spec.nodes[0].argv, {})
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(nproc_per_node=3), "needs 4 ranks"),
+    (dict(nproc_per_node=2, nnodes=3), "needs 4 ranks"),
+    (dict(nproc_per_node=2), "need a rendezvous"),
+    (dict(nproc_per_node=2, nnodes=2, node_rank=2, rdzv_endpoint="h:1"), "--node-rank 2"),
+])
+def test_layout_mismatch_is_refused(plan_factory, options, message):
+    plan = read_plan(plan_factory(dp=2, pp=2))
+    with pytest.raises(InputError, match=message):
+        render(plan, RUN / "plan.json", LaunchOptions(run_dir=RUN, **options))
+
+
+def test_cli_refuses_world_size_mismatch_and_unknown_schema_before_starting(gplan, plan_factory, tmp_path):
+    path = plan_factory(dp=2)
+    r = gplan("launch", str(path), "--nproc-per-node", "4", "--run-dir", str(tmp_path / "run"))
+    assert r.code == 3 and "needs 2 ranks" in r.stderr
+    assert not (tmp_path / "run" / "logs").exists()
+    data = json.loads(path.read_text())
+    data["schema_version"] = 99
+    path.write_text(json.dumps(data))
+    r = gplan("launch", str(path), "--run-dir", str(tmp_path / "run"))
+    assert r.code == 3 and "schema" in r.stderr
+
+
+def test_dry_run_json_lists_every_node(gplan, plan_factory, tmp_path):
+    path = plan_factory(dp=2, tp=2)
+    data = gplan("launch", str(path), "--dry-run", "--json", "--nproc-per-node", "2", "--nnodes", "2",
+                 "--rdzv-endpoint", "n0:29500", "--run-dir", str(tmp_path)).json()
+    assert data["nnodes"] == 2 and len(data["nodes"]) == 2
+    assert all(n["argv"][0] == "torchrun" for n in data["nodes"])
+
+
+def test_scaled_plan_keeps_layout_and_proportions(plan_factory):
+    plan = read_plan(plan_factory(stages=[[("full", 1)], [("none", 2), ("full", 1)]], pp=2))
+    small = scaled_plan(plan, layers=6, hidden=32)
+    assert small.parallel == plan.parallel
+    assert [s.layer_end - s.layer_start for s in small.stages] == [2, 4]
+    assert small.model.hidden_size == 32 and small.model.ffn_size == 88
+    assert {c.recompute for c in small.stages[0].layers} == {"full"}
+    assert small.prediction.stages[0].params < plan.prediction.stages[0].params  # priced for the smaller model
+
+
+def test_scaling_that_breaks_the_layout_is_refused(plan_factory):
+    plan = read_plan(plan_factory(pp=2, vpp=2))
+    with pytest.raises(InputError, match="4 equal chunks"):
+        scaled_plan(plan, layers=6)
+    with pytest.raises(InputError, match="not divisible"):
+        scaled_plan(plan, hidden=30)
+
+
+TORCHRUN_OUTPUT = """
+Failures:
+[1]:
+  time      : 2026-11-29_17:39:41
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: 23915)
+[2]:
+  rank      : 2 (local_rank: 2)
+  exitcode  : -15 (pid: 23916)
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  rank      : 0 (local_rank: 0)
+  exitcode  : 1 (pid: 23914)
+"""
+
+
+def test_the_killed_rank_is_named_not_the_peer_that_lost_its_connection(tmp_path):
+    from gplan.backends.torch.launcher import failed_rank
+
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "rank0.log").write_text("FAILED\nRuntimeError: Connection closed by peer\n")
+    assert failed_rank(TORCHRUN_OUTPUT, tmp_path) == (1, "killed by signal 9")
+
+
+def test_a_rank_raising_its_own_error_is_named(tmp_path):
+    from gplan.backends.torch.launcher import failed_rank
+
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "rank0.log").write_text("FAILED\nRuntimeError: Connection closed by peer\n")
+    (tmp_path / "logs" / "rank3.log").write_text("FAILED\nValueError: bad shard\n")
+    output = "Root Cause (first observed failure):\n[0]:\n  rank      : 0 (local_rank: 0)\n  exitcode  : 1 (pid: 1)\n"
+    assert failed_rank(output, tmp_path) == (3, "raised an error")
+
+
+def test_unsupported_plans_are_refused_before_starting(plan_factory, tmp_path):
+    from tinyplans import TINY_GPT
+
+    plan = read_plan(plan_factory(TINY_GPT, pp=2))
+    with pytest.raises(InputError, match="tied embeddings"):
+        render(plan, RUN / "plan.json", LaunchOptions(run_dir=RUN))

@@ -1,0 +1,137 @@
+"""Real multi-process jobs: torchrun, gloo on CPU. Every layout's losses must equal a single-process
+run of the same model, weights and data (fp32, atol 1e-5), step after step."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gplan.cli import app
+
+from tinyplans import TINY_GPT, TINY_LLAMA, tiny_plan
+
+pytestmark = pytest.mark.slow
+STEPS = 5
+
+
+def launch(plan: Path, run_dir: Path, *extra: str) -> dict:
+    result = CliRunner().invoke(app, ["launch", str(plan), "--run-dir", str(run_dir), "--steps", str(STEPS),
+                                      "--device", "cpu", "--json", *extra])
+    assert result.exit_code == 0, result.stderr[-3000:]
+    return json.loads(result.stdout)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """Losses of one process running each tiny model (dp = tp = pp = 1)."""
+    root = tmp_path_factory.mktemp("reference")
+    return {model.name: launch(tiny_plan(root / f"{model.name}.json", model), root / model.name)["losses"]
+            for model in (TINY_LLAMA, TINY_GPT)}
+
+
+LAYOUTS = {
+    "dp2": dict(dp=2),
+    "tp2_sp": dict(tp=2, sp=True),
+    "pp2_1f1b_uneven": dict(pp=2, stages=[[("none", 1)], [("none", 3)]]),
+    "pp2_interleaved": dict(pp=2, vpp=2),
+    "pp2_gpipe_recompute": dict(pp=2, schedule="gpipe", stages=[[("full", 2)], [("selective", 1), ("none", 1)]]),
+    "zero3_dp2_recompute": dict(dp=2, zero=3, recompute="full"),
+    "dp2_tp2_pp2_uneven": dict(dp=2, tp=2, pp=2, sp=True, zero=1, stages=[[("none", 1)], [("selective", 3)]]),
+}
+
+
+@pytest.mark.parametrize("name", list(LAYOUTS))
+def test_layout_matches_single_process(name, reference, tmp_path):
+    degrees = dict(LAYOUTS[name])
+    stages = degrees.pop("stages", None)
+    plan = tiny_plan(tmp_path / "plan.json", TINY_LLAMA, stages, **degrees)
+    report = launch(plan, tmp_path / "run")
+    assert report["world_size"] == json.loads(plan.read_text())["parallel"]["dp"] * degrees.get("tp", 1) * degrees.get("pp", 1)
+    assert len(report["losses"]) == STEPS
+    assert report["losses"] == pytest.approx(reference["tiny-llama"], abs=1e-5)
+    assert report["losses"][-1] != report["losses"][0]
+
+
+def test_tied_gpt_with_tp_sp_and_zero_matches_single_process(reference, tmp_path):
+    plan = tiny_plan(tmp_path / "plan.json", TINY_GPT, None, dp=2, tp=2, sp=True, zero=1)
+    assert launch(plan, tmp_path / "run")["losses"] == pytest.approx(reference["tiny-gpt"], abs=1e-5)
+
+
+def test_run_report_has_every_rank_and_the_prediction(tmp_path):
+    plan = tiny_plan(tmp_path / "plan.json", TINY_LLAMA, None, dp=2, pp=2)
+    report = launch(plan, tmp_path / "run")
+    assert sorted(r["rank"] for r in report["ranks"]) == [0, 1, 2, 3]
+    assert {r["stage"] for r in report["ranks"]} == {0, 1}
+    assert all(len(r["step_times_s"]) == STEPS and r["peak_memory_bytes"] > 0 for r in report["ranks"])
+    assert report["predicted_step_time_s"] == json.loads(plan.read_text())["prediction"]["step_time_s"]
+    assert report["tokens_per_s"] == pytest.approx(8 * 32 / report["step_time_s"])
+
+
+def test_resume_continues_the_same_loss_curve(tmp_path):
+    plan = tiny_plan(tmp_path / "plan.json", TINY_LLAMA, None, dp=2, pp=2, zero=1)
+    whole = CliRunner().invoke(app, ["launch", str(plan), "--run-dir", str(tmp_path / "whole"), "--steps", "6",
+                                     "--device", "cpu", "--json"])
+    first = CliRunner().invoke(app, ["launch", str(plan), "--run-dir", str(tmp_path / "a"), "--steps", "3",
+                                     "--device", "cpu", "--checkpoint-dir", str(tmp_path / "ckpt"),
+                                     "--checkpoint-every", "3", "--json"])
+    second = CliRunner().invoke(app, ["launch", str(plan), "--run-dir", str(tmp_path / "b"), "--steps", "6",
+                                      "--device", "cpu", "--checkpoint-dir", str(tmp_path / "ckpt"), "--resume", "--json"])
+    assert whole.exit_code == first.exit_code == second.exit_code == 0
+    resumed = json.loads(second.stdout)
+    assert resumed["first_step"] == 3
+    assert json.loads(first.stdout)["losses"] + resumed["losses"] == json.loads(whole.stdout)["losses"]
+
+
+def test_a_killed_rank_ends_the_job_with_exit_5_and_keeps_the_checkpoint(tmp_path):
+    plan = tiny_plan(tmp_path / "plan.json", TINY_LLAMA, None, dp=2, pp=2)
+    run, ckpt = tmp_path / "run", tmp_path / "ckpt"
+    job = subprocess.Popen([sys.executable, "-m", "gplan.cli", "launch", str(plan), "--run-dir", str(run),
+                            "--steps", "100000", "--device", "cpu", "--checkpoint-dir", str(ckpt),
+                            "--checkpoint-every", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    victim_log = run / "logs" / "rank1.log"
+    deadline = time.monotonic() + 120
+    while not (victim_log.exists() and "checkpoint" in victim_log.read_text() and "step 3/" in victim_log.read_text()):
+        assert job.poll() is None and time.monotonic() < deadline, "the job did not reach step 3"
+        time.sleep(0.2)
+    pids = [int(p.read_text()) for p in (run / "logs").glob("rank*.pid")]
+    killed_at = time.monotonic()
+    os.kill(int((run / "logs" / "rank1.pid").read_text()), signal.SIGKILL)
+    _, stderr = job.communicate(timeout=60)
+    assert time.monotonic() - killed_at < 60
+    assert job.returncode == 5, stderr[-3000:]
+    assert "rank 1 failed" in stderr and "signal 9" in stderr
+    time.sleep(0.5)
+    assert not [pid for pid in pids if _alive(pid)], "a worker outlived the job"
+    steps_done = max(int(p.name.removeprefix("step_")) for p in ckpt.glob("step_*"))
+    resumed = CliRunner().invoke(app, ["launch", str(plan), "--run-dir", str(tmp_path / "again"), "--device", "cpu",
+                                       "--checkpoint-dir", str(ckpt), "--resume", "--json",
+                                       "--steps", str(steps_done + 1)])
+    assert resumed.exit_code == 0, resumed.stderr[-2000:]
+    assert json.loads(resumed.stdout)["first_step"] == steps_done
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/status")
+    return status.exists() and "zombie" not in status.read_text()
+
+
+def test_validate_a_1024_device_plan_on_cpu(gplan, tmp_path):
+    out = tmp_path / "plan.json"
+    assert gplan("search", "llama3-70b", "--cluster", "dgx-h100", "--devices", "1024", "--out", str(out)).code == 0
+    r = gplan("launch", str(out), "--validate", "--json")
+    assert r.code == 0, r.stderr
+    rows = r.json()
+    assert len(rows) == json.loads(out.read_text())["parallel"]["pp"]
+    assert all(abs(row["params"] / row["predicted_params"] - 1) < 0.02 for row in rows)
