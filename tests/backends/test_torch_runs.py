@@ -135,3 +135,15 @@ def test_validate_a_1024_device_plan_on_cpu(gplan, tmp_path):
     rows = r.json()
     assert len(rows) == json.loads(out.read_text())["parallel"]["pp"]
     assert all(abs(row["params"] / row["predicted_params"] - 1) < 0.02 for row in rows)
+
+
+def test_token_file_feeds_every_layout_the_same_batches(tmp_path):
+    import numpy as np
+
+    tokens = tmp_path / "tokens.bin"
+    np.arange(5000, dtype=np.uint16).__mod__(256).astype(np.uint16).tofile(tokens)
+    single = launch(tiny_plan(tmp_path / "one.json", TINY_LLAMA), tmp_path / "one", "--data", str(tokens))
+    split = launch(tiny_plan(tmp_path / "two.json", TINY_LLAMA, None, dp=2), tmp_path / "two", "--data", str(tokens))
+    synthetic = launch(tiny_plan(tmp_path / "syn.json", TINY_LLAMA), tmp_path / "syn")
+    assert split["losses"] == pytest.approx(single["losses"], abs=1e-5)
+    assert single["losses"] != pytest.approx(synthetic["losses"], abs=1e-3)
