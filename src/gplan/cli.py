@@ -521,6 +521,38 @@ def _print_run_report(path: Path, plan, as_json: bool) -> None:
 
 @app.command()
 @guarded
+def export(
+    plan_file: Path = typer.Argument(..., metavar="PLAN", help="a plan.json"),
+    to: str = typer.Option(..., "--to", help="megatron | torchtitan | deepspeed | k8s | slurm"),
+    out_dir: Path = typer.Option(Path("."), "--out-dir", "-o", help="where to write the exported files"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Write the plan as another engine takes it: Megatron-LM arguments, torchtitan overrides, a
+    DeepSpeed config, a Kubeflow PyTorchJob, a SLURM script."""
+    from gplan.backends.exporters import targets
+    from gplan.plan import read_plan
+
+    plan = read_plan(plan_file)
+    exporters = targets()
+    if to not in exporters:
+        raise InputError(f"--to {to!r}: unknown target", hint="choose from " + ", ".join(exporters))
+    result = exporters[to](plan)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in result.files.items():
+        _write_text(out_dir / name, text)
+        written.append(str(out_dir / name))
+    if as_json:
+        emit_json({"target": to, "files": written, "notes": result.notes})
+        return
+    for path in written:
+        err.print(f"[green]wrote[/] {path}", highlight=False)
+    for note in result.notes:
+        err.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
+
+
+@app.command()
+@guarded
 def models(as_json: bool = JsonOpt) -> None:
     """List the bundled models."""
     from gplan.spec.loaders import load_model
