@@ -67,16 +67,21 @@ SeqOpt = typer.Option(None, "--seq-length", help="tokens per sequence (default: 
 PrecisionOpt = typer.Option(None, "--precision", help="bf16 | fp16 | fp32 (default: bf16 where supported)")
 HeadroomOpt = typer.Option(0.1, "--memory-headroom", help="fraction of device memory kept free")
 JsonOpt = typer.Option(False, "--json", help="print one JSON document on stdout")
+ProfileOpt = typer.Option(None, "--profile", help="a measured profile (gplan profile / gplan calibrate) instead of --cluster")
 
 
-def _inputs(model: str, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, headroom):
+def _inputs(model: str, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, headroom,
+            profile: Optional[Path] = None):
     from gplan.inputs import resolve_inputs
 
-    return resolve_inputs(model, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, headroom)
+    return resolve_inputs(model, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, headroom,
+                          str(profile) if profile else None)
 
 
 def _title(inputs) -> str:
     default = " (default; choose with --cluster)" if inputs.cluster_note else ""
+    if inputs.profile:
+        default = f" (measured profile {inputs.profile})"
     return (f"{inputs.model.name} on {inputs.devices} × {inputs.cluster.primary.hardware.name}, "
             f"cluster {inputs.cluster.name}{default}")
 
@@ -109,7 +114,7 @@ def estimate(
     mbs: int = typer.Option(1, "--mbs"), recompute: str = typer.Option("none", "--recompute", help="none | selective | full"),
     zero: int = typer.Option(0, "--zero", help="0..3"), schedule: Optional[str] = typer.Option(None, "--schedule", help="gpipe | 1f1b | interleaved_1f1b"),
     gbs: Optional[int] = GbsOpt, seq_length: Optional[int] = SeqOpt, precision: Optional[str] = PrecisionOpt,
-    memory_headroom: float = HeadroomOpt, as_json: bool = JsonOpt,
+    memory_headroom: float = HeadroomOpt, profile: Optional[Path] = ProfileOpt, as_json: bool = JsonOpt,
 ) -> None:
     """Predict step time, throughput, MFU and memory of one configuration (no search).
 
@@ -123,14 +128,15 @@ def estimate(
     if is_plan_file(Path(model)):
         _estimate_plan(Path(model), as_json)
         return
-    inputs = _inputs(model, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, memory_headroom)
+    inputs = _inputs(model, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, memory_headroom,
+                     profile)
     sched = schedule or ("interleaved_1f1b" if vpp > 1 else "1f1b")
     config = _config(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, sp=sp, mbs=mbs, recompute=recompute, zero=zero,
                      schedule=sched)
     check_config(inputs.model, inputs.training, config, inputs.devices)
     prediction = predict(inputs.model, inputs.training, inputs.cluster, config)
     if as_json:
-        emit_json(prediction.model_dump(mode="json"))
+        emit_json({**prediction.model_dump(mode="json"), "profile": inputs.profile})
         return
     prediction_summary(err, _title(inputs), config, prediction)
 
@@ -167,6 +173,7 @@ def search(
     time_limit: float = typer.Option(10.0, "--time-limit", help="seconds per ILP solve"),
     top: int = typer.Option(5, "--top", help="plans to show"),
     out: Path = typer.Option(Path("plan.json"), "--out", "-o", help="where to write the best plan"),
+    profile: Optional[Path] = ProfileOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Search degrees, micro-batch, recompute, optimizer sharding, stage split and placement; write the best plan."""
@@ -177,7 +184,8 @@ def search(
     from gplan.planner.space import SearchLimits
     from gplan.render import search_table
 
-    inputs = _inputs(model, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, memory_headroom)
+    inputs = _inputs(model, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, memory_headroom,
+                     profile)
     options = [o.strip() for o in recompute.split(",") if o.strip()]
     bad = [o for o in options if o not in ("none", "selective", "full")]
     if bad or not options:
@@ -195,7 +203,7 @@ def search(
     best = result.best
     plan_cluster = inputs.cluster if inputs.cluster.is_heterogeneous else inputs.cluster.sized(best.config.world_size)
     plan = make_plan(inputs.model, inputs.training, plan_cluster, best.config, best.layouts, best.solver,
-                     devices_given=inputs.devices, search=search_record(result, limits))
+                     devices_given=inputs.devices, profile=inputs.profile, search=search_record(result, limits))
     write_plan(plan, out)
     if as_json:
         emit_json({"plan": str(out), "candidates": result.candidates, "ilps_solved": result.solved,
@@ -549,6 +557,112 @@ def export(
         err.print(f"[green]wrote[/] {path}", highlight=False)
     for note in result.notes:
         err.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
+
+
+@app.command()
+@guarded
+def profile(
+    model: str = typer.Option(..., "--model", "-m", help="the model whose layers to measure (file or bundled name)"),
+    out: Path = typer.Option(Path("profile.yaml"), "--out", "-o", help="profile to write (resumed when it exists)"),
+    backend: str = typer.Option("torch", "--backend", help="torch"),
+    nproc: int = typer.Option(1, "--nproc", help="processes for the link measurement (devices of this node)"),
+    nnodes: int = typer.Option(1, "--nnodes", help="nodes for the link measurement"),
+    node_rank: int = typer.Option(0, "--node-rank"),
+    rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT of node 0 (several nodes)"),
+    mbs: str = typer.Option("1,2,4", "--mbs", help="micro-batch sizes to measure"),
+    tp: str = typer.Option("1,2", "--tp", help="tp shard widths to measure"),
+    seq_length: Optional[int] = typer.Option(None, "--seq-length", help="default: the model's"),
+    precision: Optional[str] = typer.Option(None, "--precision", help="default: bf16 on GPUs, fp32 on CPUs"),
+    max_bytes: Optional[int] = typer.Option(None, "--max-bytes", help="largest message (default 256 MiB on GPUs, 16 MiB on CPUs)"),
+    device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
+) -> None:
+    """Measure this machine: the model's layers (forward, backward, activations per micro-batch and tp
+    width) and its links (collectives over message sizes); write a profile for --profile."""
+    from rich.progress import Progress
+
+    from gplan.profiles.measure import profile as measure
+    from gplan.spec.loaders import load_model
+
+    if backend != "torch":
+        raise InputError(f"--backend {backend!r}: this gplan profiles with torch", hint="use --backend torch")
+    _require_torch()
+    mbs_list, tp_list = _int_list(mbs, "--mbs"), _int_list(tp, "--tp")
+    spec = load_model(model)
+    bad = [t for t in tp_list if spec.num_attention_heads % t or spec.kv_heads % t or spec.ffn_size % t]
+    if bad:
+        raise InputError(f"--tp {bad[0]} does not divide the heads, kv heads and MLP width of {spec.name}",
+                         hint="choose divisors of the kv heads")
+    torch_device, hardware_name = measure.detect_device(device)
+    precision = precision or ("bf16" if torch_device.type == "cuda" else "fp32")
+    max_bytes = max_bytes or (256 if torch_device.type == "cuda" else 16) * 2**20
+    current = measure.start_profile(out, hardware_name, nproc, nnodes, str(torch_device))
+    total = len(mbs_list) * len(tp_list) * 3
+    with Progress(console=err, transient=True) as bar:
+        task = bar.add_task("layers", total=total)
+
+        def progress(message: str) -> None:
+            bar.update(task, advance=1, description=message)
+
+        current = measure.profile_layers(current, out, spec, seq_length or spec.seq_length, precision, mbs_list,
+                                         tp_list, torch_device, progress)
+    measure.write_profile(current, out)
+    current = measure.profile_links(current, out, nproc, nnodes, node_rank, rdzv_endpoint, max_bytes,
+                                    lambda message: err.print(message, highlight=False))
+    measure.write_profile(current, out)
+    group = current.node_groups[0]
+    err.print(f"gemm efficiency {group.hardware.efficiency.gemm:.3f}, launch per layer "
+              f"{group.hardware.efficiency.layer_overhead_s * 1e6:.0f} µs, intra-node {group.intra_node.bandwidth_GBps:.2f} GB/s "
+              f"+ {group.intra_node.latency_us:.0f} µs", highlight=False)
+    err.print(f"[green]wrote[/] {out}: {len(group.hardware.measured)} layer shapes, {len(current.links)} link points")
+
+
+@app.command()
+@guarded
+def calibrate(
+    reports: list[Path] = typer.Argument(..., help="run_report.json files of gplan launch (their plan.json beside them)"),
+    held_out: list[Path] = typer.Option([], "--held-out", help="reports to predict but not fit (repeat)"),
+    out: Path = typer.Option(Path("profile.yaml"), "--out", "-o", help="the calibrated profile"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Fit compute efficiency, per-layer and per-step overhead and link efficiency to measured runs;
+    report the error per run before and after, leave-one-out, and on held-out runs."""
+    from gplan.planner import calibrate as cal
+    from gplan.render import calibration_table
+
+    runs = [_run_of(path) for path in reports]
+    held = [_run_of(path) for path in held_out]
+    if len(runs) < 2:
+        raise InputError("calibration needs two or more run reports", hint="launch a few different plans first")
+    names = {r.plan.cluster.primary.hardware.name for r in runs + held}
+    if len(names) > 1:
+        raise InputError(f"the runs used different hardware ({', '.join(sorted(names))})", hint="calibrate one hardware at a time")
+    fit = cal.calibrate(runs)
+    start = cal.prior(runs[0].plan.cluster)
+    held_before = [cal.predict_s(r, start) / r.measured_step_s - 1 for r in held]
+    held_after = [cal.predict_s(r, fit.theta) / r.measured_step_s - 1 for r in held]
+    profile = cal.as_profile(runs[0].plan, fit, runs, held, held_before, held_after)
+    from gplan.profiles.measure.profile import write_profile
+
+    write_profile(profile, out)
+    if as_json:
+        emit_json({"profile": str(out), **profile.calibration})
+        return
+    err.print(calibration_table(runs, fit, held, held_before, held_after))
+    err.print(f"[green]wrote[/] {out}")
+
+
+def _run_of(path: Path):
+    from gplan.planner.calibrate import Run
+    from gplan.plan import read_plan
+    from gplan.report import read_report
+
+    report = read_report(path)
+    plan_path = path.with_name("plan.json")
+    plan = read_plan(plan_path)
+    if plan.digest != report.plan_digest:
+        raise InputError(f"{plan_path} is not the plan {path} ran (digest {plan.digest} ≠ {report.plan_digest})",
+                         hint="keep run_report.json beside the plan.json of its run directory")
+    return Run(str(path), plan, report.step_time_s)
 
 
 @app.command()

@@ -26,6 +26,8 @@ class Inputs:
     cluster: ClusterSpec
     devices: int
     cluster_note: str = ""
+    profile: str | None = None
+    """`path (sha256 prefix)` of the measured profile the cluster came from."""
 
 
 def resolve_cluster(devices: int | None, cluster: str | None, hardware: str | None,
@@ -60,12 +62,36 @@ def default_gbs(devices: int, seq_length: int) -> int:
     return -(-max(gbs, devices) // devices) * devices
 
 
+def resolve_profile(path: str, devices: int | None, cluster: str | None,
+                    hardware: str | None) -> tuple[ClusterSpec, int, str]:
+    """The cluster of a measured profile, sized like a bundled template; and its reference."""
+    import hashlib
+    from pathlib import Path
+
+    from gplan.profiles.measure.profile import read_profile
+
+    if cluster or hardware:
+        raise UsageError("--profile replaces --cluster and --hardware", hint="pass only --profile")
+    file = Path(path)
+    if not file.is_file():
+        raise InputError(f"--profile {path}: no such file", hint="write one with gplan profile or gplan calibrate")
+    spec = read_profile(file).cluster()
+    devices = devices or spec.devices
+    digest = hashlib.sha256(file.read_bytes()).hexdigest()[:16]
+    return spec.sized(devices), devices, f"{path} (sha256 {digest})"
+
+
 def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | None = None,
                    hardware: str | None = None, devices_per_node: int | None = None,
                    gbs: int | None = None, seq_length: int | None = None, precision: str | None = None,
-                   memory_headroom: float = 0.1) -> Inputs:
+                   memory_headroom: float = 0.1, profile: str | None = None) -> Inputs:
     model = load_model(model_ref)
-    spec, devices, note = resolve_cluster(devices, cluster, hardware, devices_per_node)
+    profile_ref = None
+    if profile:
+        spec, devices, profile_ref = resolve_profile(profile, devices, cluster, hardware)
+        note = ""
+    else:
+        spec, devices, note = resolve_cluster(devices, cluster, hardware, devices_per_node)
     seq = seq_length or model.seq_length
     if precision is None:
         precision = "bf16" if all("bf16" in g.hardware.peak_tflops for g in spec.node_groups) else "fp16"
@@ -80,4 +106,5 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
         err = exc.errors()[0]
         raise InputError(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}",
                          hint="see gplan --help") from exc
-    return Inputs(model=model, training=training, cluster=spec, devices=devices, cluster_note=note)
+    return Inputs(model=model, training=training, cluster=spec, devices=devices, cluster_note=note,
+                  profile=profile_ref)

@@ -241,3 +241,18 @@ def validation_table(rows, world_size: int) -> Table:
         table.add_row(str(r.stage), str(r.rank), f"{r.params:,.0f}", f"{r.predicted_params:,.0f}", f"{r.error:+.2%}",
                       gib(r.weight_bytes), gib(r.predicted_weight_bytes))
     return table
+
+
+def calibration_table(runs, fit, held, held_before, held_after) -> Table:
+    table = Table(title="calibration: predicted / measured − 1 per run", title_justify="left")
+    for col in ("run", "measured", "before", "after", "leave-one-out"):
+        table.add_column(col, justify="left" if col == "run" else "right")
+    loo = fit.leave_one_out or [None] * len(runs)
+    for r, before, after, out in zip(runs, fit.before, fit.after, loo):
+        table.add_row(r.name, seconds(r.measured_step_s), f"{before:+.1%}", f"{after:+.1%}",
+                      "—" if out is None else f"{out:+.1%}")
+    for r, before, after in zip(held, held_before, held_after):
+        table.add_row(f"{r.name} (held out)", seconds(r.measured_step_s), f"{before:+.1%}", f"{after:+.1%}", "—")
+    theta = ", ".join(f"{k} {v:.3g}" for k, v in fit.theta.items())
+    table.caption = f"fitted: {theta}"
+    return table

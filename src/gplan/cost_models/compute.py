@@ -154,10 +154,44 @@ class LayerTime:
         return 0.0
 
 
+def measured_times(device: DeviceSpec, part: str, model: ModelSpec, training: TrainingSpec,
+                   shard: Shard) -> tuple[float, float, float] | None:
+    """(forward, backward, attention forward) seconds from the device's measured shapes: the exact
+    micro-batch when measured, else a straight line through the measured micro-batches (time is
+    affine in the tokens of a shape: fixed launches plus work ∝ tokens); None when not measured."""
+    if not device.measured:
+        return None
+    key = (part, model.hidden_size, model.ffn_size, model.num_attention_heads, model.kv_heads, model.ffn_kind,
+           model.vocab_size, shard.seq, shard.tp, training.precision)
+    points = sorted((m.mbs, m) for m in device.measured if m.status == "ok" and m.shape_key() == key)
+    exact = [m for mbs, m in points if mbs == shard.batch]
+    if exact:
+        m = exact[0]
+        return m.forward_s, m.backward_s, m.attention_forward_s or 0.0
+    if len(points) < 2:
+        return None
+    fields = ("forward_s", "backward_s", "attention_forward_s")
+    return tuple(_affine([(mbs, getattr(m, f) or 0.0) for mbs, m in points], shard.batch) for f in fields)
+
+
+def _affine(points: list[tuple[int, float]], x: float) -> float:
+    """Least-squares line through `points`, evaluated at x (never below zero)."""
+    n = len(points)
+    mean_x = sum(p[0] for p in points) / n
+    mean_y = sum(p[1] for p in points) / n
+    var = sum((p[0] - mean_x) ** 2 for p in points)
+    slope = sum((p[0] - mean_x) * (p[1] - mean_y) for p in points) / var
+    return max(0.0, mean_y + slope * (x - mean_x))
+
+
 def layer_time(model: ModelSpec, kind: LayerKind, training: TrainingSpec, shard: Shard,
                device: DeviceSpec) -> LayerTime:
-    """Forward: GEMMs + attention core + element-wise + a fixed launch overhead; backward: 2× GEMMs,
-    2.5× flash attention, 2× element-wise and launches."""
+    """Measured when the device's profile has this shape (decoder layers); else forward: GEMMs +
+    attention core + element-wise + a fixed launch overhead; backward: 2× GEMMs, 2.5× flash
+    attention, 2× element-wise and launches."""
+    measured = measured_times(device, "layer", model, training, shard) if kind.name == "decoder" else None
+    if measured:
+        return LayerTime(*measured)
     precision = training.precision
     gemm_s = sum(gemm_time_s(device, precision, g) for g in layer_gemms(model, kind, shard))
     flash = training.flash_attention
@@ -186,7 +220,11 @@ CROSS_ENTROPY_BYTES_PER_LOGIT = 12
 
 
 def head_time(model: ModelSpec, training: TrainingSpec, shard: Shard, device: DeviceSpec) -> tuple[float, float]:
-    """(forward, backward) seconds of the final norm, logits GEMM and cross-entropy."""
+    """(forward, backward) seconds of the final norm, logits GEMM and cross-entropy (measured when
+    the device's profile has this shape)."""
+    measured = measured_times(device, "head", model, training, shard)
+    if measured:
+        return measured[0], measured[1]
     gemm_s = gemm_time_s(device, training.precision, head_gemm(model, shard))
     logits = shard.tokens * model.vocab_size / shard.tp
     loss_s = memory_time_s(device, logits * CROSS_ENTROPY_BYTES_PER_LOGIT)
@@ -196,6 +234,9 @@ def head_time(model: ModelSpec, training: TrainingSpec, shard: Shard, device: De
 
 def embedding_time(model: ModelSpec, training: TrainingSpec, shard: Shard, device: DeviceSpec) -> tuple[float, float]:
     """(forward, backward) seconds of the token lookup (a gather) and its gradient (a scatter-add)."""
+    measured = measured_times(device, "embedding", model, training, shard)
+    if measured:
+        return measured[0], measured[1]
     moved = 2 * shard.tokens * model.hidden_size * training.element_bytes
     return memory_time_s(device, moved), memory_time_s(device, 2 * moved)
 

@@ -35,6 +35,39 @@ class Efficiency(BaseModel):
     """Fixed per-step time outside the model (launch, logging, data loading)."""
 
 
+class LayerMeasurement(BaseModel):
+    """A measured part of the model (`gplan profile`), as one tp rank computes it: the layer with its
+    heads and MLP width divided by `tp`, the head with its vocabulary divided by `tp`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    part: Literal["layer", "head", "embedding"]
+    hidden_size: int
+    ffn_hidden_size: int
+    num_attention_heads: int
+    num_kv_heads: int
+    ffn_kind: str
+    vocab_size: int
+    seq_length: int
+    mbs: int
+    tp: int
+    precision: str
+    status: Literal["ok", "oom", "error"] = "ok"
+    forward_s: float | None = None
+    backward_s: float | None = None
+    """Backward without recomputation."""
+    attention_forward_s: float | None = None
+    """The attention core alone (what selective recomputation replays); layers only."""
+    backward_full_recompute_s: float | None = None
+    """Backward with full recomputation (forward replayed), measured to check the model's sum."""
+    activation_bytes: float | None = None
+    """Bytes the forward saves for the backward (saved-tensor hooks), per micro-batch."""
+
+    def shape_key(self) -> tuple:
+        return (self.part, self.hidden_size, self.ffn_hidden_size, self.num_attention_heads, self.num_kv_heads,
+                self.ffn_kind, self.vocab_size, self.seq_length, self.tp, self.precision)
+
+
 class DeviceSpec(BaseModel):
     """One accelerator kind."""
 
@@ -49,6 +82,8 @@ class DeviceSpec(BaseModel):
     reserve_GiB: float = Field(default=0.0, ge=0)
     """Memory the framework holds before the model: context, communicator buffers, fragmentation."""
     efficiency: Efficiency
+    measured: list[LayerMeasurement] = []
+    """Measured layer times (`gplan profile`); the cost model uses them where a shape matches."""
 
     @property
     def memory_bytes(self) -> float:
@@ -133,3 +168,59 @@ class ClusterSpec(BaseModel):
         per_node = min(group.devices_per_node, devices) if nodes == 1 else group.devices_per_node
         return self.model_copy(update={"node_groups": [group.model_copy(
             update={"nodes": nodes, "devices_per_node": per_node})]})
+
+
+# ---- measured profiles -----------------------------------------------------------------------------
+
+class LinkMeasurement(BaseModel):
+    """One collective at one message size: the slowest rank's median time."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    collective: Literal["allreduce", "allgather", "reduce_scatter", "sendrecv"]
+    scope: Literal["intra", "inter"]
+    ranks: int
+    size_bytes: int
+    time_s: float
+
+
+class LinkFit(BaseModel):
+    """α (latency per ring step) and β (bandwidth) fitted to one collective's measurements."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    collective: str
+    scope: Literal["intra", "inter"]
+    latency_us: float
+    bandwidth_GBps: float
+
+
+class ProfileProvenance(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    host: str
+    devices: int
+    device_name: str
+    framework: str
+    framework_version: str
+    gplan_version: str
+    created_at: str
+    command: str = ""
+
+
+class Profile(BaseModel):
+    """A measured cluster: the catalogue's cluster schema (node groups whose hardware carries fitted
+    efficiencies and measured layers, links with fitted α/β), plus the raw link measurements, how
+    they were taken, and — after `gplan calibrate` — the fit to measured runs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    node_groups: list[NodeGroup] = Field(min_length=1)
+    provenance: ProfileProvenance
+    links: list[LinkMeasurement] = []
+    link_fits: list[LinkFit] = []
+    calibration: dict[str, Any] | None = None
+
+    def cluster(self) -> ClusterSpec:
+        return ClusterSpec(name=self.name, node_groups=self.node_groups)

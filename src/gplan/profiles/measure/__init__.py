@@ -1,0 +1,1 @@
+"""The profiler: measure layers and links on this machine (frameworks imported lazily, inside)."""

@@ -1,0 +1,72 @@
+"""`gplan calibrate` on real CPU launches: fit on three plans, predict a fourth it has not seen."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+from tinyplans import SMALL_LLAMA, tiny_plan
+from typer.testing import CliRunner
+
+from gplan.cli import app
+from gplan.spec.training import TrainingSpec
+
+pytestmark = pytest.mark.slow
+TRAINING = TrainingSpec(gbs=8, seq_length=128, precision="fp32")
+FIT = {"one": {}, "dp2": dict(dp=2), "pp2": dict(pp=2)}
+HELD_OUT = {"dp2_mbs2": dict(dp=2, mbs=2)}
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    paths = {}
+    for name, degrees in {**FIT, **HELD_OUT}.items():
+        plan = tiny_plan(root / f"{name}.json", SMALL_LLAMA, None, TRAINING, **degrees)
+        r = CliRunner().invoke(app, ["launch", str(plan), "--run-dir", str(root / name), "--steps", "10",
+                                     "--warmup-steps", "3", "--device", "cpu"])
+        assert r.exit_code == 0, r.stderr[-2000:]
+        paths[name] = root / name / "run_report.json"
+    return paths
+
+
+def test_calibration_predicts_a_held_out_plan_within_15_percent(gplan, reports, tmp_path):
+    out = tmp_path / "calibrated.yaml"
+    args = [str(reports[n]) for n in FIT] + [a for n in HELD_OUT for a in ("--held-out", str(reports[n]))]
+    data = gplan("calibrate", *args, "--out", str(out), "--json").json()
+    held = data["held_out"]
+    before = statistics.median(abs(h["error_before"]) for h in held)
+    after = statistics.median(abs(h["error_after"]) for h in held)
+    assert after < 0.15
+    assert after < before
+    assert len(data["runs"]) == 3 and all(r["error_leave_one_out"] is not None for r in data["runs"])
+
+
+def test_the_calibrated_profile_prices_the_held_out_plan_as_reported(gplan, reports, tmp_path):
+    out = tmp_path / "calibrated.yaml"
+    args = [str(reports[n]) for n in FIT] + ["--held-out", str(reports["dp2_mbs2"])]
+    data = gplan("calibrate", *args, "--out", str(out), "--json").json()
+    plan = json.loads((reports["dp2_mbs2"].parent / "plan.json").read_text())
+    estimate = gplan("estimate", str(reports["dp2_mbs2"].parent / "plan.json"), "--json").json()
+    assert estimate["step_time_s"] == pytest.approx(plan["prediction"]["step_time_s"])
+    measured = data["held_out"][0]["measured_s"]
+    calibrated = gplan("estimate", str(small_llama_file(tmp_path)), "--profile", str(out), "--devices", "2",
+                       "--dp", "2", "--mbs", "2", "--gbs", "8", "--seq-length", "128", "--precision", "fp32",
+                       "--json").json()
+    assert calibrated["step_time_s"] / measured - 1 == pytest.approx(data["held_out"][0]["error_after"], abs=1e-9)
+
+
+def small_llama_file(tmp_path):
+    import yaml
+
+    path = tmp_path / "small-llama.yaml"
+    path.write_text(yaml.safe_dump(SMALL_LLAMA.model_dump(mode="json")))
+    return path
+
+
+def test_calibrate_refuses_a_report_without_its_plan(gplan, reports, tmp_path):
+    lonely = tmp_path / "run_report.json"
+    lonely.write_text(reports["one"].read_text())
+    r = gplan("calibrate", str(lonely), str(reports["dp2"]))
+    assert r.code == 3 and "plan.json" in r.stderr
