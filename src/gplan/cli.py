@@ -434,16 +434,18 @@ def launch(
 ) -> None:
     """Run a plan: torchrun with DeviceMesh, tensor/sequence parallel, pipelining, FSDP2; report
     measured versus predicted."""
+    from gplan.backends.base import BACKENDS
     from gplan.backends.scale import scaled_plan
     from gplan.backends.torch import launcher
     from gplan.plan import read_plan, write_plan
 
     plan = read_plan(plan_file)
-    if backend != "torch":
+    if backend not in BACKENDS:
         raise InputError(f"--backend {backend!r} is not available in this gplan", hint="use --backend torch")
+    impl = BACKENDS[backend]()
     _check_launch_flags(steps, warmup_steps, data, checkpoint_dir, checkpoint_every, resume, device)
     if validate_only:
-        _validate_launch(plan, as_json)
+        _validate_launch(impl, plan, as_json)
         return
     plan = scaled_plan(plan, layers, hidden, seq_length, gbs)
     options = launcher.LaunchOptions(
@@ -453,7 +455,7 @@ def launch(
         checkpoint_dir=checkpoint_dir.resolve() if checkpoint_dir else None, checkpoint_every=checkpoint_every,
         resume=resume)
     plan_path = options.run_dir / "plan.json"
-    spec = launcher.render(plan, plan_path, options)
+    spec = impl.render(plan, plan_path, options)
     if not dry_run:
         options.run_dir.mkdir(parents=True, exist_ok=True)
     if slurm:
@@ -471,7 +473,7 @@ def launch(
         return
     _require_torch()
     write_plan(plan, plan_path)
-    launcher.run(spec, options, echo=lambda line: sys.stderr.write(line + "\n"))
+    impl.run(spec, options, echo=lambda line: sys.stderr.write(line + "\n"))
     _print_run_report(options.run_dir / "run_report.json", plan, as_json)
 
 
@@ -495,16 +497,16 @@ def _require_torch() -> None:
         raise BackendError("the torch backend needs PyTorch", hint="pip install -e '.[torch]'")
 
 
-def _validate_launch(plan, as_json: bool) -> None:
+def _validate_launch(impl, plan, as_json: bool) -> None:
     from dataclasses import asdict
 
     from gplan.errors import BackendError
     from gplan.render import validation_table
 
     _require_torch()
-    from gplan.backends.torch.validate import TOLERANCE, validate_plan
+    from gplan.backends.torch.validate import TOLERANCE
 
-    rows = validate_plan(plan)
+    rows = impl.validate(plan)
     if as_json:
         emit_json([asdict(r) for r in rows])
     else:

@@ -36,3 +36,7 @@ def torch_backend() -> Backend:
         return validate_plan(plan)
 
     return SimpleNamespace(render=launcher.render, validate=validate, run=launcher.run)
+
+
+BACKENDS: dict[str, Callable[[], Backend]] = {"torch": torch_backend}
+"""`gplan launch --backend` names; MindSpore joins with its launcher and worker."""
