@@ -51,7 +51,8 @@ def findings(plan: Plan) -> list[Finding]:
     step = StepModel(plan.model, plan.training, plan.cluster, plan.parallel)
     prediction = step.predict(layouts_of(plan))
     total = prediction.step_time_s
-    timed = [_link_finding(plan, "inter_node", total), _link_finding(plan, "intra_node", total),
+    rides = axis_links(plan)
+    timed = [_link_finding(plan, rides, "inter_node", total), _link_finding(plan, rides, "intra_node", total),
              Finding("bubble", False, prediction.breakdown.bubble / total,
                      f"stages wait {prediction.bubble_fraction:.1%} of the step (pp={plan.parallel.pp}, "
                      f"m={prediction.num_microbatches}, vpp={plan.parallel.vpp})")]
@@ -73,9 +74,9 @@ def _memory_finding(plan: Plan) -> Finding:
     return Finding("memory", used >= MEMORY_TIGHT or recomputed > 0, 0.0, detail)
 
 
-def _link_finding(plan: Plan, link: str, total_s: float) -> Finding | None:
+def _link_finding(plan: Plan, rides: dict[str, str], link: str, total_s: float) -> Finding | None:
     """Re-price the same plan with `link` bandwidth doubled; name the axes that ride it."""
-    axes = [axis for axis, rides in axis_links(plan).items() if rides == link.replace("_node", "")]
+    axes = [axis for axis, ride in rides.items() if ride == link.replace("_node", "")]
     if not axes:
         return None
     faster = scale_links(plan.cluster, link, 2.0)

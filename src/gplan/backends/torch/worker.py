@@ -92,7 +92,8 @@ class RankLog:
         line = f"{datetime.now().strftime('%H:%M:%S')} {message}"
         self.file.write(line + "\n")
         if self.echo:
-            print(line, file=sys.stderr, flush=True)
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
 
 
 def main(argv: list[str] | None = None) -> int:
