@@ -441,11 +441,14 @@ def launch(
 
     plan = read_plan(plan_file)
     if backend not in BACKENDS:
-        raise InputError(f"--backend {backend!r} is not available in this gplan", hint="use --backend torch")
+        raise InputError(f"--backend {backend!r} is not available in this gplan", hint="use --backend torch or mindspore")
     impl = BACKENDS[backend]()
     _check_launch_flags(steps, warmup_steps, data, checkpoint_dir, checkpoint_every, resume, device)
     if validate_only:
-        _validate_launch(impl, plan, as_json)
+        if backend == "mindspore":
+            _validate_strategies(impl, plan, as_json)
+        else:
+            _validate_launch(impl, plan, as_json)
         return
     plan = scaled_plan(plan, layers, hidden, seq_length, gbs)
     options = launcher.LaunchOptions(
@@ -459,7 +462,7 @@ def launch(
     if not dry_run:
         options.run_dir.mkdir(parents=True, exist_ok=True)
     if slurm:
-        _write_text(slurm, launcher.slurm_script(plan, plan_path, options))
+        _write_text(slurm, impl.slurm_script(plan, plan_path, options))
         write_plan(plan, plan_path)
         err.print(f"[green]wrote[/] {slurm} and {plan_path}; submit with: sbatch {slurm}")
         return
@@ -471,7 +474,7 @@ def launch(
         for node in spec.nodes:
             sys.stdout.write(f"# node {node.node_rank}\n{launcher.shell_line(node.argv, spec.env)}\n")
         return
-    _require_torch()
+    _require_framework(backend)
     write_plan(plan, plan_path)
     impl.run(spec, options, echo=lambda line: sys.stderr.write(line + "\n"))
     _print_run_report(options.run_dir / "run_report.json", plan, as_json)
@@ -489,12 +492,16 @@ def _check_launch_flags(steps, warmup_steps, data, checkpoint_dir, checkpoint_ev
 
 
 def _require_torch() -> None:
+    _require_framework("torch")
+
+
+def _require_framework(backend: str) -> None:
     import importlib.util
 
     from gplan.errors import BackendError
 
-    if importlib.util.find_spec("torch") is None:
-        raise BackendError("the torch backend needs PyTorch", hint="pip install -e '.[torch]'")
+    if importlib.util.find_spec(backend) is None:
+        raise BackendError(f"the {backend} backend needs {backend} installed", hint=f"pip install -e '.[{backend}]'")
 
 
 def _validate_launch(impl, plan, as_json: bool) -> None:
@@ -517,6 +524,20 @@ def _validate_launch(impl, plan, as_json: bool) -> None:
                            hint="the cost model's parameter count and the torch model disagree; report it")
 
 
+def _validate_strategies(impl, plan, as_json: bool) -> None:
+    rows = impl.validate(plan)
+    if as_json:
+        emit_json(rows)
+        return
+    table = Table(title=f"MindSpore strategies: every operator over the {plan.world_size // plan.parallel.pp} devices "
+                        f"of a stage ({plan.parallel.pp} stages)", title_justify="left")
+    for col in ("operator", "strategy", "device matrix"):
+        table.add_column(col)
+    for row in rows:
+        table.add_row(row["operator"], str(tuple(map(tuple, row["strategy"]))), str(row["device_matrix"]))
+    err.print(table)
+
+
 def _print_run_report(path: Path, plan, as_json: bool) -> None:
     from gplan.render import run_report_table
     from gplan.report import read_report
@@ -533,7 +554,7 @@ def _print_run_report(path: Path, plan, as_json: bool) -> None:
 @guarded
 def export(
     plan_file: Path = typer.Argument(..., metavar="PLAN", help="a plan.json"),
-    to: str = typer.Option(..., "--to", help="megatron | torchtitan | deepspeed | k8s | slurm"),
+    to: str = typer.Option(..., "--to", help="megatron | torchtitan | deepspeed | mindformers | k8s | slurm"),
     out_dir: Path = typer.Option(Path("."), "--out-dir", "-o", help="where to write the exported files"),
     as_json: bool = JsonOpt,
 ) -> None:

@@ -24,7 +24,7 @@ def reports(tmp_path_factory):
     paths = {}
     for name, degrees in {**FIT, **HELD_OUT}.items():
         plan = tiny_plan(root / f"{name}.json", SMALL_LLAMA, None, TRAINING, **degrees)
-        r = CliRunner().invoke(app, ["launch", str(plan), "--run-dir", str(root / name), "--steps", "10",
+        r = CliRunner().invoke(app, ["launch", str(plan), "--run-dir", str(root / name), "--steps", "14",
                                      "--warmup-steps", "3", "--device", "cpu"])
         assert r.exit_code == 0, r.stderr[-2000:]
         paths[name] = root / name / "run_report.json"

@@ -23,6 +23,8 @@ class Backend(Protocol):
 
     def run(self, spec: Any, options: Any, echo: Callable[[str], None]) -> None: ...
 
+    def slurm_script(self, plan: Plan, plan_path: Path, options: Any) -> str: ...
+
 
 def torch_backend() -> Backend:
     """The torch backend as a Backend (its launcher functions, its validator imported on use)."""
@@ -35,8 +37,20 @@ def torch_backend() -> Backend:
 
         return validate_plan(plan)
 
-    return SimpleNamespace(render=launcher.render, validate=validate, run=launcher.run)
+    return SimpleNamespace(render=launcher.render, validate=validate, run=launcher.run,
+                           slurm_script=launcher.slurm_script)
 
 
-BACKENDS: dict[str, Callable[[], Backend]] = {"torch": torch_backend}
-"""`gplan launch --backend` names; MindSpore joins with its launcher and worker."""
+def mindspore_backend() -> Backend:
+    """The MindSpore backend: msrun; its dry validation checks the plan's operator strategies."""
+    from types import SimpleNamespace
+
+    from gplan.backends.mindspore import launcher
+    from gplan.backends.mindspore.strategy import check_layout
+
+    return SimpleNamespace(render=launcher.render, validate=check_layout, run=launcher.run,
+                           slurm_script=launcher.slurm_script)
+
+
+BACKENDS: dict[str, Callable[[], Backend]] = {"torch": torch_backend, "mindspore": mindspore_backend}
+"""`gplan launch --backend` names."""

@@ -27,10 +27,10 @@ def stamp(plan: Plan, comment: str = "#") -> str:
 
 
 def targets() -> dict[str, Callable[[Plan], Export]]:
-    from gplan.backends.exporters import deepspeed, kubernetes, megatron, slurm, torchtitan
+    from gplan.backends.exporters import deepspeed, kubernetes, megatron, mindformers, slurm, torchtitan
 
     return {"megatron": megatron.export, "torchtitan": torchtitan.export, "deepspeed": deepspeed.export,
-            "k8s": kubernetes.export, "slurm": slurm.export}
+            "mindformers": mindformers.export, "k8s": kubernetes.export, "slurm": slurm.export}
 
 
 def stage_sizes(plan: Plan) -> list[int]:

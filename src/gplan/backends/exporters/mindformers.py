@@ -1,0 +1,55 @@
+"""MindFormers: the `parallel_config`, `parallel` and `recompute_config` sections of a MindFormers
+training YAML, and the model's per-stage layer `offset`.
+
+MindFormers gives stage i `num_layers // pipeline_stage + offset[i]` layers (offsets sum to
+`num_layers % pipeline_stage`), and recomputes the first `recompute[i]` layers of stage i fully and
+`select_recompute[i]` selectively — so the plan's uneven split and per-stage recompute carry over
+exactly. zero ≥ 1 turns on MindSpore's optimizer parallel; vocabulary-parallel embedding is
+`vocab_emb_dp: False`.
+"""
+
+from __future__ import annotations
+
+import yaml
+
+from gplan.backends.exporters import Export, recompute_counts, stage_sizes, stamp
+from gplan.plan import Plan
+
+SEMI_AUTO_PARALLEL = 1
+"""MindFormers' `parallel_mode` code: 0 data, 1 semi-auto, 2 auto, 3 hybrid parallel."""
+
+
+def sections(plan: Plan) -> dict:
+    c = plan.parallel
+    sizes = stage_sizes(plan)
+    base = plan.model.num_layers // c.pp
+    parallel_config = {
+        "data_parallel": c.dp, "model_parallel": c.tp, "pipeline_stage": c.pp, "context_parallel": c.cp,
+        "use_seq_parallel": bool(c.sp and c.tp > 1), "micro_batch_num": c.num_microbatches,
+        "vocab_emb_dp": c.tp == 1, "gradient_aggregation_group": 4,
+    }
+    parallel = {
+        "parallel_mode": SEMI_AUTO_PARALLEL, "gradients_mean": False, "full_batch": True,
+        "enable_parallel_optimizer": c.zero >= 1, "search_mode": "sharding_propagation",
+        "strategy_ckpt_save_file": "./ckpt_strategy.ckpt",
+        "parallel_optimizer_config": {"gradient_accumulation_shard": c.zero >= 2, "parallel_optimizer_threshold": 64},
+    }
+    if c.vpp > 1:
+        parallel["pipeline_config"] = {"pipeline_interleave": True, "pipeline_scheduler": "1f1b"}
+    full, selective = recompute_counts(plan, "full"), recompute_counts(plan, "selective")
+    recompute_config = {"recompute": full if any(full) else False,
+                        "select_recompute": selective if any(selective) else False,
+                        "parallel_optimizer_comm_recompute": False, "mp_comm_recompute": True,
+                        "recompute_slice_activation": True}
+    model_config = {"num_layers": plan.model.num_layers, "offset": [n - base for n in sizes] if c.vpp == 1 else 0,
+                    "seq_length": plan.training.seq_length}
+    if c.vpp > 1:
+        model_config["pp_interleave_num"] = c.vpp
+    return {"parallel_config": parallel_config, "parallel": parallel, "recompute_config": recompute_config,
+            "model": {"model_config": model_config},
+            "runner_config": {"batch_size": c.mbs, "gradient_accumulation_steps": 1}}
+
+
+def export(plan: Plan) -> Export:
+    text = stamp(plan) + "\n# Merge into your MindFormers training YAML (these sections replace yours).\n"
+    return Export({"mindformers_parallel.yaml": text + yaml.safe_dump(sections(plan), sort_keys=False)})

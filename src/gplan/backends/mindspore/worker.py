@@ -1,0 +1,303 @@
+"""The MindSpore worker: one process per rank under msrun, running the plan it is given.
+
+    msrun --worker_num N … worker.py --plan plan.json --run-dir DIR --steps N
+
+`main` reads as the table of contents: the parallel context (data parallel on CPU; semi-automatic
+parallelism with the plan's strategies, pipeline stages and optimizer sharding on Ascend and GPU),
+the model with every operator's strategy and every layer's stage and recompute, the training loop,
+the run report (the same run_report.json as the torch backend).
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import statistics
+import sys
+import time
+import traceback
+import zlib
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+import mindspore as ms
+from mindspore import Parameter, Tensor, nn, ops
+from mindspore.communication import get_group_size, get_rank, init
+
+from gplan.backends.mindspore.strategy import ParallelLayout, layout
+from gplan.cost_models.compute import model_flops_per_step
+from gplan.plan import Plan, read_plan
+from gplan.report import RankReport, RunReport, write_report
+from gplan.spec.model import ModelSpec
+
+INIT_STD = 0.02
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="gplan-mindspore-worker")
+    parser.add_argument("--plan", type=Path, required=True)
+    parser.add_argument("--run-dir", type=Path, required=True)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--warmup-steps", type=int, default=2)
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--data", type=Path, default=None)
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    plan = read_plan(args.plan)
+    plan_layout = layout(plan)
+    distributed = plan.world_size > 1
+    set_context(plan, plan_layout, args.device, distributed)
+    rank = get_rank() if distributed else 0
+    log = _log(args.run_dir, rank)
+    try:
+        net = Decoder(plan.model, plan.training.seq_length, plan_layout, args.seed)
+        losses, step_times = train(net, plan, plan_layout, args, rank, distributed, log)
+        if rank == 0:
+            report(plan, args, losses, step_times)
+        log("done")
+        return 0
+    except Exception:  # noqa: BLE001 - the launcher reads this log to name the failure
+        log("FAILED\n" + traceback.format_exc())
+        return 1
+
+
+def _log(run_dir: Path, rank: int):
+    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    path = run_dir / "logs" / f"rank{rank}.log"
+
+    def log(message: str) -> None:
+        with open(path, "a") as f:
+            f.write(f"{datetime.now().strftime('%H:%M:%S')} {message}\n")
+
+    return log
+
+
+# ---- parallel context ----------------------------------------------------------------------------
+
+def set_context(plan: Plan, plan_layout: ParallelLayout, device: str, distributed: bool) -> None:
+    """CPU: PyNative data parallel. Ascend/GPU: graph mode, semi-automatic parallelism with the
+    plan's device number, pipeline stages and optimizer sharding."""
+    target = {"npu": "Ascend", "gpu": "GPU"}.get(plan.cluster.primary.hardware.kind, "CPU")
+    if device == "cpu":
+        target = "CPU"
+    semi_auto = target != "CPU" and (plan_layout.tp > 1 or plan_layout.pipeline_stages > 1)
+    ms.set_context(mode=ms.GRAPH_MODE if semi_auto else ms.PYNATIVE_MODE, device_target=target)
+    if not distributed:
+        return
+    init()
+    if semi_auto:
+        ms.set_auto_parallel_context(
+            parallel_mode=ms.ParallelMode.SEMI_AUTO_PARALLEL, device_num=plan_layout.device_num,
+            pipeline_stages=plan_layout.pipeline_stages, enable_parallel_optimizer=plan_layout.optimizer_parallel,
+            gradients_mean=True)
+    else:
+        ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True,
+                                     device_num=get_group_size())
+
+
+# ---- the model -----------------------------------------------------------------------------------
+
+def initial_value(name: str, shape: tuple[int, ...], seed: int) -> np.ndarray:
+    """Ones for norm weights, N(0, 0.02) else, seeded by the parameter's name: the same weights in
+    every layout."""
+    if "norm" in name:
+        return np.ones(shape, np.float32)
+    rng = np.random.default_rng(seed * 1_000_003 + zlib.crc32(name.encode()))
+    return (rng.standard_normal(shape) * INIT_STD).astype(np.float32)
+
+
+def rope_tables(seq: int, head_dim: int, theta: float = 10000.0) -> tuple[Tensor, Tensor]:
+    """cos and sin of RoPE (Su et al. 2021), shape (seq, head_dim/2), as the torch worker has them."""
+    inv = 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim)
+    angles = np.outer(np.arange(seq, dtype=np.float32), inv)
+    return Tensor(np.cos(angles)), Tensor(np.sin(angles))
+
+
+class RMSNorm(nn.Cell):
+    def __init__(self, dim: int, name: str, seed: int, strategy, eps: float = 1e-5):
+        super().__init__()
+        self.weight = Parameter(Tensor(initial_value(name, (dim,), seed)), name=name)
+        self.square = ops.Square().shard(strategy)
+        self.mean = ops.ReduceMean(keep_dims=True).shard(strategy)
+        self.mul = ops.Mul()
+        self.rsqrt = ops.Rsqrt()
+        self.eps = eps
+
+    def construct(self, x):
+        return self.mul(x * self.rsqrt(self.mean(self.square(x), -1) + self.eps), self.weight)
+
+
+class Linear(nn.Cell):
+    """y = x Wᵀ with W [out, in] (MatMul(transpose_b=True)), sharded by the plan's strategy."""
+
+    def __init__(self, d_in: int, d_out: int, name: str, seed: int, strategy):
+        super().__init__()
+        self.weight = Parameter(Tensor(initial_value(name, (d_out, d_in), seed)), name=name)
+        self.matmul = ops.MatMul(transpose_b=True).shard(strategy)
+
+    def construct(self, x):
+        shape = x.shape
+        out = self.matmul(x.reshape(-1, shape[-1]), self.weight)
+        return out.reshape(shape[:-1] + (-1,))
+
+
+class Block(nn.Cell):
+    def __init__(self, spec: ModelSpec, i: int, seed: int, s: dict, seq: int):
+        super().__init__()
+        p = f"layers.{i}."
+        h, kv = spec.hidden_size, spec.kv_heads * spec.head_dim
+        self.heads, self.kv_heads, self.head_dim = spec.num_attention_heads, spec.kv_heads, spec.head_dim
+        self.attention_norm = RMSNorm(h, p + "attention_norm.weight", seed, s["norm"])
+        self.ffn_norm = RMSNorm(h, p + "ffn_norm.weight", seed, s["norm"])
+        self.wq = Linear(h, h, p + "attention.wq.weight", seed, s["attention.wq"])
+        self.wk = Linear(h, kv, p + "attention.wk.weight", seed, s["attention.wk"])
+        self.wv = Linear(h, kv, p + "attention.wv.weight", seed, s["attention.wv"])
+        self.wo = Linear(h, h, p + "attention.wo.weight", seed, s["attention.wo"])
+        self.w1 = Linear(h, spec.ffn_size, p + "feed_forward.w1.weight", seed, s["feed_forward.w1"])
+        self.w2 = Linear(spec.ffn_size, h, p + "feed_forward.w2.weight", seed, s["feed_forward.w2"])
+        self.w3 = Linear(h, spec.ffn_size, p + "feed_forward.w3.weight", seed, s["feed_forward.w3"])
+        self.scores = ops.BatchMatMul(transpose_b=True).shard(s["attention.scores"])
+        self.softmax = ops.Softmax(-1).shard(s["attention.softmax"])
+        self.context = ops.BatchMatMul().shard(s["attention.context"])
+        self.add = ops.Add().shard(s["residual_add"])
+        self.mask = Tensor(np.triu(np.full((seq, seq), -1e9, np.float32), k=1))
+        self.scale = 1.0 / float(np.sqrt(spec.head_dim))
+        self.cos, self.sin = rope_tables(seq, spec.head_dim)
+
+    def rotate(self, x):
+        """RoPE on (batch, heads, seq, head_dim): pairs (x[2i], x[2i+1]) rotated by position."""
+        b, n, s, d = x.shape
+        pairs = x.reshape(b, n, s, d // 2, 2)
+        a, c = pairs[..., 0], pairs[..., 1]
+        cos, sin = self.cos[:s], self.sin[:s]
+        return ops.stack((a * cos - c * sin, a * sin + c * cos), -1).reshape(b, n, s, d)
+
+    def attention(self, x):
+        b, s, _ = x.shape
+        q = self.wq(x).reshape(b, s, self.heads, self.head_dim).transpose(0, 2, 1, 3)
+        k = self.wk(x).reshape(b, s, self.kv_heads, self.head_dim).transpose(0, 2, 1, 3)
+        v = self.wv(x).reshape(b, s, self.kv_heads, self.head_dim).transpose(0, 2, 1, 3)
+        q, k = self.rotate(q), self.rotate(k)
+        groups = self.heads // self.kv_heads
+        k, v = ops.repeat_interleave(k, groups, 1), ops.repeat_interleave(v, groups, 1)
+        weights = self.softmax(self.scores(q, k) * self.scale + self.mask[:s, :s])
+        return self.wo(self.context(weights, v).transpose(0, 2, 1, 3).reshape(b, s, -1))
+
+    def construct(self, x):
+        h = self.add(x, self.attention(self.attention_norm(x)))
+        mlp = self.w2(ops.silu(self.w1(self.ffn_norm(h))) * self.w3(self.ffn_norm(h)))
+        return self.add(h, mlp)
+
+
+class Decoder(nn.Cell):
+    """Llama-family decoder (RMSNorm, swiglu, GQA, RoPE, untied head), its loss, every layer's
+    pipeline stage and recompute from the plan."""
+
+    def __init__(self, spec: ModelSpec, seq: int, plan_layout: ParallelLayout, seed: int):
+        super().__init__()
+        s = plan_layout.strategies
+        self.embedding = Parameter(Tensor(initial_value("tok_embeddings.weight", (spec.vocab_size, spec.hidden_size), seed)),
+                                   name="tok_embeddings.weight")
+        self.gather = ops.Gather().shard(s["embedding"])
+        self.layers = nn.CellList([Block(spec, i, seed, s, seq) for i in range(spec.num_layers)])
+        for block, stage, option in zip(self.layers, plan_layout.layer_stage, plan_layout.layer_recompute):
+            block.pipeline_stage = stage
+            if option == "full":
+                block.recompute()
+            elif option == "selective":
+                block.softmax.recompute()
+        self.norm = RMSNorm(spec.hidden_size, "norm.weight", seed, s["norm"])
+        self.output = Linear(spec.hidden_size, spec.vocab_size, "output.weight", seed, s["head"])
+        self.loss = nn.CrossEntropyLoss()
+
+    def construct(self, tokens, targets):
+        h = self.gather(self.embedding, tokens, 0)
+        for block in self.layers:
+            h = block(h)
+        logits = self.output(self.norm(h))
+        return self.loss(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+# ---- training ------------------------------------------------------------------------------------
+
+def global_batch(step: int, plan: Plan, seed: int, data: Path | None) -> np.ndarray:
+    """(gbs, seq + 1) tokens of `step`: arithmetic progressions modulo the vocabulary (synthetic) or
+    consecutive windows of a token file."""
+    t, vocab = plan.training, plan.model.vocab_size
+    width = t.seq_length + 1
+    if data is None:
+        rng = np.random.default_rng(seed * 7919 + step)
+        start = rng.integers(0, vocab, (t.gbs, 1))
+        stride = rng.integers(1, 9, (t.gbs, 1))
+        return ((start + stride * np.arange(width)) % vocab).astype(np.int32)
+    array = np.memmap(data, dtype=np.uint16 if vocab <= 2**16 else np.uint32, mode="r")
+    span = len(array) - width + 1
+    return np.stack([np.asarray(array[((step * t.gbs + i) * width) % span:][:width], np.int32) for i in range(t.gbs)])
+
+
+def train(net: Decoder, plan: Plan, plan_layout: ParallelLayout, args: argparse.Namespace, rank: int,
+          distributed: bool, log) -> tuple[list[float], list[float]]:
+    optimizer = nn.AdamWeightDecay(net.trainable_params(), learning_rate=args.lr, beta1=0.9, beta2=0.95, weight_decay=0.1)
+    grad_fn = ms.value_and_grad(net, None, optimizer.parameters)
+    reducer = nn.DistributedGradReducer(optimizer.parameters) if distributed else None
+    dp, m = plan_layout.dp, plan_layout.micro_batch_num
+    losses, step_times = [], []
+    for step in range(args.steps):
+        rows = np.array_split(global_batch(step, plan, args.seed, args.data), dp)[rank % dp]
+        start = time.perf_counter()
+        total, grads_sum = 0.0, None
+        for tokens in np.array_split(rows, m):
+            loss, grads = grad_fn(Tensor(tokens[:, :-1]), Tensor(tokens[:, 1:]))
+            grads_sum = grads if grads_sum is None else tuple(a + b for a, b in zip(grads_sum, grads))
+            total += float(loss) / m
+        grads = tuple(g / m for g in grads_sum)
+        if reducer is not None:
+            grads = reducer(grads)
+        optimizer(grads)
+        loss = _mean_over_ranks(total, distributed)
+        step_times.append(time.perf_counter() - start)
+        losses.append(loss)
+        log(f"step {step + 1}/{args.steps} loss {loss:.6f} time {step_times[-1]:.3f} s")
+    return losses, step_times
+
+
+def _mean_over_ranks(value: float, distributed: bool) -> float:
+    if not distributed:
+        return value
+    return float(ops.AllReduce()(Tensor(np.array([value], np.float32))).asnumpy()[0]) / get_group_size()
+
+
+def report(plan: Plan, args: argparse.Namespace, losses: list[float], step_times: list[float]) -> None:
+    measured = step_times[args.warmup_steps:] or step_times
+    step_s = statistics.median(measured)
+    peak = plan.cluster.primary.hardware.peak_flops(plan.training.precision) * plan.world_size
+    ranks = [RankReport(rank=0, stage=0, step_times_s=step_times, peak_memory_bytes=_rss(), memory_kind="rss")]
+    write_report(RunReport(
+        backend="mindspore", framework_version=ms.__version__, device=ms.get_context("device_target"),
+        compute_dtype="fp32", plan_digest=plan.digest, parallel=plan.parallel.label(), world_size=plan.world_size,
+        first_step=0, steps=args.steps, warmup_steps=args.warmup_steps, gbs=plan.training.gbs,
+        seq_length=plan.training.seq_length, losses=losses, step_times_s=step_times, step_time_s=step_s,
+        tokens_per_s=plan.training.tokens_per_step / step_s,
+        mfu=model_flops_per_step(plan.model, plan.training) / step_s / peak, ranks=ranks,
+        predicted_step_time_s=plan.prediction.step_time_s,
+        predicted_memory_bytes_per_stage=[s.memory_bytes for s in plan.prediction.stages],
+        host=socket.gethostname(), created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    ), args.run_dir / "run_report.json")
+
+
+def _rss() -> float:
+    import resource
+
+    return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+
+
+if __name__ == "__main__":
+    # A normal exit: MindSpore's scheduler counts a worker that skips finalisation as timed out.
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""The MindSpore backend: strategies as data for every plan shape, msrun commands, the CPU refusal,
+a real data-parallel msrun job against one process, and the MindFormers export."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from tinyplans import TINY_GPT, TINY_LLAMA, tiny_plan
+
+from gplan.backends.exporters import targets
+from gplan.backends.mindspore.launcher import render
+from gplan.backends.mindspore.strategy import COLUMN, ROW, check_layout, device_matrix, layout
+from gplan.backends.torch.launcher import LaunchOptions, shell_line
+from gplan.errors import BackendError
+from gplan.plan import read_plan
+from gplan.planner.build import make_plan
+from gplan.profiles.catalogue import load_cluster
+from gplan.spec.loaders import load_model
+from gplan.spec.parallel import LayerCount, ParallelConfig, StageLayout
+from gplan.spec.training import TrainingSpec
+
+SHAPES = {
+    "dp_only": dict(dp=8),
+    "tp_only": dict(tp=8),
+    "dp_x_tp": dict(dp=4, tp=2),
+    "dp_x_tp_sp": dict(dp=2, tp=4, sp=True),
+    "pp_uneven": dict(dp=2, tp=2, pp=2),
+}
+
+
+def ascend_plan(uneven: bool = False, **degrees):
+    model = load_model("llama3-8b")
+    config = ParallelConfig(**degrees)
+    cluster = load_cluster("atlas-800-910b", config.world_size)
+    layouts = None
+    if uneven:
+        layouts = [StageLayout(layers=[LayerCount(kind="decoder", recompute="full", count=14)], embedding=True, head=False),
+                   StageLayout(layers=[LayerCount(kind="decoder", recompute="none", count=18)], embedding=False, head=True)]
+    return make_plan(model, TrainingSpec(gbs=64, seq_length=4096), cluster, config, layouts)
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_strategies_split_megatrons_dims_over_the_stage_devices(name):
+    plan = ascend_plan(uneven=name == "pp_uneven", **SHAPES[name])
+    c = plan.parallel
+    got = layout(plan)
+    for role in COLUMN:
+        assert got.strategies[role] == ((c.dp, 1), (c.tp, 1))  # output features of W [out, in] cut by tp
+    for role in ROW:
+        assert got.strategies[role] == ((c.dp, c.tp), (1, c.tp))  # the contracted features cut by tp
+    assert got.strategies["embedding"] == ((c.tp, 1), (c.dp, 1))
+    assert got.strategies["norm"] == (((c.dp, c.tp, 1),) if c.sp else ((c.dp, 1, 1),))
+    assert got.stage_devices == c.dp * c.tp
+    for role, strategy in got.strategies.items():
+        product = 1
+        for cut in device_matrix(role, strategy):
+            product *= cut
+        if role in ("norm", "residual_add") and not c.sp:
+            assert product == c.dp  # repeated over the tp ranks
+        else:
+            assert product == got.stage_devices
+    assert len(check_layout(plan)) == len(got.strategies)
+
+
+def test_stage_and_recompute_of_every_layer_follow_the_uneven_split():
+    got = layout(ascend_plan(uneven=True, dp=2, tp=2, pp=2))
+    assert got.layer_stage == [0] * 14 + [1] * 18
+    assert got.layer_recompute == ["full"] * 14 + ["none"] * 18
+    assert got.pipeline_stages == 2 and got.device_num == 8
+
+
+def test_dry_run_prints_msrun_for_a_4_node_32_device_ascend_plan(gplan, tmp_path):
+    from gplan.plan import write_plan
+
+    path = tmp_path / "plan.json"
+    write_plan(ascend_plan(dp=8, tp=4), path)
+    data = gplan("launch", str(path), "--backend", "mindspore", "--dry-run", "--json", "--nnodes", "4",
+                 "--nproc-per-node", "8", "--rdzv-endpoint", "10.0.0.1:8118", "--run-dir", "/runs/job").json()
+    assert len(data["nodes"]) == 4
+    for node in data["nodes"]:
+        argv = node["argv"]
+        assert argv[0] == "msrun" and "--worker_num=32" in argv and "--local_worker_num=8" in argv
+        assert f"--node_rank={node['node_rank']}" in argv and "--master_addr=10.0.0.1" in argv and "--join=True" in argv
+        assert argv[argv.index("--plan") + 1] == "/runs/job/plan.json"
+    assert data["env"]["ASCEND_RT_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
+    assert "HCCL_CONNECT_TIMEOUT" in data["env"]
+
+
+def test_slurm_script_for_ascend_is_valid_bash(tmp_path):
+    from gplan.backends.mindspore.launcher import slurm_script
+
+    script = slurm_script(ascend_plan(dp=8, tp=4), Path("/runs/plan.json"), LaunchOptions(run_dir=Path("/runs")))
+    path = tmp_path / "job.sh"
+    path.write_text(script)
+    assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
+    assert "--node_rank=$SLURM_NODEID" in script and "--gres=npu:8" in script
+
+
+@pytest.mark.parametrize("degrees", [dict(tp=2), dict(pp=2)])
+def test_tp_or_pp_on_cpu_is_refused_before_launch_with_exit_5(gplan, tmp_path, degrees):
+    path = tiny_plan(tmp_path / "plan.json", TINY_LLAMA, None, **degrees)
+    r = gplan("launch", str(path), "--backend", "mindspore", "--run-dir", str(tmp_path / "run"))
+    assert r.code == 5 and "Ascend" in r.stderr
+    assert not (tmp_path / "run" / "logs").exists()
+    with pytest.raises(BackendError):
+        render(read_plan(path), path, LaunchOptions(run_dir=tmp_path))
+
+
+def test_models_outside_the_llama_family_are_refused(gplan, tmp_path):
+    path = tiny_plan(tmp_path / "plan.json", TINY_GPT, None, dp=2)
+    r = gplan("launch", str(path), "--backend", "mindspore", "--dry-run")
+    assert r.code == 3 and "Llama family" in r.stderr
+
+
+@pytest.mark.slow
+def test_data_parallel_msrun_job_matches_one_process(gplan, tmp_path):
+    """Tolerance 1e-5 on fp32 losses: the two workers average gradients through MindSpore's
+    DistributedGradReducer, the one process sees the whole batch."""
+    assert shutil.which("msrun") or Path(__import__("sys").executable).with_name("msrun").exists()
+    losses = {}
+    for name, degrees in {"one": dict(mbs=8), "dp2": dict(dp=2, mbs=4)}.items():
+        path = tiny_plan(tmp_path / f"{name}.json", TINY_LLAMA, None, **degrees)
+        r = gplan("launch", str(path), "--backend", "mindspore", "--steps", "5", "--device", "cpu",
+                  "--run-dir", str(tmp_path / name), "--json")
+        assert r.code == 0, r.stderr[-2000:]
+        report = r.json()
+        assert report["backend"] == "mindspore" and report["world_size"] == (2 if name == "dp2" else 1)
+        losses[name] = report["losses"]
+    assert len(losses["dp2"]) == 5
+    assert losses["dp2"] == pytest.approx(losses["one"], abs=1e-5)
+    assert losses["one"][-1] < losses["one"][0]
+
+
+# ---- MindFormers export ----------------------------------------------------------------------------
+
+#: MindFormers' documented section and key names (its config classes, mindformers 2.1, install only
+#: beside mindspore with --no-deps, outside the test install, so the names are checked here).
+MINDFORMERS_KEYS = {
+    "parallel_config": {"data_parallel", "model_parallel", "pipeline_stage", "context_parallel", "use_seq_parallel",
+                        "micro_batch_num", "vocab_emb_dp", "gradient_aggregation_group"},
+    "parallel": {"parallel_mode", "gradients_mean", "full_batch", "enable_parallel_optimizer", "search_mode",
+                 "strategy_ckpt_save_file", "parallel_optimizer_config", "pipeline_config"},
+    "recompute_config": {"recompute", "select_recompute", "parallel_optimizer_comm_recompute", "mp_comm_recompute",
+                         "recompute_slice_activation"},
+}
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_mindformers_export_follows_mindformers_rules(name):
+    plan = ascend_plan(uneven=name == "pp_uneven", **SHAPES[name])
+    text = targets()["mindformers"](plan).files["mindformers_parallel.yaml"]
+    assert plan.digest in text.splitlines()[0]
+    data = yaml.safe_load(text)
+    for section, keys in MINDFORMERS_KEYS.items():
+        assert set(data[section]) <= keys
+    pc = data["parallel_config"]
+    assert pc["data_parallel"] * pc["model_parallel"] * pc["pipeline_stage"] * pc["context_parallel"] == plan.world_size
+    layers = data["model"]["model_config"]["num_layers"]
+    offset = data["model"]["model_config"]["offset"]
+    offsets = offset if isinstance(offset, list) else [offset] * pc["pipeline_stage"]
+    assert sum(offsets) == layers % pc["pipeline_stage"]  # MindFormers' offset rule
+    built = [layers // pc["pipeline_stage"] + o for o in offsets]
+    assert built == [s.layer_end - s.layer_start for s in plan.stages]
+    recompute = data["recompute_config"]["recompute"]
+    if recompute:
+        assert len(recompute) == pc["pipeline_stage"] and all(r <= n for r, n in zip(recompute, built))
+    assert pc["use_seq_parallel"] == (plan.parallel.sp and plan.parallel.tp > 1)
+    assert data["parallel"]["enable_parallel_optimizer"] == (plan.parallel.zero >= 1)
