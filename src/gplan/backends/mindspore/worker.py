@@ -92,14 +92,13 @@ def set_context(plan: Plan, plan_layout: ParallelLayout, device: str, distribute
     if not distributed:
         return
     init()
-    if semi_auto:
-        ms.set_auto_parallel_context(
-            parallel_mode=ms.ParallelMode.SEMI_AUTO_PARALLEL, device_num=plan_layout.device_num,
-            pipeline_stages=plan_layout.pipeline_stages, enable_parallel_optimizer=plan_layout.optimizer_parallel,
-            gradients_mean=True)
-    else:
+    if not semi_auto:  # semi-automatic parallelism is configured on the AutoParallel wrapper instead
         ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True,
                                      device_num=get_group_size())
+
+
+def uses_semi_auto(plan_layout: ParallelLayout) -> bool:
+    return ms.get_context("device_target") != "CPU" and (plan_layout.tp > 1 or plan_layout.pipeline_stages > 1)
 
 
 # ---- the model -----------------------------------------------------------------------------------
@@ -242,9 +241,40 @@ def global_batch(step: int, plan: Plan, seed: int, data: Path | None) -> np.ndar
     return np.stack([np.asarray(array[((step * t.gbs + i) * width) % span:][:width], np.int32) for i in range(t.gbs)])
 
 
+def semi_auto_step(net: Decoder, plan_layout: ParallelLayout, optimizer):
+    """Ascend/GPU: one jitted step under MindSpore's AutoParallel — the operators' shard()
+    strategies, micro-batches through the Pipeline cell with the layers' stages, optimizer sharding
+    (hsdp) for zero ≥ 1. The whole global batch goes in (full batch); MindSpore splits it.
+    Not run in this repository's tests: it needs Ascend or GPU devices."""
+    from mindspore.parallel.auto_parallel import AutoParallel
+    from mindspore.parallel.nn import Pipeline, PipelineGradReducer
+
+    pipelined = plan_layout.pipeline_stages > 1
+    network = Pipeline(net, micro_size=plan_layout.micro_batch_num) if pipelined else net
+    grad_fn = ms.value_and_grad(network, None, optimizer.parameters)
+    reducer = PipelineGradReducer(optimizer.parameters) if pipelined else None
+
+    @ms.jit
+    def step(tokens, targets):
+        loss, grads = grad_fn(tokens, targets)
+        if reducer is not None:
+            grads = reducer(grads)
+        optimizer(grads)
+        return loss
+
+    parallel = AutoParallel(step, parallel_mode="semi_auto")
+    if pipelined:
+        parallel.pipeline(stages=plan_layout.pipeline_stages)
+    if plan_layout.optimizer_parallel:
+        parallel.hsdp()
+    return parallel
+
+
 def train(net: Decoder, plan: Plan, plan_layout: ParallelLayout, args: argparse.Namespace, rank: int,
           distributed: bool, log) -> tuple[list[float], list[float]]:
     optimizer = nn.AdamWeightDecay(net.trainable_params(), learning_rate=args.lr, beta1=0.9, beta2=0.95, weight_decay=0.1)
+    if distributed and uses_semi_auto(plan_layout):
+        return _train_semi_auto(semi_auto_step(net, plan_layout, optimizer), plan, args, log)
     grad_fn = ms.value_and_grad(net, None, optimizer.parameters)
     reducer = nn.DistributedGradReducer(optimizer.parameters) if distributed else None
     dp, m = plan_layout.dp, plan_layout.micro_batch_num
@@ -265,6 +295,18 @@ def train(net: Decoder, plan: Plan, plan_layout: ParallelLayout, args: argparse.
         step_times.append(time.perf_counter() - start)
         losses.append(loss)
         log(f"step {step + 1}/{args.steps} loss {loss:.6f} time {step_times[-1]:.3f} s")
+    return losses, step_times
+
+
+def _train_semi_auto(step, plan: Plan, args: argparse.Namespace, log) -> tuple[list[float], list[float]]:
+    losses, step_times = [], []
+    for i in range(args.steps):
+        tokens = global_batch(i, plan, args.seed, args.data)
+        start = time.perf_counter()
+        loss = float(step(Tensor(tokens[:, :-1]), Tensor(tokens[:, 1:])).asnumpy().mean())
+        step_times.append(time.perf_counter() - start)
+        losses.append(loss)
+        log(f"step {i + 1}/{args.steps} loss {loss:.6f} time {step_times[-1]:.3f} s")
     return losses, step_times
 
 
