@@ -138,8 +138,10 @@ def test_data_parallel_msrun_job_matches_one_process(gplan, tmp_path):
 
 # ---- MindFormers export ----------------------------------------------------------------------------
 
-#: MindFormers' documented section and key names (its config classes, mindformers 2.1, install only
-#: beside mindspore with --no-deps, outside the test install, so the names are checked here).
+#: MindFormers' documented section and key names. Its own config classes cannot be imported in the
+#: test install: mindformers 2.1.0 asks for mindspore~=2.11 (the pinned one is 2.10), and with
+#: --no-deps its import chain reaches pyarrow, which needs numpy ≥ 2 while MindSpore needs numpy < 2.
+#: So the names and MindFormers' documented rules (offset sum, per-stage recompute) are checked here.
 MINDFORMERS_KEYS = {
     "parallel_config": {"data_parallel", "model_parallel", "pipeline_stage", "context_parallel", "use_seq_parallel",
                         "micro_batch_num", "vocab_emb_dp", "gradient_aggregation_group"},
