@@ -587,7 +587,7 @@ def export(
 def profile(
     model: str = typer.Option(..., "--model", "-m", help="the model whose layers to measure (file or bundled name)"),
     out: Path = typer.Option(Path("profile.yaml"), "--out", "-o", help="profile to write (resumed when it exists)"),
-    backend: str = typer.Option("torch", "--backend", help="torch"),
+    backend: str = typer.Option("torch", "--backend", help="torch (CUDA or CPU) | mindspore (Ascend or CPU)"),
     nproc: int = typer.Option(1, "--nproc", help="processes for the link measurement (devices of this node)"),
     nnodes: int = typer.Option(1, "--nnodes", help="nodes for the link measurement"),
     node_rank: int = typer.Option(0, "--node-rank"),
@@ -606,19 +606,20 @@ def profile(
     from gplan.profiles.measure import profile as measure
     from gplan.spec.loaders import load_model
 
-    if backend != "torch":
-        raise InputError(f"--backend {backend!r}: this gplan profiles with torch", hint="use --backend torch")
-    _require_torch()
+    if backend not in ("torch", "mindspore"):
+        raise InputError(f"--backend {backend!r}: gplan profiles with torch or mindspore", hint="use --backend torch")
+    _require_framework(backend)
     mbs_list, tp_list = _int_list(mbs, "--mbs"), _int_list(tp, "--tp")
     spec = load_model(model)
     bad = [t for t in tp_list if spec.num_attention_heads % t or spec.kv_heads % t or spec.ffn_size % t]
     if bad:
         raise InputError(f"--tp {bad[0]} does not divide the heads, kv heads and MLP width of {spec.name}",
                          hint="choose divisors of the kv heads")
-    torch_device, hardware_name = measure.detect_device(device)
-    precision = precision or ("bf16" if torch_device.type == "cuda" else "fp32")
-    max_bytes = max_bytes or (256 if torch_device.type == "cuda" else 16) * 2**20
-    current = measure.start_profile(out, hardware_name, nproc, nnodes, str(torch_device))
+    found_device, hardware_name = measure.detect_device(device, backend)
+    accelerator = hardware_name != "cpu"
+    precision = precision or ("bf16" if accelerator else "fp32")
+    max_bytes = max_bytes or (256 if accelerator else 16) * 2**20
+    current = measure.start_profile(out, hardware_name, nproc, nnodes, str(found_device), backend)
     total = len(mbs_list) * len(tp_list) * 3
     with Progress(console=err, transient=True) as bar:
         task = bar.add_task("layers", total=total)
@@ -627,10 +628,10 @@ def profile(
             bar.update(task, advance=1, description=message)
 
         current = measure.profile_layers(current, out, spec, seq_length or spec.seq_length, precision, mbs_list,
-                                         tp_list, torch_device, progress)
+                                         tp_list, found_device, progress, backend)
     measure.write_profile(current, out)
     current = measure.profile_links(current, out, nproc, nnodes, node_rank, rdzv_endpoint, max_bytes,
-                                    lambda message: err.print(message, highlight=False))
+                                    lambda message: err.print(message, highlight=False), backend)
     measure.write_profile(current, out)
     group = current.node_groups[0]
     err.print(f"gemm efficiency {group.hardware.efficiency.gemm:.3f}, launch per layer "

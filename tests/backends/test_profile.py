@@ -112,3 +112,23 @@ def test_a_shape_that_runs_out_of_memory_is_recorded_not_raised(monkeypatch):
     monkeypatch.setattr(layers, "_layer", exhausted)
     results = layers.measure_shapes(load_model(MODEL), 64, "fp32", [1], [1], torch.device("cpu"), warmup=0, repeats=1)
     assert {m.part: m.status for m in results} == {"layer": "oom", "head": "ok", "embedding": "ok"}
+
+
+def test_mindspore_profile_measures_layers_and_links_on_cpu(gplan, tmp_path):
+    """The MindSpore measurer (PyNative on CPU here) and its msrun link job (all-reduce and
+    all-gather: MindSpore's CPU library has no reduce-scatter)."""
+    from tinyplans import SMALL_LLAMA
+
+    model = tmp_path / "small-llama.yaml"
+    model.write_text(yaml.safe_dump(SMALL_LLAMA.model_dump(mode="json")))
+    out = tmp_path / "mindspore.yaml"
+    r = gplan("profile", "--backend", "mindspore", "--model", str(model), "--nproc", "2", "--mbs", "1,8", "--tp", "1",
+              "--device", "cpu", "--max-bytes", "1048576", "--out", str(out))
+    assert r.code == 0, r.stderr[-2000:]
+    profile = read_profile(out)
+    assert profile.provenance.framework == "mindspore"
+    layer = {m.mbs: m for m in profile.node_groups[0].hardware.measured if m.part == "layer"}
+    assert set(layer) == {1, 8} and all(m.status == "ok" for m in layer.values())
+    assert layer[8].forward_s + layer[8].backward_s > layer[1].forward_s + layer[1].backward_s
+    assert {f.collective for f in profile.link_fits} >= {"allreduce", "allgather"}
+    assert profile.node_groups[0].intra_node.efficiency == 1.0

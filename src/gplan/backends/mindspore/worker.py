@@ -148,20 +148,24 @@ class Linear(nn.Cell):
 
 
 class Block(nn.Cell):
-    def __init__(self, spec: ModelSpec, i: int, seed: int, s: dict, seq: int):
+    """A decoder layer; `tp_shard` > 1 builds the part one of that many tensor-parallel ranks holds
+    (heads, kv heads and MLP width divided, head size kept), as the profiler measures it."""
+
+    def __init__(self, spec: ModelSpec, i: int, seed: int, s: dict, seq: int, tp_shard: int = 1):
         super().__init__()
         p = f"layers.{i}."
-        h, kv = spec.hidden_size, spec.kv_heads * spec.head_dim
-        self.heads, self.kv_heads, self.head_dim = spec.num_attention_heads, spec.kv_heads, spec.head_dim
+        self.heads, self.kv_heads = spec.num_attention_heads // tp_shard, spec.kv_heads // tp_shard
+        self.head_dim = spec.head_dim
+        h, q, kv, ffn = spec.hidden_size, self.heads * self.head_dim, self.kv_heads * self.head_dim, spec.ffn_size // tp_shard
         self.attention_norm = RMSNorm(h, p + "attention_norm.weight", seed, s["norm"])
         self.ffn_norm = RMSNorm(h, p + "ffn_norm.weight", seed, s["norm"])
-        self.wq = Linear(h, h, p + "attention.wq.weight", seed, s["attention.wq"])
+        self.wq = Linear(h, q, p + "attention.wq.weight", seed, s["attention.wq"])
         self.wk = Linear(h, kv, p + "attention.wk.weight", seed, s["attention.wk"])
         self.wv = Linear(h, kv, p + "attention.wv.weight", seed, s["attention.wv"])
-        self.wo = Linear(h, h, p + "attention.wo.weight", seed, s["attention.wo"])
-        self.w1 = Linear(h, spec.ffn_size, p + "feed_forward.w1.weight", seed, s["feed_forward.w1"])
-        self.w2 = Linear(spec.ffn_size, h, p + "feed_forward.w2.weight", seed, s["feed_forward.w2"])
-        self.w3 = Linear(h, spec.ffn_size, p + "feed_forward.w3.weight", seed, s["feed_forward.w3"])
+        self.wo = Linear(q, h, p + "attention.wo.weight", seed, s["attention.wo"])
+        self.w1 = Linear(h, ffn, p + "feed_forward.w1.weight", seed, s["feed_forward.w1"])
+        self.w2 = Linear(ffn, h, p + "feed_forward.w2.weight", seed, s["feed_forward.w2"])
+        self.w3 = Linear(h, ffn, p + "feed_forward.w3.weight", seed, s["feed_forward.w3"])
         self.scores = ops.BatchMatMul(transpose_b=True).shard(s["attention.scores"])
         self.softmax = ops.Softmax(-1).shard(s["attention.softmax"])
         self.context = ops.BatchMatMul().shard(s["attention.context"])

@@ -52,8 +52,13 @@ def write_profile(profile: Profile, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def detect_device(device: str):
-    """(torch device, catalogue hardware name) of this machine."""
+def detect_device(device: str, backend: str = "torch"):
+    """(device, catalogue hardware name) of this machine: a torch device, or MindSpore's target."""
+    if backend == "mindspore":
+        from gplan.profiles.measure.layers_mindspore import set_device
+
+        target = set_device(device)
+        return target, "ascend-910b" if target == "Ascend" else "cpu"
     import torch
 
     if device in ("auto", "cuda") and torch.cuda.is_available():
@@ -65,9 +70,10 @@ def detect_device(device: str):
     return torch.device("cpu"), "cpu"
 
 
-def start_profile(path: Path, hardware: str, nproc: int, nnodes: int, device_name: str) -> Profile:
+def start_profile(path: Path, hardware: str, nproc: int, nnodes: int, device_name: str,
+                  backend: str = "torch") -> Profile:
     """The profile at `path` when resuming, else a new one on the catalogue's values."""
-    import torch
+    from importlib.metadata import version
 
     if path.exists():
         return read_profile(path)
@@ -76,8 +82,8 @@ def start_profile(path: Path, hardware: str, nproc: int, nnodes: int, device_nam
     group = template.primary.model_copy(update={"nodes": nnodes, "devices_per_node": nproc,
                                                 "hardware": DeviceSpec.model_validate(entry)})
     provenance = ProfileProvenance(
-        host=socket.gethostname(), devices=nproc * nnodes, device_name=device_name, framework="torch",
-        framework_version=torch.__version__, gplan_version=__version__,
+        host=socket.gethostname(), devices=nproc * nnodes, device_name=device_name, framework=backend,
+        framework_version=version(backend), gplan_version=__version__,
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), command=" ".join(sys.argv))
     return Profile(name=f"{socket.gethostname()}-{hardware}-measured", node_groups=[group], provenance=provenance)
 
@@ -97,8 +103,9 @@ def with_layers(profile: Profile, measured: list[LayerMeasurement]) -> Profile:
 
 
 def profile_layers(profile: Profile, out: Path, spec: ModelSpec, seq_length: int, precision: str,
-                   mbs_list: list[int], tp_list: list[int], device, progress: Callable[[str], None]) -> Profile:
-    from gplan.profiles.measure.layers import key_of, measure_shapes
+                   mbs_list: list[int], tp_list: list[int], device, progress: Callable[[str], None],
+                   backend: str = "torch") -> Profile:
+    from gplan.profiles.measure.layers import key_of
 
     measured = list(profile.node_groups[0].hardware.measured)
     done = {key_of(m) for m in measured}
@@ -110,7 +117,14 @@ def profile_layers(profile: Profile, out: Path, spec: ModelSpec, seq_length: int
         write_profile(profile, out)
         progress(f"{result.part} tp={result.tp} mbs={result.mbs}: {result.status}")
 
-    measure_shapes(spec, seq_length, precision, mbs_list, tp_list, device, done=done, on_result=keep)
+    if backend == "mindspore":
+        from gplan.profiles.measure.layers_mindspore import measure_shapes as measure_mindspore
+
+        measure_mindspore(spec, seq_length, precision, mbs_list, tp_list, done=done, on_result=keep)
+    else:
+        from gplan.profiles.measure.layers import measure_shapes
+
+        measure_shapes(spec, seq_length, precision, mbs_list, tp_list, device, done=done, on_result=keep)
     return fit_efficiency(with_layers(profile, measured), precision)
 
 
@@ -148,8 +162,8 @@ def fit_efficiency(profile: Profile, precision: str) -> Profile:
 
 
 def profile_links(profile: Profile, out: Path, nproc: int, nnodes: int, node_rank: int, rdzv_endpoint: str | None,
-                  max_bytes: int, progress: Callable[[str], None]) -> Profile:
-    """Run the link job under torchrun and fold its fit into the profile's links."""
+                  max_bytes: int, progress: Callable[[str], None], backend: str = "torch") -> Profile:
+    """Run the link job (torchrun, or msrun for MindSpore) and fold its fit into the profile's links."""
     if profile.links:
         return profile
     if nproc * nnodes < 2:
@@ -157,12 +171,16 @@ def profile_links(profile: Profile, out: Path, nproc: int, nnodes: int, node_ran
         return profile
     with tempfile.TemporaryDirectory() as tmp:
         result = Path(tmp) / "links.json"
-        head = ["--standalone"] if nnodes == 1 else ["--nnodes", str(nnodes), "--node-rank", str(node_rank),
-                                                     "--rdzv-backend", "c10d", "--rdzv-endpoint", rdzv_endpoint or ""]
-        argv = [sys.executable, "-m", "torch.distributed.run", *head, "--nproc-per-node", str(nproc),
-                "-m", "gplan.profiles.measure.links", "--out", str(result), "--max-bytes", str(max_bytes)]
+        if backend == "mindspore":
+            argv = _msrun_links(result, tmp, nproc, nnodes, node_rank, rdzv_endpoint, max_bytes)
+        else:
+            head = ["--standalone"] if nnodes == 1 else ["--nnodes", str(nnodes), "--node-rank", str(node_rank),
+                                                         "--rdzv-backend", "c10d", "--rdzv-endpoint", rdzv_endpoint or ""]
+            argv = [sys.executable, "-m", "torch.distributed.run", *head, "--nproc-per-node", str(nproc),
+                    "-m", "gplan.profiles.measure.links", "--out", str(result), "--max-bytes", str(max_bytes)]
         progress(f"links: {nproc * nnodes} processes, 4 KiB … {max_bytes / 2**20:g} MiB")
-        env = {**os.environ, "NNODES": str(nnodes), "OMP_NUM_THREADS": "1"}
+        env = {**os.environ, "NNODES": str(nnodes), "OMP_NUM_THREADS": "1",
+               "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
         done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800)
         if done.returncode != 0 or not result.exists():
             tail = " | ".join(done.stderr.strip().splitlines()[-3:])
@@ -173,6 +191,18 @@ def profile_links(profile: Profile, out: Path, nproc: int, nnodes: int, node_ran
     profile = apply_link_fit(profile.model_copy(update={"links": links, "link_fits": fits}), fits)
     write_profile(profile, out)
     return profile
+
+
+def _msrun_links(result: Path, tmp: str, nproc: int, nnodes: int, node_rank: int, rdzv_endpoint: str | None,
+                 max_bytes: int) -> list[str]:
+    import importlib.util
+
+    script = importlib.util.find_spec("gplan.profiles.measure.links_mindspore").origin
+    host, _, port = (rdzv_endpoint or "127.0.0.1:8118").rpartition(":")
+    return [str(Path(sys.executable).with_name("msrun")), f"--worker_num={nproc * nnodes}", f"--local_worker_num={nproc}",
+            f"--master_addr={host}", f"--master_port={port}", f"--node_rank={node_rank}", f"--log_dir={tmp}/msrun_log",
+            "--join=True", script, "--out", str(result), "--max-bytes", str(max_bytes),
+            "--scope", "inter" if nnodes > 1 else "intra"]
 
 
 def apply_link_fit(profile: Profile, fits: list[LinkFit]) -> Profile:
