@@ -49,10 +49,10 @@ def timed(fn: Callable[[], object], warmup: int, repeats: int) -> float:
 
 
 def _wait(result) -> None:
-    """Block until the device is done: reading a value back synchronises."""
-    while isinstance(result, tuple):
-        result = result[0]
-    result.asnumpy()
+    """Block until every queued operation has run: PyNative launches asynchronously, and reading
+    back the loss alone would leave the gradients still computing."""
+    del result
+    ms.runtime.synchronize()
 
 
 def measure_shapes(spec: ModelSpec, seq_length: int, precision: str, mbs_list: list[int], tp_list: list[int],
