@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from gplan.backends.torch.model import Block, ModelArgs, make_norm, rope_tables
+from gplan.profiles.measure.shapes import measure_all, pending
 from gplan.profiles.schema import LayerMeasurement
 from gplan.spec.model import ModelSpec
 
@@ -82,31 +83,9 @@ def saved_bytes(fn: Callable[[], torch.Tensor]) -> float:
 def measure_shapes(spec: ModelSpec, seq_length: int, precision: str, mbs_list: list[int], tp_list: list[int],
                    device: torch.device, warmup: int = 2, repeats: int = 5, done: set[tuple] | None = None,
                    on_result: Callable[[LayerMeasurement], None] | None = None) -> list[LayerMeasurement]:
-    """Every (part, tp, mbs) not in `done` (keys of `key_of`), reported through `on_result` as it is
-    measured so an interrupted run keeps what it has."""
-    results = []
-    for tp in tp_list:
-        for mbs in mbs_list:
-            for part in ("layer", "head", "embedding"):
-                base = _base(spec, seq_length, precision, part, tp, mbs)
-                if done and key_of(base) in done:
-                    continue
-                result = _measure_one(base, spec, device, warmup, repeats)
-                results.append(result)
-                if on_result:
-                    on_result(result)
-    return results
-
-
-def key_of(m: LayerMeasurement) -> tuple:
-    return m.shape_key() + (m.mbs,)
-
-
-def _base(spec: ModelSpec, seq_length: int, precision: str, part: str, tp: int, mbs: int) -> LayerMeasurement:
-    return LayerMeasurement(part=part, hidden_size=spec.hidden_size, ffn_hidden_size=spec.ffn_size,
-                            num_attention_heads=spec.num_attention_heads, num_kv_heads=spec.kv_heads,
-                            ffn_kind=spec.ffn_kind, vocab_size=spec.vocab_size, seq_length=seq_length, mbs=mbs,
-                            tp=tp, precision=precision)
+    """Every (part, tp, mbs) not in `done`, reported through `on_result` as it is measured."""
+    return measure_all(pending(spec, seq_length, precision, mbs_list, tp_list, done),
+                       lambda shape: _measure_one(shape, spec, device, warmup, repeats), on_result)
 
 
 def _measure_one(base: LayerMeasurement, spec: ModelSpec, device: torch.device, warmup: int,

@@ -18,7 +18,7 @@ from mindspore import Tensor, nn, ops
 
 from gplan.backends.mindspore.strategy import strategies
 from gplan.backends.mindspore.worker import Block, Linear, RMSNorm
-from gplan.profiles.measure.layers import _base, key_of
+from gplan.profiles.measure.shapes import measure_all, pending
 from gplan.profiles.schema import LayerMeasurement
 from gplan.spec.model import ModelSpec
 
@@ -58,24 +58,18 @@ def _wait(result) -> None:
 def measure_shapes(spec: ModelSpec, seq_length: int, precision: str, mbs_list: list[int], tp_list: list[int],
                    warmup: int = 3, repeats: int = 5, done: set[tuple] | None = None,
                    on_result: Callable[[LayerMeasurement], None] | None = None) -> list[LayerMeasurement]:
-    results = []
-    for tp in tp_list:
-        for mbs in mbs_list:
-            for part in ("layer", "head", "embedding"):
-                base = _base(spec, seq_length, precision, part, tp, mbs)
-                if done and key_of(base) in done:
-                    continue
-                try:
-                    measure = {"layer": _layer, "head": _head, "embedding": _embedding}[part]
-                    result = base.model_copy(update=measure(base, spec, warmup, repeats))
-                except (RuntimeError, MemoryError) as exc:
-                    if "memory" not in str(exc).lower():
-                        raise
-                    result = base.model_copy(update={"status": "oom"})
-                results.append(result)
-                if on_result:
-                    on_result(result)
-    return results
+    return measure_all(pending(spec, seq_length, precision, mbs_list, tp_list, done),
+                       lambda shape: _measure_one(shape, spec, warmup, repeats), on_result)
+
+
+def _measure_one(shape: LayerMeasurement, spec: ModelSpec, warmup: int, repeats: int) -> LayerMeasurement:
+    try:
+        measure = {"layer": _layer, "head": _head, "embedding": _embedding}[shape.part]
+        return shape.model_copy(update=measure(shape, spec, warmup, repeats))
+    except (RuntimeError, MemoryError) as exc:
+        if "memory" not in str(exc).lower():
+            raise
+        return shape.model_copy(update={"status": "oom"})
 
 
 def _forward_backward(cell: nn.Cell, inputs: tuple, warmup: int, repeats: int) -> tuple[float, float]:

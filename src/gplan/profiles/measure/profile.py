@@ -105,7 +105,7 @@ def with_layers(profile: Profile, measured: list[LayerMeasurement]) -> Profile:
 def profile_layers(profile: Profile, out: Path, spec: ModelSpec, seq_length: int, precision: str,
                    mbs_list: list[int], tp_list: list[int], device, progress: Callable[[str], None],
                    backend: str = "torch") -> Profile:
-    from gplan.profiles.measure.layers import key_of
+    from gplan.profiles.measure.shapes import key_of
 
     measured = list(profile.node_groups[0].hardware.measured)
     done = {key_of(m) for m in measured}
