@@ -664,7 +664,10 @@ def calibrate(
     start = cal.prior(runs[0].plan.cluster)
     held_before = [cal.predict_s(r, start) / r.measured_step_s - 1 for r in held]
     held_after = [cal.predict_s(r, fit.theta) / r.measured_step_s - 1 for r in held]
-    profile = cal.as_profile(runs[0].plan, fit, runs, held, held_before, held_after)
+    # The profile keeps the widest run's node shape (devices per node), so that sizing it again for
+    # any of the runs gives the links that run had.
+    widest = max(runs + held, key=lambda r: r.plan.cluster.primary.devices_per_node).plan
+    profile = cal.as_profile(widest, fit, runs, held, held_before, held_after)
     from gplan.profiles.measure.profile import write_profile
 
     write_profile(profile, out)
