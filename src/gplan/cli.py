@@ -361,7 +361,7 @@ def _write_text(path: Path, text: str) -> None:
 
 
 def _render_explain(plan, prediction, findings, losers, source, scenario, ops, shown, simulated, width) -> None:
-    from gplan.cost_models import timeline
+    from gplan.cost_models import pipeline, timeline
     from gplan.render import (compare_table, findings_table, plan_stage_table, prediction_summary,
                               runner_up_table, timeline_text)
 
@@ -374,9 +374,9 @@ def _render_explain(plan, prediction, findings, losers, source, scenario, ops, s
     for line in timeline_text(ops, c.pp, width):
         err.print(line)
     if simulated:
+        formula_s = pipeline.pipeline_time_s([s.time_s for s in prediction.stages], prediction.num_microbatches, c.vpp)
         err.print(f"simulated pipeline: {timeline.makespan_s(simulated):.3f} s; the cost model's formula: "
-                  f"{prediction.step_time_s - prediction.breakdown.dp_comm - prediction.breakdown.optimizer - prediction.breakdown.overhead:.3f} s",
-                  highlight=False)
+                  f"{formula_s:.3f} s", highlight=False)
     if losers:
         err.print(runner_up_table(losers, source))
     if scenario:
@@ -491,10 +491,6 @@ def _check_launch_flags(steps, warmup_steps, data, checkpoint_dir, checkpoint_ev
         raise InputError(f"--device {device!r}", hint="auto | cpu | cuda")
 
 
-def _require_torch() -> None:
-    _require_framework("torch")
-
-
 def _require_framework(backend: str) -> None:
     import importlib.util
 
@@ -510,7 +506,7 @@ def _validate_launch(impl, plan, as_json: bool) -> None:
     from gplan.errors import BackendError
     from gplan.render import validation_table
 
-    _require_torch()
+    _require_framework("torch")
     from gplan.backends.torch.validate import TOLERANCE
 
     rows = impl.validate(plan)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from tinyplans import TINY_LLAMA, tiny_plan
+
+from gplan.spec.model import ModelSpec
 
 
 @pytest.fixture

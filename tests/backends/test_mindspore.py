@@ -3,7 +3,6 @@ a real data-parallel msrun job against one process, and the MindFormers export."
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,7 +14,7 @@ from tinyplans import TINY_GPT, TINY_LLAMA, tiny_plan
 from gplan.backends.exporters import targets
 from gplan.backends.mindspore.launcher import render
 from gplan.backends.mindspore.strategy import COLUMN, ROW, check_layout, device_matrix, layout
-from gplan.backends.torch.launcher import LaunchOptions, shell_line
+from gplan.backends.torch.launcher import LaunchOptions
 from gplan.errors import BackendError
 from gplan.plan import read_plan
 from gplan.planner.build import make_plan

@@ -143,15 +143,12 @@ def runner_ups(plan: Plan) -> tuple[list[Loser], str]:
 
 
 def _fresh_runner_ups(plan: Plan, top: int = 5) -> list[RunnerUp]:
-    from gplan.planner.search import search
+    from gplan.planner.search import runner_up, search
 
     devices = plan.provenance.devices_given or plan.world_size
     cluster = plan.cluster if plan.cluster.is_heterogeneous else plan.cluster.sized(devices)
     result = search(plan.model, plan.training, cluster, devices, top=top + 1)
-    return [RunnerUp(parallel=c.config, stage_layers=[s.layers for s in c.layouts], step_time_s=c.prediction.step_time_s,
-                     memory_bytes_per_device_max=c.prediction.memory_bytes_per_device_max,
-                     breakdown=c.prediction.breakdown)
-            for c in result.ranked if c.config != plan.parallel.to_config()][:top]
+    return [runner_up(c) for c in result.ranked if c.config != plan.parallel.to_config()][:top]
 
 
 # ---- what-if -------------------------------------------------------------------------------------

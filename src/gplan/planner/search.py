@@ -50,12 +50,16 @@ class SearchResult:
 
 def search_record(result: SearchResult, limits: SearchLimits) -> SearchRecord:
     """What the plan keeps of its search: the limits asked and the runner-ups."""
-    runner_ups = [RunnerUp(parallel=c.config, stage_layers=[s.layers for s in c.layouts],
-                           step_time_s=c.prediction.step_time_s,
-                           memory_bytes_per_device_max=c.prediction.memory_bytes_per_device_max,
-                           breakdown=c.prediction.breakdown) for c in result.ranked[1:]]
     return SearchRecord(limits=asdict(limits), candidates=result.candidates, ilps_solved=result.solved,
-                        time_s=result.time_s, runner_ups=runner_ups)
+                        time_s=result.time_s, runner_ups=[runner_up(c) for c in result.ranked[1:]])
+
+
+def runner_up(candidate: "Candidate") -> RunnerUp:
+    """What a plan keeps of a candidate it beat."""
+    p = candidate.prediction
+    return RunnerUp(parallel=candidate.config, stage_layers=[s.layers for s in candidate.layouts],
+                    step_time_s=p.step_time_s, memory_bytes_per_device_max=p.memory_bytes_per_device_max,
+                    breakdown=p.breakdown)
 
 
 def lower_bound_s(table: CostTable) -> float:

@@ -38,7 +38,7 @@ def export(plan: Plan) -> Export:
         "NODE_RANK=${NODE_RANK:-0}",
         "MASTER_ADDR=${MASTER_ADDR:-localhost}",
         "MASTER_PORT=${MASTER_PORT:-29500}",
-        f"MODULE=${{MODULE:-llama3}}",
+        "MODULE=${MODULE:-llama3}",
         f"CONFIG=${{CONFIG:-{config}}}",
         "OVERRIDES=(",
         *[f"  {' '.join(shlex.quote(a) for a in pair)}" for pair in _pairs(args)],

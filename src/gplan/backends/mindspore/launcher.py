@@ -18,7 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gplan.backends.torch.launcher import LaunchOptions, LaunchSpec, NodeCommand
+from gplan.backends.common import worker_argv
+from gplan.backends.torch.launcher import LaunchOptions, LaunchSpec, NodeCommand, node_layout
 from gplan.errors import BackendError, InputError
 from gplan.plan import Plan
 
@@ -51,14 +52,11 @@ def check_supported(plan: Plan, device: str) -> None:
                            "parallel only", hint="run this plan on an Ascend (or GPU) cluster, or search with --tp 1 --pp 1")
 
 
-def node_layout(plan: Plan, options: LaunchOptions) -> tuple[int, int]:
-    from gplan.backends.torch.launcher import node_layout as torch_layout
-
-    return torch_layout(plan, options)
-
-
 def render(plan: Plan, plan_path: Path, options: LaunchOptions) -> LaunchSpec:
     check_supported(plan, options.device)
+    if options.checkpoint_dir or options.resume:
+        raise InputError("checkpoints are written by the torch backend only",
+                         hint="drop --checkpoint-dir/--resume, or launch with --backend torch")
     nnodes, per_node = node_layout(plan, options)
     master, port = _endpoint(options.rdzv_endpoint)
     nodes = [NodeCommand(node, msrun_argv(plan, plan_path, options, per_node, master, port, str(node)))
@@ -71,16 +69,7 @@ def msrun_argv(plan: Plan, plan_path: Path, options: LaunchOptions, per_node: in
     return ["msrun", f"--worker_num={plan.world_size}", f"--local_worker_num={per_node}", f"--master_addr={master}",
             f"--master_port={port}", f"--node_rank={node_rank}", f"--log_dir={options.run_dir / 'msrun_log'}",
             "--join=True", f"--cluster_time_out={CLUSTER_TIME_OUT_S}", worker_script(),
-            *worker_args(plan_path, options)]
-
-
-def worker_args(plan_path: Path, options: LaunchOptions) -> list[str]:
-    args = ["--plan", str(plan_path), "--run-dir", str(options.run_dir), "--steps", str(options.steps),
-            "--warmup-steps", str(options.warmup_steps), "--lr", repr(options.lr), "--seed", str(options.seed),
-            "--device", options.device]
-    if options.data:
-        args += ["--data", str(options.data)]
-    return args
+            *worker_argv(plan_path, options)]
 
 
 def _endpoint(endpoint: str | None) -> tuple[str, int]:

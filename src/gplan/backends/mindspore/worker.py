@@ -26,6 +26,7 @@ import mindspore as ms
 from mindspore import Parameter, Tensor, nn, ops
 from mindspore.communication import get_group_size, get_rank, init
 
+from gplan.backends.common import add_worker_options, global_batch
 from gplan.backends.mindspore.strategy import ParallelLayout, layout
 from gplan.cost_models.compute import model_flops_per_step
 from gplan.plan import Plan, read_plan
@@ -36,16 +37,7 @@ INIT_STD = 0.02
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="gplan-mindspore-worker")
-    parser.add_argument("--plan", type=Path, required=True)
-    parser.add_argument("--run-dir", type=Path, required=True)
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--warmup-steps", type=int, default=2)
-    parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--data", type=Path, default=None)
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    return parser.parse_args(argv)
+    return add_worker_options(argparse.ArgumentParser(prog="gplan-mindspore-worker")).parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -230,19 +222,9 @@ class Decoder(nn.Cell):
 
 # ---- training ------------------------------------------------------------------------------------
 
-def global_batch(step: int, plan: Plan, seed: int, data: Path | None) -> np.ndarray:
-    """(gbs, seq + 1) tokens of `step`: arithmetic progressions modulo the vocabulary (synthetic) or
-    consecutive windows of a token file."""
-    t, vocab = plan.training, plan.model.vocab_size
-    width = t.seq_length + 1
-    if data is None:
-        rng = np.random.default_rng(seed * 7919 + step)
-        start = rng.integers(0, vocab, (t.gbs, 1))
-        stride = rng.integers(1, 9, (t.gbs, 1))
-        return ((start + stride * np.arange(width)) % vocab).astype(np.int32)
-    array = np.memmap(data, dtype=np.uint16 if vocab <= 2**16 else np.uint32, mode="r")
-    span = len(array) - width + 1
-    return np.stack([np.asarray(array[((step * t.gbs + i) * width) % span:][:width], np.int32) for i in range(t.gbs)])
+def batch(step: int, plan: Plan, args: argparse.Namespace) -> np.ndarray:
+    t = plan.training
+    return global_batch(step, plan.model.vocab_size, t.seq_length, t.gbs, args.seed, args.data).astype(np.int32)
 
 
 def semi_auto_step(net: Decoder, plan_layout: ParallelLayout, optimizer):
@@ -284,7 +266,7 @@ def train(net: Decoder, plan: Plan, plan_layout: ParallelLayout, args: argparse.
     dp, m = plan_layout.dp, plan_layout.micro_batch_num
     losses, step_times = [], []
     for step in range(args.steps):
-        rows = np.array_split(global_batch(step, plan, args.seed, args.data), dp)[rank % dp]
+        rows = np.array_split(batch(step, plan, args), dp)[rank % dp]
         start = time.perf_counter()
         total, grads_sum = 0.0, None
         for tokens in np.array_split(rows, m):
@@ -305,7 +287,7 @@ def train(net: Decoder, plan: Plan, plan_layout: ParallelLayout, args: argparse.
 def _train_semi_auto(step, plan: Plan, args: argparse.Namespace, log) -> tuple[list[float], list[float]]:
     losses, step_times = [], []
     for i in range(args.steps):
-        tokens = global_batch(i, plan, args.seed, args.data)
+        tokens = batch(i, plan, args)
         start = time.perf_counter()
         loss = float(step(Tensor(tokens[:, :-1]), Tensor(tokens[:, 1:])).asnumpy().mean())
         step_times.append(time.perf_counter() - start)

@@ -19,6 +19,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gplan.backends.common import worker_argv as common_worker_argv
 from gplan.errors import BackendError, InputError
 from gplan.plan import Plan
 
@@ -95,11 +96,7 @@ def node_layout(plan: Plan, options: LaunchOptions) -> tuple[int, int]:
 
 
 def worker_args(plan_path: Path, options: LaunchOptions) -> list[str]:
-    args = ["-m", WORKER_MODULE, "--plan", str(plan_path), "--run-dir", str(options.run_dir),
-            "--steps", str(options.steps), "--warmup-steps", str(options.warmup_steps), "--lr", repr(options.lr),
-            "--seed", str(options.seed), "--device", options.device]
-    if options.data:
-        args += ["--data", str(options.data)]
+    args = ["-m", WORKER_MODULE, *common_worker_argv(plan_path, options)]
     if options.checkpoint_dir:
         args += ["--checkpoint-dir", str(options.checkpoint_dir), "--checkpoint-every", str(options.checkpoint_every)]
     if options.resume:

@@ -30,11 +30,11 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor, Shard
 from torch.distributed.tensor.parallel import loss_parallel
 
+from gplan.backends.common import add_worker_options, global_batch
 from gplan.backends.torch import apply_pp, checkpoint, launcher
 from gplan.backends.torch.apply_ac import apply_recompute
 from gplan.backends.torch.apply_dp import apply_fsdp, average_gradients
 from gplan.backends.torch.apply_tp import apply_tp
-from gplan.backends.torch.data import Tokens
 from gplan.backends.torch.model import ModelArgs, Transformer, init_weights, keep_stage
 from gplan.cost_models.compute import model_flops_per_step
 from gplan.plan import Plan, read_plan
@@ -45,15 +45,7 @@ PG_TIMEOUT_S = float(os.environ.get("GPLAN_PG_TIMEOUT_S", "300"))
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="gplan-torch-worker")
-    parser.add_argument("--plan", type=Path, required=True)
-    parser.add_argument("--run-dir", type=Path, required=True)
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--warmup-steps", type=int, default=2)
-    parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--data", type=Path, default=None)
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser = add_worker_options(argparse.ArgumentParser(prog="gplan-torch-worker"))
     parser.add_argument("--checkpoint-dir", type=Path, default=None)
     parser.add_argument("--checkpoint-every", type=int, default=0)
     parser.add_argument("--resume", action="store_true")
@@ -214,11 +206,10 @@ def resume(job: Job, args: argparse.Namespace) -> int:
 
 def train(job: Job, args: argparse.Namespace, first_step: int) -> list[float]:
     plan = job.plan
-    tokens = Tokens(plan.model.vocab_size, plan.training.seq_length, plan.training.gbs, args.seed, args.data)
     dp_rank = job.mesh["dp"].get_local_rank()
     losses = []
     for step in range(first_step, args.steps):
-        inputs, targets = tokens.dp_slice(step, dp_rank, plan.parallel.dp)
+        inputs, targets = dp_slice(plan, step, dp_rank, args)
         dist.barrier()
         start = time.perf_counter()
         loss = train_step(job, inputs.to(job.device), targets.to(job.device))
@@ -232,6 +223,14 @@ def train(job: Job, args: argparse.Namespace, first_step: int) -> list[float]:
                                    plan_fingerprint(plan))
             job.log(f"checkpoint {path}")
     return losses
+
+
+def dp_slice(plan: Plan, step: int, dp_rank: int, args: argparse.Namespace) -> tuple[torch.Tensor, torch.Tensor]:
+    """This data-parallel rank's rows of the step's global batch: inputs and next-token targets."""
+    t = plan.training
+    rows = torch.from_numpy(global_batch(step, plan.model.vocab_size, t.seq_length, t.gbs, args.seed, args.data))
+    rows = rows.chunk(plan.parallel.dp)[dp_rank]
+    return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
 
 
 def train_step(job: Job, inputs: torch.Tensor, targets: torch.Tensor) -> float:

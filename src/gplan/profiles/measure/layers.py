@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import replace
 from typing import Callable
 
 import torch

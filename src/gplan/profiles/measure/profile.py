@@ -32,7 +32,6 @@ from gplan.profiles.schema import (
     LayerMeasurement,
     LinkFit,
     LinkMeasurement,
-    NodeGroup,
     Profile,
     ProfileProvenance,
 )
