@@ -1,5 +1,5 @@
 """The MindSpore backend: strategies as data for every plan shape, msrun commands, the CPU refusal,
-a real data-parallel msrun job against one process, and the MindFormers export."""
+and a real data-parallel msrun job against one process."""
 
 from __future__ import annotations
 
@@ -8,44 +8,17 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
-from tinyplans import TINY_GPT, TINY_LLAMA, tiny_plan
+from tinyplans import ASCEND_SHAPES, TINY_GPT, TINY_LLAMA, ascend_plan, tiny_plan
 
-from gplan.backends.exporters import targets
 from gplan.backends.mindspore.launcher import render
 from gplan.backends.mindspore.strategy import COLUMN, ROW, check_layout, device_matrix, layout
 from gplan.backends.torch.launcher import LaunchOptions
 from gplan.errors import BackendError
 from gplan.plan import read_plan
-from gplan.planner.build import make_plan
-from gplan.profiles.catalogue import load_cluster
-from gplan.spec.loaders import load_model
-from gplan.spec.parallel import LayerCount, ParallelConfig, StageLayout
-from gplan.spec.training import TrainingSpec
 
-SHAPES = {
-    "dp_only": dict(dp=8),
-    "tp_only": dict(tp=8),
-    "dp_x_tp": dict(dp=4, tp=2),
-    "dp_x_tp_sp": dict(dp=2, tp=4, sp=True),
-    "pp_uneven": dict(dp=2, tp=2, pp=2),
-}
-
-
-def ascend_plan(uneven: bool = False, **degrees):
-    model = load_model("llama3-8b")
-    config = ParallelConfig(**degrees)
-    cluster = load_cluster("atlas-800-910b", config.world_size)
-    layouts = None
-    if uneven:
-        layouts = [StageLayout(layers=[LayerCount(kind="decoder", recompute="full", count=14)], embedding=True, head=False),
-                   StageLayout(layers=[LayerCount(kind="decoder", recompute="none", count=18)], embedding=False, head=True)]
-    return make_plan(model, TrainingSpec(gbs=64, seq_length=4096), cluster, config, layouts)
-
-
-@pytest.mark.parametrize("name", list(SHAPES))
+@pytest.mark.parametrize("name", list(ASCEND_SHAPES))
 def test_strategies_split_megatrons_dims_over_the_stage_devices(name):
-    plan = ascend_plan(uneven=name == "pp_uneven", **SHAPES[name])
+    plan = ascend_plan(**ASCEND_SHAPES[name])
     c = plan.parallel
     got = layout(plan)
     for role in COLUMN:
@@ -67,7 +40,7 @@ def test_strategies_split_megatrons_dims_over_the_stage_devices(name):
 
 
 def test_stage_and_recompute_of_every_layer_follow_the_uneven_split():
-    got = layout(ascend_plan(uneven=True, dp=2, tp=2, pp=2))
+    got = layout(ascend_plan(**ASCEND_SHAPES["pp_uneven"]))
     assert got.layer_stage == [0] * 14 + [1] * 18
     assert got.layer_recompute == ["full"] * 14 + ["none"] * 18
     assert got.pipeline_stages == 2 and got.device_num == 8
@@ -133,42 +106,3 @@ def test_data_parallel_msrun_job_matches_one_process(gplan, tmp_path):
     assert len(losses["dp2"]) == 5
     assert losses["dp2"] == pytest.approx(losses["one"], abs=1e-5)
     assert losses["one"][-1] < losses["one"][0]
-
-
-# ---- MindFormers export ----------------------------------------------------------------------------
-
-#: MindFormers' documented section and key names. Its own config classes cannot be imported in the
-#: test install: mindformers 2.1.0 asks for mindspore~=2.11 (the pinned one is 2.10), and with
-#: --no-deps its import chain reaches pyarrow, which needs numpy ≥ 2 while MindSpore needs numpy < 2.
-#: So the names and MindFormers' documented rules (offset sum, per-stage recompute) are checked here.
-MINDFORMERS_KEYS = {
-    "parallel_config": {"data_parallel", "model_parallel", "pipeline_stage", "context_parallel", "use_seq_parallel",
-                        "micro_batch_num", "vocab_emb_dp", "gradient_aggregation_group"},
-    "parallel": {"parallel_mode", "gradients_mean", "full_batch", "enable_parallel_optimizer", "search_mode",
-                 "strategy_ckpt_save_file", "parallel_optimizer_config", "pipeline_config"},
-    "recompute_config": {"recompute", "select_recompute", "parallel_optimizer_comm_recompute", "mp_comm_recompute",
-                         "recompute_slice_activation"},
-}
-
-
-@pytest.mark.parametrize("name", list(SHAPES))
-def test_mindformers_export_follows_mindformers_rules(name):
-    plan = ascend_plan(uneven=name == "pp_uneven", **SHAPES[name])
-    text = targets()["mindformers"](plan).files["mindformers_parallel.yaml"]
-    assert plan.digest in text.splitlines()[0]
-    data = yaml.safe_load(text)
-    for section, keys in MINDFORMERS_KEYS.items():
-        assert set(data[section]) <= keys
-    pc = data["parallel_config"]
-    assert pc["data_parallel"] * pc["model_parallel"] * pc["pipeline_stage"] * pc["context_parallel"] == plan.world_size
-    layers = data["model"]["model_config"]["num_layers"]
-    offset = data["model"]["model_config"]["offset"]
-    offsets = offset if isinstance(offset, list) else [offset] * pc["pipeline_stage"]
-    assert sum(offsets) == layers % pc["pipeline_stage"]  # MindFormers' offset rule
-    built = [layers // pc["pipeline_stage"] + o for o in offsets]
-    assert built == [s.layer_end - s.layer_start for s in plan.stages]
-    recompute = data["recompute_config"]["recompute"]
-    if recompute:
-        assert len(recompute) == pc["pipeline_stage"] and all(r <= n for r, n in zip(recompute, built))
-    assert pc["use_seq_parallel"] == (plan.parallel.sp and plan.parallel.tp > 1)
-    assert data["parallel"]["enable_parallel_optimizer"] == (plan.parallel.zero >= 1)

@@ -8,6 +8,7 @@ from pathlib import Path
 from gplan.plan import Plan, write_plan
 from gplan.planner.build import make_plan
 from gplan.profiles.catalogue import load_cluster
+from gplan.spec.loaders import load_model
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import LayerCount, ParallelConfig, StageLayout
 from gplan.spec.training import TrainingSpec
@@ -30,10 +31,30 @@ def tiny_plan(path: Path, model: ModelSpec = TINY_LLAMA, stages: list[list[tuple
     [("full", 2), ("none", 1)]]; default: the uniform split."""
     config = ParallelConfig(**degrees)
     cluster = load_cluster("local-cpu", config.world_size).sized(config.world_size)
-    layouts = None
-    if stages:
-        layouts = [StageLayout(layers=[LayerCount(kind="decoder", recompute=r, count=n) for r, n in stage],
-                               embedding=i == 0, head=i == len(stages) - 1) for i, stage in enumerate(stages)]
+    layouts = stage_layouts(stages) if stages else None
     plan: Plan = make_plan(model, training, cluster, config, layouts)
     write_plan(plan, path)
     return path
+
+
+def stage_layouts(stages: list[list[tuple[str, int]]]) -> list[StageLayout]:
+    return [StageLayout(layers=[LayerCount(kind="decoder", recompute=r, count=n) for r, n in stage],
+                        embedding=i == 0, head=i == len(stages) - 1) for i, stage in enumerate(stages)]
+
+
+ASCEND_SHAPES = {
+    "dp_only": dict(dp=8),
+    "tp_only": dict(tp=8),
+    "dp_x_tp": dict(dp=4, tp=2),
+    "dp_x_tp_sp": dict(dp=2, tp=4, sp=True),
+    "pp_uneven": dict(dp=2, tp=2, pp=2, stages=[[("full", 14)], [("none", 18)]]),
+}
+"""Plan shapes the Ascend side is checked on: Llama-3-8B (32 layers) on Atlas 800 nodes."""
+
+
+def ascend_plan(stages: list[list[tuple[str, int]]] | None = None, **degrees) -> Plan:
+    """Llama-3-8B on Atlas 800 (910B) nodes; `stages` as in `tiny_plan`."""
+    config = ParallelConfig(**degrees)
+    cluster = load_cluster("atlas-800-910b", config.world_size)
+    layouts = stage_layouts(stages) if stages else None
+    return make_plan(load_model("llama3-8b"), TrainingSpec(gbs=64, seq_length=4096), cluster, config, layouts)

@@ -6,6 +6,11 @@ MindFormers gives stage i `num_layers // pipeline_stage + offset[i]` layers (off
 `select_recompute[i]` selectively — so the plan's uneven split and per-stage recompute carry over
 exactly. zero ≥ 1 turns on MindSpore's optimizer parallel; vocabulary-parallel embedding is
 `vocab_emb_dp: False`.
+
+The global batch follows MindFormers' trainer rule: with pipeline stages it is
+`batch_size × data_parallel × micro_batch_num`, without them `micro_batch_num` is reset to 1 and it is
+`batch_size × data_parallel × gradient_accumulation_steps` — so the plan's micro-batch count goes to
+whichever of the two MindFormers reads.
 """
 
 from __future__ import annotations
@@ -23,10 +28,12 @@ def sections(plan: Plan) -> dict:
     c = plan.parallel
     sizes = stage_sizes(plan)
     base = plan.model.num_layers // c.pp
+    pipelined = c.pp > 1
     parallel_config = {
         "data_parallel": c.dp, "model_parallel": c.tp, "pipeline_stage": c.pp, "context_parallel": c.cp,
-        "use_seq_parallel": bool(c.sp and c.tp > 1), "micro_batch_num": c.num_microbatches,
-        "vocab_emb_dp": c.tp == 1, "gradient_aggregation_group": 4,
+        "use_seq_parallel": bool(c.sp and c.tp > 1), "micro_batch_num": c.num_microbatches if pipelined else 1,
+        # MindFormers turns vocab_emb_dp off under pipeline stages itself; say what it will run.
+        "vocab_emb_dp": c.tp == 1 and not pipelined, "gradient_aggregation_group": 4,
     }
     parallel = {
         "parallel_mode": SEMI_AUTO_PARALLEL, "gradients_mean": False, "full_batch": True,
@@ -45,11 +52,29 @@ def sections(plan: Plan) -> dict:
                     "seq_length": plan.training.seq_length}
     if c.vpp > 1:
         model_config["pp_interleave_num"] = c.vpp
-    return {"parallel_config": parallel_config, "parallel": parallel, "recompute_config": recompute_config,
+    return {"run_mode": "train", "use_parallel": True, "micro_batch_interleave_num": 1,
+            "parallel_config": parallel_config, "parallel": parallel, "recompute_config": recompute_config,
             "model": {"model_config": model_config},
-            "runner_config": {"batch_size": c.mbs, "gradient_accumulation_steps": 1}}
+            "runner_config": {"batch_size": c.mbs,
+                              "gradient_accumulation_steps": 1 if pipelined else c.num_microbatches}}
+
+
+def notes(plan: Plan) -> list[str]:
+    """Where MindFormers runs something other than what the plan priced."""
+    found = []
+    if any(recompute_counts(plan, "selective")):
+        found.append("MindFormers' select_recompute recomputes its default operators (the FFN gate multiply and "
+                     "activation), not Megatron's attention core that the plan priced; give select_recompute a "
+                     "pattern dict to choose other operators")
+    if plan.parallel.zero in (1, 2):
+        found.append(f"MindSpore's optimizer parallel also keeps the weights as data-parallel slices and gathers "
+                     f"them before use (as zero 3 does): less memory than zero {plan.parallel.zero} was priced with, "
+                     f"one more weight all-gather per step")
+    return found
 
 
 def export(plan: Plan) -> Export:
-    text = stamp(plan) + "\n# Merge into your MindFormers training YAML (these sections replace yours).\n"
-    return Export({"mindformers_parallel.yaml": text + yaml.safe_dump(sections(plan), sort_keys=False)})
+    found = notes(plan)
+    text = (stamp(plan) + "\n# Merge into your MindFormers training YAML (these sections replace yours).\n"
+            + "".join(f"# note: {n}\n" for n in found))
+    return Export({"mindformers_parallel.yaml": text + yaml.safe_dump(sections(plan), sort_keys=False)}, found)

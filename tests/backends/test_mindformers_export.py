@@ -1,0 +1,152 @@
+"""`gplan export --to mindformers`, read back by MindFormers' own code.
+
+Each exported YAML goes through what a MindFormers training run does with it before the first step:
+the YAML loader and its run-mode template (`MindFormerConfig`), the context validators,
+`build_parallel_config` (which builds `TransformerOpParallelConfig` and `TransformerRecomputeConfig`),
+the parallel operator that hands the `parallel` section to `mindspore.set_auto_parallel_context`,
+`check_rules`, the trainer's global-batch rule, and `LayerSetting`, which gives every layer its
+pipeline stage and recompute. The test install puts MindFormers 2.1 beside MindSpore 2.10 with
+`--no-deps` (it asks for MindSpore 2.11, which is not published for this platform; see the README).
+"""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from tinyplans import ASCEND_SHAPES, ascend_plan
+
+from gplan.backends.exporters import recompute_counts, stage_sizes, targets
+
+SHAPES = {
+    **ASCEND_SHAPES,
+    "four_nodes_dp8_tp4": dict(dp=8, tp=4),  # the plan the msrun dry-run test prints
+    "pp_vpp_zero1": dict(dp=2, tp=2, pp=2, vpp=2, zero=1, schedule="interleaved_1f1b"),
+    "pp4_mixed_recompute": dict(tp=2, pp=4, stages=[[("selective", 7)], [("full", 3), ("none", 6)],
+                                                    [("none", 9)], [("full", 7)]]),
+}
+
+
+@pytest.fixture(scope="module")
+def mindformers(tmp_path_factory):
+    """MindFormers, logging under a temporary folder (it reads the folder when first imported)."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("LOCAL_DEFAULT_PATH", str(tmp_path_factory.mktemp("mindformers")))
+        import mindformers
+
+        yield mindformers
+
+
+@pytest.fixture
+def read_back(mindformers, tmp_path, monkeypatch):
+    """Export a plan, then run MindFormers' configuration path on the file; returns what it built."""
+    import mindspore as ms
+    from mindformers.core.context.parallel import ParallelOperator
+    from mindformers.core.context.validators import execute_validator
+    from mindformers.core.parallel_config import build_parallel_config
+    from mindformers.parallel_core.training_graph.transformer.utils import LayerSetting
+    from mindformers.tools.check_rules import check_rules
+    from mindformers.tools.register.config import MindFormerConfig
+    from mindformers.trainer.base_trainer import BaseTrainer
+
+    def run(plan, edit=lambda data: None):
+        data = yaml.safe_load(targets()["mindformers"](plan).files["mindformers_parallel.yaml"])
+        edit(data)
+        path = tmp_path / "mindformers_parallel.yaml"
+        path.write_text(yaml.safe_dump(data))
+        monkeypatch.setenv("RANK_SIZE", str(plan.world_size))  # MindFormers' device number without HCCL
+        config = MindFormerConfig(str(path))
+        execute_validator(config)
+        build_parallel_config(config)
+        operator = ParallelOperator(config)
+        ms.reset_auto_parallel_context()
+        operator.parallel_ctx["device_num"] = plan.world_size
+        ParallelOperator._set_ms_auto_parallel_context(**operator.parallel_ctx)
+        # The trainer passes its network and dataset, which skips the dataset-section checks.
+        check_rules(config, mode="train", network=object(), dataset=object())
+        trainer = BaseTrainer.__new__(BaseTrainer)
+        trainer.config = config
+        trainer._check_global_batch_size_for_auto_parallel()
+        model = config.model.model_config
+        setting = LayerSetting(model.num_layers, model.offset, config.parallel_config, model.pp_interleave_num or 1)
+        return config, trainer, setting
+
+    yield run
+    ms.reset_auto_parallel_context()
+
+
+def plan_stage_of_layer(plan) -> list[int]:
+    """Pipeline rank of every layer in execution order; interleaved chunks go round the ranks
+    (Megatron's virtual pipeline: chunk k of L / (pp·vpp) layers sits on rank k mod pp)."""
+    c, layers = plan.parallel, plan.model.num_layers
+    if c.vpp > 1:
+        return [(layer // (layers // (c.pp * c.vpp))) % c.pp for layer in range(layers)]
+    return [s.index for s in plan.stages for _ in range(s.layer_end - s.layer_start)]
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_mindformers_builds_the_plans_parallel_layout(name, read_back):
+    import mindspore as ms
+    from mindformers.modules.transformer import TransformerOpParallelConfig
+
+    plan = ascend_plan(**SHAPES[name])
+    c = plan.parallel
+    config, trainer, setting = read_back(plan)
+
+    parallel = config.parallel_config
+    assert isinstance(parallel, TransformerOpParallelConfig)
+    assert (parallel.data_parallel, parallel.model_parallel, parallel.pipeline_stage) == (c.dp, c.tp, c.pp)
+    assert parallel.use_seq_parallel == (c.sp and c.tp > 1)
+    assert config.parallel.parallel_mode == "semi_auto_parallel"
+    assert ms.get_auto_parallel_context("pipeline_stages") == c.pp
+    assert ms.get_auto_parallel_context("enable_parallel_optimizer") == (c.zero >= 1)
+    assert trainer.global_batch_size == plan.training.gbs
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_mindformers_puts_every_layer_and_its_recompute_where_the_plan_does(name, read_back):
+    plan = ascend_plan(**SHAPES[name])
+    c = plan.parallel
+    _, _, setting = read_back(plan)
+
+    assert [int(s) for s in setting.pp_ids] == plan_stage_of_layer(plan)
+    layers_per_rank = setting.layer_list.sum(axis=0).tolist()
+    assert layers_per_rank == (stage_sizes(plan) if c.vpp == 1 else [plan.model.num_layers // c.pp] * c.pp)
+    full_per_rank = [sum(chunk[rank] for chunk in setting.layer_recompute) for rank in range(c.pp)]
+    assert full_per_rank == recompute_counts(plan, "full")
+    for per_chunk in setting.select_recompute.values():
+        assert [sum(chunk[rank] for chunk in per_chunk) for rank in range(c.pp)] == recompute_counts(plan, "selective")
+
+
+def test_mindformers_rejects_an_export_that_breaks_its_rules(read_back):
+    """The read-back can fail: a wrong offset, a device product off the device number, and a wrong
+    micro-batch count are each caught by MindFormers itself."""
+    plan = ascend_plan(**SHAPES["pp_uneven"])
+
+    def shift_offset(data):
+        data["model"]["model_config"]["offset"][0] += 1
+
+    def double_dp(data):
+        data["parallel_config"]["data_parallel"] *= 2
+
+    with pytest.raises(ValueError, match="offset"):
+        read_back(plan, shift_offset)
+    with pytest.raises(ValueError, match="device_num"):
+        read_back(plan, double_dp)
+
+    def halve_microbatches(data):
+        data["parallel_config"]["micro_batch_num"] //= 2
+
+    _, trainer, _ = read_back(plan, halve_microbatches)
+    assert trainer.global_batch_size == plan.training.gbs // 2
+
+
+@pytest.mark.parametrize("name, expected", [("pp4_mixed_recompute", "select_recompute"), ("pp_vpp_zero1", "zero 3"),
+                                            ("dp_x_tp", None)])
+def test_export_notes_where_mindformers_runs_other_than_priced(name, expected):
+    result = targets()["mindformers"](ascend_plan(**SHAPES[name]))
+    text = result.files["mindformers_parallel.yaml"]
+    if expected is None:
+        assert result.notes == [] and "# note:" not in text
+    else:
+        assert any(expected in n for n in result.notes)
+        assert all(f"# note: {n}" in text for n in result.notes)
