@@ -16,6 +16,7 @@ import yaml
 from tinyplans import ASCEND_SHAPES, ascend_plan
 
 from gplan.backends.exporters import recompute_counts, stage_sizes, targets
+from gplan.backends.mindspore.strategy import layout
 
 SHAPES = {
     **ASCEND_SHAPES,
@@ -108,7 +109,7 @@ def test_mindformers_puts_every_layer_and_its_recompute_where_the_plan_does(name
     c = plan.parallel
     _, _, setting = read_back(plan)
 
-    assert [int(s) for s in setting.pp_ids] == plan_stage_of_layer(plan)
+    assert [int(s) for s in setting.pp_ids] == plan_stage_of_layer(plan) == layout(plan).layer_stage
     layers_per_rank = setting.layer_list.sum(axis=0).tolist()
     assert layers_per_rank == (stage_sizes(plan) if c.vpp == 1 else [plan.model.num_layers // c.pp] * c.pp)
     full_per_rank = [sum(chunk[rank] for chunk in setting.layer_recompute) for rank in range(c.pp)]

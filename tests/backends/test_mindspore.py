@@ -43,7 +43,18 @@ def test_stage_and_recompute_of_every_layer_follow_the_uneven_split():
     got = layout(ascend_plan(**ASCEND_SHAPES["pp_uneven"]))
     assert got.layer_stage == [0] * 14 + [1] * 18
     assert got.layer_recompute == ["full"] * 14 + ["none"] * 18
-    assert got.pipeline_stages == 2 and got.device_num == 8
+    assert got.pipeline_stages == 2 and got.device_num == 8 and not got.interleave
+
+
+def test_interleaved_plan_puts_chunks_round_the_stages_with_each_stages_recompute():
+    plan = ascend_plan(dp=2, tp=2, pp=2, vpp=4, schedule="interleaved_1f1b",
+                       stages=[[("full", 6), ("none", 10)], [("selective", 16)]])
+    got = layout(plan)
+    assert got.interleave
+    assert got.layer_stage == ([0] * 4 + [1] * 4) * 4  # 32 layers, chunks of 32 / (2·4)
+    stage0 = [r for r, stage in zip(got.layer_recompute, got.layer_stage) if stage == 0]
+    assert stage0 == ["full"] * 6 + ["none"] * 10
+    assert {r for r, stage in zip(got.layer_recompute, got.layer_stage) if stage == 1} == {"selective"}
 
 
 def test_dry_run_prints_msrun_for_a_4_node_32_device_ascend_plan(gplan, tmp_path):

@@ -38,7 +38,9 @@ class ParallelLayout:
     optimizer_parallel: bool
     """zero ≥ 1: optimizer state sharded over dp (MindSpore's `enable_parallel_optimizer`)."""
     layer_stage: list[int]
-    """Pipeline stage of every decoder layer."""
+    """Pipeline stage of every decoder layer, in execution order."""
+    interleave: bool
+    """vpp > 1: MindSpore's interleaved 1F1B; the layers go round the stages in L/(pp·vpp) chunks."""
     layer_recompute: list[str]
     """none / selective / full of every decoder layer."""
     strategies: dict[str, Strategy] = field(default_factory=dict)
@@ -51,13 +53,25 @@ class ParallelLayout:
 
 def layout(plan: Plan) -> ParallelLayout:
     c = plan.parallel
-    stages, recompute = [], []
-    for stage in plan.stages:
-        stages += [stage.index] * (stage.layer_end - stage.layer_start)
-        recompute += [lc.recompute for lc in stage.layers for _ in range(lc.count)]
+    stages = layer_stages(plan)
+    # Each stage's recompute options, taken by its layers in execution order (across its chunks).
+    options = [iter([lc.recompute for lc in stage.layers for _ in range(lc.count)]) for stage in plan.stages]
+    recompute = [next(options[stage]) for stage in stages]
     return ParallelLayout(device_num=plan.world_size, pipeline_stages=c.pp, micro_batch_num=c.num_microbatches,
                           dp=c.dp, tp=c.tp, sequence_parallel=c.sp and c.tp > 1, optimizer_parallel=c.zero >= 1,
-                          layer_stage=stages, layer_recompute=recompute, strategies=strategies(c.dp, c.tp, c.sp and c.tp > 1))
+                          layer_stage=stages, interleave=c.vpp > 1, layer_recompute=recompute,
+                          strategies=strategies(c.dp, c.tp, c.sp and c.tp > 1))
+
+
+def layer_stages(plan: Plan) -> list[int]:
+    """The stage of every layer: the plan's contiguous split, or with vpp > 1 Megatron's interleaved
+    one (chunk k of L/(pp·vpp) layers on stage k mod pp), which MindSpore's interleaved 1F1B reads off
+    the layers' stages as MindFormers sets them."""
+    c = plan.parallel
+    if c.vpp == 1:
+        return [stage.index for stage in plan.stages for _ in range(stage.layer_end - stage.layer_start)]
+    chunk = plan.model.num_layers // (c.pp * c.vpp)
+    return [(layer // chunk) % c.pp for layer in range(plan.model.num_layers)]
 
 
 def strategies(dp: int, tp: int, sp: bool) -> dict[str, Strategy]:

@@ -229,8 +229,8 @@ def batch(step: int, plan: Plan, args: argparse.Namespace) -> np.ndarray:
 
 def semi_auto_step(net: Decoder, plan_layout: ParallelLayout, optimizer):
     """Ascend/GPU: one jitted step under MindSpore's AutoParallel — the operators' shard()
-    strategies, micro-batches through the Pipeline cell with the layers' stages, optimizer sharding
-    (hsdp) for zero ≥ 1. The whole global batch goes in (full batch); MindSpore splits it.
+    strategies, micro-batches through the Pipeline cell with the layers' stages (interleaved for
+    vpp > 1), optimizer sharding (hsdp) for zero ≥ 1. The whole global batch goes in (full batch); MindSpore splits it.
     Not run in this repository's tests: it needs Ascend or GPU devices."""
     from mindspore.parallel.auto_parallel import AutoParallel
     from mindspore.parallel.nn import Pipeline, PipelineGradReducer
@@ -238,7 +238,8 @@ def semi_auto_step(net: Decoder, plan_layout: ParallelLayout, optimizer):
     pipelined = plan_layout.pipeline_stages > 1
     network = Pipeline(net, micro_size=plan_layout.micro_batch_num) if pipelined else net
     grad_fn = ms.value_and_grad(network, None, optimizer.parameters)
-    reducer = PipelineGradReducer(optimizer.parameters) if pipelined else None
+    # opt_shard left unset would read the global context, which AutoParallel does not set.
+    reducer = PipelineGradReducer(optimizer.parameters, opt_shard=plan_layout.optimizer_parallel) if pipelined else None
 
     @ms.jit
     def step(tokens, targets):
@@ -250,7 +251,7 @@ def semi_auto_step(net: Decoder, plan_layout: ParallelLayout, optimizer):
 
     parallel = AutoParallel(step, parallel_mode="semi_auto")
     if pipelined:
-        parallel.pipeline(stages=plan_layout.pipeline_stages)
+        parallel.pipeline(stages=plan_layout.pipeline_stages, interleave=plan_layout.interleave)
     if plan_layout.optimizer_parallel:
         parallel.hsdp()
     return parallel
