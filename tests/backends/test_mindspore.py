@@ -3,8 +3,10 @@ and a real data-parallel msrun job against one process."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -55,6 +57,59 @@ def test_interleaved_plan_puts_chunks_round_the_stages_with_each_stages_recomput
     stage0 = [r for r, stage in zip(got.layer_recompute, got.layer_stage) if stage == 0]
     assert stage0 == ["full"] * 6 + ["none"] * 10
     assert {r for r, stage in zip(got.layer_recompute, got.layer_stage) if stage == 1} == {"selective"}
+
+
+SEMI_AUTO_PROBE = """
+import json, sys
+from pathlib import Path
+import mindspore as ms
+from mindspore import nn
+from gplan.backends.mindspore import worker
+from gplan.backends.mindspore.strategy import layout
+from gplan.plan import read_plan
+
+plan = read_plan(Path(sys.argv[1]))
+plan_layout = layout(plan)
+ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
+net = worker.Decoder(plan.model, plan.training.seq_length, plan_layout, 0)
+step = worker.semi_auto_step(net, plan_layout, nn.AdamWeightDecay(net.trainable_params(), learning_rate=1e-3))
+wrapped = worker.micro_batched(net, plan_layout)
+print(json.dumps({
+    "stages": step.get_pipeline_stages(), "interleave": step._pipeline_interleave,
+    "optimizer_parallel": step._enable_parallel_optimizer, "full_batch": step._full_batch,
+    "micro_batching": type(wrapped).__name__, "micro_size": getattr(wrapped, "micro_size", 1),
+    "layer_stage": [block.pipeline_stage for block in net.layers],
+    "full_recompute": [block._has_config_recompute for block in net.layers],
+    "softmax_recompute": [bool(block.softmax.attrs.get("recompute")) for block in net.layers],
+    "matmul_strategy": list(net.layers[0].wq.matmul.in_strategy),
+}))
+"""
+
+
+@pytest.mark.parametrize("degrees, stages", [
+    (dict(tp=2, pp=2, zero=1), [[("full", 1)], [("selective", 2), ("none", 1)]]),
+    (dict(dp=2, tp=2), None),
+    (dict(pp=2, vpp=2, schedule="interleaved_1f1b"), None),
+])
+def test_semi_auto_step_is_wired_as_the_plan_says(tmp_path, degrees, stages):
+    """The Ascend/GPU step cannot compile on CPU (MindSpore refuses semi-auto communication there),
+    but it is built: stages, interleave, optimizer sharding, the full batch, micro-batching, every
+    layer's stage and recompute, the strategies on the operators."""
+    plan = read_plan(tiny_plan(tmp_path / "plan.json", TINY_LLAMA, stages=stages, **degrees))
+    want = layout(plan)
+    done = subprocess.run([sys.executable, "-c", SEMI_AUTO_PROBE, str(tmp_path / "plan.json")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    c = plan.parallel
+    assert got["stages"] == c.pp and got["interleave"] == (c.vpp > 1)
+    assert got["optimizer_parallel"] == (c.zero >= 1) and got["full_batch"]
+    assert got["micro_batching"] == ("Pipeline" if c.pp > 1 else "GradAccumulation" if c.num_microbatches > 1 else "Decoder")
+    assert got["micro_size"] == c.num_microbatches
+    assert got["layer_stage"] == want.layer_stage
+    assert got["full_recompute"] == [r == "full" for r in want.layer_recompute]
+    assert got["softmax_recompute"] == [r == "selective" for r in want.layer_recompute]
+    assert [tuple(cut) for cut in got["matmul_strategy"]] == list(want.strategies["attention.wq"])
 
 
 def test_dry_run_prints_msrun_for_a_4_node_32_device_ascend_plan(gplan, tmp_path):

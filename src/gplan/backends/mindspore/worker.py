@@ -79,7 +79,7 @@ def set_context(plan: Plan, plan_layout: ParallelLayout, device: str, distribute
     target = {"npu": "Ascend", "gpu": "GPU"}.get(plan.cluster.primary.hardware.kind, "CPU")
     if device == "cpu":
         target = "CPU"
-    semi_auto = target != "CPU" and (plan_layout.tp > 1 or plan_layout.pipeline_stages > 1)
+    semi_auto = target != "CPU" and distributed
     ms.set_context(mode=ms.GRAPH_MODE if semi_auto else ms.PYNATIVE_MODE, device_target=target)
     if not distributed:
         return
@@ -89,8 +89,10 @@ def set_context(plan: Plan, plan_layout: ParallelLayout, device: str, distribute
                                      device_num=get_group_size())
 
 
-def uses_semi_auto(plan_layout: ParallelLayout) -> bool:
-    return ms.get_context("device_target") != "CPU" and (plan_layout.tp > 1 or plan_layout.pipeline_stages > 1)
+def uses_semi_auto() -> bool:
+    """Ascend and GPU run every plan, dp-only ones too, semi-automatically: the same strategies,
+    optimizer sharding and micro-batching for all."""
+    return ms.get_context("device_target") != "CPU"
 
 
 # ---- the model -----------------------------------------------------------------------------------
@@ -229,17 +231,19 @@ def batch(step: int, plan: Plan, args: argparse.Namespace) -> np.ndarray:
 
 def semi_auto_step(net: Decoder, plan_layout: ParallelLayout, optimizer):
     """Ascend/GPU: one jitted step under MindSpore's AutoParallel — the operators' shard()
-    strategies, micro-batches through the Pipeline cell with the layers' stages (interleaved for
-    vpp > 1), optimizer sharding (hsdp) for zero ≥ 1. The whole global batch goes in (full batch); MindSpore splits it.
-    Not run in this repository's tests: it needs Ascend or GPU devices."""
+    strategies; the plan's m micro-batches through the Pipeline cell (the layers' stages, interleaved
+    for vpp > 1) or, without pipeline stages, through gradient accumulation; optimizer sharding (hsdp)
+    for zero ≥ 1. Every rank is handed the whole global batch ("full_batch") and MindSpore takes its
+    dp slice, so the step sees gbs/dp rows per rank in m micro-batches, as the plan priced.
+    Its compilation needs Ascend or GPU devices; on CPU only its construction is tested."""
     from mindspore.parallel.auto_parallel import AutoParallel
-    from mindspore.parallel.nn import Pipeline, PipelineGradReducer
+    from mindspore.parallel.nn import PipelineGradReducer
 
-    pipelined = plan_layout.pipeline_stages > 1
-    network = Pipeline(net, micro_size=plan_layout.micro_batch_num) if pipelined else net
+    network = micro_batched(net, plan_layout)
     grad_fn = ms.value_and_grad(network, None, optimizer.parameters)
-    # opt_shard left unset would read the global context, which AutoParallel does not set.
-    reducer = PipelineGradReducer(optimizer.parameters, opt_shard=plan_layout.optimizer_parallel) if pipelined else None
+    # The reducer sums the micro-batches' gradients; opt_shard left unset would read the global
+    # context, which AutoParallel does not set.
+    reducer = PipelineGradReducer(optimizer.parameters, opt_shard=plan_layout.optimizer_parallel) if network is not net else None
 
     @ms.jit
     def step(tokens, targets):
@@ -250,17 +254,29 @@ def semi_auto_step(net: Decoder, plan_layout: ParallelLayout, optimizer):
         return loss
 
     parallel = AutoParallel(step, parallel_mode="semi_auto")
-    if pipelined:
+    parallel.dataset_strategy("full_batch")
+    if plan_layout.pipeline_stages > 1:
         parallel.pipeline(stages=plan_layout.pipeline_stages, interleave=plan_layout.interleave)
     if plan_layout.optimizer_parallel:
         parallel.hsdp()
     return parallel
 
 
+def micro_batched(net: Decoder, plan_layout: ParallelLayout) -> nn.Cell:
+    """The plan's m micro-batches: MindSpore's Pipeline cell with pipeline stages, its gradient
+    accumulation without them, the network itself for m = 1."""
+    from mindspore.parallel.nn import GradAccumulation, Pipeline
+
+    m = plan_layout.micro_batch_num
+    if plan_layout.pipeline_stages > 1:
+        return Pipeline(net, micro_size=m)
+    return GradAccumulation(net, micro_size=m) if m > 1 else net
+
+
 def train(net: Decoder, plan: Plan, plan_layout: ParallelLayout, args: argparse.Namespace, rank: int,
           distributed: bool, log) -> tuple[list[float], list[float]]:
     optimizer = nn.AdamWeightDecay(net.trainable_params(), learning_rate=args.lr, beta1=0.9, beta2=0.95, weight_decay=0.1)
-    if distributed and uses_semi_auto(plan_layout):
+    if distributed and uses_semi_auto():
         return _train_semi_auto(semi_auto_step(net, plan_layout, optimizer), plan, args, log)
     grad_fn = ms.value_and_grad(net, None, optimizer.parameters)
     reducer = nn.DistributedGradReducer(optimizer.parameters) if distributed else None
