@@ -71,7 +71,7 @@ from gplan.plan import read_plan
 plan = read_plan(Path(sys.argv[1]))
 plan_layout = layout(plan)
 ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
-net = worker.Decoder(plan.model, plan.training.seq_length, plan_layout, 0)
+net = worker.build_model(plan, plan_layout, worker.WeightInit(0, lazy=True))
 step = worker.semi_auto_step(net, plan_layout, nn.AdamWeightDecay(net.trainable_params(), learning_rate=1e-3))
 wrapped = worker.micro_batched(net, plan_layout)
 print(json.dumps({
@@ -82,6 +82,7 @@ print(json.dumps({
     "full_recompute": [block._has_config_recompute for block in net.layers],
     "softmax_recompute": [bool(block.softmax.attrs.get("recompute")) for block in net.layers],
     "matmul_strategy": list(net.layers[0].wq.matmul.in_strategy),
+    "lazy_parameters": all(p.has_init for p in net.trainable_params()),
 }))
 """
 
@@ -94,7 +95,7 @@ print(json.dumps({
 def test_semi_auto_step_is_wired_as_the_plan_says(tmp_path, degrees, stages):
     """The Ascend/GPU step cannot compile on CPU (MindSpore refuses semi-auto communication there),
     but it is built: stages, interleave, optimizer sharding, the full batch, micro-batching, every
-    layer's stage and recompute, the strategies on the operators."""
+    layer's stage and recompute, the strategies on the operators, parameters left to be drawn per slice."""
     plan = read_plan(tiny_plan(tmp_path / "plan.json", TINY_LLAMA, stages=stages, **degrees))
     want = layout(plan)
     done = subprocess.run([sys.executable, "-c", SEMI_AUTO_PROBE, str(tmp_path / "plan.json")],
@@ -110,6 +111,7 @@ def test_semi_auto_step_is_wired_as_the_plan_says(tmp_path, degrees, stages):
     assert got["full_recompute"] == [r == "full" for r in want.layer_recompute]
     assert got["softmax_recompute"] == [r == "selective" for r in want.layer_recompute]
     assert [tuple(cut) for cut in got["matmul_strategy"]] == list(want.strategies["attention.wq"])
+    assert got["lazy_parameters"]  # each rank draws only its slices when the step compiles
 
 
 def test_dry_run_prints_msrun_for_a_4_node_32_device_ascend_plan(gplan, tmp_path):

@@ -17,6 +17,7 @@ import sys
 import time
 import traceback
 import zlib
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -24,6 +25,7 @@ import numpy as np
 
 import mindspore as ms
 from mindspore import Parameter, Tensor, nn, ops
+from mindspore.common.initializer import Normal, One, initializer
 from mindspore.communication import get_group_size, get_rank, init
 
 from gplan.backends.common import add_worker_options, global_batch
@@ -49,7 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     rank = get_rank() if distributed else 0
     log = _log(args.run_dir, rank)
     try:
-        net = Decoder(plan.model, plan.training.seq_length, plan_layout, args.seed)
+        ms.set_seed(args.seed)  # what MindSpore's own initializers draw from (lazy weights)
+        init = WeightInit(args.seed, lazy=distributed and uses_semi_auto())
+        net = build_model(plan, plan_layout, init)
         losses, step_times = train(net, plan, plan_layout, args, rank, distributed, log)
         if rank == 0:
             report(plan, args, losses, step_times)
@@ -106,6 +110,22 @@ def initial_value(name: str, shape: tuple[int, ...], seed: int) -> np.ndarray:
     return (rng.standard_normal(shape) * INIT_STD).astype(np.float32)
 
 
+@dataclass(frozen=True)
+class WeightInit:
+    """How the model's parameters get their values."""
+
+    seed: int
+    lazy: bool = False
+    """False: `initial_value` now, the same weights in every layout (CPU, and the loss-match tests).
+    True (semi-auto on Ascend/GPU): MindSpore's own initializers, drawn for each rank's slice when
+    the step compiles, so no rank ever holds the whole model (see `build_model`)."""
+
+    def parameter(self, name: str, shape: tuple[int, ...]) -> Parameter:
+        if self.lazy:
+            return Parameter(initializer(One() if "norm" in name else Normal(sigma=INIT_STD), shape, ms.float32), name=name)
+        return Parameter(Tensor(initial_value(name, shape, self.seed)), name=name)
+
+
 def rope_tables(seq: int, head_dim: int, theta: float = 10000.0) -> tuple[Tensor, Tensor]:
     """cos and sin of RoPE (Su et al. 2021), shape (seq, head_dim/2), as the torch worker has them."""
     inv = 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim)
@@ -114,9 +134,9 @@ def rope_tables(seq: int, head_dim: int, theta: float = 10000.0) -> tuple[Tensor
 
 
 class RMSNorm(nn.Cell):
-    def __init__(self, dim: int, name: str, seed: int, strategy, eps: float = 1e-5):
+    def __init__(self, dim: int, name: str, init: WeightInit, strategy, eps: float = 1e-5):
         super().__init__()
-        self.weight = Parameter(Tensor(initial_value(name, (dim,), seed)), name=name)
+        self.weight = init.parameter(name, (dim,))
         self.square = ops.Square().shard(strategy)
         self.mean = ops.ReduceMean(keep_dims=True).shard(strategy)
         self.mul = ops.Mul()
@@ -130,9 +150,9 @@ class RMSNorm(nn.Cell):
 class Linear(nn.Cell):
     """y = x Wᵀ with W [out, in] (MatMul(transpose_b=True)), sharded by the plan's strategy."""
 
-    def __init__(self, d_in: int, d_out: int, name: str, seed: int, strategy):
+    def __init__(self, d_in: int, d_out: int, name: str, init: WeightInit, strategy):
         super().__init__()
-        self.weight = Parameter(Tensor(initial_value(name, (d_out, d_in), seed)), name=name)
+        self.weight = init.parameter(name, (d_out, d_in))
         self.matmul = ops.MatMul(transpose_b=True).shard(strategy)
 
     def construct(self, x):
@@ -145,21 +165,21 @@ class Block(nn.Cell):
     """A decoder layer; `tp_shard` > 1 builds the part one of that many tensor-parallel ranks holds
     (heads, kv heads and MLP width divided, head size kept), as the profiler measures it."""
 
-    def __init__(self, spec: ModelSpec, i: int, seed: int, s: dict, seq: int, tp_shard: int = 1):
+    def __init__(self, spec: ModelSpec, i: int, init: WeightInit, s: dict, seq: int, tp_shard: int = 1):
         super().__init__()
         p = f"layers.{i}."
         self.heads, self.kv_heads = spec.num_attention_heads // tp_shard, spec.kv_heads // tp_shard
         self.head_dim = spec.head_dim
         h, q, kv, ffn = spec.hidden_size, self.heads * self.head_dim, self.kv_heads * self.head_dim, spec.ffn_size // tp_shard
-        self.attention_norm = RMSNorm(h, p + "attention_norm.weight", seed, s["norm"])
-        self.ffn_norm = RMSNorm(h, p + "ffn_norm.weight", seed, s["norm"])
-        self.wq = Linear(h, q, p + "attention.wq.weight", seed, s["attention.wq"])
-        self.wk = Linear(h, kv, p + "attention.wk.weight", seed, s["attention.wk"])
-        self.wv = Linear(h, kv, p + "attention.wv.weight", seed, s["attention.wv"])
-        self.wo = Linear(q, h, p + "attention.wo.weight", seed, s["attention.wo"])
-        self.w1 = Linear(h, ffn, p + "feed_forward.w1.weight", seed, s["feed_forward.w1"])
-        self.w2 = Linear(ffn, h, p + "feed_forward.w2.weight", seed, s["feed_forward.w2"])
-        self.w3 = Linear(h, ffn, p + "feed_forward.w3.weight", seed, s["feed_forward.w3"])
+        self.attention_norm = RMSNorm(h, p + "attention_norm.weight", init, s["norm"])
+        self.ffn_norm = RMSNorm(h, p + "ffn_norm.weight", init, s["norm"])
+        self.wq = Linear(h, q, p + "attention.wq.weight", init, s["attention.wq"])
+        self.wk = Linear(h, kv, p + "attention.wk.weight", init, s["attention.wk"])
+        self.wv = Linear(h, kv, p + "attention.wv.weight", init, s["attention.wv"])
+        self.wo = Linear(q, h, p + "attention.wo.weight", init, s["attention.wo"])
+        self.w1 = Linear(h, ffn, p + "feed_forward.w1.weight", init, s["feed_forward.w1"])
+        self.w2 = Linear(ffn, h, p + "feed_forward.w2.weight", init, s["feed_forward.w2"])
+        self.w3 = Linear(h, ffn, p + "feed_forward.w3.weight", init, s["feed_forward.w3"])
         self.scores = ops.BatchMatMul(transpose_b=True).shard(s["attention.scores"])
         self.softmax = ops.Softmax(-1).shard(s["attention.softmax"])
         self.context = ops.BatchMatMul().shard(s["attention.context"])
@@ -197,21 +217,20 @@ class Decoder(nn.Cell):
     """Llama-family decoder (RMSNorm, swiglu, GQA, RoPE, untied head), its loss, every layer's
     pipeline stage and recompute from the plan."""
 
-    def __init__(self, spec: ModelSpec, seq: int, plan_layout: ParallelLayout, seed: int):
+    def __init__(self, spec: ModelSpec, seq: int, plan_layout: ParallelLayout, init: WeightInit):
         super().__init__()
         s = plan_layout.strategies
-        self.embedding = Parameter(Tensor(initial_value("tok_embeddings.weight", (spec.vocab_size, spec.hidden_size), seed)),
-                                   name="tok_embeddings.weight")
+        self.embedding = init.parameter("tok_embeddings.weight", (spec.vocab_size, spec.hidden_size))
         self.gather = ops.Gather().shard(s["embedding"])
-        self.layers = nn.CellList([Block(spec, i, seed, s, seq) for i in range(spec.num_layers)])
+        self.layers = nn.CellList([Block(spec, i, init, s, seq) for i in range(spec.num_layers)])
         for block, stage, option in zip(self.layers, plan_layout.layer_stage, plan_layout.layer_recompute):
             block.pipeline_stage = stage
             if option == "full":
                 block.recompute()
             elif option == "selective":
                 block.softmax.recompute()
-        self.norm = RMSNorm(spec.hidden_size, "norm.weight", seed, s["norm"])
-        self.output = Linear(spec.hidden_size, spec.vocab_size, "output.weight", seed, s["head"])
+        self.norm = RMSNorm(spec.hidden_size, "norm.weight", init, s["norm"])
+        self.output = Linear(spec.hidden_size, spec.vocab_size, "output.weight", init, s["head"])
         self.loss = nn.CrossEntropyLoss()
 
     def construct(self, tokens, targets):
@@ -220,6 +239,17 @@ class Decoder(nn.Cell):
             h = block(h)
         logits = self.output(self.norm(h))
         return self.loss(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def build_model(plan: Plan, plan_layout: ParallelLayout, init: WeightInit) -> Decoder:
+    """Lazy weights are built under `no_init_parameters`: MindSpore would otherwise draw every
+    parameter whole as it is created; this way each rank draws its slices when the step compiles."""
+    if not init.lazy:
+        return Decoder(plan.model, plan.training.seq_length, plan_layout, init)
+    from mindspore.nn.utils import no_init_parameters
+
+    with no_init_parameters():
+        return Decoder(plan.model, plan.training.seq_length, plan_layout, init)
 
 
 # ---- training ------------------------------------------------------------------------------------

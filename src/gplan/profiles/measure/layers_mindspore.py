@@ -17,7 +17,7 @@ import mindspore as ms
 from mindspore import Tensor, nn, ops
 
 from gplan.backends.mindspore.strategy import strategies
-from gplan.backends.mindspore.worker import Block, Linear, RMSNorm
+from gplan.backends.mindspore.worker import Block, Linear, RMSNorm, WeightInit
 from gplan.profiles.measure.shapes import measure_all, pending
 from gplan.profiles.schema import LayerMeasurement
 from gplan.spec.model import ModelSpec
@@ -80,7 +80,7 @@ def _forward_backward(cell: nn.Cell, inputs: tuple, warmup: int, repeats: int) -
 
 
 def _layer(base: LayerMeasurement, spec: ModelSpec, warmup: int, repeats: int) -> dict:
-    block = Block(spec, 0, 0, strategies(1, 1, False), base.seq_length, tp_shard=base.tp)
+    block = Block(spec, 0, WeightInit(0), strategies(1, 1, False), base.seq_length, tp_shard=base.tp)
     shape = (base.mbs, base.seq_length, spec.hidden_size)
     x = Tensor(np.random.default_rng(0).standard_normal(shape).astype(np.float32))
     forward_s, backward_s = _forward_backward(block, (x,), warmup, repeats)
@@ -96,8 +96,8 @@ def _layer(base: LayerMeasurement, spec: ModelSpec, warmup: int, repeats: int) -
 class _Head(nn.Cell):
     def __init__(self, spec: ModelSpec, tp: int, tokens: int):
         super().__init__()
-        self.norm = RMSNorm(spec.hidden_size, "norm.weight", 0, ((1, 1, 1),))
-        self.output = Linear(spec.hidden_size, spec.vocab_size // tp, "output.weight", 0, ((1, 1), (1, 1)))
+        self.norm = RMSNorm(spec.hidden_size, "norm.weight", WeightInit(0), ((1, 1, 1),))
+        self.output = Linear(spec.hidden_size, spec.vocab_size // tp, "output.weight", WeightInit(0), ((1, 1), (1, 1)))
         self.loss = nn.CrossEntropyLoss()
         self.targets = Tensor(np.zeros(tokens, np.int32))
 
