@@ -52,8 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     log = _log(args.run_dir, rank)
     try:
         ms.set_seed(args.seed)  # what MindSpore's own initializers draw from (lazy weights)
-        init = WeightInit(args.seed, lazy=distributed and uses_semi_auto())
-        net = build_model(plan, plan_layout, init)
+        weights = WeightInit(args.seed, lazy=distributed and uses_semi_auto())
+        net = build_model(plan, plan_layout, weights)
         losses, step_times = train(net, plan, plan_layout, args, rank, distributed, log)
         if rank == 0:
             report(plan, args, losses, step_times)
