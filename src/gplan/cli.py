@@ -459,6 +459,8 @@ def launch(
         resume=resume)
     plan_path = options.run_dir / "plan.json"
     spec = impl.render(plan, plan_path, options)
+    for note in spec.notes:
+        err.print(f"[yellow]note:[/] {note}")
     if not dry_run:
         options.run_dir.mkdir(parents=True, exist_ok=True)
     if slurm:
@@ -469,7 +471,7 @@ def launch(
     if dry_run:
         if as_json:
             emit_json({"nnodes": spec.nnodes, "nproc_per_node": spec.nproc_per_node, "env": spec.env,
-                       "nodes": [{"node_rank": n.node_rank, "argv": n.argv} for n in spec.nodes]})
+                       "nodes": [{"node_rank": n.node_rank, "argv": n.argv} for n in spec.nodes], "notes": spec.notes})
             return
         for node in spec.nodes:
             sys.stdout.write(f"# node {node.node_rank}\n{launcher.shell_line(node.argv, spec.env)}\n")

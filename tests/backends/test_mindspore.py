@@ -174,3 +174,19 @@ def test_data_parallel_msrun_job_matches_one_process(gplan, tmp_path):
     assert len(losses["dp2"]) == 5
     assert losses["dp2"] == pytest.approx(losses["one"], abs=1e-5)
     assert losses["one"][-1] < losses["one"][0]
+
+
+def test_launch_says_where_the_mindspore_run_differs_from_the_plan(gplan, tmp_path):
+    from gplan.plan import write_plan
+
+    ascend = tmp_path / "ascend.json"
+    write_plan(ascend_plan(dp=8, tp=4, zero=1), ascend)
+    data = gplan("launch", str(ascend), "--backend", "mindspore", "--dry-run", "--json", "--nnodes", "4",
+                 "--nproc-per-node", "8", "--rdzv-endpoint", "10.0.0.1:8118").json()
+    assert len(data["notes"]) == 1 and "as zero 3 does" in data["notes"][0]
+    cpu = tiny_plan(tmp_path / "cpu.json", TINY_LLAMA, dp=2, zero=1)
+    data = gplan("launch", str(cpu), "--backend", "mindspore", "--dry-run", "--json", "--nproc-per-node", "2").json()
+    assert len(data["notes"]) == 1 and "zero 1 is not applied" in data["notes"][0]
+    replicated = tiny_plan(tmp_path / "replicated.json", TINY_LLAMA, dp=2, zero=0)
+    assert gplan("launch", str(replicated), "--backend", "mindspore", "--dry-run", "--json",
+                 "--nproc-per-node", "2").json()["notes"] == []

@@ -157,3 +157,15 @@ def test_unsupported_plans_are_refused_before_starting(plan_factory, tmp_path):
     plan = read_plan(plan_factory(TINY_GPT, pp=2))
     with pytest.raises(InputError, match="tied embeddings"):
         render(plan, RUN / "plan.json", LaunchOptions(run_dir=RUN))
+
+
+@pytest.mark.parametrize("zero, expected", [(0, "not overlapped"), (1, "zero 1 runs as zero 2"), (2, None), (3, None)])
+def test_launch_says_where_the_torch_run_differs_from_the_plan(gplan, plan_factory, tmp_path, zero, expected):
+    path = plan_factory(dp=2, zero=zero)
+    result = gplan("launch", str(path), "--dry-run", "--json", "--nproc-per-node", "2", "--run-dir", str(tmp_path))
+    notes = result.json()["notes"]
+    if expected is None:
+        assert notes == []
+    else:
+        assert len(notes) == 1 and expected in notes[0]
+        assert expected in result.stderr

@@ -18,6 +18,7 @@ from __future__ import annotations
 import yaml
 
 from gplan.backends.exporters import Export, recompute_counts, stage_sizes, stamp
+from gplan.backends.mindspore.strategy import optimizer_parallel_note
 from gplan.plan import Plan
 
 SEMI_AUTO_PARALLEL = 1
@@ -66,11 +67,8 @@ def notes(plan: Plan) -> list[str]:
         found.append("MindFormers' select_recompute recomputes its default operators (the FFN gate multiply and "
                      "activation), not Megatron's attention core that the plan priced; give select_recompute a "
                      "pattern dict to choose other operators")
-    if plan.parallel.zero in (1, 2):
-        found.append(f"MindSpore's optimizer parallel also keeps the weights as data-parallel slices and gathers "
-                     f"them before use (as zero 3 does): less memory than zero {plan.parallel.zero} was priced with, "
-                     f"one more weight all-gather per step")
-    return found
+    sharding = optimizer_parallel_note(plan.parallel.zero)
+    return found + ([sharding] if sharding else [])
 
 
 def export(plan: Plan) -> Export:

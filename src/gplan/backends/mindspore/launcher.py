@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from gplan.backends.common import worker_argv
+from gplan.backends.mindspore.strategy import optimizer_parallel_note
 from gplan.backends.torch.launcher import LaunchOptions, LaunchSpec, NodeCommand, node_layout
 from gplan.errors import BackendError, InputError
 from gplan.plan import Plan
@@ -46,8 +47,7 @@ def check_supported(plan: Plan, device: str) -> None:
         raise InputError(f"the MindSpore worker runs the Llama family (swiglu, RMSNorm, RoPE, untied head); {m.name} is "
                          f"{m.ffn_kind}/{m.norm}/{m.position_embedding}{'/tied' if m.tie_embeddings else ''}",
                          hint="run it with --backend torch, or export it to MindFormers")
-    on_cpu = device == "cpu" or (device == "auto" and plan.cluster.primary.hardware.kind == "cpu")
-    if on_cpu and (c.tp > 1 or c.pp > 1):
+    if _on_cpu(plan, device) and (c.tp > 1 or c.pp > 1):
         raise BackendError(f"MindSpore runs tp={c.tp} pp={c.pp} only on Ascend NPUs or GPUs; on CPU it runs data "
                            "parallel only", hint="run this plan on an Ascend (or GPU) cluster, or search with --tp 1 --pp 1")
 
@@ -61,7 +61,23 @@ def render(plan: Plan, plan_path: Path, options: LaunchOptions) -> LaunchSpec:
     master, port = _endpoint(options.rdzv_endpoint)
     nodes = [NodeCommand(node, msrun_argv(plan, plan_path, options, per_node, master, port, str(node)))
              for node in range(nnodes)]
-    return LaunchSpec(plan.world_size, nnodes, per_node, nodes, env=job_env(plan, per_node))
+    return LaunchSpec(plan.world_size, nnodes, per_node, nodes, env=job_env(plan, per_node),
+                      notes=notes(plan, options.device))
+
+
+def notes(plan: Plan, device: str) -> list[str]:
+    c = plan.parallel
+    if c.zero == 0 or c.dp == 1:
+        return []
+    if _on_cpu(plan, device):
+        return [f"on CPU MindSpore runs plain data parallel: zero {c.zero} is not applied (every rank keeps the "
+                f"whole optimizer state)"]
+    sharding = optimizer_parallel_note(c.zero)
+    return [sharding] if sharding else []
+
+
+def _on_cpu(plan: Plan, device: str) -> bool:
+    return device == "cpu" or (device == "auto" and plan.cluster.primary.hardware.kind == "cpu")
 
 
 def msrun_argv(plan: Plan, plan_path: Path, options: LaunchOptions, per_node: int, master: str, port: int,

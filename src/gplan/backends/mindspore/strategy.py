@@ -128,3 +128,12 @@ def check_layout(plan: Plan) -> list[dict]:
                                f"{plan_layout.stage_devices}", hint="report it: the strategy table is wrong")
         rows.append({"operator": role, "strategy": [list(s) for s in strategy], "device_matrix": matrix})
     return rows
+
+
+def optimizer_parallel_note(zero: int) -> str | None:
+    """MindSpore's optimizer parallel keeps weights as dp slices too: zero 1 and 2 run as zero 3."""
+    if zero not in (1, 2):
+        return None
+    return (f"MindSpore's optimizer parallel also keeps the weights as data-parallel slices and gathers them "
+            f"before use (as zero 3 does): less memory than zero {zero} was priced with, one more weight "
+            f"all-gather per step")

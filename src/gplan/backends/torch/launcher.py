@@ -64,6 +64,8 @@ class LaunchSpec:
     nodes: list[NodeCommand]
     env: dict[str, str] = field(default_factory=dict)
     """Added to the environment of every node."""
+    notes: list[str] = field(default_factory=list)
+    """Where the engine runs something other than what the plan priced (printed before the run)."""
 
 
 def check_supported(plan: Plan) -> None:
@@ -117,7 +119,19 @@ def render(plan: Plan, plan_path: Path, options: LaunchOptions) -> LaunchSpec:
                     "--rdzv-backend", "c10d", "--rdzv-endpoint", options.rdzv_endpoint, "--rdzv-id", options.rdzv_id]
         head += ["--max-restarts", "0", "--monitor-interval", "0.5"]
         nodes.append(NodeCommand(node, head + worker_args(plan_path, options)))
-    return LaunchSpec(plan.world_size, nnodes, per_node, nodes, env=job_env(plan))
+    return LaunchSpec(plan.world_size, nnodes, per_node, nodes, env=job_env(plan), notes=notes(plan))
+
+
+def notes(plan: Plan) -> list[str]:
+    c = plan.parallel
+    found = []
+    if c.zero == 1 and c.dp > 1:
+        found.append("FSDP2 cannot shard the optimizer state alone: zero 1 runs as zero 2 (gradients sharded "
+                     "too), less memory than planned, a reduce-scatter in place of the all-reduce")
+    if c.zero == 0 and c.dp > 1:
+        found.append("zero 0 averages the gradients after the backward, not overlapped with it as DDP does: "
+                     "the data-parallel all-reduce shows in full in the measured step")
+    return found
 
 
 def job_env(plan: Plan) -> dict[str, str]:
