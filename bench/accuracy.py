@@ -3,7 +3,7 @@
 Predicts every row of shared/reference/published_runs.csv whose configuration is complete, compares
 the predicted step time with the measured one, and prints per-row and aggregate errors (median and
 mean absolute percentage error, per source). `--fit` refits the per-hardware efficiencies (four
-knobs per hardware kind, never one per row) and prints them for profiles/data/hardware.yaml;
+knobs per hardware kind, never one per row, with `gplan.calibration`'s fitter) and prints them for profiles/data/hardware.yaml;
 `--readme` writes the tables into README.md between the accuracy markers.
 
     python bench/accuracy.py [--csv PATH] [--fit] [--readme]
@@ -19,12 +19,14 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from gplan.calibration.apply import apply
+from gplan.calibration.fit import fit_log
 from gplan.cost_models.step import StepModel
 from gplan.errors import GplanError
 from gplan.profiles.catalogue import load_cluster
 from gplan.profiles.schema import ClusterSpec, Efficiency
 from gplan.spec.model import ModelSpec
-from gplan.spec.parallel import ParallelConfig, check_config, layout_from_sizes, uniform_layout
+from gplan.spec.parallel import ParallelConfig, check_config, uniform_layout
 from gplan.spec.training import TrainingSpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -168,14 +170,8 @@ def load_cases(path: Path) -> tuple[list[Case], list[tuple[str, str, str]]]:
     return cases, skipped
 
 
-def with_efficiency(cluster: ClusterSpec, eff: Efficiency) -> ClusterSpec:
-    groups = [g.model_copy(update={"hardware": g.hardware.model_copy(update={"efficiency": eff})})
-              for g in cluster.node_groups]
-    return cluster.model_copy(update={"node_groups": groups})
-
-
 def predict_case(case: Case, eff: Efficiency | None = None) -> float:
-    cluster = with_efficiency(case.cluster, eff) if eff else case.cluster
+    cluster = apply(case.cluster, eff.model_dump()) if eff else case.cluster
     step = StepModel(case.model, case.training, cluster, case.config)
     layouts = None
     if case.selective_layer:
@@ -205,36 +201,34 @@ def hardware_of(case: Case) -> str:
 
 # ---- fitting ------------------------------------------------------------------------------------
 
+FITTED = ("gemm", "gemm_half_gflop", "attention", "layer_overhead_s")
+"""The knobs fitted per hardware kind (never one per row)."""
+FLOOR = 1e-6
+"""Smallest start value (log-space parameters cannot start at zero)."""
+
+
 def fit(cases: list[Case], hardware_names: set[str]) -> Efficiency:
-    """Coordinate search over (gemm, gemm_half_gflop, attention, layer_overhead_s) for one hardware
-    kind. The loss weighs every source equally — the mean over sources of each source's median
-    absolute log error, plus a quarter of its mean — so that one large table cannot outvote the others."""
+    """The calibration's one fitter (log space, a weak prior toward the catalogue) over the knobs of
+    one hardware kind. The misfit weighs every source equally — the mean over sources of each source's
+    median absolute log error, plus a quarter of its mean — so that one large table cannot outvote the
+    others."""
     subset = [c for c in cases if hardware_of(c) in hardware_names]
     sources = sorted({c.source for c in subset})
     base = subset[0].cluster.primary.hardware.efficiency
 
-    def loss(e: Efficiency) -> float:
+    def efficiency(theta: dict[str, float]) -> Efficiency:
+        return base.model_copy(update={k: min(1.0, v) if k in ("gemm", "attention") else v for k, v in theta.items()})
+
+    def misfit(theta: dict[str, float]) -> float:
+        e = efficiency(theta)
         total = 0.0
         for src in sources:
             errs = [abs(math.log(predict_case(c, e) / c.measured_step_s)) for c in subset if c.source == src]
             total += statistics.median(errs) + 0.25 * statistics.fmean(errs)
         return total / len(sources)
 
-    grids = {
-        "gemm": [x / 100 for x in range(50, 96, 1)],
-        "gemm_half_gflop": [0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0],
-        "attention": [x / 100 for x in range(20, 81, 2)],
-        "layer_overhead_s": [0.0, 20e-6, 50e-6, 100e-6, 150e-6, 200e-6, 300e-6, 500e-6],
-    }
-    best, best_loss = base, loss(base)
-    for _ in range(4):
-        for name, grid in grids.items():
-            for value in grid:
-                trial = best.model_copy(update={name: value})
-                trial_loss = loss(trial)
-                if trial_loss < best_loss:
-                    best, best_loss = trial, trial_loss
-    return best
+    start = {k: max(getattr(base, k), FLOOR) for k in FITTED}
+    return efficiency(fit_log(misfit, start, prior_weight=1e-4, step=0.2))
 
 
 # ---- reporting ----------------------------------------------------------------------------------

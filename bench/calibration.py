@@ -15,12 +15,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from gplan.spec.training import TrainingSpec
+from gplan.testing import SMALL_LLAMA, tiny_plan
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "backends"))
-
-from tinyplans import SMALL_LLAMA, tiny_plan  # noqa: E402
-
-from gplan.spec.training import TrainingSpec  # noqa: E402
 
 BEGIN, END = "<!-- calibration:begin -->", "<!-- calibration:end -->"
 TRAINING = TrainingSpec(gbs=8, seq_length=128, precision="fp32")

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from gplan.cost_models.step import StepModel
-from gplan.inputs import resolve_inputs
+from gplan.planner.inputs import resolve_inputs
 from gplan.planner import ilp
 from gplan.planner.reference import brute_force, megatron_heuristic
 
@@ -65,8 +65,7 @@ def _worst(plan) -> str:
 
 
 def ilp_vs_brute_force() -> str:
-    sys.path.insert(0, str(ROOT / "tests" / "solver"))
-    from test_ilp import random_table  # noqa: E402 - the same generator the tests use
+    from gplan.testing import random_table  # the same generator the tests use
 
     rows = []
     for layers, pp in [(6, 2), (6, 3), (8, 3), (9, 3)]:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from typer.testing import CliRunner
@@ -8,7 +9,7 @@ from typer.testing import CliRunner
 from gplan.cli import app
 
 from gplan.profiles.catalogue import load_cluster
-from gplan.spec.loaders import load_model
+from gplan.profiles.catalogue import load_model
 from gplan.spec.model import ModelSpec
 from gplan.spec.training import TrainingSpec
 
@@ -53,3 +54,16 @@ def gplan():
         return Result(runner.invoke(app, list(args), catch_exceptions=False))
 
     return run
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """With GPLAN_REQUIRE_ENGINES=1 (CI sets it), a test skipped for a missing engine fails instead:
+    CI must run every engine test, and a broken test install must not pass as skips."""
+    from gplan.testing import ENGINE_SKIP
+
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and os.environ.get("GPLAN_REQUIRE_ENGINES") == "1" and ENGINE_SKIP in str(report.longrepr):
+        report.outcome = "failed"
+        report.longrepr = f"engine test skipped in CI: {report.longrepr}"

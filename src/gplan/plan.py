@@ -1,4 +1,4 @@
-"""plan.json: the contract between planning and execution (DESIGN.md §5).
+"""plan.json: the contract between planning and execution (docs/design.md, "The plan").
 
 A Plan is frozen and self-contained: the resolved model, cluster and training inputs with their
 digest, the parallel configuration, the stage split, the rank placement, the prediction and the
@@ -16,15 +16,106 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gplan import __version__
-from gplan.cost_models.step import Prediction, StageMemory, StepBreakdown
 from gplan.errors import InputError
+from gplan.io import atomic_write_text
 from gplan.profiles.schema import ClusterSpec
 from gplan.spec.model import ModelSpec
-from gplan.spec.parallel import LayerCount, ParallelConfig
+from gplan.spec.parallel import LayerCount, ParallelConfig, StageLayout
 from gplan.spec.training import TrainingSpec
 
 SCHEMA_VERSION = 1
 
+
+# ---- the prediction (written by the cost model, read by every command and backend) --------------
+
+class StageMemory(BaseModel):
+    """Bytes one device of a stage holds at its peak."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    weights_bytes: float
+    grads_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    buffers_bytes: float
+    """Unsharded zero-3 layers and similar transient buffers."""
+    reserve_bytes: float
+    """Framework reserve from the hardware catalogue (context, communicators, fragmentation)."""
+
+    @property
+    def total_bytes(self) -> float:
+        return (self.weights_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes
+                + self.buffers_bytes + self.reserve_bytes)
+
+
+class StagePrediction(BaseModel):
+    """One pipeline stage, per micro-batch (times) and at peak (memory)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    index: int
+    num_layers: int
+    node_group: int
+    forward_s: float
+    backward_s: float
+    """Backward including recomputation."""
+    tp_comm_s: float
+    cp_comm_s: float
+    pp_comm_s: float
+    time_s: float
+    """T_i: forward + backward + communication of one micro-batch."""
+    in_flight: float
+    params: float
+    """Parameters held by one device of this stage (after tp)."""
+    memory: StageMemory
+    memory_bytes: float
+    memory_budget_bytes: float
+
+
+class StepBreakdown(BaseModel):
+    """Where the step's time goes; the terms add up to step_time_s."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    compute: float
+    tp_comm: float
+    cp_comm: float
+    pp_comm: float
+    dp_comm: float
+    bubble: float
+    optimizer: float
+    overhead: float
+
+
+class Prediction(BaseModel):
+    """What gplan predicts for one configuration (the `prediction` block of plan.json)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    step_time_s: float
+    tokens_per_s: float
+    samples_per_s: float
+    model_tflops_per_device: float
+    mfu: float
+    """Model FLOPs (SC21 convention: no recompute, attention without causal halving) / peak."""
+    memory_bytes_per_device_max: float
+    fits: bool
+    num_microbatches: int
+    breakdown: StepBreakdown
+    stages: list[StagePrediction]
+
+    @property
+    def bubble_fraction(self) -> float:
+        return self.breakdown.bubble / self.step_time_s
+
+    @property
+    def comm_fraction(self) -> float:
+        b = self.breakdown
+        return (b.tp_comm + b.cp_comm + b.pp_comm + b.dp_comm) / self.step_time_s
+
+
+
+# ---- the plan ---------------------------------------------------------------------------------------
 
 class ParallelPlan(ParallelConfig):
     """The configuration plus what follows from it for the batch."""
@@ -142,6 +233,12 @@ class Plan(BaseModel):
         return self.parallel.world_size
 
 
+def layouts_of(plan: Plan) -> list[StageLayout]:
+    """The stage layouts a plan was priced with (to re-price it)."""
+    return [StageLayout(layers=s.layers, embedding=s.embedding, head=s.head, node_group=s.node_group)
+            for s in plan.stages]
+
+
 def inputs_digest(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> str:
     """sha256 of the canonical JSON of the resolved inputs (first 16 hex digits)."""
     blob = json.dumps([model.model_dump(mode="json"), cluster.model_dump(mode="json"),
@@ -155,9 +252,7 @@ def plan_json(plan: Plan) -> str:
 
 def write_plan(plan: Plan, path: Path) -> None:
     """Write atomically, then re-read and compare: a plan that does not round-trip is a bug."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(plan_json(plan))
-    tmp.replace(path)
+    atomic_write_text(path, plan_json(plan))
     if read_plan(path) != plan:
         raise RuntimeError(f"{path}: the written plan does not read back identically")
 

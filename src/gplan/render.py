@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from gplan.cost_models.step import Prediction
+from gplan.plan import Prediction
 from gplan.spec.parallel import ParallelConfig
 
 GIB = 1024**3
@@ -21,6 +21,15 @@ def seconds(value: float) -> str:
     if value >= 1e-3:
         return f"{value * 1e3:.1f} ms"
     return f"{value * 1e6:.0f} µs"
+
+
+def title(inputs) -> str:
+    """What was planned: model, devices, cluster, and where the costs came from."""
+    default = " (default; choose with --cluster)" if inputs.cluster_note else ""
+    if inputs.profile:
+        default = f" (measured profile {inputs.profile})"
+    return (f"{inputs.model.name} on {inputs.devices} × {inputs.cluster.primary.hardware.name}, "
+            f"cluster {inputs.cluster.name}{default}")
 
 
 def prediction_summary(console: Console, title: str, config: ParallelConfig, p: Prediction, stages: bool = True) -> None:
@@ -232,15 +241,47 @@ def run_report_table(report, plan) -> Table:
     return table
 
 
-def validation_table(rows, world_size: int) -> Table:
-    table = Table(title=f"dry validation: sharded model on the meta device, fake process group of {world_size} ranks",
-                  title_justify="left")
-    for col in ("stage", "rank", "parameters (after tp)", "plan", "error", "weight bytes (after zero)", "plan "):
-        table.add_column(col, justify="right")
-    for r in rows:
-        table.add_row(str(r.stage), str(r.rank), f"{r.params:,.0f}", f"{r.predicted_params:,.0f}", f"{r.error:+.2%}",
-                      gib(r.weight_bytes), gib(r.predicted_weight_bytes))
+def validation_table(report) -> Table:
+    """A backend's ValidationReport: what it built against what the plan says."""
+    table = Table(title=f"dry validation ({report.backend}): {report.title}", title_justify="left")
+    for col in ("check", "built", "plan", "error", ""):
+        table.add_column(col, justify="left" if col == "check" else "right")
+    for c in report.checks:
+        table.add_row(c.subject, c.built, c.planned, "—" if c.error is None else f"{c.error:+.2%}",
+                      "[green]ok[/]" if c.ok else "[red]differs[/]")
     return table
+
+
+def models_table(specs) -> Table:
+    table = Table(title="bundled models", title_justify="left")
+    for col in ("name", "params", "layers", "hidden", "heads (kv)", "ffn", "vocab", "seq"):
+        table.add_column(col, justify="right" if col != "name" else "left")
+    for m in specs:
+        layers = f"{m.num_encoder_layers}+{m.num_layers}" if m.is_encoder_decoder else str(m.num_layers)
+        table.add_row(m.name, f"{m.total_params() / 1e9:.2f} B", layers, str(m.hidden_size),
+                      f"{m.num_attention_heads} ({m.kv_heads})", f"{m.ffn_size} {m.ffn_kind}",
+                      str(m.vocab_size), str(m.seq_length))
+    return table
+
+
+def hardware_tables(devices, clusters: dict) -> list[Table]:
+    table = Table(title="bundled hardware (dense peak)", title_justify="left")
+    for col in ("name", "kind", "memory", "bf16", "fp16", "fp32", "HBM", "gemm eff", "attn eff"):
+        table.add_column(col, justify="left" if col in ("name", "kind") else "right")
+    for d in devices:
+        def peak(p: str) -> str:
+            return f"{d.peak_tflops[p]:g} TF" if p in d.peak_tflops else "—"
+
+        table.add_row(d.name, d.kind, f"{d.memory_GiB:g} GiB", peak("bf16"), peak("fp16"), peak("fp32"),
+                      f"{d.hbm_bandwidth_GBps:g} GB/s", f"{d.efficiency.gemm:.2f}", f"{d.efficiency.attention:.2f}")
+    ctable = Table(title="bundled clusters (node templates; --devices sets the node count)", title_justify="left")
+    for col in ("name", "hardware", "devices/node", "intra-node GB/s", "inter-node GB/s"):
+        ctable.add_column(col)
+    for name, c in clusters.items():
+        g = c["node_groups"][0]
+        ctable.add_row(name, g["hardware"], str(g["devices_per_node"]), f"{g['intra_node']['bandwidth_GBps']:g}",
+                       f"{g['inter_node']['bandwidth_GBps']:g}")
+    return [table, ctable]
 
 
 def calibration_table(runs, fit, held, held_before, held_after) -> Table:
@@ -256,3 +297,83 @@ def calibration_table(runs, fit, held, held_before, held_after) -> Table:
     theta = ", ".join(f"{k} {v:.3g}" for k, v in fit.theta.items())
     table.caption = f"fitted: {theta}"
     return table
+
+
+# ---- explain ---------------------------------------------------------------------------------------
+
+def explain_output(console: Console, plan, e, width: int) -> None:
+    """`gplan explain` for people: stages, what binds, the schedule, runner-ups, what-ifs."""
+    c = plan.parallel
+    prediction = e.prediction
+    prediction_summary(console, f"{plan.model.name}: {c.label()}", c, prediction, stages=False)
+    console.print(plan_stage_table(plan, prediction))
+    console.print(findings_table(e.findings))
+    console.print(f"[bold]pipeline schedule[/] ({c.schedule}, first {e.shown} of {prediction.num_microbatches} "
+                  "micro-batches; digits are micro-batches: [white on blue] forward [/] [black on green] backward [/] "
+                  "· waiting)")
+    for line in timeline_text(e.shown_ops, c.pp, width):
+        console.print(line)
+    if e.simulated_s is not None:
+        console.print(f"simulated pipeline: {e.simulated_s:.3f} s; the cost model's formula: {e.formula_s:.3f} s",
+                      highlight=False)
+    if e.losers:
+        console.print(runner_up_table(e.losers, e.runner_up_source))
+    scenario = e.what_if
+    if scenario:
+        title = ", ".join(map(str, scenario.changes))
+        entries = [("this plan now", prediction)]
+        if scenario.this_plan is not None:
+            entries.append((f"this plan, {title}", scenario.this_plan))
+        entries.append((f"best, {title}", scenario.best.prediction))
+        console.print(f"[bold]what if {title}[/] ({scenario.devices} devices)")
+        if scenario.this_plan_note:
+            console.print(f"this plan cannot run: {scenario.this_plan_note}", highlight=False)
+        console.print(f"best plan then: {scenario.best.config.label()}", highlight=False)
+        console.print(compare_table(entries))
+
+
+def explain_json(plan_file, e, svg) -> dict:
+    from dataclasses import asdict
+
+    scenario = e.what_if
+    return {
+        "plan": str(plan_file), "step_time_s": e.prediction.step_time_s, "simulated_pipeline_s": e.simulated_s,
+        "findings": [asdict(f) for f in e.findings],
+        "runner_ups": {"source": e.runner_up_source, "plans": [asdict(lo) for lo in e.losers]},
+        "what_if": None if not scenario else {
+            "changes": [str(x) for x in scenario.changes], "devices": scenario.devices,
+            "this_plan": scenario.this_plan.model_dump(mode="json") if scenario.this_plan else None,
+            "this_plan_note": scenario.this_plan_note,
+            "best": {"parallel": scenario.best.config.model_dump(mode="json"),
+                     "prediction": scenario.best.prediction.model_dump(mode="json")}},
+        "svg": str(svg) if svg else None,
+    }
+
+
+def search_json(out, result) -> dict:
+    return {"plan": str(out), "candidates": result.candidates, "ilps_solved": result.solved,
+            "search_time_s": result.time_s,
+            "ranked": [{"parallel": c.config.model_dump(mode="json"),
+                        "stage_layers": [[lc.model_dump() for lc in s.layers] for s in c.layouts],
+                        "solver": c.solver.model_dump(), "prediction": c.prediction.model_dump(mode="json")}
+                       for c in result.ranked]}
+
+
+def search_summary(result, devices: int) -> list[str]:
+    best = result.best
+    lines = []
+    if best.config.world_size < devices:
+        lines.append(f"[yellow]note:[/] the best plan uses {best.config.world_size} of the {devices} devices "
+                     "(faster than any layout of all of them)")
+    lines.append(f"searched {result.candidates} configurations, solved {result.solved} ILPs "
+                 f"({result.pruned} pruned by bounds) in {result.time_s:.2f} s; "
+                 f"best solved by {best.solver.name} ({best.solver.status})")
+    return lines
+
+
+def profile_summary(profile, out) -> list[str]:
+    group = profile.node_groups[0]
+    return [f"gemm efficiency {group.hardware.efficiency.gemm:.3f}, launch per layer "
+            f"{group.hardware.efficiency.layer_overhead_s * 1e6:.0f} µs, intra-node {group.intra_node.bandwidth_GBps:.2f} "
+            f"GB/s + {group.intra_node.latency_us:.0f} µs",
+            f"[green]wrote[/] {out}: {len(group.hardware.measured)} layer shapes, {len(profile.links)} link points"]

@@ -1,11 +1,11 @@
-"""Fixtures of the backend tests (the plans themselves are in tinyplans.py)."""
+"""Fixtures of the backend tests (the plans themselves are in gplan.testing)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from tinyplans import TINY_LLAMA, tiny_plan
+from gplan.testing import TINY_LLAMA, tiny_plan
 
 from gplan.spec.model import ModelSpec
 

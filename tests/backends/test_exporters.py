@@ -23,6 +23,7 @@ from gplan.profiles.catalogue import load_cluster
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import LayerCount, ParallelConfig, StageLayout
 from gplan.spec.training import TrainingSpec
+from gplan.testing import requires_engine
 
 MODEL = ModelSpec(name="llama-mini", num_layers=8, hidden_size=512, num_attention_heads=8, num_kv_heads=4,
                   ffn_hidden_size=1376, ffn_kind="swiglu", vocab_size=32000, seq_length=1024, norm="rmsnorm",
@@ -84,6 +85,7 @@ def parse_megatron(args: list[str]) -> argparse.Namespace:
     return parser.parse_args(args)
 
 
+@requires_engine("megatron.core", "dev")
 @pytest.mark.parametrize("name", list(PLANS))
 def test_megatron_arguments_pass_megatron_core_validation(name):
     import torch
@@ -119,6 +121,7 @@ def test_megatron_arguments_pass_megatron_core_validation(name):
         assert built == [s.layer_end - s.layer_start for s in plan.stages]
 
 
+@requires_engine("megatron.core", "dev")
 @pytest.mark.parametrize("name", ["tp_pp_dp_sp_interleaved", "uneven_first_last"])
 def test_rank_layout_matches_megatron_core_rank_generator(name):
     from megatron.core.parallel_state import RankGenerator
@@ -161,6 +164,7 @@ def titan_config(args: list[str]):
     return tyro.cli(Sections, args=args, default=Sections(), registry=custom_registry)
 
 
+@requires_engine("torchtitan", "dev")
 @pytest.mark.parametrize("name", list(PLANS))
 def test_torchtitan_overrides_parse_and_build_parallel_dims(name):
     from torch.distributed.pipelining.schedules import get_schedule_class
@@ -210,6 +214,7 @@ print(json.dumps({"stage": config.zero_optimization_stage, "train_batch_size": c
 """
 
 
+@requires_engine("deepspeed", "dev")
 @pytest.mark.parametrize("name", ["dp_only", "tp_pp_dp_sp_interleaved", "zero3_full_recompute"])
 def test_deepspeed_config_passes_deepspeeds_own_validation(name, tmp_path):
     plan = PLANS[name]()

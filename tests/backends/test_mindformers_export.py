@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from tinyplans import ASCEND_SHAPES, ascend_plan
+from gplan.testing import ASCEND_SHAPES, ascend_plan, requires_engine
 
 from gplan.backends.exporters import recompute_counts, stage_sizes, targets
 from gplan.backends.mindspore.strategy import layout
+
+pytestmark = [requires_engine("mindspore", "mindspore"), requires_engine("mindformers", "dev")]
 
 SHAPES = {
     **ASCEND_SHAPES,

@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from tinyplans import ASCEND_SHAPES, TINY_GPT, TINY_LLAMA, ascend_plan, tiny_plan
+from gplan.testing import ASCEND_SHAPES, TINY_GPT, TINY_LLAMA, ascend_plan, requires_engine, tiny_plan
 
 from gplan.backends.mindspore.launcher import render
 from gplan.backends.mindspore.strategy import COLUMN, ROW, check_layout, device_matrix, layout
-from gplan.backends.torch.launcher import LaunchOptions
+from gplan.backends.launch import LaunchOptions
 from gplan.errors import BackendError
 from gplan.plan import read_plan
 
@@ -92,6 +92,7 @@ print(json.dumps({
     (dict(dp=2, tp=2), None),
     (dict(pp=2, vpp=2, schedule="interleaved_1f1b"), None),
 ])
+@requires_engine("mindspore", "mindspore")
 def test_semi_auto_step_is_wired_as_the_plan_says(tmp_path, degrees, stages):
     """The Ascend/GPU step cannot compile on CPU (MindSpore refuses semi-auto communication there),
     but it is built: stages, interleave, optimizer sharding, the full batch, micro-batching, every
@@ -157,6 +158,7 @@ def test_models_outside_the_llama_family_are_refused(gplan, tmp_path):
     assert r.code == 3 and "Llama family" in r.stderr
 
 
+@requires_engine("mindspore", "mindspore")
 @pytest.mark.slow
 def test_data_parallel_msrun_job_matches_one_process(gplan, tmp_path):
     """Tolerance 1e-5 on fp32 losses: the two workers average gradients through MindSpore's

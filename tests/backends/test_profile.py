@@ -5,14 +5,16 @@ from __future__ import annotations
 import json
 
 import pytest
+
+from gplan.testing import requires_engine
 import yaml
 
 from gplan.cost_models.step import StepModel
-from gplan.inputs import resolve_inputs
-from gplan.profiles.measure.profile import read_profile
+from gplan.planner.inputs import resolve_inputs
+from gplan.profiles.files import read_profile
 from gplan.spec.parallel import ParallelConfig
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, requires_engine("torch", "torch")]
 
 MODEL = "tiny-llama"
 
@@ -103,8 +105,8 @@ def test_profile_refuses_a_tp_that_does_not_divide_the_heads(gplan, tmp_path):
 def test_a_shape_that_runs_out_of_memory_is_recorded_not_raised(monkeypatch):
     import torch
 
-    from gplan.profiles.measure import layers
-    from gplan.spec.loaders import load_model
+    from gplan.backends.torch import measure as layers
+    from gplan.profiles.catalogue import load_model
 
     def exhausted(*args):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
@@ -114,12 +116,13 @@ def test_a_shape_that_runs_out_of_memory_is_recorded_not_raised(monkeypatch):
     assert {m.part: m.status for m in results} == {"layer": "oom", "head": "ok", "embedding": "ok"}
 
 
+@requires_engine("mindspore", "mindspore")
 def test_mindspore_profile_measures_layers_and_links_on_cpu(gplan, tmp_path):
     """The MindSpore measurer (PyNative on CPU here) and its msrun link job (all-reduce and
     all-gather: MindSpore's CPU library has no reduce-scatter). MindSpore's CPU timings on this
     2-core machine swing by several times between runs, so growth with the micro-batch is asserted
     for the torch measurer only; here every shape must be measured, with positive times."""
-    from tinyplans import SMALL_LLAMA
+    from gplan.testing import SMALL_LLAMA
 
     model = tmp_path / "small-llama.yaml"
     model.write_text(yaml.safe_dump(SMALL_LLAMA.model_dump(mode="json")))

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gplan.backends.scale import scaled_plan
-from gplan.backends.torch.launcher import LaunchOptions, render, shell_line, slurm_script
+from gplan.planner.scale import scaled_plan
+from gplan.backends.launch import LaunchOptions, shell_line
+from gplan.backends.torch.launcher import render, slurm_script
 from gplan.errors import InputError
 from gplan.plan import read_plan
 
@@ -152,7 +153,7 @@ def test_a_rank_raising_its_own_error_is_named(tmp_path):
 
 
 def test_unsupported_plans_are_refused_before_starting(plan_factory, tmp_path):
-    from tinyplans import TINY_GPT
+    from gplan.testing import TINY_GPT
 
     plan = read_plan(plan_factory(TINY_GPT, pp=2))
     with pytest.raises(InputError, match="tied embeddings"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gplan.cost_models.compute import model_flops_per_step
-from gplan.spec.loaders import load_model
+from gplan.profiles.catalogue import load_model
 from gplan.spec.training import TrainingSpec
 
 GPT3 = ["estimate", "gpt3-175b", "--cluster", "dgx-a100-80g", "--devices", "1024", "--tp", "8", "--pp", "8",

@@ -73,7 +73,7 @@ def test_svg_has_a_block_per_op(gplan, searched, tmp_path):
 
 
 def test_plan_without_search_record_gets_runner_ups_from_a_fresh_search(gplan, tmp_path):
-    from gplan.inputs import resolve_inputs
+    from gplan.planner.inputs import resolve_inputs
     from gplan.plan import write_plan
     from gplan.planner.build import make_plan
     from gplan.spec.parallel import ParallelConfig

@@ -43,7 +43,7 @@ def test_search_json_ranks_plans(gplan, tmp_path):
 
 def test_the_best_plan_beats_the_megatron_heuristic(gplan, tmp_path):
     from gplan.cost_models.step import StepModel
-    from gplan.inputs import resolve_inputs
+    from gplan.planner.inputs import resolve_inputs
     from gplan.planner.reference import megatron_heuristic
 
     r = gplan("search", "llama3-70b", "--cluster", "dgx-h100", "--devices", "64", "--gbs", "512",

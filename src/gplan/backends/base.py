@@ -1,56 +1,163 @@
-"""What every execution backend provides (DESIGN.md §9); `gplan launch --backend NAME` picks one.
+"""What every execution backend provides; `gplan launch --backend NAME` picks one.
 
-    render(plan, plan_path, options) -> LaunchSpec   argv and environment of every node; pure
-    validate(plan) -> list of per-stage checks        the sharded model at full scale, no accelerator
-    run(spec, options, echo) -> None                  this node's processes; BackendError when one fails
+    render(plan, plan_path, options) -> LaunchSpec         argv and environment of every node; pure
+    slurm_script(plan, plan_path, options) -> str           one batch script for the whole job
+    validate(plan) -> ValidationReport                       the built layout against the plan, no accelerator
+    run(spec, options, echo) -> None                         this node's processes; BackendError when one fails
 
-A launcher module implements `render` and `run` without importing its framework; `validate` imports
-it lazily.
+A launcher module implements `render`, `slurm_script` and `run` without importing its framework;
+`validate` imports it on use. Backends read only the plan (and spec, profiles, io): nothing here
+imports the cost model or the planner.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Callable, Protocol
 
+from gplan.backends.launch import LaunchOptions, LaunchSpec
+from gplan.errors import BackendError
 from gplan.plan import Plan
 
 
+@dataclass(frozen=True)
+class Check:
+    """One thing a backend built, against what the plan says."""
+
+    subject: str
+    """What was checked, e.g. `stage 1 (rank 4): parameters after tp` or `operator attention_q`."""
+    built: str
+    planned: str
+    error: float | None = None
+    """Relative difference built/planned − 1 where both are numbers."""
+    ok: bool = True
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    """What `gplan launch --validate` reports, the same shape for every backend."""
+
+    backend: str
+    title: str
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def raise_if_failed(self) -> None:
+        bad = [c for c in self.checks if not c.ok]
+        if bad:
+            worst = max(bad, key=lambda c: abs(c.error or 0.0))
+            raise BackendError(f"{worst.subject}: built {worst.built}, the plan has {worst.planned}"
+                               + (f" ({worst.error:+.1%})" if worst.error is not None else ""),
+                               hint=f"the {self.backend} backend and the cost model disagree; report it")
+
+
 class Backend(Protocol):
-    def render(self, plan: Plan, plan_path: Path, options: Any) -> Any: ...
+    name: str
 
-    def validate(self, plan: Plan) -> list[Any]: ...
+    def render(self, plan: Plan, plan_path: Path, options: LaunchOptions) -> LaunchSpec: ...
 
-    def run(self, spec: Any, options: Any, echo: Callable[[str], None]) -> None: ...
+    def slurm_script(self, plan: Plan, plan_path: Path, options: LaunchOptions) -> str: ...
 
-    def slurm_script(self, plan: Plan, plan_path: Path, options: Any) -> str: ...
+    def validate(self, plan: Plan) -> ValidationReport: ...
 
+    def run(self, spec: LaunchSpec, options: LaunchOptions, echo: Callable[[str], None]) -> None: ...
 
-def torch_backend() -> Backend:
-    """The torch backend as a Backend (its launcher functions, its validator imported on use)."""
-    from types import SimpleNamespace
-
-    from gplan.backends.torch import launcher
-
-    def validate(plan: Plan) -> list[Any]:
-        from gplan.backends.torch.validate import validate_plan
-
-        return validate_plan(plan)
-
-    return SimpleNamespace(render=launcher.render, validate=validate, run=launcher.run,
-                           slurm_script=launcher.slurm_script)
+    def framework_available(self) -> bool: ...
 
 
-def mindspore_backend() -> Backend:
-    """The MindSpore backend: msrun; its dry validation checks the plan's operator strategies."""
-    from types import SimpleNamespace
+class TorchBackend:
+    name = "torch"
 
-    from gplan.backends.mindspore import launcher
-    from gplan.backends.mindspore.strategy import check_layout
+    def render(self, plan: Plan, plan_path: Path, options: LaunchOptions) -> LaunchSpec:
+        from gplan.backends.torch import launcher
 
-    return SimpleNamespace(render=launcher.render, validate=check_layout, run=launcher.run,
-                           slurm_script=launcher.slurm_script)
+        return launcher.render(plan, plan_path, options)
+
+    def slurm_script(self, plan: Plan, plan_path: Path, options: LaunchOptions) -> str:
+        from gplan.backends.torch import launcher
+
+        return launcher.slurm_script(plan, plan_path, options)
+
+    def validate(self, plan: Plan) -> ValidationReport:
+        require_framework("torch")
+        from gplan.backends.torch.validate import validation_report
+
+        return validation_report(plan)
+
+    def run(self, spec: LaunchSpec, options: LaunchOptions, echo: Callable[[str], None]) -> None:
+        from gplan.backends.torch import launcher
+
+        launcher.run(spec, options, echo)
+
+    def framework_available(self) -> bool:
+        return _installed("torch")
 
 
-BACKENDS: dict[str, Callable[[], Backend]] = {"torch": torch_backend, "mindspore": mindspore_backend}
+class MindSporeBackend:
+    name = "mindspore"
+
+    def render(self, plan: Plan, plan_path: Path, options: LaunchOptions) -> LaunchSpec:
+        from gplan.backends.mindspore import launcher
+
+        return launcher.render(plan, plan_path, options)
+
+    def slurm_script(self, plan: Plan, plan_path: Path, options: LaunchOptions) -> str:
+        from gplan.backends.mindspore import launcher
+
+        return launcher.slurm_script(plan, plan_path, options)
+
+    def validate(self, plan: Plan) -> ValidationReport:
+        from gplan.backends.mindspore.strategy import validation_report
+
+        return validation_report(plan)
+
+    def run(self, spec: LaunchSpec, options: LaunchOptions, echo: Callable[[str], None]) -> None:
+        from gplan.backends.mindspore import launcher
+
+        launcher.run(spec, options, echo)
+
+    def framework_available(self) -> bool:
+        return _installed("mindspore")
+
+
+BACKENDS: dict[str, type] = {"torch": TorchBackend, "mindspore": MindSporeBackend}
 """`gplan launch --backend` names."""
+
+
+def backend(name: str) -> Backend:
+    from gplan.errors import InputError
+
+    if name not in BACKENDS:
+        raise InputError(f"--backend {name!r} is not available in this gplan", hint="use --backend torch or mindspore")
+    return BACKENDS[name]()
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def require_framework(name: str) -> None:
+    if not _installed(name):
+        raise BackendError(f"the {name} backend needs {name} installed", hint=f"pip install -e '.[{name}]'")
+
+
+def measurer(name: str):
+    """The layer and link measurer of a backend (`gplan profile`), a calibration.profile.Measurer."""
+    from gplan.errors import InputError
+
+    if name not in BACKENDS:
+        raise InputError(f"--backend {name!r}: gplan profiles with torch or mindspore", hint="use --backend torch")
+    require_framework(name)
+    if name == "mindspore":
+        from gplan.backends.mindspore.measure import MindSporeMeasurer
+
+        return MindSporeMeasurer()
+    from gplan.backends.torch.measure import TorchMeasurer
+
+    return TorchMeasurer()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gplan.numeric import fit_line
 from gplan.profiles.schema import DeviceSpec
 from gplan.spec.model import LayerKind, ModelSpec
 from gplan.spec.parallel import ParallelConfig
@@ -176,12 +177,7 @@ def measured_times(device: DeviceSpec, part: str, model: ModelSpec, training: Tr
 
 def _affine(points: list[tuple[int, float]], x: float) -> float:
     """Least-squares line through `points`, evaluated at x (never below zero)."""
-    n = len(points)
-    mean_x = sum(p[0] for p in points) / n
-    mean_y = sum(p[1] for p in points) / n
-    var = sum((p[0] - mean_x) ** 2 for p in points)
-    slope = sum((p[0] - mean_x) * (p[1] - mean_y) for p in points) / var
-    return max(0.0, mean_y + slope * (x - mean_x))
+    return max(0.0, fit_line(points).at(x))
 
 
 def layer_time(model: ModelSpec, kind: LayerKind, training: TrainingSpec, shard: Shard,

@@ -1,5 +1,5 @@
 """One training step, composed from the per-term functions: per-stage time and memory, the pipeline
-schedule, exposed data-parallel communication, the optimizer — the Prediction of DESIGN.md §5.
+schedule, exposed data-parallel communication, the optimizer — the Prediction of plan.json (its types live in `gplan.plan`, the contract).
 """
 
 from __future__ import annotations
@@ -7,100 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from pydantic import BaseModel, ConfigDict
-
 from gplan.cost_models import communication as comm
 from gplan.cost_models import compute, memory, pipeline
+from gplan.plan import Prediction, StageMemory, StagePrediction, StepBreakdown
 from gplan.profiles.schema import ClusterSpec, NodeGroup
 from gplan.spec.model import LayerKind, ModelSpec
 from gplan.spec.parallel import ParallelConfig, StageLayout, uniform_layout
 from gplan.spec.training import TrainingSpec
-
-
-class StageMemory(BaseModel):
-    """Bytes one device of a stage holds at its peak."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    weights_bytes: float
-    grads_bytes: float
-    optimizer_bytes: float
-    activations_bytes: float
-    buffers_bytes: float
-    """Unsharded zero-3 layers and similar transient buffers."""
-    reserve_bytes: float
-    """Framework reserve from the hardware catalogue (context, communicators, fragmentation)."""
-
-    @property
-    def total_bytes(self) -> float:
-        return (self.weights_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes
-                + self.buffers_bytes + self.reserve_bytes)
-
-
-class StagePrediction(BaseModel):
-    """One pipeline stage, per micro-batch (times) and at peak (memory)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    index: int
-    num_layers: int
-    node_group: int
-    forward_s: float
-    backward_s: float
-    """Backward including recomputation."""
-    tp_comm_s: float
-    cp_comm_s: float
-    pp_comm_s: float
-    time_s: float
-    """T_i: forward + backward + communication of one micro-batch."""
-    in_flight: float
-    params: float
-    """Parameters held by one device of this stage (after tp)."""
-    memory: StageMemory
-    memory_bytes: float
-    memory_budget_bytes: float
-
-
-class StepBreakdown(BaseModel):
-    """Where the step's time goes; the terms add up to step_time_s."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    compute: float
-    tp_comm: float
-    cp_comm: float
-    pp_comm: float
-    dp_comm: float
-    bubble: float
-    optimizer: float
-    overhead: float
-
-
-class Prediction(BaseModel):
-    """What gplan predicts for one configuration (the `prediction` block of plan.json)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    step_time_s: float
-    tokens_per_s: float
-    samples_per_s: float
-    model_tflops_per_device: float
-    mfu: float
-    """Model FLOPs (SC21 convention: no recompute, attention without causal halving) / peak."""
-    memory_bytes_per_device_max: float
-    fits: bool
-    num_microbatches: int
-    breakdown: StepBreakdown
-    stages: list[StagePrediction]
-
-    @property
-    def bubble_fraction(self) -> float:
-        return self.breakdown.bubble / self.step_time_s
-
-    @property
-    def comm_fraction(self) -> float:
-        b = self.breakdown
-        return (b.tp_comm + b.cp_comm + b.pp_comm + b.dp_comm) / self.step_time_s
 
 
 @dataclass

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gplan.cost_models.step import StepModel
-from gplan.plan import ParallelPlan, Plan, Provenance, SearchRecord, SolverInfo, StagePlan, inputs_digest
+from gplan.plan import ParallelPlan, layouts_of, Plan, Provenance, SearchRecord, SolverInfo, StagePlan, inputs_digest
 from gplan.planner.placement import place, stage_ranks
 from gplan.profiles.schema import ClusterSpec
 from gplan.spec.model import ModelSpec
@@ -40,9 +40,3 @@ def make_plan(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, co
 def repredict(plan: Plan):
     """The prediction this gplan gives for a plan's exact configuration and stage split."""
     return StepModel(plan.model, plan.training, plan.cluster, plan.parallel).predict(layouts_of(plan))
-
-
-def layouts_of(plan: Plan) -> list[StageLayout]:
-    """The stage layouts a plan was priced with (to re-predict it)."""
-    return [StageLayout(layers=s.layers, embedding=s.embedding, head=s.head, node_group=s.node_group)
-            for s in plan.stages]

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gplan.cost_models.step import StepBreakdown, StepModel
+from gplan.cost_models import pipeline, timeline
+from gplan.cost_models.step import StepModel
 from gplan.errors import InputError
-from gplan.plan import Plan, RunnerUp
-from gplan.planner.build import layouts_of
+from gplan.plan import Plan, Prediction, RunnerUp, StepBreakdown, layouts_of
+from gplan.planner.build import repredict
 from gplan.planner.placement import axis_groups, group_link, topology
 from gplan.planner.space import SearchLimits
 from gplan.profiles.schema import ClusterSpec
@@ -251,3 +252,36 @@ def what_if(plan: Plan, changes: list[WhatIf]) -> WhatIfResult:
     limits = SearchLimits(**plan.search.limits) if plan.search else SearchLimits()
     result = search(plan.model, case.training, case.cluster, case.devices, limits, top=1)
     return WhatIfResult(changes, case.devices, this, note, result.best)
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Everything `gplan explain` shows of a plan."""
+
+    prediction: Prediction
+    findings: list[Finding]
+    losers: list[Loser]
+    runner_up_source: str
+    what_if: WhatIfResult | None
+    shown_ops: list
+    """The schedule's first `shown` micro-batches, op by op (the picture)."""
+    shown: int
+    simulated_s: float | None
+    """The whole schedule played out (None beyond 4096 micro-batches)."""
+    formula_s: float
+    """The cost model's pipeline formula for the same stage times."""
+
+
+def explain(plan: Plan, changes: list[WhatIf]) -> Explanation:
+    c = plan.parallel
+    prediction = repredict(plan)
+    losers, source = runner_ups(plan)
+    m = prediction.num_microbatches
+    split = [timeline.stage_split_s(s.forward_s, s.backward_s, s.time_s) for s in prediction.stages]
+    forward, backward = [f for f, _ in split], [b for _, b in split]
+    shown = timeline.shown_microbatches(c.pp, m)
+    ops = timeline.simulate(forward, backward, shown, c.schedule, c.vpp)
+    simulated = timeline.makespan_s(timeline.simulate(forward, backward, m, c.schedule, c.vpp)) if m <= 4096 else None
+    return Explanation(prediction, findings(plan), losers, source, what_if(plan, changes) if changes else None,
+                       ops, shown, simulated,
+                       pipeline.pipeline_time_s([s.time_s for s in prediction.stages], m, c.vpp))

@@ -63,8 +63,7 @@ def megatron_heuristic(model: ModelSpec, training: TrainingSpec, cluster: Cluste
     recompute only when needed (none, then selective, then full)."""
     per_node = cluster.primary.devices_per_node
     tp = max(t for t in range(1, min(per_node, devices) + 1)
-             if devices % t == 0 and model.num_attention_heads % t == 0 and model.kv_heads % t == 0
-             and model.ffn_size % t == 0)
+             if devices % t == 0 and model.tp_divides(t))
     for pp in range(1, model.total_layers + 1):
         if devices % (tp * pp):
             continue

@@ -30,6 +30,8 @@ class Candidate:
     layouts: list[StageLayout]
     prediction: Prediction
     solver: SolverInfo
+    cluster: ClusterSpec
+    """The cluster it was priced on (a template sized to the configuration's world size)."""
 
 
 @dataclass
@@ -215,7 +217,7 @@ def _keep(found: dict, step: StepModel, layouts: list[StageLayout], info: Solver
         return
     old = found.get(step.config)
     if old is None or (replace and prediction.step_time_s <= old.prediction.step_time_s * (1 + 1e-9)):
-        found[step.config] = Candidate(step.config, layouts, prediction, info)
+        found[step.config] = Candidate(step.config, layouts, prediction, info, step.cluster)
 
 
 def _kth_best(found: dict, k: int) -> float:

@@ -1,4 +1,4 @@
-"""The candidate space (DESIGN.md §8.1): degree tuples, micro-batch, optimizer sharding, schedule."""
+"""The candidate space (docs/design.md, "Search"): degree tuples, micro-batch, optimizer sharding, schedule."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from typing import Iterator
 
 from gplan.profiles.schema import ClusterSpec
 from gplan.spec.model import ModelSpec
-from gplan.spec.parallel import RECOMPUTE_OPTIONS, ParallelConfig
+from gplan.errors import InputError
+from gplan.spec.parallel import RECOMPUTE_OPTIONS, SCHEDULES, ParallelConfig
 from gplan.spec.training import TrainingSpec
 
 
@@ -33,6 +34,44 @@ class SearchLimits:
     allow_fewer_devices: bool = True
 
 
+def int_list(value: str | None, flag: str) -> list[int] | None:
+    """`"1,2,4"` -> [1, 2, 4]; None or empty -> None (gplan's default)."""
+    if not value:
+        return None
+    try:
+        items = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise InputError(f"{flag} {value!r}: expected comma-separated integers", hint=f"for example {flag} 1,2,4,8") from None
+    if any(i < 0 for i in items) or (flag != "--zero" and any(i < 1 for i in items)):
+        raise InputError(f"{flag} {value!r}: degrees are integers ≥ 1", hint=f"for example {flag} 1,2,4")
+    if flag == "--zero" and any(i > 3 for i in items):
+        raise InputError(f"--zero {value!r}: levels are 0..3", hint="for example --zero 0,1,3")
+    return items
+
+
+def word_list(value: str | None, flag: str, allowed: tuple[str, ...]) -> list[str] | None:
+    if value is None:
+        return None
+    items = [o.strip() for o in value.split(",") if o.strip()]
+    bad = [o for o in items if o not in allowed]
+    if bad or not items:
+        raise InputError(f"{flag} {value!r}: unknown option {bad[0] if bad else ''!r}".rstrip(),
+                         hint=f"choose from {','.join(allowed)}")
+    return items
+
+
+def limits_from_options(tp: str | None = None, pp: str | None = None, dp: str | None = None, cp: str | None = None,
+                        mbs: str | None = None, vpp: str | None = None, zero: str | None = None,
+                        recompute: str = ",".join(RECOMPUTE_OPTIONS), schedule: str | None = None,
+                        all_devices: bool = False) -> SearchLimits:
+    """SearchLimits from the command line's comma-separated lists (exit 3 with a hint when malformed)."""
+    return SearchLimits(tp=int_list(tp, "--tp"), pp=int_list(pp, "--pp"), dp=int_list(dp, "--dp"),
+                        cp=int_list(cp, "--cp"), mbs=int_list(mbs, "--mbs"), vpp=int_list(vpp, "--vpp"),
+                        zero=int_list(zero, "--zero"), recompute=word_list(recompute, "--recompute", RECOMPUTE_OPTIONS),
+                        schedule=word_list(schedule, "--schedule", SCHEDULES),
+                        allow_fewer_devices=not all_devices)
+
+
 def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
@@ -51,8 +90,7 @@ def device_counts(cluster: ClusterSpec, devices: int, limits: SearchLimits) -> l
 def tp_options(model: ModelSpec, cluster: ClusterSpec, limits: SearchLimits) -> list[int]:
     per_node = min(g.devices_per_node for g in cluster.node_groups)
     pool = limits.tp or [t for t in divisors(per_node)]
-    return [t for t in pool if model.num_attention_heads % t == 0 and model.kv_heads % t == 0
-            and model.ffn_size % t == 0]
+    return [t for t in pool if model.tp_divides(t)]
 
 
 def cp_options(training: TrainingSpec, limits: SearchLimits) -> list[int]:
@@ -63,7 +101,7 @@ def cp_options(training: TrainingSpec, limits: SearchLimits) -> list[int]:
 
 def candidates(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devices: int,
                limits: SearchLimits) -> Iterator[ParallelConfig]:
-    """Every configuration the rules of DESIGN.md §8.1 and the user's limits allow."""
+    """Every configuration the rules of `spec.parallel.check_config` and the user's limits allow."""
     layers = model.total_layers
     for n in device_counts(cluster, devices, limits):
         for tp in tp_options(model, cluster, limits):

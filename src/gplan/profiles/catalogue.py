@@ -1,4 +1,5 @@
-"""The bundled catalogues (hardware, clusters, models) and cluster loading."""
+"""The bundled catalogues (hardware, clusters, models) and the loaders that resolve a bundled name or
+a file into a validated spec. Every number in `data/*.yaml` carries its source there."""
 
 from __future__ import annotations
 
@@ -11,6 +12,10 @@ from typing import Any
 import yaml
 
 from gplan.errors import InputError
+from gplan.io import read_data_file, validate_as
+from gplan.profiles.schema import ClusterSpec
+from gplan.spec.loaders import load_model_file
+from gplan.spec.model import ModelSpec
 
 
 @cache
@@ -45,28 +50,36 @@ def hardware_entry(name: str) -> dict[str, Any]:
     return {"name": name, **table[name]}
 
 
-def load_cluster(ref: str, devices: int | None = None):
-    """A ClusterSpec from a bundled name or a cluster.yaml; bundled templates are sized to `devices`."""
-    from gplan.profiles.schema import ClusterSpec
-    from gplan.spec.loaders import load_yaml_file, validate_as
+def resolve_hardware_names(data: Any) -> Any:
+    """A cluster mapping with every `hardware: NAME` replaced by the bundled description."""
+    if not isinstance(data, dict) or not isinstance(data.get("node_groups"), list):
+        return data
+    groups = [{**g, "hardware": hardware_entry(g["hardware"])} if isinstance(g, dict) and isinstance(g.get("hardware"), str)
+              else g for g in data["node_groups"]]
+    return {**data, "node_groups": groups}
 
+
+def cluster_from_data(data: Any, source: str) -> ClusterSpec:
+    return validate_as(ClusterSpec, resolve_hardware_names(data), source)
+
+
+def load_cluster(ref: str, devices: int | None = None) -> ClusterSpec:
+    """A ClusterSpec from a bundled name or a cluster.yaml; bundled templates are sized to `devices`."""
     table = bundled_clusters()
     if ref in table:
-        cluster = validate_as(ClusterSpec, {"name": ref, **table[ref]}, f"bundled cluster {ref}")
+        cluster = cluster_from_data({"name": ref, **table[ref]}, f"bundled cluster {ref}")
         return cluster.sized(devices) if devices else cluster
     path = Path(ref)
     if path.suffix not in (".yaml", ".yml", ".json") and not path.exists():
         raise _unknown("cluster", ref, list(table), "hardware")
-    data = load_yaml_file(path)
+    data = read_data_file(path)
     if isinstance(data, dict) and "name" not in data:
         data = {"name": path.stem, **data}
-    return validate_as(ClusterSpec, data, str(path))
+    return cluster_from_data(data, str(path))
 
 
-def cluster_from_hardware(hardware: str, devices: int, devices_per_node: int | None = None):
+def cluster_from_hardware(hardware: str, devices: int, devices_per_node: int | None = None) -> ClusterSpec:
     """A one-group cluster of `hardware`, with the links of the bundled cluster that uses it."""
-    from gplan.profiles.schema import ClusterSpec
-
     entry = hardware_entry(hardware)
     template = next((c for c in bundled_clusters().values()
                      if c["node_groups"][0]["hardware"] == hardware), None)
@@ -79,3 +92,22 @@ def cluster_from_hardware(hardware: str, devices: int, devices_per_node: int | N
         group["devices_per_node"] = devices_per_node
     cluster = ClusterSpec.model_validate({"name": f"{hardware}-x{devices}", "node_groups": [group]})
     return cluster.sized(devices)
+
+
+def clusters_with(hardware: str) -> list[ClusterSpec]:
+    """The bundled clusters whose nodes are `hardware` devices."""
+    return [load_cluster(name) for name, table in bundled_clusters().items()
+            if table["node_groups"][0]["hardware"] == hardware]
+
+
+def load_model(ref: str) -> ModelSpec:
+    """A model from a bundled name, a model.yaml, or an HF config.json (file or its folder)."""
+    models = bundled_models()
+    if ref in models:
+        return validate_as(ModelSpec, {"name": ref, **models[ref]}, f"bundled model {ref}")
+    path = Path(ref)
+    if not path.exists() and path.suffix not in (".yaml", ".yml", ".json"):
+        close = difflib.get_close_matches(ref, list(models), n=1)
+        hint = f"did you mean '{close[0]}'?" if close else "list them with: gplan models"
+        raise InputError(f"unknown model '{ref}': neither a bundled name nor a file", hint=hint)
+    return load_model_file(path)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 GIB = 1024**3
 
@@ -119,20 +119,12 @@ class NodeGroup(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     hardware: DeviceSpec
-    """A bundled hardware name (see `gplan hardware`) or an inline device description."""
+    """The device description; a cluster file may name a bundled one, which `catalogue.load_cluster`
+    resolves before validation (a schema never reads package data)."""
     nodes: int = Field(default=1, gt=0)
     devices_per_node: int = Field(gt=0)
     intra_node: LinkSpec
     inter_node: LinkSpec
-
-    @field_validator("hardware", mode="before")
-    @classmethod
-    def _resolve_hardware(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            from gplan.profiles.catalogue import hardware_entry
-
-            return hardware_entry(value)
-        return value
 
     @property
     def devices(self) -> int:

@@ -1,7 +1,6 @@
-"""Typed inputs: the model, the training options, and their loaders."""
+"""Typed inputs: the model, the training options, the parallel configuration, and the file loaders."""
 
 from gplan.spec.model import LayerKind, ModelSpec
 from gplan.spec.training import Precision, TrainingSpec
-from gplan.spec.loaders import load_model, load_yaml_file
 
-__all__ = ["LayerKind", "ModelSpec", "Precision", "TrainingSpec", "load_model", "load_yaml_file"]
+__all__ = ["LayerKind", "ModelSpec", "Precision", "TrainingSpec"]

@@ -1,79 +1,17 @@
-"""Loaders: model.yaml, Hugging Face config.json, bundled names — each to a validated ModelSpec.
+"""Loaders: a model.yaml or a Hugging Face config.json to a validated ModelSpec (bundled names are
+resolved by `gplan.profiles.catalogue.load_model`, which owns the catalogue).
 
 Errors are InputError with one line naming the file and the field, and a hint.
 """
 
 from __future__ import annotations
 
-import difflib
-import json
 from pathlib import Path
-from typing import Any, TypeVar
-
-import yaml
-from pydantic import BaseModel, ValidationError
+from typing import Any
 
 from gplan.errors import InputError
+from gplan.io import read_data_file, validate_as
 from gplan.spec.model import ModelSpec
-
-M = TypeVar("M", bound=BaseModel)
-
-#: Keys gplan knows it does not model yet; a clearer message than "unknown key".
-_UNSUPPORTED_KEYS = {
-    "num_experts": "mixture-of-experts models are not modelled yet",
-    "top_k": "mixture-of-experts models are not modelled yet",
-    "moe_layer_freq": "mixture-of-experts models are not modelled yet",
-}
-
-
-def load_yaml_file(path: Path) -> Any:
-    """Read YAML (or JSON, a subset) with a one-line error on a missing or malformed file."""
-    if not path.is_file():
-        raise InputError(f"{path}: no such file", hint="check the path, or use a bundled name (gplan models)")
-    try:
-        text = path.read_text()
-        if path.suffix == ".json":
-            return json.loads(text)
-        return yaml.safe_load(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}:{exc.lineno}: malformed JSON: {exc.msg}", hint="fix the JSON syntax") from exc
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        problem = getattr(exc, "problem", None) or "malformed YAML"
-        raise InputError(f"{where}: malformed YAML: {problem}", hint="fix the YAML syntax") from exc
-
-
-def validate_as(model_cls: type[M], data: Any, source: str) -> M:
-    """Validate `data` as `model_cls`; turn the first pydantic error into one clear line."""
-    if not isinstance(data, dict):
-        raise InputError(f"{source}: expected a mapping of keys to values, got {type(data).__name__}",
-                         hint="the file must be a YAML/JSON object")
-    try:
-        return model_cls.model_validate(data)
-    except ValidationError as exc:
-        raise _input_error(exc, model_cls, source) from exc
-
-
-def _input_error(exc: ValidationError, model_cls: type[BaseModel], source: str) -> InputError:
-    # A typo'd key explains the "missing" error it causes: report it first.
-    err = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]
-    loc = ".".join(str(part) for part in err["loc"])
-    kind = err["type"]
-    if kind == "extra_forbidden":
-        key = str(err["loc"][-1])
-        if key in _UNSUPPORTED_KEYS:
-            return InputError(f"{source}: '{key}': {_UNSUPPORTED_KEYS[key]}", hint=f"remove '{key}'")
-        known = list(model_cls.model_fields)
-        close = difflib.get_close_matches(key, known, n=1)
-        hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(known)}"
-        return InputError(f"{source}: unknown key '{loc}'", hint=hint)
-    if kind == "missing":
-        return InputError(f"{source}: missing required key '{loc}'", hint=f"add '{loc}: <value>'")
-    message = err["msg"].removeprefix("Value error, ")
-    where = f"'{loc}': " if loc else ""
-    return InputError(f"{source}: {where}{message}", hint="see DESIGN.md §4 for the input format")
-
 
 # ---- Hugging Face config.json ------------------------------------------------------------------
 
@@ -160,21 +98,11 @@ def _looks_like_hf(data: dict[str, Any]) -> bool:
     return "model_type" in data or "architectures" in data
 
 
-def load_model(ref: str) -> ModelSpec:
-    """A model from a bundled name, a model.yaml, or an HF config.json (file or its folder)."""
-    from gplan.profiles.catalogue import bundled_models
-
-    models = bundled_models()
-    if ref in models:
-        return validate_as(ModelSpec, {"name": ref, **models[ref]}, f"bundled model {ref}")
-    path = Path(ref)
+def load_model_file(path: Path) -> ModelSpec:
+    """A model from a model.yaml, or an HF config.json (file or its folder)."""
     if path.is_dir():
         path = path / "config.json"
-    if not path.exists() and path.suffix not in (".yaml", ".yml", ".json"):
-        close = difflib.get_close_matches(ref, list(models), n=1)
-        hint = f"did you mean '{close[0]}'?" if close else "list them with: gplan models"
-        raise InputError(f"unknown model '{ref}': neither a bundled name nor a file", hint=hint)
-    data = load_yaml_file(path)
+    data = read_data_file(path)
     if isinstance(data, dict) and _looks_like_hf(data):
         return model_from_hf_config(data, str(path))
     if isinstance(data, dict) and "name" not in data:

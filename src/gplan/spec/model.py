@@ -138,6 +138,11 @@ class ModelSpec(BaseModel):
         projection = 0 if self.tie_embeddings else self.vocab_size * self.hidden_size
         return self.norm_params() + projection
 
+    def tp_divides(self, tp: int) -> bool:
+        """Megatron splits attention by heads and the MLP by columns: tp must divide the attention
+        heads, the kv heads and the MLP width."""
+        return not (self.num_attention_heads % tp or self.kv_heads % tp or self.ffn_size % tp)
+
     def total_params(self) -> int:
         layers = sum(k.count * self.layer_params(k) for k in self.layer_kinds())
         encoder_final_norm = self.norm_params() if self.is_encoder_decoder else 0
@@ -145,15 +150,16 @@ class ModelSpec(BaseModel):
 
 
 def check_tp_divides(model: ModelSpec, tp: int) -> None:
-    """Megatron splits attention by heads and the MLP by columns: tp must divide both."""
+    """`ModelSpec.tp_divides`, refused with the count it breaks."""
+    if model.tp_divides(tp):
+        return
     if model.num_attention_heads % tp or model.kv_heads % tp:
         raise InputError(
             f"tp={tp} does not divide the model's heads ({model.num_attention_heads} attention, "
             f"{model.kv_heads} kv)",
             hint="choose tp among the common divisors of the attention and kv head counts",
         )
-    if model.ffn_size % tp:
-        raise InputError(
-            f"tp={tp} does not divide ffn_hidden_size {model.ffn_size}",
-            hint="choose a tp that divides the MLP width",
-        )
+    raise InputError(
+        f"tp={tp} does not divide ffn_hidden_size {model.ffn_size}",
+        hint="choose a tp that divides the MLP width",
+    )

@@ -1,10 +1,11 @@
-"""ParallelConfig (the degrees of DESIGN.md §3) and the stage layout (layers per pipeline stage)."""
+"""ParallelConfig (the degrees dp tp pp vpp cp ep and per-step options) and the stage layout (layers per
+pipeline stage); the rules a configuration must keep are `check_config`'s."""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gplan.errors import InputError
 from gplan.spec.model import ModelSpec, check_tp_divides
@@ -13,6 +14,7 @@ from gplan.spec.training import TrainingSpec
 Recompute = Literal["none", "selective", "full"]
 Schedule = Literal["gpipe", "1f1b", "interleaved_1f1b"]
 RECOMPUTE_OPTIONS: tuple[Recompute, ...] = ("none", "selective", "full")
+SCHEDULES: tuple[Schedule, ...] = ("gpipe", "1f1b", "interleaved_1f1b")
 
 
 class ParallelConfig(BaseModel):
@@ -68,6 +70,44 @@ class ParallelConfig(BaseModel):
         if self.sp:
             parts.append("sp")
         return " ".join(parts)
+
+
+def config_from_options(**values: Any) -> ParallelConfig:
+    """A ParallelConfig from what a user typed; the first broken rule as one InputError line. A
+    schedule left out (None) is ParallelConfig's default for the vpp given."""
+    values = {k: v for k, v in values.items() if v is not None}
+    try:
+        return ParallelConfig(**values)
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        message = e["msg"].removeprefix("Value error, ")
+        if not e["loc"]:
+            raise InputError(message, hint="drop --schedule to let --vpp choose it") from exc
+        raise InputError(f"--{e['loc'][0]}: {message}", hint="degrees are integers ≥ 1; zero is 0..3") from exc
+
+
+def parse_config_text(text: str, devices: int) -> ParallelConfig:
+    """`"tp=8,pp=4,mbs=1"` -> ParallelConfig; dp fills the devices when omitted."""
+    values: dict[str, Any] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep:
+            raise InputError(f"--config {text!r}: expected key=value pairs", hint='for example --config "tp=8,pp=4,mbs=1"')
+        if key in ("recompute", "schedule"):
+            values[key] = value
+        elif key == "sp":
+            values[key] = value.lower() in ("1", "true", "yes")
+        else:
+            try:
+                values[key] = int(value)
+            except ValueError:
+                raise InputError(f"--config {text!r}: {key}={value!r} is not an integer",
+                                 hint='for example --config "tp=8,pp=4"') from None
+    if "dp" not in values:
+        other = values.get("tp", 1) * values.get("pp", 1) * values.get("cp", 1)
+        values["dp"] = max(1, devices // other)
+    return config_from_options(**values)
 
 
 class LayerCount(BaseModel):

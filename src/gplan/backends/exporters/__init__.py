@@ -7,6 +7,7 @@ express exactly); every file carries the plan's digest so a stale export is visi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 from gplan.plan import Plan
@@ -42,7 +43,24 @@ def recompute_counts(plan: Plan, option: str) -> list[int]:
     return [sum(c.count for c in s.layers if c.recompute == option) for s in plan.stages]
 
 
-def nodes_of(plan: Plan) -> tuple[int, int]:
-    """(nodes, processes per node) the plan's world size takes on its cluster."""
-    per_node = min(plan.world_size, plan.cluster.primary.devices_per_node)
-    return -(-plan.world_size // per_node), per_node
+def export_files(plan: Plan, target: str, out_dir: Path) -> tuple[list[Path], list[str]]:
+    """Export `plan` for `target` into `out_dir`: every file written atomically, or none (an unknown
+    target or an `out_dir` that is a file is refused before anything is written)."""
+    from gplan.errors import InputError
+    from gplan.io import atomic_write_text
+
+    exporters = targets()
+    if target not in exporters:
+        raise InputError(f"--to {target!r}: unknown target", hint="choose from " + ", ".join(exporters))
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InputError(f"-o {out_dir}: exists and is not a directory", hint="name a directory for the exported files")
+    result = exporters[target](plan)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"-o {out_dir}: cannot create it: {exc.strerror}", hint="choose a writable directory") from None
+    written = []
+    for name, text in result.files.items():
+        atomic_write_text(out_dir / name, text)
+        written.append(out_dir / name)
+    return written, result.notes

@@ -5,10 +5,13 @@ each pod running gplan's torchrun command for its node. The operator sets the re
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import yaml
 
-from gplan.backends.exporters import Export, nodes_of, stamp
+from gplan.backends.exporters import Export, stamp
+from gplan.backends.launch import JobRecipe, LaunchOptions, default_nodes, torchrun_argv
+from gplan.backends.torch.launcher import job_env, worker_args
 from gplan.plan import Plan
 
 DEVICE_RESOURCE = {"gpu": "nvidia.com/gpu", "npu": "huawei.com/Ascend910"}
@@ -16,14 +19,15 @@ DEVICE_RESOURCE = {"gpu": "nvidia.com/gpu", "npu": "huawei.com/Ascend910"}
 
 
 def export(plan: Plan, image: str = "gplan:latest") -> Export:
-    nnodes, per_node = nodes_of(plan)
+    nnodes, per_node = default_nodes(plan)
     kind = plan.cluster.primary.hardware.kind
     resources = {DEVICE_RESOURCE[kind]: per_node} if kind in DEVICE_RESOURCE else {"cpu": per_node}
-    command = ["torchrun", f"--nnodes={nnodes}", f"--nproc-per-node={per_node}", "--rdzv-backend=c10d",
-               "--rdzv-endpoint=$(MASTER_ADDR):$(MASTER_PORT)", "--max-restarts=0",
-               "-m", "gplan.backends.torch.worker", "--plan=/plan/plan.json", "--run-dir=/runs/gplan"]
+    program = worker_args(Path("/plan/plan.json"), LaunchOptions(run_dir=Path("/runs/gplan")))
+    job = JobRecipe(nnodes, per_node, program, job_env(plan))
+    command = torchrun_argv(job, endpoint="$(MASTER_ADDR):$(MASTER_PORT)", separator="=")
     pod = {"spec": {"containers": [{
         "name": "pytorch", "image": image, "command": command,
+        "env": [{"name": k, "value": v} for k, v in sorted(job.env.items())],
         "resources": {"limits": resources},
         "volumeMounts": [{"name": "plan", "mountPath": "/plan"}]}],
         "volumes": [{"name": "plan", "configMap": {"name": _name(plan) + "-plan"}}]}}

@@ -12,31 +12,27 @@ from __future__ import annotations
 
 import shlex
 
-from gplan.backends.exporters import Export, nodes_of, recompute_counts, stage_sizes, stamp
+from gplan.backends.exporters import Export, recompute_counts, stage_sizes, stamp
+from gplan.backends.launch import default_nodes, script_node_variables, script_torchrun_line
 from gplan.errors import InputError
 from gplan.plan import Plan
 
 
 def export(plan: Plan) -> Export:
     args, notes = megatron_args(plan)
-    nnodes, per_node = nodes_of(plan)
+    nnodes, per_node = default_nodes(plan)
     lines = [
         "#!/bin/bash",
         stamp(plan),
         "# Run from a Megatron-LM checkout, the same command on every node (NODE_RANK 0..NNODES-1).",
         *[f"# note: {n}" for n in notes],
         "set -euo pipefail",
-        f"NNODES=${{NNODES:-{nnodes}}}",
-        "NODE_RANK=${NODE_RANK:-0}",
-        "MASTER_ADDR=${MASTER_ADDR:-localhost}",
-        "MASTER_PORT=${MASTER_PORT:-29500}",
+        *script_node_variables(nnodes),
         "export CUDA_DEVICE_MAX_CONNECTIONS=1",
         "MEGATRON_ARGS=(",
         *[f"  {line}" for line in _pairs(args)],
         ")",
-        f'torchrun --nnodes "$NNODES" --node-rank "$NODE_RANK" --nproc-per-node {per_node} \\',
-        '  --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" \\',
-        '  pretrain_gpt.py "${MEGATRON_ARGS[@]}" "$@"',
+        script_torchrun_line(per_node, ["pretrain_gpt.py", "${MEGATRON_ARGS[@]}", "$@"]),
     ]
     return Export({"megatron_pretrain_gpt.sh": "\n".join(lines) + "\n"}, notes)
 

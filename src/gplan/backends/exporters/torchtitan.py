@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 import shlex
 
-from gplan.backends.exporters import Export, nodes_of, recompute_counts, stage_sizes, stamp
+from gplan.backends.exporters import Export, recompute_counts, stage_sizes, stamp
+from gplan.backends.launch import default_nodes, script_node_variables, script_torchrun_line
 from gplan.plan import Plan
 
 SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved_1f1b": "Interleaved1F1B"}
@@ -26,7 +27,7 @@ def export(plan: Plan) -> Export:
     if any("uneven split" in n for n in notes):
         files["torchtitan_module_fqns.json"] = json.dumps(
             {"_comment": stamp(plan, comment="").strip(), "module_fqns_per_model_part": module_fqns(plan)}, indent=1) + "\n"
-    nnodes, per_node = nodes_of(plan)
+    nnodes, per_node = default_nodes(plan)
     config = "llama3_8b"  # a registered config to start from; the overrides carry the plan
     lines = [
         "#!/bin/bash",
@@ -34,18 +35,13 @@ def export(plan: Plan) -> Export:
         "# Run from a torchtitan (0.3) checkout or install, the same command on every node.",
         *[f"# note: {n}" for n in notes],
         "set -euo pipefail",
-        f"NNODES=${{NNODES:-{nnodes}}}",
-        "NODE_RANK=${NODE_RANK:-0}",
-        "MASTER_ADDR=${MASTER_ADDR:-localhost}",
-        "MASTER_PORT=${MASTER_PORT:-29500}",
+        *script_node_variables(nnodes),
         "MODULE=${MODULE:-llama3}",
         f"CONFIG=${{CONFIG:-{config}}}",
         "OVERRIDES=(",
         *[f"  {' '.join(shlex.quote(a) for a in pair)}" for pair in _pairs(args)],
         ")",
-        f'torchrun --nnodes "$NNODES" --node-rank "$NODE_RANK" --nproc-per-node {per_node} \\',
-        '  --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" \\',
-        '  -m torchtitan.train --module "$MODULE" --config "$CONFIG" "${OVERRIDES[@]}" "$@"',
+        script_torchrun_line(per_node, ["-m", "torchtitan.train", "--module", "$MODULE", "--config", "$CONFIG", "${OVERRIDES[@]}", "$@"]),
     ]
     files["torchtitan_train.sh"] = "\n".join(lines) + "\n"
     return Export(files, notes)

@@ -11,22 +11,19 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import re
-import shlex
 import signal
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from gplan.backends.common import worker_argv
+from gplan.backends.launch import (MSRUN_PORT, JobRecipe, LaunchOptions, LaunchSpec, NodeCommand, job_name, msrun_argv,
+                                   node_layout, slurm_script as slurm_script_of)
 from gplan.backends.mindspore.strategy import optimizer_parallel_note
-from gplan.backends.torch.launcher import LaunchOptions, LaunchSpec, NodeCommand, node_layout
 from gplan.errors import BackendError, InputError
 from gplan.plan import Plan
 
-DEFAULT_PORT = 8118
-"""msrun's default scheduler port."""
-CLUSTER_TIME_OUT_S = 300
 HCCL_TIMEOUT_S = 1800
 
 
@@ -59,10 +56,14 @@ def render(plan: Plan, plan_path: Path, options: LaunchOptions) -> LaunchSpec:
                          hint="drop --checkpoint-dir/--resume, or launch with --backend torch")
     nnodes, per_node = node_layout(plan, options)
     master, port = _endpoint(options.rdzv_endpoint)
-    nodes = [NodeCommand(node, msrun_argv(plan, plan_path, options, per_node, master, port, str(node)))
+    job = recipe(plan, plan_path, options, nnodes, per_node)
+    nodes = [NodeCommand(node, msrun_argv(job, str(node), master, port, options.run_dir / "msrun_log"))
              for node in range(nnodes)]
-    return LaunchSpec(plan.world_size, nnodes, per_node, nodes, env=job_env(plan, per_node),
-                      notes=notes(plan, options.device))
+    return LaunchSpec(plan.world_size, nnodes, per_node, nodes, env=job.env, notes=notes(plan, options.device))
+
+
+def recipe(plan: Plan, plan_path: Path, options: LaunchOptions, nnodes: int, per_node: int) -> JobRecipe:
+    return JobRecipe(nnodes, per_node, [worker_script(), *worker_argv(plan_path, options)], job_env(plan, per_node))
 
 
 def notes(plan: Plan, device: str) -> list[str]:
@@ -80,17 +81,9 @@ def _on_cpu(plan: Plan, device: str) -> bool:
     return device == "cpu" or (device == "auto" and plan.cluster.primary.hardware.kind == "cpu")
 
 
-def msrun_argv(plan: Plan, plan_path: Path, options: LaunchOptions, per_node: int, master: str, port: int,
-               node_rank: str) -> list[str]:
-    return ["msrun", f"--worker_num={plan.world_size}", f"--local_worker_num={per_node}", f"--master_addr={master}",
-            f"--master_port={port}", f"--node_rank={node_rank}", f"--log_dir={options.run_dir / 'msrun_log'}",
-            "--join=True", f"--cluster_time_out={CLUSTER_TIME_OUT_S}", worker_script(),
-            *worker_argv(plan_path, options)]
-
-
 def _endpoint(endpoint: str | None) -> tuple[str, int]:
     if not endpoint:
-        return "127.0.0.1", DEFAULT_PORT
+        return "127.0.0.1", MSRUN_PORT
     host, _, port = endpoint.rpartition(":")
     if not host or not port.isdigit():
         raise InputError(f"--rdzv-endpoint {endpoint!r}: expected HOST:PORT", hint="for example node0:8118")
@@ -105,22 +98,15 @@ def job_env(plan: Plan, per_node: int) -> dict[str, str]:
     return env
 
 
-def slurm_script(plan: Plan, plan_path: Path, options: LaunchOptions) -> str:
+def slurm_script(plan: Plan, plan_path: Path, options: LaunchOptions, header: list[str] = ()) -> str:
     """One srun task per node; each runs msrun with its node rank from SLURM_NODEID."""
     check_supported(plan, options.device)
-    nnodes, per_node = node_layout(plan, LaunchOptions(**{**options.__dict__, "rdzv_endpoint": "slurm"}))
-    spec = LaunchSpec(plan.world_size, nnodes, per_node, [], env=job_env(plan, per_node))
-    argv = msrun_argv(plan, plan_path, options, per_node, "$HEAD_NODE", DEFAULT_PORT, "$SLURM_NODEID")
-    # The head node and node rank are for the shell of each task to expand; every other word is quoted.
-    words = " ".join(a if "$" in a else shlex.quote(a) for a in argv)
-    resource = "#SBATCH --gres=npu:" if plan.cluster.primary.hardware.kind == "npu" else "#SBATCH --cpus-per-task="
-    lines = ["#!/bin/bash", f"#SBATCH --job-name=gplan-ms-{re.sub(r'[^A-Za-z0-9_.-]', '-', plan.model.name)}",
-             f"#SBATCH --nodes={spec.nnodes}", "#SBATCH --ntasks-per-node=1", f"{resource}{spec.nproc_per_node}",
-             "#SBATCH --exclusive", "set -euo pipefail",
-             'HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-             *[f"export {k}={shlex.quote(v)}" for k, v in sorted(spec.env.items())],
-             f"srun --nodes={spec.nnodes} --ntasks-per-node=1 bash -c {shlex.quote(words)}"]
-    return "\n".join(lines) + "\n"
+    nnodes, per_node = node_layout(plan, replace(options, rdzv_endpoint="slurm", node_rank=0))
+    job = recipe(plan, plan_path, options, nnodes, per_node)
+    argv = msrun_argv(job, "$SLURM_NODEID", "$HEAD_NODE", MSRUN_PORT, options.run_dir / "msrun_log")
+    npu = plan.cluster.primary.hardware.kind == "npu"
+    resource = f"#SBATCH --gres=npu:{per_node}" if npu else f"#SBATCH --cpus-per-task={per_node}"
+    return slurm_script_of(job_name("gplan-ms", plan), job, resource, argv, header)
 
 
 def run(spec: LaunchSpec, options: LaunchOptions, echo) -> None:

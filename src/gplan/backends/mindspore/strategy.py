@@ -16,8 +16,12 @@ language (activations 2-D, [tokens, hidden]; weights [out, in] as MatMul(transpo
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from gplan.plan import Plan
+
+if TYPE_CHECKING:
+    from gplan.backends.base import ValidationReport
 
 Strategy = tuple[tuple[int, ...], ...]
 
@@ -128,6 +132,18 @@ def check_layout(plan: Plan) -> list[dict]:
                                f"{plan_layout.stage_devices}", hint="report it: the strategy table is wrong")
         rows.append({"operator": role, "strategy": [list(s) for s in strategy], "device_matrix": matrix})
     return rows
+
+
+def validation_report(plan: Plan) -> ValidationReport:
+    """`check_layout` as the backends' common report: every operator's strategy over a stage's devices."""
+    from gplan.backends.base import Check, ValidationReport
+
+    devices = plan.world_size // plan.parallel.pp
+    checks = [Check(f"operator {row['operator']}: strategy {tuple(map(tuple, row['strategy']))}",
+                    f"device matrix {row['device_matrix']}", f"{devices} devices per stage")
+              for row in check_layout(plan)]
+    return ValidationReport("mindspore", f"every operator over the {devices} devices of a stage "
+                                         f"({plan.parallel.pp} stages)", checks)
 
 
 def optimizer_parallel_note(zero: int) -> str | None:

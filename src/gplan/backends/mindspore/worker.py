@@ -11,14 +11,12 @@ the run report (the same run_report.json as the torch backend).
 from __future__ import annotations
 
 import argparse
-import socket
-import statistics
 import sys
 import time
 import traceback
 import zlib
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -30,9 +28,8 @@ from mindspore.communication import get_group_size, get_rank, init
 
 from gplan.backends.common import add_worker_options, global_batch
 from gplan.backends.mindspore.strategy import ParallelLayout, layout
-from gplan.cost_models.compute import model_flops_per_step
 from gplan.plan import Plan, read_plan
-from gplan.report import RankReport, RunReport, write_report
+from gplan.report import RankReport, build_report, stage_of_rank, write_report
 from gplan.spec.model import ModelSpec
 
 INIT_STD = 0.02
@@ -55,8 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         weights = WeightInit(args.seed, lazy=distributed and uses_semi_auto())
         net = build_model(plan, plan_layout, weights)
         losses, step_times = train(net, plan, plan_layout, args, rank, distributed, log)
-        if rank == 0:
-            report(plan, args, losses, step_times)
+        report(plan, args, losses, step_times, distributed)
         log("done")
         return 0
     except Exception:  # noqa: BLE001 - the launcher reads this log to name the failure
@@ -349,22 +345,28 @@ def _mean_over_ranks(value: float, distributed: bool) -> float:
     return float(ops.AllReduce()(Tensor(np.array([value], np.float32))).asnumpy()[0]) / get_group_size()
 
 
-def report(plan: Plan, args: argparse.Namespace, losses: list[float], step_times: list[float]) -> None:
-    measured = step_times[args.warmup_steps:] or step_times
-    step_s = statistics.median(measured)
-    peak = plan.cluster.primary.hardware.peak_flops(plan.training.precision) * plan.world_size
-    ranks = [RankReport(rank=0, stage=0, step_times_s=step_times, peak_memory_bytes=_rss(), memory_kind="rss")]
-    write_report(RunReport(
-        backend="mindspore", framework_version=ms.__version__, device=ms.get_context("device_target"),
-        compute_dtype="fp32", plan_digest=plan.digest, parallel=plan.parallel.label(), world_size=plan.world_size,
-        first_step=0, steps=args.steps, warmup_steps=args.warmup_steps, gbs=plan.training.gbs,
-        seq_length=plan.training.seq_length, losses=losses, step_times_s=step_times, step_time_s=step_s,
-        tokens_per_s=plan.training.tokens_per_step / step_s,
-        mfu=model_flops_per_step(plan.model, plan.training) / step_s / peak, ranks=ranks,
-        predicted_step_time_s=plan.prediction.step_time_s,
-        predicted_memory_bytes_per_stage=[s.memory_bytes for s in plan.prediction.stages],
-        host=socket.gethostname(), created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    ), args.run_dir / "run_report.json")
+def report(plan: Plan, args: argparse.Namespace, losses: list[float], step_times: list[float],
+           distributed: bool) -> None:
+    """Every rank's step times and peak memory gathered to rank 0, which writes the report."""
+    rank = get_rank() if distributed else 0
+    mine = np.array([_rss(), *step_times], np.float64)
+    rows = _gather(mine, distributed)
+    if rank != 0:
+        return
+    ranks = [RankReport(rank=r, stage=stage_of_rank(plan, r), step_times_s=[float(x) for x in row[1:]],
+                        peak_memory_bytes=float(row[0]), memory_kind="rss") for r, row in enumerate(rows)]
+    write_report(build_report(
+        plan, backend="mindspore", framework_version=ms.__version__, device=ms.get_context("device_target"),
+        compute_dtype="fp32", first_step=0, steps=args.steps, warmup_steps=args.warmup_steps, losses=losses,
+        ranks=ranks), args.run_dir / "run_report.json")
+
+
+def _gather(row: np.ndarray, distributed: bool) -> np.ndarray:
+    """(ranks, len(row)): every rank's row (float32 on the wire: MindSpore's CPU AllGather)."""
+    if not distributed:
+        return row[None, :]
+    gathered = ops.AllGather()(Tensor(row.astype(np.float32)[None, :])).asnumpy()
+    return gathered.reshape(get_group_size(), -1).astype(np.float64)
 
 
 def _rss() -> float:

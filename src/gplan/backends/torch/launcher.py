@@ -12,60 +12,20 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 
 from gplan.backends.common import worker_argv as common_worker_argv
+from gplan.backends.launch import (TORCHRUN_PORT, JobRecipe, LaunchOptions, LaunchSpec, NodeCommand, job_name,
+                                   node_layout, torchrun_argv)
+from gplan.backends.launch import slurm_script as slurm_script_of
 from gplan.errors import BackendError, InputError
 from gplan.plan import Plan
 
 WORKER_MODULE = "gplan.backends.torch.worker"
-DEFAULT_PORT = 29500
-
-
-@dataclass(frozen=True)
-class LaunchOptions:
-    """How to run a plan; the worker's options are passed through unchanged."""
-
-    run_dir: Path
-    nproc_per_node: int | None = None
-    """Processes per node; default: the plan cluster's devices per node (or the world size)."""
-    nnodes: int | None = None
-    node_rank: int = 0
-    rdzv_endpoint: str | None = None
-    """HOST:PORT of the rendezvous (node 0) for several nodes."""
-    rdzv_id: str = "gplan"
-    steps: int = 10
-    warmup_steps: int = 2
-    lr: float = 3e-3
-    seed: int = 0
-    data: Path | None = None
-    device: str = "auto"
-    checkpoint_dir: Path | None = None
-    checkpoint_every: int = 0
-    resume: bool = False
-
-
-@dataclass(frozen=True)
-class NodeCommand:
-    node_rank: int
-    argv: list[str]
-
-
-@dataclass(frozen=True)
-class LaunchSpec:
-    world_size: int
-    nnodes: int
-    nproc_per_node: int
-    nodes: list[NodeCommand]
-    env: dict[str, str] = field(default_factory=dict)
-    """Added to the environment of every node."""
-    notes: list[str] = field(default_factory=list)
-    """Where the engine runs something other than what the plan priced (printed before the run)."""
 
 
 def check_supported(plan: Plan) -> None:
@@ -81,22 +41,6 @@ def check_supported(plan: Plan) -> None:
         raise InputError("the torch backend runs decoder-only models", hint="export the plan for another engine instead")
 
 
-def node_layout(plan: Plan, options: LaunchOptions) -> tuple[int, int]:
-    """(nnodes, nproc_per_node), checked against the plan's world size (exit 3 when they differ)."""
-    world = plan.world_size
-    per_node = options.nproc_per_node or min(world, plan.cluster.primary.devices_per_node)
-    nnodes = options.nnodes or -(-world // per_node)
-    if per_node * nnodes != world:
-        raise InputError(f"the plan needs {world} ranks; --nproc-per-node {per_node} × --nnodes {nnodes} = {per_node * nnodes}",
-                         hint=f"use --nproc-per-node {min(world, plan.cluster.primary.devices_per_node)} "
-                              f"--nnodes {-(-world // min(world, plan.cluster.primary.devices_per_node))}, or re-plan for these devices")
-    if not 0 <= options.node_rank < nnodes:
-        raise InputError(f"--node-rank {options.node_rank} outside 0..{nnodes - 1}", hint="node ranks count from 0")
-    if nnodes > 1 and not options.rdzv_endpoint:
-        raise InputError(f"{nnodes} nodes need a rendezvous", hint="pass --rdzv-endpoint HOST:PORT (node 0's address)")
-    return nnodes, per_node
-
-
 def worker_args(plan_path: Path, options: LaunchOptions) -> list[str]:
     args = ["-m", WORKER_MODULE, *common_worker_argv(plan_path, options)]
     if options.checkpoint_dir:
@@ -106,20 +50,18 @@ def worker_args(plan_path: Path, options: LaunchOptions) -> list[str]:
     return args
 
 
+def recipe(plan: Plan, plan_path: Path, options: LaunchOptions, nnodes: int, per_node: int) -> JobRecipe:
+    return JobRecipe(nnodes, per_node, worker_args(plan_path, options), job_env(plan))
+
+
 def render(plan: Plan, plan_path: Path, options: LaunchOptions) -> LaunchSpec:
     """The command of every node. Single node: --standalone; else c10d rendezvous."""
     check_supported(plan)
     nnodes, per_node = node_layout(plan, options)
-    nodes = []
-    for node in range(nnodes):
-        if nnodes == 1:
-            head = ["torchrun", "--standalone", "--nnodes", "1", "--nproc-per-node", str(per_node)]
-        else:
-            head = ["torchrun", "--nnodes", str(nnodes), "--node-rank", str(node), "--nproc-per-node", str(per_node),
-                    "--rdzv-backend", "c10d", "--rdzv-endpoint", options.rdzv_endpoint, "--rdzv-id", options.rdzv_id]
-        head += ["--max-restarts", "0", "--monitor-interval", "0.5"]
-        nodes.append(NodeCommand(node, head + worker_args(plan_path, options)))
-    return LaunchSpec(plan.world_size, nnodes, per_node, nodes, env=job_env(plan), notes=notes(plan))
+    job = recipe(plan, plan_path, options, nnodes, per_node)
+    nodes = [NodeCommand(node, torchrun_argv(job, **({} if nnodes == 1 else dict(
+        node_rank=str(node), endpoint=options.rdzv_endpoint, rdzv_id=options.rdzv_id)))) for node in range(nnodes)]
+    return LaunchSpec(plan.world_size, nnodes, per_node, nodes, env=job.env, notes=notes(plan))
 
 
 def notes(plan: Plan) -> list[str]:
@@ -142,35 +84,15 @@ def job_env(plan: Plan) -> dict[str, str]:
     return env
 
 
-def slurm_script(plan: Plan, plan_path: Path, options: LaunchOptions, port: int = DEFAULT_PORT) -> str:
+def slurm_script(plan: Plan, plan_path: Path, options: LaunchOptions, header: list[str] = ()) -> str:
     """A batch script: one `srun` task per node, each running torchrun with c10d rendezvous on the
     first node of the allocation."""
-    nnodes, per_node = node_layout(plan, LaunchOptions(**{**options.__dict__, "rdzv_endpoint": "slurm", "node_rank": 0}))
+    nnodes, per_node = node_layout(plan, replace(options, rdzv_endpoint="slurm", node_rank=0))
+    job = recipe(plan, plan_path, options, nnodes, per_node)
     gpu = plan.cluster.primary.hardware.kind == "gpu"
-    # Two words are left for the shell to expand; every other word is quoted.
-    expanded = {"@HEAD@": f'"$HEAD_NODE:{port}"', "@JOB@": '"$SLURM_JOB_ID"'}
-    torchrun = ["torchrun", "--nnodes", str(nnodes), "--nproc-per-node", str(per_node), "--rdzv-backend", "c10d",
-                "--rdzv-endpoint", "@HEAD@", "--rdzv-id", "@JOB@",
-                "--max-restarts", "0", "--monitor-interval", "0.5"] + worker_args(plan_path, options)
-    quoted = " ".join(expanded.get(a) or shlex.quote(a) for a in torchrun)
-    lines = [
-        "#!/bin/bash",
-        f"#SBATCH --job-name=gplan-{re.sub(r'[^A-Za-z0-9_.-]', '-', plan.model.name)}",
-        f"#SBATCH --nodes={nnodes}",
-        "#SBATCH --ntasks-per-node=1",
-        *([f"#SBATCH --gpus-per-node={per_node}"] if gpu else [f"#SBATCH --cpus-per-task={per_node}"]),
-        "#SBATCH --exclusive",
-        "set -euo pipefail",
-        'HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-        *[f"export {k}={shlex.quote(v)}" for k, v in sorted(job_env(plan).items())],
-        f"srun --nodes={nnodes} --ntasks-per-node=1 {quoted}",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def shell_line(argv: list[str], env: dict[str, str]) -> str:
-    """For people to read and paste (`--dry-run`), not for running."""
-    return " ".join([f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())] + [shlex.quote(a) for a in argv])
+    resource = f"#SBATCH --gpus-per-node={per_node}" if gpu else f"#SBATCH --cpus-per-task={per_node}"
+    argv = torchrun_argv(job, endpoint=f"$HEAD_NODE:{TORCHRUN_PORT}", rdzv_id="$SLURM_JOB_ID")
+    return slurm_script_of(job_name("gplan", plan), job, resource, argv, header)
 
 
 # ---- running -------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
+from gplan.backends.base import Check, ValidationReport
 from gplan.backends.torch import apply_pp
 from gplan.backends.torch.apply_dp import apply_fsdp
 from gplan.backends.torch.apply_tp import apply_tp
@@ -79,3 +80,18 @@ def _local_numel(module: torch.nn.Module) -> int:
     from torch.distributed.tensor import DTensor
 
     return sum((p.to_local() if isinstance(p, DTensor) else p).numel() for p in module.parameters())
+
+
+def validation_report(plan: Plan) -> ValidationReport:
+    """Every stage's built parameters and weight bytes against the plan, within TOLERANCE."""
+    checks = []
+    for s in validate_plan(plan):
+        where = f"stage {s.stage} (rank {s.rank})"
+        checks.append(Check(f"{where}: parameters after tp", f"{s.params:,}", f"{s.predicted_params:,.0f}",
+                            s.error, abs(s.error) <= TOLERANCE))
+        weight_error = s.weight_bytes / s.predicted_weight_bytes - 1 if s.predicted_weight_bytes else None
+        checks.append(Check(f"{where}: weight bytes after zero", f"{s.weight_bytes / 2**30:.3f} GiB",
+                            f"{s.predicted_weight_bytes / 2**30:.3f} GiB", weight_error,
+                            weight_error is None or abs(weight_error) <= TOLERANCE))
+    return ValidationReport("torch", f"sharded model on the meta device, fake process group of {plan.world_size} ranks",
+                            checks)

@@ -14,13 +14,11 @@ import hashlib
 import json
 import os
 import resource
-import socket
-import statistics
 import sys
 import time
 import traceback
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import torch
@@ -36,9 +34,8 @@ from gplan.backends.torch.apply_ac import apply_recompute
 from gplan.backends.torch.apply_dp import apply_fsdp, average_gradients
 from gplan.backends.torch.apply_tp import apply_tp
 from gplan.backends.torch.model import ModelArgs, Transformer, init_weights, keep_stage
-from gplan.cost_models.compute import model_flops_per_step
 from gplan.plan import Plan, read_plan
-from gplan.report import RankReport, RunReport, write_report
+from gplan.report import RankReport, build_report, write_report
 
 PG_TIMEOUT_S = float(os.environ.get("GPLAN_PG_TIMEOUT_S", "300"))
 """Every collective gives up after this long: a lost rank never hangs the job forever."""
@@ -319,25 +316,12 @@ def report(job: Job, args: argparse.Namespace, first_step: int, losses: list[flo
     dist.all_gather_object(gathered, mine.model_dump())
     if dist.get_rank() != 0:
         return
-    ranks = [RankReport.model_validate(r) for r in gathered]
-    plan = job.plan
-    per_step = [max(r.step_times_s[i] for r in ranks) for i in range(len(losses))]
-    measured = per_step[args.warmup_steps:] if len(per_step) > args.warmup_steps else per_step
-    step_s = statistics.median(measured) if measured else float("nan")
-    hardware = plan.cluster.primary.hardware
-    peak = hardware.peak_flops(plan.training.precision) * plan.world_size
     device = torch.cuda.get_device_name(job.device) if job.device.type == "cuda" else "cpu"
-    write_report(RunReport(
-        backend="torch", framework_version=torch.__version__, device=device,
-        compute_dtype=plan.training.precision if job.autocast else "fp32", plan_digest=plan.digest,
-        parallel=plan.parallel.label(), world_size=plan.world_size, first_step=first_step, steps=args.steps,
-        warmup_steps=args.warmup_steps, gbs=plan.training.gbs, seq_length=plan.training.seq_length,
-        losses=losses, step_times_s=per_step, step_time_s=step_s,
-        tokens_per_s=plan.training.tokens_per_step / step_s, mfu=model_flops_per_step(plan.model, plan.training) / step_s / peak,
-        ranks=ranks, predicted_step_time_s=plan.prediction.step_time_s,
-        predicted_memory_bytes_per_stage=[s.memory_bytes for s in plan.prediction.stages],
-        host=socket.gethostname(), created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    ), args.run_dir / "run_report.json")
+    write_report(build_report(
+        job.plan, backend="torch", framework_version=torch.__version__, device=device,
+        compute_dtype=job.plan.training.precision if job.autocast else "fp32", first_step=first_step,
+        steps=args.steps, warmup_steps=args.warmup_steps, losses=losses,
+        ranks=[RankReport.model_validate(r) for r in gathered]), args.run_dir / "run_report.json")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from gplan.errors import InputError
 from gplan.plan import Plan
-from gplan.planner.build import layouts_of, make_plan
+from gplan.plan import layouts_of
+from gplan.planner.build import make_plan
 from gplan.spec.parallel import LayerCount, StageLayout, check_config
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from gplan.errors import InputError
-from gplan.inputs import resolve_inputs
+from gplan.planner.inputs import resolve_inputs
 from gplan.plan import read_plan, write_plan
 from gplan.planner.build import make_plan
 from gplan.spec.parallel import ParallelConfig

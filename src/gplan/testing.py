@@ -1,14 +1,18 @@
-"""Small plans for the backend tests: a tiny Llama (GQA, swiglu, RMSNorm, RoPE, untied) and a tiny
-GPT (gelu, LayerNorm with biases, learned positions, tied embeddings), on the local-cpu cluster."""
+"""Helpers shared by the tests and the benchmarks (importable, so neither edits sys.path): small plans
+— a tiny Llama (GQA, swiglu, RMSNorm, RoPE, untied) and a tiny GPT (gelu, LayerNorm with biases,
+learned positions, tied embeddings) on the local-cpu cluster, Llama-3-8B on Atlas 800 nodes — and
+random stage-split cost tables for checking the ILP against brute force."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 from gplan.plan import Plan, write_plan
 from gplan.planner.build import make_plan
+from gplan.planner.table import CostTable
 from gplan.profiles.catalogue import load_cluster
-from gplan.spec.loaders import load_model
+from gplan.profiles.catalogue import load_model
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import LayerCount, ParallelConfig, StageLayout
 from gplan.spec.training import TrainingSpec
@@ -58,3 +62,48 @@ def ascend_plan(stages: list[list[tuple[str, int]]] | None = None, **degrees) ->
     cluster = load_cluster("atlas-800-910b", config.world_size)
     layouts = stage_layouts(stages) if stages else None
     return make_plan(load_model("llama3-8b"), TrainingSpec(gbs=64, seq_length=4096), cluster, config, layouts)
+
+
+OPTIONS = ["none", "selective", "full"]
+
+
+def random_table(rng: random.Random, layers: list[int], pp: int, groups: int = 1, equal: bool = False) -> CostTable:
+    """Recompute options are slower and lighter, as in reality; budgets from tight to loose."""
+    G = list(range(groups))
+    kinds = [f"k{q}" for q in range(len(layers))]
+    time, act = {}, {}
+    for q in range(len(layers)):
+        base = rng.uniform(0.5, 2.0)
+        for g in G:
+            speed = rng.uniform(0.5, 1.5)
+            for k in range(3):
+                time[q, k, g] = base * speed * (1 + 0.15 * k + rng.uniform(0, 0.1))
+        for k in range(3):
+            act[q, k] = rng.uniform(1, 3) * (3 - k)
+    in_flight = [float(pp - i) for i in range(pp)]
+    state = [rng.uniform(1, 4) for _ in layers]
+    fixed_t = {(i, g): rng.uniform(0, 1.5) * ((i == 0) + (i == pp - 1)) for i in range(pp) for g in G}
+    fixed_m = {(i, g): rng.uniform(0, 5) for i in range(pp) for g in G}
+    loose = sum(layers) * (max(state) + pp * 9)
+    budgets = [rng.uniform(0.15, 0.8) * loose for _ in G]
+    return CostTable(kinds=kinds, layers_per_kind=layers, options=OPTIONS, groups=G,
+                     group_stage_capacity=[rng.randint(1, pp) if groups > 1 else pp for _ in G], pp=pp,
+                     vpp=2 if equal else 1, num_microbatches=rng.randint(pp, 4 * pp), layer_time_s=time,
+                     layer_state_bytes=state, layer_activation_bytes=act, in_flight=in_flight,
+                     fixed_time_s=fixed_t, fixed_memory_bytes=fixed_m, budget_bytes=budgets, equal_layers=equal)
+
+
+# ---- optional engines ------------------------------------------------------------------------------
+
+ENGINE_SKIP = "needs the optional engine"
+"""Every skip for a missing engine says this; with GPLAN_REQUIRE_ENGINES=1 (CI) such a skip fails."""
+
+
+def requires_engine(module: str, extra: str):
+    """A pytest mark: skip, naming the missing engine and the extra that installs it, unless it imports."""
+    import importlib.util
+
+    import pytest
+
+    missing = importlib.util.find_spec(module) is None
+    return pytest.mark.skipif(missing, reason=f"{ENGINE_SKIP} {module} (pip install -e '.[{extra}]')")

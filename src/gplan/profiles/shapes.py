@@ -1,5 +1,5 @@
-"""The shapes a profile measures, in order, shared by the torch and MindSpore measurers (no
-framework import here)."""
+"""The shapes and message sizes a profile measures, in order, shared by the torch and MindSpore
+measurers (no framework import here)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,16 @@ from gplan.profiles.schema import LayerMeasurement
 from gplan.spec.model import ModelSpec
 
 PARTS = ("layer", "head", "embedding")
+MIN_LINK_BYTES = 4 * 1024
+
+
+def link_sizes(max_bytes: int) -> list[int]:
+    """Message sizes the link measurers time: 4 KiB up to `max_bytes` in steps of 4×."""
+    out, size = [], MIN_LINK_BYTES
+    while size <= max_bytes:
+        out.append(size)
+        size *= 4
+    return out
 
 
 def key_of(m: LayerMeasurement) -> tuple:

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 from gplan.errors import InputError, UsageError
 from gplan.profiles.catalogue import cluster_from_hardware, load_cluster
 from gplan.profiles.schema import ClusterSpec
-from gplan.spec.loaders import load_model
+from gplan.profiles.catalogue import load_model
 from gplan.spec.model import ModelSpec
 from gplan.spec.training import TrainingSpec
 
@@ -68,7 +68,7 @@ def resolve_profile(path: str, devices: int | None, cluster: str | None,
     import hashlib
     from pathlib import Path
 
-    from gplan.profiles.measure.profile import read_profile
+    from gplan.profiles.files import read_profile
 
     if cluster or hardware:
         raise UsageError("--profile replaces --cluster and --hardware", hint="pass only --profile")

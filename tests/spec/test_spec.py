@@ -8,7 +8,7 @@ import pytest
 
 from gplan.errors import InputError
 from gplan.profiles.catalogue import bundled_models, load_cluster
-from gplan.spec.loaders import load_model
+from gplan.profiles.catalogue import load_model
 
 LLAMA3_8B_HF = {
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,

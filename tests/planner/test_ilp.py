@@ -13,40 +13,14 @@ from gplan.cost_models.step import StepModel
 from gplan.planner import ilp
 from gplan.planner.reference import brute_force
 from gplan.planner.table import CostTable, build_table, stage_memory
-from gplan.profiles.catalogue import load_cluster
 from gplan.profiles.schema import ClusterSpec
-from gplan.spec.loaders import load_model
+from gplan.profiles.catalogue import cluster_from_data, load_cluster, load_model
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import ParallelConfig
 from gplan.spec.training import TrainingSpec
+from gplan.testing import random_table
 
 OPTIONS = ["none", "selective", "full"]
-
-
-def random_table(rng: random.Random, layers: list[int], pp: int, groups: int = 1, equal: bool = False) -> CostTable:
-    """Recompute options are slower and lighter, as in reality; budgets from tight to loose."""
-    G = list(range(groups))
-    kinds = [f"k{q}" for q in range(len(layers))]
-    time, act = {}, {}
-    for q in range(len(layers)):
-        base = rng.uniform(0.5, 2.0)
-        for g in G:
-            speed = rng.uniform(0.5, 1.5)
-            for k in range(3):
-                time[q, k, g] = base * speed * (1 + 0.15 * k + rng.uniform(0, 0.1))
-        for k in range(3):
-            act[q, k] = rng.uniform(1, 3) * (3 - k)
-    in_flight = [float(pp - i) for i in range(pp)]
-    state = [rng.uniform(1, 4) for _ in layers]
-    fixed_t = {(i, g): rng.uniform(0, 1.5) * ((i == 0) + (i == pp - 1)) for i in range(pp) for g in G}
-    fixed_m = {(i, g): rng.uniform(0, 5) for i in range(pp) for g in G}
-    loose = sum(layers) * (max(state) + pp * 9)
-    budgets = [rng.uniform(0.15, 0.8) * loose for _ in G]
-    return CostTable(kinds=kinds, layers_per_kind=layers, options=OPTIONS, groups=G,
-                     group_stage_capacity=[rng.randint(1, pp) if groups > 1 else pp for _ in G], pp=pp,
-                     vpp=2 if equal else 1, num_microbatches=rng.randint(pp, 4 * pp), layer_time_s=time,
-                     layer_state_bytes=state, layer_activation_bytes=act, in_flight=in_flight,
-                     fixed_time_s=fixed_t, fixed_memory_bytes=fixed_m, budget_bytes=budgets, equal_layers=equal)
 
 
 def check_against_brute_force(table: CostTable) -> None:
@@ -131,11 +105,11 @@ def test_big_vocab_head_makes_the_split_uneven():
 
 def test_heterogeneous_stages_follow_device_speed():
     """4 nodes of A100-80GB and 4 of V100-32GB: both groups get stages, the faster more layers."""
-    cluster = ClusterSpec.model_validate({"name": "mixed", "node_groups": [
+    cluster = cluster_from_data({"name": "mixed", "node_groups": [
         {"hardware": "a100-80g", "nodes": 4, "devices_per_node": 8,
          "intra_node": {"bandwidth_GBps": 300}, "inter_node": {"bandwidth_GBps": 25}},
         {"hardware": "v100-32g", "nodes": 4, "devices_per_node": 8,
-         "intra_node": {"bandwidth_GBps": 150}, "inter_node": {"bandwidth_GBps": 12.5}}]})
+         "intra_node": {"bandwidth_GBps": 150}, "inter_node": {"bandwidth_GBps": 12.5}}]}, "test cluster")
     model = load_model("llama2-13b")
     config = ParallelConfig(dp=4, tp=8, pp=2, mbs=1, sp=True, zero=1)
     step = StepModel(model, TrainingSpec(gbs=256, seq_length=4096, precision="fp16"), cluster, config)

@@ -1,12 +1,12 @@
 """Time collectives over message sizes, as a torchrun job (NCCL on GPUs, gloo on CPU):
 
-    torchrun --nproc-per-node N -m gplan.profiles.measure.links --out links.json [--max-bytes B]
+    torchrun --nproc-per-node N -m gplan.backends.torch.measure_links --out links.json [--max-bytes B]
 
 All-reduce, all-gather and reduce-scatter run over all ranks, send/recv between ranks 0 and 1 (on
 the first and last rank when there are several nodes, so the pair crosses nodes); every size from
 4 KiB up to `--max-bytes` in steps of 4×. Each point is the median of repeats of the slowest rank.
-Rank 0 writes the measurements; `fit_links` fits α and β of the ring formulas of
-cost_models.communication to them.
+Rank 0 writes the measurements; `gplan.calibration.profile.fit_links` fits α and β of the ring
+formulas of cost_models.communication to them.
 """
 
 from __future__ import annotations
@@ -20,48 +20,9 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from gplan.profiles.schema import LinkFit, LinkMeasurement
-
-MIN_BYTES = 4 * 1024
-
-
-def sizes(max_bytes: int) -> list[int]:
-    out, size = [], MIN_BYTES
-    while size <= max_bytes:
-        out.append(size)
-        size *= 4
-    return out
-
-
-def hops(collective: str, ranks: int) -> tuple[float, float]:
-    """(latency steps, bytes factor) of the ring formulas: t = steps·α + factor·S/B."""
-    if collective == "allreduce":
-        return 2 * (ranks - 1), 2 * (ranks - 1) / ranks
-    if collective in ("allgather", "reduce_scatter"):
-        return ranks - 1, (ranks - 1) / ranks
-    return 1, 1.0
-
-
-def fit_links(measurements: list[LinkMeasurement]) -> list[LinkFit]:
-    """Least squares of t = a + b·S per collective and scope, then α = a/steps, B = factor/b."""
-    fits = []
-    groups: dict[tuple, list[LinkMeasurement]] = {}
-    for m in measurements:
-        groups.setdefault((m.collective, m.scope, m.ranks), []).append(m)
-    for (collective, scope, ranks), points in sorted(groups.items()):
-        if len(points) < 2:
-            continue
-        xs = [p.size_bytes for p in points]
-        ys = [p.time_s for p in points]
-        mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
-        slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / sum((x - mean_x) ** 2 for x in xs)
-        intercept = max(mean_y - slope * mean_x, 0.0)
-        steps, factor = hops(collective, ranks)
-        bandwidth = factor / slope if slope > 0 else float("inf")
-        fits.append(LinkFit(collective=collective, scope=scope, latency_us=intercept / steps * 1e6,
-                            bandwidth_GBps=bandwidth / 1e9))
-    return fits
-
+from gplan.io import atomic_write_text
+from gplan.profiles.schema import LinkMeasurement
+from gplan.profiles.shapes import link_sizes
 
 # ---- the job -------------------------------------------------------------------------------------
 
@@ -84,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     nnodes = int(os.environ.get("GROUP_WORLD_SIZE", os.environ.get("NNODES", "1")) or 1)
     scope = "inter" if nnodes > 1 else "intra"
     results = []
-    for size in sizes(args.max_bytes):
+    for size in link_sizes(args.max_bytes):
         for collective in ("allreduce", "allgather", "reduce_scatter", "sendrecv"):
             if collective == "sendrecv" and world < 2:
                 continue
@@ -92,9 +53,7 @@ def main(argv: list[str] | None = None) -> int:
             results.append(LinkMeasurement(collective=collective, scope=scope, ranks=world if collective != "sendrecv" else 2,
                                            size_bytes=size, time_s=seconds).model_dump())
     if rank == 0:
-        tmp = args.out.with_name(f".{args.out.name}.tmp")
-        tmp.write_text(json.dumps(results, indent=1))
-        tmp.replace(args.out)
+        atomic_write_text(args.out, json.dumps(results, indent=1))
     dist.destroy_process_group()
     return 0
 

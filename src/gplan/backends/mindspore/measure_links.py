@@ -24,7 +24,8 @@ import mindspore as ms
 from mindspore import Tensor, ops
 from mindspore.communication import get_group_size, get_rank, init
 
-from gplan.profiles.measure.links import sizes
+from gplan.io import atomic_write_text
+from gplan.profiles.shapes import link_sizes
 from gplan.profiles.schema import LinkMeasurement
 
 
@@ -35,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--scope", choices=("intra", "inter"), default="intra")
     args = parser.parse_args(argv)
-    from gplan.profiles.measure.layers_mindspore import _has_ascend
+    from gplan.backends.mindspore.measure import _has_ascend
 
     target = "Ascend" if _has_ascend() else "CPU"
     ms.set_context(mode=ms.PYNATIVE_MODE, device_target=target)
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     collectives = {"allreduce": ops.AllReduce(), "allgather": ops.AllGather(), "reduce_scatter": ops.ReduceScatter()}
     gather_times = ops.AllGather()
     results = []
-    for size in sizes(args.max_bytes):
+    for size in link_sizes(args.max_bytes):
         elements = max(world, size // 4)
         elements -= elements % world
         data = Tensor(np.ones(elements, np.float32))
@@ -66,9 +67,7 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(LinkMeasurement(collective=name, scope=args.scope, ranks=world, size_bytes=size,
                                                time_s=statistics.median(samples)).model_dump())
     if rank == 0:
-        tmp = args.out.with_name(f".{args.out.name}.tmp")
-        tmp.write_text(json.dumps(results, indent=1))
-        tmp.replace(args.out)
+        atomic_write_text(args.out, json.dumps(results, indent=1))
     return 0
 
 

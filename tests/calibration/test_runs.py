@@ -7,9 +7,11 @@ import numpy as np
 import pytest
 
 from gplan.planner.build import make_plan
-from gplan.planner.calibrate import Run, apply, calibrate, nelder_mead, predict_s, prior
+from gplan.calibration.apply import apply
+from gplan.calibration.runs import Run, calibrate, predict_s, prior
+from gplan.numeric import nelder_mead
 from gplan.profiles.catalogue import load_cluster
-from gplan.spec.loaders import load_model
+from gplan.profiles.catalogue import load_model
 from gplan.spec.parallel import ParallelConfig
 from gplan.spec.training import TrainingSpec
 

@@ -7,8 +7,11 @@ measurer's `LayerMeasurement`s, so profiles from either feed the cost model alik
 
 from __future__ import annotations
 
+import importlib.util
 import statistics
+import sys
 import time
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -16,9 +19,10 @@ import numpy as np
 import mindspore as ms
 from mindspore import Tensor, nn, ops
 
+from gplan.backends.launch import MSRUN_PORT, JobRecipe, msrun_argv
 from gplan.backends.mindspore.strategy import strategies
 from gplan.backends.mindspore.worker import Block, Linear, RMSNorm, WeightInit
-from gplan.profiles.measure.shapes import measure_all, pending
+from gplan.profiles.shapes import measure_all, pending
 from gplan.profiles.schema import LayerMeasurement
 from gplan.spec.model import ModelSpec
 
@@ -130,3 +134,24 @@ def _embedding(base: LayerMeasurement, spec: ModelSpec, warmup: int, repeats: in
     grad = ms.value_and_grad(lambda t: cell(t).sum(), grad_position=None, weights=cell.trainable_params())
     total_s = timed(lambda: grad(tokens), warmup, repeats)
     return {"forward_s": forward_s, "backward_s": max(total_s - forward_s, 0.0)}
+
+
+# ---- what `gplan profile` is handed (calibration.profile.Measurer) -------------------------------
+
+class MindSporeMeasurer:
+    framework = "mindspore"
+
+    def detect(self, device: str) -> tuple[str, str]:
+        target = set_device(device)
+        return target, "ascend-910b" if target == "Ascend" else "cpu"
+
+    def measure_shapes(self, spec, seq_length, precision, mbs_list, tp_list, device, done, on_result) -> None:
+        measure_shapes(spec, seq_length, precision, mbs_list, tp_list, done=done, on_result=on_result)
+
+    def link_job(self, out, workdir, nproc, nnodes, node_rank, rdzv_endpoint, max_bytes) -> list[str]:
+        script = importlib.util.find_spec("gplan.backends.mindspore.measure_links").origin
+        job = JobRecipe(nnodes, nproc, [script, "--out", str(out), "--max-bytes", str(max_bytes),
+                                        "--scope", "inter" if nnodes > 1 else "intra"])
+        host, _, port = (rdzv_endpoint or f"127.0.0.1:{MSRUN_PORT}").rpartition(":")
+        argv = msrun_argv(job, str(node_rank), host, port, Path(workdir) / "msrun_log")
+        return [str(Path(sys.executable).with_name("msrun")), *argv[1:]]

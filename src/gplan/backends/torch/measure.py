@@ -11,14 +11,16 @@ as `oom`, not raised.
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
+from gplan.backends.launch import JobRecipe, torchrun_argv
 from gplan.backends.torch.model import Block, ModelArgs, make_norm, rope_tables
-from gplan.profiles.measure.shapes import measure_all, pending
+from gplan.profiles.shapes import measure_all, pending
 from gplan.profiles.schema import LayerMeasurement
 from gplan.spec.model import ModelSpec
 
@@ -175,3 +177,29 @@ def _embedding(base: LayerMeasurement, spec: ModelSpec, device: torch.device, wa
     tokens = torch.randint(spec.vocab_size // base.tp, (base.mbs, base.seq_length), device=device)
     forward_s, backward_s = _forward_backward(lambda: table(tokens), device, base.precision, warmup, repeats)
     return {"forward_s": forward_s, "backward_s": backward_s, "activation_bytes": 0.0}
+
+
+# ---- what `gplan profile` is handed (calibration.profile.Measurer) -------------------------------
+
+GPU_NAMES = (("h200", "h200"), ("h100", "h100-sxm"), ("a100", "a100-80g"), ("v100", "v100-32g"))
+"""Substring of torch.cuda.get_device_name -> catalogue hardware (an unknown GPU is priced as H100)."""
+
+
+class TorchMeasurer:
+    framework = "torch"
+
+    def detect(self, device: str) -> tuple[torch.device, str]:
+        if device in ("auto", "cuda") and torch.cuda.is_available():
+            name = torch.cuda.get_device_name(0).lower()
+            entry = next((entry for key, entry in GPU_NAMES if key in name), "h100-sxm")
+            return torch.device("cuda", 0), entry
+        return torch.device("cpu"), "cpu"
+
+    def measure_shapes(self, spec, seq_length, precision, mbs_list, tp_list, device, done, on_result) -> None:
+        measure_shapes(spec, seq_length, precision, mbs_list, tp_list, device, done=done, on_result=on_result)
+
+    def link_job(self, out, workdir, nproc, nnodes, node_rank, rdzv_endpoint, max_bytes) -> list[str]:
+        job = JobRecipe(nnodes, nproc, ["-m", "gplan.backends.torch.measure_links", "--out", str(out),
+                                        "--max-bytes", str(max_bytes)])
+        rendezvous = {} if nnodes == 1 else dict(node_rank=str(node_rank), endpoint=rdzv_endpoint or "")
+        return [sys.executable, "-m", "torch.distributed.run", *torchrun_argv(job, **rendezvous)[1:]]

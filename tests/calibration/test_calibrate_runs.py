@@ -6,13 +6,15 @@ import json
 import statistics
 
 import pytest
-from tinyplans import SMALL_LLAMA, tiny_plan
+
+from gplan.testing import requires_engine
+from gplan.testing import SMALL_LLAMA, tiny_plan
 from typer.testing import CliRunner
 
 from gplan.cli import app
 from gplan.spec.training import TrainingSpec
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, requires_engine("torch", "torch")]
 TRAINING = TrainingSpec(gbs=8, seq_length=128, precision="fp32")
 FIT = {"one": {}, "dp2": dict(dp=2), "pp2": dict(pp=2)}
 HELD_OUT = {"dp2_mbs2": dict(dp=2, mbs=2)}

@@ -10,7 +10,7 @@ Parameters θ, few on purpose (each run is one equation):
 
 Objective: Σ_runs (log T_pred(θ) − log T_meas)² + λ · Σ_params (log θ − log θ₀)², with θ₀ the
 catalogue's values — the prior keeps a parameter that the runs cannot tell apart where it was.
-Minimised over log θ with Nelder–Mead. Leave-one-out error (fit on all runs but one, predict it)
+Minimised over log θ by the one fitter (calibration.fit). Leave-one-out error (fit on all runs but one, predict it)
 shows whether the fit generalises; a held-out run is never used for fitting.
 """
 
@@ -18,19 +18,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
-import numpy as np
-
+from gplan.calibration.apply import apply
+from gplan.calibration.fit import fit_log
 from gplan.cost_models.step import StepModel
-from gplan.plan import Plan
-from gplan.profiles.schema import ClusterSpec
-from gplan.report import RunReport
+from gplan.errors import InputError
+from gplan.plan import Plan, layouts_of, read_plan
+from gplan.profiles.schema import ClusterSpec, Profile
+from gplan.report import read_report
 
 PRIOR_WEIGHT = 1e-4
 """λ: small enough that a 5% misfit outweighs any move of the parameters, large enough to pin a
 parameter the runs do not constrain."""
 PARAMS = ("compute_scale", "layer_overhead_s", "step_overhead_s", "link_efficiency_scale", "link_latency_scale")
-RESTARTS = 3
 FLOOR = 1e-7
 """Smallest overhead the fit may choose (log-space parameters cannot reach zero)."""
 
@@ -51,24 +52,6 @@ class Fit:
     leave_one_out: list[float]
 
 
-def apply(cluster: ClusterSpec, theta: dict[str, float]) -> ClusterSpec:
-    """The cluster with θ applied to every node group."""
-    groups = []
-    for g in cluster.node_groups:
-        eff = g.hardware.efficiency
-        c = theta["compute_scale"]
-        efficiency = eff.model_copy(update={
-            "gemm": min(1.0, eff.gemm * c), "attention": min(1.0, eff.attention * c), "memory": min(1.0, eff.memory * c),
-            "gemm_half_gflop": eff.gemm_half_gflop / c,
-            "layer_overhead_s": theta["layer_overhead_s"], "step_overhead_s": theta["step_overhead_s"]})
-        links = {name: getattr(g, name).model_copy(update={
-            "efficiency": min(1.0, getattr(g, name).efficiency * theta["link_efficiency_scale"]),
-            "latency_us": getattr(g, name).latency_us * theta["link_latency_scale"]})
-            for name in ("intra_node", "inter_node")}
-        groups.append(g.model_copy(update={"hardware": g.hardware.model_copy(update={"efficiency": efficiency}), **links}))
-    return cluster.model_copy(update={"node_groups": groups})
-
-
 def prior(cluster: ClusterSpec) -> dict[str, float]:
     eff = cluster.primary.hardware.efficiency
     return {"compute_scale": 1.0, "layer_overhead_s": max(eff.layer_overhead_s, FLOOR),
@@ -77,25 +60,16 @@ def prior(cluster: ClusterSpec) -> dict[str, float]:
 
 
 def predict_s(run: Run, theta: dict[str, float]) -> float:
-    from gplan.planner.build import layouts_of
-
     plan = run.plan
     step = StepModel(plan.model, plan.training, apply(plan.cluster, theta), plan.parallel.to_config())
     return step.predict(layouts_of(plan)).step_time_s
 
 
 def fit(runs: list[Run], start: dict[str, float]) -> dict[str, float]:
-    base = np.log([start[p] for p in PARAMS])
+    def misfit(theta: dict[str, float]) -> float:
+        return sum((math.log(predict_s(r, theta)) - math.log(r.measured_step_s)) ** 2 for r in runs)
 
-    def loss(x: np.ndarray) -> float:
-        theta = dict(zip(PARAMS, np.exp(x)))
-        misfit = sum((math.log(predict_s(r, theta)) - math.log(r.measured_step_s)) ** 2 for r in runs)
-        return misfit + PRIOR_WEIGHT * float(np.sum((x - base) ** 2))
-
-    best = base
-    for _ in range(RESTARTS):  # a fresh simplex around the best point escapes a collapsed one
-        best = nelder_mead(loss, best)
-    return dict(zip(PARAMS, map(float, np.exp(best))))
+    return fit_log(misfit, start, PRIOR_WEIGHT)
 
 
 def calibrate(runs: list[Run]) -> Fit:
@@ -111,39 +85,44 @@ def calibrate(runs: list[Run]) -> Fit:
     return Fit(theta, before, after, loo)
 
 
-def nelder_mead(f, x0: np.ndarray, step: float = 0.5, iterations: int = 400, tolerance: float = 1e-7) -> np.ndarray:
-    """Minimise f from x0 (Nelder & Mead 1965, standard coefficients): derivative-free, enough for
-    four parameters and a cost model that is not smooth everywhere (max, caps)."""
-    n = len(x0)
-    simplex = [x0] + [x0 + step * np.eye(n)[i] for i in range(n)]
-    values = [f(x) for x in simplex]
-    for _ in range(iterations):
-        order = np.argsort(values)
-        simplex, values = [simplex[i] for i in order], [values[i] for i in order]
-        if abs(values[-1] - values[0]) < tolerance:
-            break
-        centroid = np.mean(simplex[:-1], axis=0)
-        reflected = centroid + (centroid - simplex[-1])
-        fr = f(reflected)
-        if fr < values[0]:
-            expanded = centroid + 2 * (centroid - simplex[-1])
-            fe = f(expanded)
-            simplex[-1], values[-1] = (expanded, fe) if fe < fr else (reflected, fr)
-        elif fr < values[-2]:
-            simplex[-1], values[-1] = reflected, fr
-        else:
-            contracted = centroid + 0.5 * (simplex[-1] - centroid)
-            fc = f(contracted)
-            if fc < values[-1]:
-                simplex[-1], values[-1] = contracted, fc
-            else:
-                simplex = [simplex[0]] + [simplex[0] + 0.5 * (x - simplex[0]) for x in simplex[1:]]
-                values = [values[0]] + [f(x) for x in simplex[1:]]
-    return simplex[int(np.argmin(values))]
+def read_run(path: Path) -> Run:
+    """A run from its run_report.json and the plan.json beside it (the plan the run ran)."""
+    report = read_report(path)
+    plan_path = path.with_name("plan.json")
+    plan = read_plan(plan_path)
+    if plan.digest != report.plan_digest:
+        raise InputError(f"{plan_path} is not the plan {path} ran (digest {plan.digest} ≠ {report.plan_digest})",
+                         hint="keep run_report.json beside the plan.json of its run directory")
+    return Run(str(path), plan, report.step_time_s)
 
 
-def run_of(report: RunReport, plan: Plan, name: str) -> Run:
-    return Run(name, plan, report.step_time_s)
+@dataclass(frozen=True)
+class Calibration:
+    """`gplan calibrate`'s whole result: the fit, the held-out runs' errors and the profile to write."""
+
+    runs: list[Run]
+    fit: Fit
+    held: list[Run]
+    held_before: list[float]
+    held_after: list[float]
+    profile: Profile
+
+
+def calibrate_runs(runs: list[Run], held: list[Run]) -> Calibration:
+    """Fit on `runs`, predict `held` before and after; the profile keeps the widest run's node shape
+    (devices per node), so that sizing it again for any of the runs gives the links that run had."""
+    if len(runs) < 2:
+        raise InputError("calibration needs two or more run reports", hint="launch a few different plans first")
+    names = {r.plan.cluster.primary.hardware.name for r in runs + held}
+    if len(names) > 1:
+        raise InputError(f"the runs used different hardware ({', '.join(sorted(names))})",
+                         hint="calibrate one hardware at a time")
+    result = calibrate(runs)
+    start = prior(runs[0].plan.cluster)
+    before = [predict_s(r, start) / r.measured_step_s - 1 for r in held]
+    after = [predict_s(r, result.theta) / r.measured_step_s - 1 for r in held]
+    widest = max(runs + held, key=lambda r: r.plan.cluster.primary.devices_per_node).plan
+    return Calibration(runs, result, held, before, after, as_profile(widest, result, runs, held, before, after))
 
 
 def as_profile(plan: Plan, fit_result: Fit, runs: list[Run], held: list[Run], held_before: list[float],
@@ -153,7 +132,7 @@ def as_profile(plan: Plan, fit_result: Fit, runs: list[Run], held: list[Run], he
     from datetime import datetime, timezone
 
     from gplan import __version__
-    from gplan.profiles.schema import Profile, ProfileProvenance
+    from gplan.profiles.schema import ProfileProvenance
 
     cluster = apply(plan.cluster, fit_result.theta)
     provenance = ProfileProvenance(host=socket.gethostname(), devices=cluster.devices,

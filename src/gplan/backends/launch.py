@@ -1,0 +1,184 @@
+"""The launch recipe: how a job of a plan starts, written once and read by every place that starts
+or writes down a job — `gplan launch` (both backends), `--slurm`, the SLURM and Kubernetes exports, the
+Megatron-LM and torchtitan scripts, and the profiler's link job.
+
+A recipe is data (nodes, processes per node, the program each process runs, the job's environment);
+`torchrun_argv` and `msrun_argv` turn it into a launcher's argv for one node, `slurm_script` into a
+batch script. Arguments stay lists until the very end: a word is shell-quoted only when a script is
+written, and only words that hold a `$` are left for the shell to expand (double-quoted).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gplan.errors import InputError
+from gplan.plan import Plan
+
+TORCHRUN_PORT = 29500
+MSRUN_PORT = 8118
+"""msrun's default scheduler port."""
+MSRUN_CLUSTER_TIME_OUT_S = 300
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """How to run a plan; the worker's options are passed through unchanged."""
+
+    run_dir: Path
+    nproc_per_node: int | None = None
+    """Processes per node; default: the plan cluster's devices per node (or the world size)."""
+    nnodes: int | None = None
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+    """HOST:PORT of the rendezvous (node 0) for several nodes."""
+    rdzv_id: str = "gplan"
+    steps: int = 10
+    warmup_steps: int = 2
+    lr: float = 3e-3
+    seed: int = 0
+    data: Path | None = None
+    device: str = "auto"
+    checkpoint_dir: Path | None = None
+    checkpoint_every: int = 0
+    resume: bool = False
+
+
+@dataclass(frozen=True)
+class NodeCommand:
+    node_rank: int
+    argv: list[str]
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    world_size: int
+    nnodes: int
+    nproc_per_node: int
+    nodes: list[NodeCommand]
+    env: dict[str, str] = field(default_factory=dict)
+    """Added to the environment of every node."""
+    notes: list[str] = field(default_factory=list)
+    """Where the engine runs something other than what the plan priced (printed before the run)."""
+
+
+@dataclass(frozen=True)
+class JobRecipe:
+    """One job: `nnodes` × `nproc_per_node` processes, each running `program` with `env` added."""
+
+    nnodes: int | str
+    """A count, or a shell variable (`$NNODES`) in a script that takes it at run time."""
+    nproc_per_node: int
+    program: list[str]
+    """What each process runs: `["-m", module, *args]` or `[script, *args]`."""
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def world_size(self) -> int:
+        return int(self.nnodes) * self.nproc_per_node
+
+
+def default_nodes(plan: Plan) -> tuple[int, int]:
+    """(nodes, processes per node) the plan's world size takes on its cluster."""
+    per_node = min(plan.world_size, plan.cluster.primary.devices_per_node)
+    return -(-plan.world_size // per_node), per_node
+
+
+def node_layout(plan: Plan, options: LaunchOptions) -> tuple[int, int]:
+    """(nnodes, nproc_per_node), checked against the plan's world size (exit 3 when they differ)."""
+    world = plan.world_size
+    suggested_nodes, suggested_per_node = default_nodes(plan)
+    per_node = options.nproc_per_node or suggested_per_node
+    nnodes = options.nnodes or -(-world // per_node)
+    if per_node * nnodes != world:
+        raise InputError(f"the plan needs {world} ranks; --nproc-per-node {per_node} × --nnodes {nnodes} = {per_node * nnodes}",
+                         hint=f"use --nproc-per-node {suggested_per_node} --nnodes {suggested_nodes}, or re-plan for these devices")
+    if not 0 <= options.node_rank < nnodes:
+        raise InputError(f"--node-rank {options.node_rank} outside 0..{nnodes - 1}", hint="node ranks count from 0")
+    if nnodes > 1 and not options.rdzv_endpoint:
+        raise InputError(f"{nnodes} nodes need a rendezvous", hint="pass --rdzv-endpoint HOST:PORT (node 0's address)")
+    return nnodes, per_node
+
+
+def torchrun_argv(job: JobRecipe, node_rank: str | None = None, endpoint: str | None = None,
+                  rdzv_id: str | None = None, separator: str = " ") -> list[str]:
+    """`torchrun` for one node of `job`. One node without an endpoint: `--standalone`. Otherwise c10d
+    rendezvous at `endpoint`; `node_rank` None lets the rendezvous number the nodes (SLURM, Kubernetes).
+    `separator="="` writes `--flag=value` words (what Kubernetes manifests conventionally carry)."""
+    def opt(flag: str, value: object) -> list[str]:
+        return [f"{flag}={value}"] if separator == "=" else [flag, str(value)]
+
+    if job.nnodes == 1 and endpoint is None:
+        head = ["--standalone", *opt("--nnodes", 1), *opt("--nproc-per-node", job.nproc_per_node)]
+    else:
+        head = [*opt("--nnodes", job.nnodes), *(opt("--node-rank", node_rank) if node_rank is not None else []),
+                *opt("--nproc-per-node", job.nproc_per_node), *opt("--rdzv-backend", "c10d"),
+                *opt("--rdzv-endpoint", endpoint), *(opt("--rdzv-id", rdzv_id) if rdzv_id else [])]
+    # No restarts: a failed rank ends the job (gplan names it); a quick monitor notices it within 0.5 s.
+    return ["torchrun", *head, *opt("--max-restarts", 0), *opt("--monitor-interval", 0.5), *job.program]
+
+
+def msrun_argv(job: JobRecipe, node_rank: str, master: str, port: int | str, log_dir: Path | str) -> list[str]:
+    """`msrun` for one node of `job` (msrun runs a script: `job.program` starts with its path)."""
+    return ["msrun", f"--worker_num={job.world_size}", f"--local_worker_num={job.nproc_per_node}",
+            f"--master_addr={master}", f"--master_port={port}", f"--node_rank={node_rank}", f"--log_dir={log_dir}",
+            "--join=True", f"--cluster_time_out={MSRUN_CLUSTER_TIME_OUT_S}", *job.program]
+
+
+def script_torchrun_line(nproc_per_node: int, program: list[str]) -> str:
+    """The torchrun line of an export script that reads NNODES, NODE_RANK, MASTER_ADDR and MASTER_PORT
+    from its environment (the same command on every node)."""
+    job = JobRecipe("$NNODES", nproc_per_node, program)
+    return shell_words(torchrun_argv(job, node_rank="$NODE_RANK", endpoint="$MASTER_ADDR:$MASTER_PORT"))
+
+
+def script_node_variables(nnodes: int) -> list[str]:
+    """The variables `script_torchrun_line` reads, with one node's defaults."""
+    return [f"NNODES=${{NNODES:-{nnodes}}}", "NODE_RANK=${NODE_RANK:-0}", "MASTER_ADDR=${MASTER_ADDR:-localhost}",
+            f"MASTER_PORT=${{MASTER_PORT:-{TORCHRUN_PORT}}}"]
+
+
+def shell_words(argv: list[str]) -> str:
+    """One shell line: words with a `$` are double-quoted for the shell to expand, the rest quoted."""
+    return " ".join(f'"{a}"' if "$" in a else shlex.quote(a) for a in argv)
+
+
+def shell_line(argv: list[str], env: dict[str, str]) -> str:
+    """For people to read and paste (`--dry-run`), not for running."""
+    return " ".join([f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())] + [shlex.quote(a) for a in argv])
+
+
+def env_lines(env: dict[str, str]) -> list[str]:
+    return [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
+
+
+def job_name(prefix: str, plan: Plan) -> str:
+    return f"{prefix}-{re.sub(r'[^A-Za-z0-9_.-]', '-', plan.model.name)}"
+
+
+def slurm_script(name: str, job: JobRecipe, resource_line: str, node_argv: list[str], header: list[str] = ()) -> str:
+    """A batch script: one `srun` task per node, each running `node_argv` (which may use `$HEAD_NODE`,
+    the first node of the allocation, and SLURM's own variables)."""
+    words = shell_words(node_argv)
+    run = f"srun --nodes={job.nnodes} --ntasks-per-node=1 bash -c {shlex.quote(words)}" if "$SLURM_NODEID" in words \
+        else f"srun --nodes={job.nnodes} --ntasks-per-node=1 {words}"
+    lines = ["#!/bin/bash", *header, f"#SBATCH --job-name={name}", f"#SBATCH --nodes={job.nnodes}",
+             "#SBATCH --ntasks-per-node=1", resource_line, "#SBATCH --exclusive", "set -euo pipefail",
+             'HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)', *env_lines(job.env), run]
+    return "\n".join(lines) + "\n"
+
+
+def check_launch_flags(steps: int, warmup_steps: int, data: Path | None, checkpoint_dir: Path | None,
+                       checkpoint_every: int, resume: bool, device: str) -> None:
+    """The worker options `gplan launch` takes, refused with a hint before anything starts."""
+    if steps < 1 or warmup_steps < 0:
+        raise InputError(f"--steps {steps} --warmup-steps {warmup_steps}: steps ≥ 1, warm-up ≥ 0", hint="for example --steps 10")
+    if data is not None and not data.is_file():
+        raise InputError(f"--data {data}: no such file", hint="a flat binary array of token ids")
+    if (checkpoint_every or resume) and checkpoint_dir is None:
+        raise InputError("--checkpoint-every and --resume need --checkpoint-dir", hint="add --checkpoint-dir DIR")
+    if device not in ("auto", "cpu", "cuda"):
+        raise InputError(f"--device {device!r}", hint="auto | cpu | cuda")

@@ -1,0 +1,98 @@
+"""File input and output shared by every layer: one atomic writer, one reader of YAML/JSON files,
+one validator that turns a pydantic error into a single line with a hint.
+
+A file gplan writes is either complete or absent: the text goes to a hidden temporary file beside the
+target and is renamed over it (`os.replace` is atomic on POSIX), so an interrupted write never leaves
+a half-written plan, profile or report, and a failed write leaves no temporary file behind.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from gplan.errors import InputError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write `text` to `path` atomically; an unwritable target is an InputError (exit 3)."""
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"cannot write {path}: it is a directory", hint="name a file, e.g. plan.json")
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True) if tmp.parent.is_dir() else None
+        raise InputError(f"cannot write {path}: {exc.strerror or exc}", hint="choose a writable path") from None
+
+
+def read_data_file(path: Path) -> Any:
+    """Read YAML (or JSON, a subset) with a one-line error on a missing, unreadable or malformed file."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: no such file", hint="check the path, or use a bundled name (gplan models)")
+    try:
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".json":
+            return json.loads(text)
+        return yaml.safe_load(text)
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 text (byte {exc.start})", hint="save the file as UTF-8") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}:{exc.lineno}: malformed JSON: {exc.msg}", hint="fix the JSON syntax") from exc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        problem = getattr(exc, "problem", None) or "malformed YAML"
+        raise InputError(f"{where}: malformed YAML: {problem}", hint="fix the YAML syntax") from exc
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}", hint="check the file's permissions") from None
+
+
+#: Keys gplan knows it does not model yet; a clearer message than "unknown key".
+UNSUPPORTED_KEYS = {
+    "num_experts": "mixture-of-experts models are not modelled yet",
+    "top_k": "mixture-of-experts models are not modelled yet",
+    "moe_layer_freq": "mixture-of-experts models are not modelled yet",
+}
+
+
+def validate_as(model_cls: type[M], data: Any, source: str) -> M:
+    """Validate `data` as `model_cls`; turn the first pydantic error into one clear line."""
+    if not isinstance(data, dict):
+        raise InputError(f"{source}: expected a mapping of keys to values, got {type(data).__name__}",
+                         hint="the file must be a YAML/JSON object")
+    try:
+        return model_cls.model_validate(data)
+    except ValidationError as exc:
+        raise _input_error(exc, model_cls, source) from exc
+
+
+def _input_error(exc: ValidationError, model_cls: type[BaseModel], source: str) -> InputError:
+    # A typo'd key explains the "missing" error it causes: report it first.
+    err = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]
+    loc = ".".join(str(part) for part in err["loc"])
+    kind = err["type"]
+    known = list(model_cls.model_fields)
+    if kind == "extra_forbidden":
+        key = str(err["loc"][-1])
+        if key in UNSUPPORTED_KEYS:
+            return InputError(f"{source}: '{key}': {UNSUPPORTED_KEYS[key]}", hint=f"remove '{key}'")
+        close = difflib.get_close_matches(key, known, n=1)
+        hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(known)}"
+        return InputError(f"{source}: unknown key '{loc}'", hint=hint)
+    if kind == "missing":
+        return InputError(f"{source}: missing required key '{loc}'", hint=f"add '{loc}: <value>'")
+    message = err["msg"].removeprefix("Value error, ")
+    where = f"'{loc}': " if loc else ""
+    return InputError(f"{source}: {where}{message}", hint=f"{model_cls.__name__} keys: {', '.join(known)}")

@@ -1,1 +1,0 @@
-"""The profiler: measure layers and links on this machine (frameworks imported lazily, inside)."""
