@@ -58,12 +58,8 @@ def gplan():
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
-    """With GPLAN_REQUIRE_ENGINES=1 (CI sets it), a test skipped for a missing engine fails instead:
-    CI must run every engine test, and a broken test install must not pass as skips."""
-    from gplan.testing import ENGINE_SKIP
+    """With GPLAN_REQUIRE_ENGINES=1 (CI sets it), a test skipped for a missing engine fails."""
+    from gplan.testing import engine_skip_as_failure
 
     outcome = yield
-    report = outcome.get_result()
-    if report.skipped and os.environ.get("GPLAN_REQUIRE_ENGINES") == "1" and ENGINE_SKIP in str(report.longrepr):
-        report.outcome = "failed"
-        report.longrepr = f"engine test skipped in CI: {report.longrepr}"
+    engine_skip_as_failure(outcome.get_result(), os.environ.get("GPLAN_REQUIRE_ENGINES") == "1")

@@ -1,4 +1,4 @@
-"""Typed errors with the exit codes of DESIGN.md §6.
+"""Typed errors with the exit codes of the CLI contract (docs/design.md, "CLI contract").
 
 Every error a user can cause carries a one-line message (what and where) and a hint (how to fix).
 The CLI prints `error: <message>` and `hint: <hint>` and exits with `code`; a traceback only with

@@ -107,3 +107,12 @@ def requires_engine(module: str, extra: str):
 
     missing = importlib.util.find_spec(module) is None
     return pytest.mark.skipif(missing, reason=f"{ENGINE_SKIP} {module} (pip install -e '.[{extra}]')")
+
+
+def engine_skip_as_failure(report, require: bool) -> None:
+    """Turn a test report skipped for a missing engine into a failure when `require` (CI sets
+    GPLAN_REQUIRE_ENGINES=1): CI must run every engine test, and a broken test install must not pass
+    as skips."""
+    if require and report.skipped and ENGINE_SKIP in str(report.longrepr):
+        report.outcome = "failed"
+        report.longrepr = f"engine test skipped where engines are required: {report.longrepr}"

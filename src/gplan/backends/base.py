@@ -12,6 +12,8 @@ imports the cost model or the planner.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol
@@ -69,63 +71,46 @@ class Backend(Protocol):
     def framework_available(self) -> bool: ...
 
 
-class TorchBackend:
-    name = "torch"
+@dataclass(frozen=True)
+class ModuleBackend:
+    """A backend whose launcher module renders and runs without its framework, and whose validator
+    (`module:function`) is imported on use."""
+
+    name: str
+    launcher: str
+    validator: str
+    validator_needs_framework: bool
+
+    def _launcher(self):
+        return importlib.import_module(self.launcher)
 
     def render(self, plan: Plan, plan_path: Path, options: LaunchOptions) -> LaunchSpec:
-        from gplan.backends.torch import launcher
-
-        return launcher.render(plan, plan_path, options)
+        return self._launcher().render(plan, plan_path, options)
 
     def slurm_script(self, plan: Plan, plan_path: Path, options: LaunchOptions) -> str:
-        from gplan.backends.torch import launcher
-
-        return launcher.slurm_script(plan, plan_path, options)
+        return self._launcher().slurm_script(plan, plan_path, options)
 
     def validate(self, plan: Plan) -> ValidationReport:
-        require_framework("torch")
-        from gplan.backends.torch.validate import validation_report
-
-        return validation_report(plan)
-
-    def run(self, spec: LaunchSpec, options: LaunchOptions, echo: Callable[[str], None]) -> None:
-        from gplan.backends.torch import launcher
-
-        launcher.run(spec, options, echo)
-
-    def framework_available(self) -> bool:
-        return _installed("torch")
-
-
-class MindSporeBackend:
-    name = "mindspore"
-
-    def render(self, plan: Plan, plan_path: Path, options: LaunchOptions) -> LaunchSpec:
-        from gplan.backends.mindspore import launcher
-
-        return launcher.render(plan, plan_path, options)
-
-    def slurm_script(self, plan: Plan, plan_path: Path, options: LaunchOptions) -> str:
-        from gplan.backends.mindspore import launcher
-
-        return launcher.slurm_script(plan, plan_path, options)
-
-    def validate(self, plan: Plan) -> ValidationReport:
-        from gplan.backends.mindspore.strategy import validation_report
-
-        return validation_report(plan)
+        if self.validator_needs_framework:
+            require_framework(self.name)
+        module, function = self.validator.split(":")
+        return getattr(importlib.import_module(module), function)(plan)
 
     def run(self, spec: LaunchSpec, options: LaunchOptions, echo: Callable[[str], None]) -> None:
-        from gplan.backends.mindspore import launcher
-
-        launcher.run(spec, options, echo)
+        self._launcher().run(spec, options, echo)
 
     def framework_available(self) -> bool:
-        return _installed("mindspore")
+        return importlib.util.find_spec(self.name) is not None
 
 
-BACKENDS: dict[str, type] = {"torch": TorchBackend, "mindspore": MindSporeBackend}
-"""`gplan launch --backend` names."""
+BACKENDS: dict[str, Backend] = {
+    "torch": ModuleBackend("torch", "gplan.backends.torch.launcher", "gplan.backends.torch.validate:validation_report",
+                           validator_needs_framework=True),
+    "mindspore": ModuleBackend("mindspore", "gplan.backends.mindspore.launcher",
+                               "gplan.backends.mindspore.strategy:validation_report", validator_needs_framework=False),
+}
+"""`gplan launch --backend` names. torch validates on a fake process group (torch needed); MindSpore
+checks its operator strategies, which are pure data."""
 
 
 def backend(name: str) -> Backend:
@@ -133,17 +118,11 @@ def backend(name: str) -> Backend:
 
     if name not in BACKENDS:
         raise InputError(f"--backend {name!r} is not available in this gplan", hint="use --backend torch or mindspore")
-    return BACKENDS[name]()
-
-
-def _installed(module: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(module) is not None
+    return BACKENDS[name]
 
 
 def require_framework(name: str) -> None:
-    if not _installed(name):
+    if importlib.util.find_spec(name) is None:
         raise BackendError(f"the {name} backend needs {name} installed", hint=f"pip install -e '.[{name}]'")
 
 

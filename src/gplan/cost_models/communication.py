@@ -1,4 +1,4 @@
-"""Communication: alpha–beta times of collectives and point-to-point sends (DESIGN.md §7).
+"""Communication: alpha–beta times of collectives and point-to-point sends (docs/design.md, "Cost model").
 
 A group inside one node runs at the intra-node bandwidth. A group that spans nodes is bounded by the
 NICs: with k members per node, NCCL/HCCL run k rings (one per NIC) that each carry 1/k of the data,

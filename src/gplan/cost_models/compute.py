@@ -1,6 +1,6 @@
 """Compute: FLOPs and time of one transformer layer, the embedding and the head, per micro-batch.
 
-FLOP counts follow DESIGN.md §7 (Narayanan et al. 2021, eq. 3, generalised to GQA and swiglu).
+FLOP counts follow Narayanan et al. 2021, eq. 3, generalised to GQA and swiglu.
 Times divide each GEMM's FLOPs by `peak × efficiency(GEMM size)`, each fused-attention call's by
 `peak × attention efficiency`, and each element-wise kernel's bytes by achieved HBM bandwidth:
 small hidden sizes lose to element-wise traffic and small GEMMs, which is why they run further from

@@ -1,4 +1,4 @@
-"""Memory per device: model states, activations in flight, buffers (DESIGN.md §7).
+"""Memory per device: model states, activations in flight, buffers (docs/design.md, "Cost model").
 
 Activations are derived term by term from the layer's dataflow as Korthikanti et al. 2022 (§4.1,
 Table 2) count them, so that the familiar results fall out as special cases: with 16-bit

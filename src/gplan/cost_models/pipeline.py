@@ -5,7 +5,7 @@ v virtual chunks per rank:
 
     step = m · max_i T_i + (Σ_i T_i − max_i T_i) / v
 
-For v = 1 this is `Σ T_i + (m − 1)·max T_i` (DESIGN.md §7); for uniform stages it gives the bubble
+For v = 1 this is `Σ T_i + (m − 1)·max T_i` (docs/design.md, "Cost model"); for uniform stages it gives the bubble
 fraction `(p − 1)/m` of 1F1B and GPipe and `(p − 1)/(m·v)` of interleaved 1F1B (Narayanan et al. 2021,
 §2.2). The formula is linear in (T_max, T_i), which is what the ILP needs.
 """
@@ -14,8 +14,14 @@ from __future__ import annotations
 
 
 def pipeline_time_s(stage_times_s: list[float], num_microbatches: int, vpp: int = 1) -> float:
-    longest = max(stage_times_s)
-    return num_microbatches * longest + (sum(stage_times_s) - longest) / vpp
+    return pipeline_objective(max(stage_times_s), sum(stage_times_s), num_microbatches, vpp)
+
+
+def pipeline_objective(longest_s, total_s, num_microbatches: int, vpp: int = 1):
+    """The same formula in (T_max, Σ T_i): `m·T_max + (Σ T_i − T_max)/v`. Linear, so the ILP's objective
+    and the search's bounds (with T_max and Σ T_i replaced by their bounds) are this one function; it
+    takes numbers or solver expressions alike."""
+    return num_microbatches * longest_s + (total_s - longest_s) / vpp
 
 
 def bubble_time_s(stage_times_s: list[float], vpp: int = 1) -> float:

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 
 import pulp
 
+from gplan.cost_models.pipeline import pipeline_objective
 from gplan.planner.table import CostTable, Split, stage_time
 
 
@@ -95,7 +96,7 @@ def solve(table: CostTable, time_limit_s: float = 10.0, cutoff: float | None = N
          for i in range(p) for g in G}
     T = [pulp.LpVariable(f"T_{i}", 0) for i in range(p)]
     t_max = pulp.LpVariable("T_max", 0)
-    prob += (table.num_microbatches - 1 / table.vpp) * t_max + pulp.lpSum(T) / table.vpp
+    prob += pipeline_objective(t_max, pulp.lpSum(T), table.num_microbatches, table.vpp)
 
     for q in range(Q):  # (1)
         prob += pulp.lpSum(n[i, q, k, g] for i in range(p) for k in range(K) for g in G) == table.layers_per_kind[q]

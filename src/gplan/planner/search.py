@@ -1,4 +1,4 @@
-"""The search (DESIGN.md §8): enumerate candidates, bound, solve the stage split, re-price, rank.
+"""The search (docs/design.md, "Search"): enumerate candidates, bound, solve the stage split, re-price, rank.
 
 For every candidate configuration the cost table gives a lower bound on its pipeline time (all layers
 at their cheapest option, perfectly balanced). Candidates are visited in order of that bound; the ILP
@@ -12,6 +12,7 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 
+from gplan.cost_models.pipeline import pipeline_objective
 from gplan.cost_models.step import Prediction, StepModel
 from gplan.errors import InfeasibleError
 from gplan.plan import RunnerUp, SearchRecord, SolverInfo
@@ -68,8 +69,7 @@ def lower_bound_s(table: CostTable) -> float:
     """`(m − 1/v)·W/p + W/v` with W the work at the cheapest option on the fastest group: a valid
     bound since T_max ≥ Σ T_i / p."""
     work = work_s(table)
-    m, v, p = table.num_microbatches, table.vpp, table.pp
-    return (m - 1 / v) * work / p + work / v
+    return pipeline_objective(work / table.pp, work, table.num_microbatches, table.vpp)
 
 
 def work_s(table: CostTable) -> float:
@@ -125,8 +125,7 @@ def memory_aware_bound_s(table: CostTable, work_s: float) -> float:
     for _ in range(30):
         mid = (lo + hi) / 2
         lo, hi = (lo, mid) if holds(mid) else (mid, hi)
-    m, v = table.num_microbatches, table.vpp
-    return (m - 1 / v) * hi + work_s / v
+    return pipeline_objective(hi, work_s, table.num_microbatches, table.vpp)
 
 
 def memory_lower_bound_bytes(table: CostTable) -> float:

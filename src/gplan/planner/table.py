@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gplan.cost_models import memory
+from gplan.cost_models.pipeline import pipeline_time_s
 from gplan.cost_models.step import StepModel
 from gplan.spec.parallel import LayerCount, StageLayout, even_sizes
 
@@ -49,7 +50,7 @@ class CostTable:
 
     def objective(self, stage_times: list[float]) -> float:
         """`(m − 1/v)·T_max + Σ T_i / v`, the pipeline time of cost_models.pipeline."""
-        return (self.num_microbatches - 1 / self.vpp) * max(stage_times) + sum(stage_times) / self.vpp
+        return pipeline_time_s(stage_times, self.num_microbatches, self.vpp)
 
 
 def build_table(step: StepModel, options: list[str], groups: list[int] | None = None) -> CostTable:

@@ -2,7 +2,7 @@
 
 Decoder-only stacks (GPT, Llama, Mistral, Qwen2, GPT-NeoX) and encoder–decoder stacks (the original
 Transformer) are covered. A stack is a sequence of *layer kinds*, each repeated `count` times; the
-planner places counts of identical layers on pipeline stages (DESIGN.md §8).
+planner places counts of identical layers on pipeline stages (docs/design.md, "Search").
 """
 
 from __future__ import annotations

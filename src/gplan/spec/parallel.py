@@ -137,7 +137,7 @@ class StageLayout(BaseModel):
 
 
 def check_config(model: ModelSpec, training: TrainingSpec, config: ParallelConfig, devices: int) -> None:
-    """Reject a configuration that cannot run, with the rule it breaks (DESIGN.md §8.1)."""
+    """Reject a configuration that cannot run, with the rule it breaks."""
     if config.world_size != devices:
         raise InputError(
             f"dp·tp·pp·cp = {config.dp}·{config.tp}·{config.pp}·{config.cp} = {config.world_size} "
