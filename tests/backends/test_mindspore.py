@@ -172,6 +172,10 @@ def test_data_parallel_msrun_job_matches_one_process(gplan, tmp_path):
         assert r.code == 0, r.stderr[-2000:]
         report = r.json()
         assert report["backend"] == "mindspore" and report["world_size"] == (2 if name == "dp2" else 1)
+        # every rank's step times and peak memory reach the report (gathered, not rank 0's alone)
+        assert [r["rank"] for r in report["ranks"]] == list(range(report["world_size"]))
+        assert all(len(r["step_times_s"]) == 5 and r["peak_memory_bytes"] > 0 for r in report["ranks"])
+        assert report["step_times_s"] == [max(r["step_times_s"][i] for r in report["ranks"]) for i in range(5)]
         losses[name] = report["losses"]
     assert len(losses["dp2"]) == 5
     assert losses["dp2"] == pytest.approx(losses["one"], abs=1e-5)

@@ -76,3 +76,20 @@ def test_launch_validate_builds_it_on_a_fake_process_group(gplan):
     r = gplan("launch", str(GOLDEN), "--validate", "--json")
     assert r.code == 0, r.stderr
     assert r.json()["ok"]
+
+
+def test_the_run_report_counts_every_stage_and_takes_mfu_from_the_plan():
+    """`report.build_report`, which both workers use: the slowest rank per step, the median after the
+    warm-up, every stage's peak, MFU by the plan's own FLOPs and peaks."""
+    from gplan.report import RankReport, build_report
+
+    plan = read_plan(GOLDEN)
+    ranks = [RankReport(rank=r, stage=0 if r in plan.stages[0].ranks else 1, step_times_s=[9.0, 2.0, 3.0, 4.0],
+                        peak_memory_bytes=float(r), memory_kind="rss") for r in range(plan.world_size)]
+    ranks[5] = ranks[5].model_copy(update={"step_times_s": [9.0, 2.0, 5.0, 4.0]})
+    report = build_report(plan, backend="test", framework_version="0", device="cpu", compute_dtype="fp32",
+                          first_step=0, steps=4, warmup_steps=1, losses=[1.0] * 4, ranks=ranks)
+    assert report.step_times_s == [9.0, 2.0, 5.0, 4.0] and report.step_time_s == 4.0
+    assert report.stage_peak_bytes() == [max(plan.stages[0].ranks), max(plan.stages[1].ranks)]
+    assert report.mfu == pytest.approx(plan.prediction.mfu * plan.prediction.step_time_s / 4.0)
+    assert report.tokens_per_s == pytest.approx(plan.training.tokens_per_step / 4.0)
