@@ -451,6 +451,8 @@ def hardware(as_json: bool = JsonOpt) -> None:
 @app.command()
 @guarded
 def validate(file: Path = typer.Argument(..., help="a model.yaml, HF config.json, cluster.yaml or plan.json"),
+             refresh: bool = typer.Option(False, "--refresh", help="plan.json edited on purpose: rebuild what follows "
+                                          "from its inputs, degrees and split (ranges, ranks, prediction, digest)"),
              as_json: bool = JsonOpt) -> None:
     """Check a model, cluster or plan file; exit 3 with the first problem."""
     from gplan.io import read_data_file
@@ -458,19 +460,24 @@ def validate(file: Path = typer.Argument(..., help="a model.yaml, HF config.json
 
     data = read_data_file(file)
     if isinstance(data, dict) and "schema_version" in data:
-        from gplan.planner.check import check_plan
+        from gplan.plan import write_plan
+        from gplan.planner.check import check_prediction, refreshed
 
-        plan = read_plan(file)
-        check_plan(plan, file)
+        plan = refreshed(read_plan(file, check=False)) if refresh else read_plan(file)
+        check_prediction(plan, str(file))
+        if refresh:
+            write_plan(plan, file)
         kind, name = "plan", f"{plan.model.name}, {plan.parallel.label()}"
+    elif refresh:
+        raise UsageError("--refresh rewrites a plan.json", hint="drop --refresh for model and cluster files")
     elif isinstance(data, dict) and "node_groups" in data:
         kind, name = "cluster", load_cluster(str(file)).name
     else:
         kind, name = "model", load_model(str(file)).name
     if as_json:
-        emit_json({"file": str(file), "kind": kind, "name": name, "valid": True})
+        emit_json({"file": str(file), "kind": kind, "name": name, "valid": True, "refreshed": refresh})
     else:
-        err.print(f"[green]ok:[/] {file} is a valid {kind} ({name})")
+        err.print(f"[green]{'refreshed' if refresh else 'ok'}:[/] {file} is a valid {kind} ({name})")
 
 
 def version_callback(value: bool) -> None:

@@ -20,7 +20,7 @@ from gplan.errors import InputError
 from gplan.io import atomic_write_text
 from gplan.profiles.schema import ClusterSpec
 from gplan.spec.model import ModelSpec
-from gplan.spec.parallel import LayerCount, ParallelConfig, StageLayout
+from gplan.spec.parallel import LayerCount, ParallelConfig, StageLayout, check_config
 from gplan.spec.training import TrainingSpec
 
 SCHEMA_VERSION = 1
@@ -268,14 +268,24 @@ def is_plan_file(path: Path) -> bool:
     return isinstance(data, dict) and "schema_version" in data
 
 
-def read_plan(path: Path) -> Plan:
-    """Read a plan; refuse unknown schema versions and malformed files with one line (exit 3)."""
+def read_plan(path: Path, check: bool = True) -> Plan:
+    """Read a plan; refuse unknown schema versions, malformed files and (unless `check=False`, which
+    `gplan validate --refresh` uses to repair an edited plan) inconsistent ones, with one line (exit 3)."""
+    plan = _parse_plan(path)
+    if check:
+        check_plan(plan, str(path))
+    return plan
+
+
+def _parse_plan(path: Path) -> Plan:
     if not path.is_file():
         raise InputError(f"{path}: no such plan file", hint="create one with: gplan search MODEL --devices N")
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}:{exc.lineno}: malformed JSON: {exc.msg}", hint="regenerate the plan") from exc
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not UTF-8 text", hint="regenerate the plan") from None
     if not isinstance(data, dict) or "schema_version" not in data:
         raise InputError(f"{path}: not a gplan plan (no schema_version)", hint="pass a plan.json written by gplan search")
     version = data["schema_version"]
@@ -290,3 +300,84 @@ def read_plan(path: Path) -> Plan:
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"])
         raise InputError(f"{path}: invalid plan at '{loc}': {err['msg']}", hint="regenerate the plan") from exc
+
+
+# ---- the plan check ----------------------------------------------------------------------------------
+
+REFRESH_HINT = "regenerate it with gplan search, or after a deliberate edit run: gplan validate PLAN --refresh"
+
+
+def check_plan(plan: Plan, source: str = "plan") -> None:
+    """Everything a plan must keep to run as written, each refused with the field it breaks (exit 3):
+    the digest of its inputs; the configuration's rules; stages contiguous, covering every layer once,
+    with one recompute entry per layer and the embedding and head where they belong; ranks unique and
+    covering the world, stage by stage as the rank grid says; devices unique and inside their nodes;
+    `m·mbs·dp = gbs`; the schedule's own rules; one prediction per stage."""
+    def bad(field: str, what: str) -> InputError:
+        return InputError(f"{source}: {field}: {what}", hint=REFRESH_HINT)
+
+    if inputs_digest(plan.model, plan.cluster, plan.training) != plan.digest:
+        raise bad("digest", "does not match the plan's model, cluster and training (edited since it was written?)")
+    c, t = plan.parallel, plan.training
+    if c.num_microbatches * c.mbs * c.dp != t.gbs:
+        raise bad("parallel.num_microbatches", f"m·mbs·dp = {c.num_microbatches}·{c.mbs}·{c.dp} ≠ gbs {t.gbs}")
+    try:
+        check_config(plan.model, t, c, c.world_size)
+    except InputError as exc:
+        raise bad("parallel", exc.message) from None
+    _check_stages(plan, bad)
+    _check_placement(plan, bad)
+    if len(plan.prediction.stages) != c.pp:
+        raise bad("prediction.stages", f"{len(plan.prediction.stages)} entries for pp={c.pp}")
+
+
+def _check_stages(plan: Plan, bad) -> None:
+    c, stages = plan.parallel, plan.stages
+    if len(stages) != c.pp:
+        raise bad("stages", f"{len(stages)} stages for pp={c.pp}")
+    start, per_stage = 0, c.world_size // c.pp
+    seen: set[int] = set()
+    for i, s in enumerate(stages):
+        where = f"stages[{i}]"
+        if s.index != i:
+            raise bad(f"{where}.index", f"is {s.index}")
+        if s.layer_start != start or s.layer_end <= s.layer_start:
+            raise bad(f"{where}.layer_start", f"layers {s.layer_start}..{s.layer_end} do not follow layer {start} "
+                                              "(stages must be contiguous and non-empty)")
+        if sum(lc.count for lc in s.layers) != s.layer_end - s.layer_start:
+            raise bad(f"{where}.layers", f"recompute entries cover {sum(lc.count for lc in s.layers)} layers, "
+                                         f"the range {s.layer_end - s.layer_start}")
+        if s.embedding != (i == 0) or s.head != (i == c.pp - 1):
+            raise bad(f"{where}", "the embedding belongs to the first stage and the head to the last")
+        if s.node_group >= len(plan.cluster.node_groups):
+            raise bad(f"{where}.node_group", f"{s.node_group} is not a node group of the cluster")
+        expected = list(range(i * per_stage, (i + 1) * per_stage))
+        if sorted(s.ranks) != expected:
+            raise bad(f"{where}.ranks", f"must be ranks {expected[0]}..{expected[-1]} (the rank grid's stage slice)")
+        seen |= set(s.ranks)
+        start = s.layer_end
+    if start != plan.model.total_layers:
+        raise bad("stages", f"cover {start} of the model's {plan.model.total_layers} layers")
+    kinds = [k.name for k in plan.model.layer_kinds()]
+    for i, s in enumerate(stages):
+        unknown = {lc.kind for lc in s.layers} - set(kinds)
+        if unknown:
+            raise bad(f"stages[{i}].layers", f"unknown layer kind {sorted(unknown)[0]!r}")
+
+
+def _check_placement(plan: Plan, bad) -> None:
+    c, p = plan.parallel, plan.placement
+    expected_shape = [getattr(c, axis) for axis in p.axis_order]
+    if sorted(p.axis_order) != sorted(["pp", "dp", "cp", "tp"]) or p.mesh_shape != expected_shape:
+        raise bad("placement.mesh_shape", f"{p.mesh_shape} over {p.axis_order} does not match the degrees")
+    if len(p.rank_to_device) != c.world_size:
+        raise bad("placement.rank_to_device", f"{len(p.rank_to_device)} ranks, world size {c.world_size}")
+    devices = [(d.node, d.local) for d in p.rank_to_device]
+    if len(set(devices)) != len(devices):
+        node, local = next(d for d in devices if devices.count(d) > 1)
+        raise bad("placement.rank_to_device", f"two ranks on one device (node {node}, device {local})")
+    groups = plan.cluster.node_groups
+    for rank, d in enumerate(p.rank_to_device):
+        if d.node_group >= len(groups) or not 0 <= d.local < groups[d.node_group].devices_per_node:
+            raise bad(f"placement.rank_to_device[{rank}]", f"device {d.local} of node group {d.node_group} "
+                                                           "is not in the cluster")
