@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import signal
-import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
 
 from gplan.backends.common import worker_argv
 from gplan.backends.launch import (MSRUN_PORT, JobRecipe, LaunchOptions, LaunchSpec, NodeCommand, job_name, msrun_argv,
-                                   node_layout, slurm_script as slurm_script_of)
+                                   node_layout, run_job, slurm_script as slurm_script_of)
 from gplan.backends.mindspore.strategy import optimizer_parallel_note
 from gplan.errors import BackendError, InputError
 from gplan.plan import Plan
@@ -115,18 +113,7 @@ def run(spec: LaunchSpec, options: LaunchOptions, echo) -> None:
     argv = [str(Path(sys.executable).with_name("msrun")), *spec.nodes[options.node_rank].argv[1:]]
     options.run_dir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **spec.env, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    with open(options.run_dir / "msrun.log", "w") as log:
-        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
-        try:
-            for line in proc.stdout:
-                log.write(line)
-            code = proc.wait()
-        finally:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+    code = run_job(argv, env, options.run_dir / "msrun.log")
     if code != 0:
         raise _failure(code, options.run_dir)
 

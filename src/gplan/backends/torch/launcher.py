@@ -13,14 +13,13 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
 
 from gplan.backends.common import worker_argv as common_worker_argv
 from gplan.backends.launch import (TORCHRUN_PORT, JobRecipe, LaunchOptions, LaunchSpec, NodeCommand, job_name,
-                                   node_layout, torchrun_argv)
+                                   node_layout, run_job, torchrun_argv)
 from gplan.backends.launch import slurm_script as slurm_script_of
 from gplan.errors import BackendError, InputError
 from gplan.plan import Plan
@@ -101,35 +100,10 @@ def run(spec: LaunchSpec, options: LaunchOptions, echo) -> None:
     """Run this node's command; raise BackendError naming the failed rank when the job fails."""
     argv = [sys.executable, "-m", "torch.distributed.run"] + spec.nodes[options.node_rank].argv[1:]
     options.run_dir.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **spec.env}
     log_path = options.run_dir / "torchrun.log"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
-        try:
-            for line in proc.stdout:
-                log.write(line)
-                echo(line.rstrip("\n"))
-            code = proc.wait()
-        except KeyboardInterrupt:
-            _kill_group(proc)
-            raise
-        finally:
-            _kill_group(proc)
+    code = run_job(argv, {**os.environ, **spec.env}, log_path, echo)
     if code != 0:
         raise _failure(code, log_path.read_text(), options.run_dir)
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    """Whatever torchrun left (it should leave nothing) dies with it."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 PEER_LOSS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "Socket Timeout",
