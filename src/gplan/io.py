@@ -94,5 +94,6 @@ def _input_error(exc: ValidationError, model_cls: type[BaseModel], source: str) 
     if kind == "missing":
         return InputError(f"{source}: missing required key '{loc}'", hint=f"add '{loc}: <value>'")
     message = err["msg"].removeprefix("Value error, ")
-    where = f"'{loc}': " if loc else ""
-    return InputError(f"{source}: {where}{message}", hint=f"{model_cls.__name__} keys: {', '.join(known)}")
+    if not loc:
+        return InputError(f"{source}: {message}", hint="correct the file; `gplan validate FILE` checks it again")
+    return InputError(f"{source}: '{loc}': {message}", hint=f"{model_cls.__name__} keys: {', '.join(known)}")

@@ -28,8 +28,18 @@ def title(inputs) -> str:
     default = " (default; choose with --cluster)" if inputs.cluster_note else ""
     if inputs.profile:
         default = f" (measured profile {inputs.profile})"
+    t = inputs.training
+    batch = f" ({inputs.gbs_note}; choose with --gbs)" if inputs.gbs_note else ""
     return (f"{inputs.model.name} on {inputs.devices} × {inputs.cluster.primary.hardware.name}, "
-            f"cluster {inputs.cluster.name}{default}")
+            f"cluster {inputs.cluster.name}{default}; gbs {t.gbs} × seq {t.seq_length} = "
+            f"{tokens(t.tokens_per_step)} tokens/step{batch}, {t.precision}")
+
+
+def tokens(count: float) -> str:
+    for unit, size in (("M", 2**20), ("k", 2**10)):
+        if count >= size:
+            return f"{count / size:.3g}{unit}"
+    return f"{count:g}"
 
 
 def prediction_summary(console: Console, title: str, config: ParallelConfig, p: Prediction, stages: bool = True) -> None:

@@ -8,7 +8,7 @@ from pydantic import ValidationError
 
 from gplan.errors import InputError, UsageError
 from gplan.profiles.catalogue import cluster_from_hardware, load_cluster
-from gplan.profiles.schema import ClusterSpec
+from gplan.profiles.schema import MAX_DEVICES, ClusterSpec
 from gplan.profiles.catalogue import load_model
 from gplan.spec.model import ModelSpec
 from gplan.spec.training import TrainingSpec
@@ -17,6 +17,9 @@ DEFAULT_CLUSTER = "dgx-a100-80g"
 #: Default global batch: about 4M tokens, the scale of published LLM pre-training batches
 #: (GPT-3: 3.2M; Llama 2: 4M; Llama 3: 4M–16M).
 DEFAULT_BATCH_TOKENS = 2**22
+#: On CPU clusters (tests, walkthroughs, trying a layout small) a few thousand tokens: a step takes
+#: seconds there, not hours.
+DEFAULT_CPU_BATCH_TOKENS = 2**12
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,8 @@ class Inputs:
     cluster_note: str = ""
     profile: str | None = None
     """`path (sha256 prefix)` of the measured profile the cluster came from."""
+    gbs_note: str = ""
+    """How the global batch was chosen when the user did not give one."""
 
 
 def resolve_cluster(devices: int | None, cluster: str | None, hardware: str | None,
@@ -36,6 +41,9 @@ def resolve_cluster(devices: int | None, cluster: str | None, hardware: str | No
         raise UsageError("--cluster and --hardware are exclusive", hint="name a cluster, or a hardware kind")
     if devices is not None and devices < 1:
         raise InputError(f"--devices {devices}: must be at least 1", hint="pass a positive device count")
+    if devices is not None and devices > MAX_DEVICES:
+        raise InputError(f"--devices {devices:,}: gplan plans clusters of up to {MAX_DEVICES:,} devices",
+                         hint="pass the devices of one training job")
     note = ""
     if hardware:
         if devices is None:
@@ -56,10 +64,16 @@ def resolve_cluster(devices: int | None, cluster: str | None, hardware: str | No
     return spec, devices, note
 
 
-def default_gbs(devices: int, seq_length: int) -> int:
-    """~4M tokens, rounded up to a multiple of the device count."""
-    gbs = max(1, DEFAULT_BATCH_TOKENS // seq_length)
-    return -(-max(gbs, devices) // devices) * devices
+def default_gbs(devices: int, seq_length: int, target_tokens: int = DEFAULT_BATCH_TOKENS) -> int:
+    """The target batch in sequences, rounded to the nearest multiple of `g`, the largest power of two
+    that divides the device count and is not above the target: every dp that divides `g` stays
+    possible, and the batch is never far from the target (within g/2 sequences, g ≤ target) — rather
+    than rounded up to a multiple of the devices, which on 16,384 GPUs turned a 4M-token batch into 134M."""
+    target = max(1, round(target_tokens / seq_length))
+    g = 1
+    while devices % (2 * g) == 0 and 2 * g <= target:
+        g *= 2
+    return max(g, round(target / g) * g)
 
 
 def resolve_profile(path: str, devices: int | None, cluster: str | None,
@@ -99,12 +113,18 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
         if precision not in group.hardware.peak_tflops:
             raise InputError(f"{group.hardware.name} does not support {precision}",
                              hint=f"use --precision {'/'.join(group.hardware.peak_tflops)}")
+    gbs_note = ""
+    if gbs is None:
+        cpu = all(g.hardware.kind == "cpu" for g in spec.node_groups)
+        target = DEFAULT_CPU_BATCH_TOKENS if cpu else DEFAULT_BATCH_TOKENS
+        gbs = default_gbs(devices, seq, target)
+        gbs_note = f"default: the ~{target / 2**20:g}M-token batch" if not cpu else f"default on CPUs: ~{target} tokens"
     try:
-        training = TrainingSpec(gbs=gbs if gbs is not None else default_gbs(devices, seq), seq_length=seq,
+        training = TrainingSpec(gbs=gbs, seq_length=seq,
                                 precision=precision, memory_headroom=memory_headroom)
     except ValidationError as exc:
         err = exc.errors()[0]
         raise InputError(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}",
                          hint="see gplan --help") from exc
     return Inputs(model=model, training=training, cluster=spec, devices=devices, cluster_note=note,
-                  profile=profile_ref)
+                  profile=profile_ref, gbs_note=gbs_note)

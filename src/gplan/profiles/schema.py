@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 GIB = 1024**3
 
@@ -131,6 +131,11 @@ class NodeGroup(BaseModel):
         return self.nodes * self.devices_per_node
 
 
+MAX_DEVICES = 2**20
+"""The largest cluster gplan plans for (1,048,576 devices, several times the largest of 2026): a
+cluster file beyond it is a typo, refused at once instead of searched for hours."""
+
+
 class ClusterSpec(BaseModel):
     """Node groups; several groups make a heterogeneous cluster."""
 
@@ -138,6 +143,13 @@ class ClusterSpec(BaseModel):
 
     name: str
     node_groups: list[NodeGroup] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _not_absurd(self) -> "ClusterSpec":
+        if self.devices > MAX_DEVICES:
+            raise ValueError(f"{self.devices:,} devices: gplan plans clusters of up to {MAX_DEVICES:,} "
+                             "(check nodes and devices_per_node)")
+        return self
 
     @property
     def devices(self) -> int:
