@@ -144,6 +144,9 @@ def search(
     recompute: str = typer.Option("none,selective,full", "--recompute", help="recompute options the ILP may give each layer"),
     schedule: Optional[str] = typer.Option(None, "--schedule", help="allowed schedules: gpipe,1f1b,interleaved_1f1b"),
     all_devices: bool = typer.Option(False, "--all-devices", help="never use fewer devices than given"),
+    target: Optional[str] = typer.Option(None, "--target", help="only plans this runs as priced: torch | mindspore | "
+                                         "megatron | torchtitan | deepspeed | mindformers (default: the backend of the "
+                                         "cluster's hardware)"),
     time_limit: float = typer.Option(10.0, "--time-limit", help="seconds per ILP solve"),
     top: int = typer.Option(5, "--top", help="plans to show"),
     out: Path = typer.Option(Path("plan.json"), "--out", "-o", help="where to write the best plan"),
@@ -162,7 +165,7 @@ def search(
         raise InputError(f"--out {out}: is a directory", hint=f"name a file, e.g. --out {out / 'plan.json'}")
     inputs = _inputs(model, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, memory_headroom,
                      profile)
-    limits = limits_from_options(tp, pp, dp, cp, mbs, vpp, zero, recompute, schedule, all_devices)
+    limits = limits_from_options(tp, pp, dp, cp, mbs, vpp, zero, recompute, schedule, all_devices, target)
     planned = make_best_plan(inputs, limits, top=top, time_limit_s=time_limit)
     write_plan(planned.plan, out)
     if as_json:

@@ -204,7 +204,7 @@ class SearchRecord(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    limits: dict[str, list[int] | list[str] | bool | None]
+    limits: dict[str, list[int] | list[str] | bool | str | None]
     """The search limits (SearchLimits fields) the user gave."""
     candidates: int
     ilps_solved: int
@@ -227,6 +227,9 @@ class Plan(BaseModel):
     provenance: Provenance
     search: SearchRecord | None = None
     """Present when `gplan search` wrote the plan."""
+    target: str | None = None
+    """The backend or export target the search bounded its space by (spec.targets); None in plans
+    written before targets existed, or built by hand."""
 
     @property
     def world_size(self) -> int:

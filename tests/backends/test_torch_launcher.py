@@ -156,7 +156,7 @@ def test_unsupported_plans_are_refused_before_starting(plan_factory, tmp_path):
     from gplan.testing import TINY_GPT
 
     plan = read_plan(plan_factory(TINY_GPT, pp=2))
-    with pytest.raises(InputError, match="tied embeddings"):
+    with pytest.raises(InputError, match="tied_embeddings"):
         render(plan, RUN / "plan.json", LaunchOptions(run_dir=RUN))
 
 

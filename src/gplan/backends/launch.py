@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gplan.errors import BackendError, InputError
-from gplan.plan import Plan
+from gplan.plan import Plan, layouts_of
+from gplan.spec.targets import TARGETS, refusals
 
 TORCHRUN_PORT = 29500
 MSRUN_PORT = 8118
@@ -83,6 +84,17 @@ class JobRecipe:
     @property
     def world_size(self) -> int:
         return int(self.nnodes) * self.nproc_per_node
+
+
+def refuse_unsupported(plan: Plan, target: str) -> None:
+    """Exit 3 before anything starts when the target cannot run the plan as priced, naming the
+    capability and the search option that avoids it."""
+    found = refusals(TARGETS[target], plan.model, plan.parallel, plan.parallel.num_microbatches, layouts_of(plan))
+    if found:
+        first = found[0]
+        raise InputError(f"the {target} backend cannot run this plan ({first.capability}): {first.detail}",
+                         hint=f"search again with --target {target}" + (f" (or {first.avoid})" if
+                                                                        first.avoid != f"--target {target}" else ""))
 
 
 def default_nodes(plan: Plan) -> tuple[int, int]:

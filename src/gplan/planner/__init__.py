@@ -5,7 +5,7 @@ the annotated plan. The CLI only parses, calls this and renders."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
@@ -25,15 +25,20 @@ class Planned:
 
 def plan(inputs: Inputs, limits: SearchLimits | None = None, top: int = 5, time_limit_s: float = 10.0,
          progress: Callable[[int, int], None] | None = None) -> Planned:
-    """Search, then build the Plan of the best candidate; raises InfeasibleError when nothing fits."""
+    """Search, then build the Plan of the best candidate; raises InfeasibleError when nothing fits.
+    The space is bounded by what the target runs (default: the backend of the cluster's hardware)."""
     from gplan.planner.build import make_plan
     from gplan.planner.search import search, search_record
     from gplan.planner.space import SearchLimits
+    from gplan.spec.targets import default_target
 
     limits = limits or SearchLimits()
+    if limits.target is None:
+        limits = replace(limits, target=default_target(inputs.cluster.primary.hardware.kind))
     result = search(inputs.model, inputs.training, inputs.cluster, inputs.devices, limits, top=top,
                     time_limit_s=time_limit_s, progress=progress)
     best = result.best
     winner = make_plan(inputs.model, inputs.training, best.cluster, best.config, best.layouts, best.solver,
-                       devices_given=inputs.devices, profile=inputs.profile, search=search_record(result, limits))
+                       devices_given=inputs.devices, profile=inputs.profile, search=search_record(result, limits),
+                       target=limits.target)
     return Planned(winner, result)

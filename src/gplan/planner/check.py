@@ -23,4 +23,4 @@ def refreshed(plan: Plan) -> Plan:
     config = plan.parallel.to_config()
     return make_plan(plan.model, plan.training, plan.cluster, config, layouts_of(plan), plan.provenance.solver,
                      devices_given=plan.provenance.devices_given, profile=plan.provenance.profile,
-                     search=plan.search)
+                     search=plan.search, target=plan.target)

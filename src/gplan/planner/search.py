@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from gplan.cost_models.pipeline import pipeline_objective
 from gplan.cost_models.step import Prediction, StepModel
@@ -22,6 +22,7 @@ from gplan.planner.table import CostTable, build_table, uniform_split
 from gplan.profiles.schema import ClusterSpec
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import ParallelConfig, StageLayout
+from gplan.spec.targets import TARGETS, config_refusals, split_refusals
 from gplan.spec.training import TrainingSpec
 
 
@@ -163,12 +164,11 @@ def search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devic
         best_uniform = min(uniform, key=lambda u: u.objective) if uniform else None
         scored.append(_Scored(lower_bound_s(table), result.candidates, step, table, best_uniform))
     if not result.candidates:
-        raise InfeasibleError(_no_candidate_message(model, training, devices, limits),
-                              hint="relax --tp/--pp/--mbs/--gbs so that dp·tp·pp·cp can equal the devices")
+        raise _no_candidate(model, training, cluster, devices, limits)
     found: dict[ParallelConfig, Candidate] = {}
     seeds = sorted((s for s in scored if s.uniform), key=lambda s: s.uniform.objective)[:2 * top]
     for s in seeds:
-        _keep(found, s.step, s.uniform.layouts(s.table), SolverInfo(name="uniform", status="none"))
+        _keep(found, s.step, s.uniform.layouts(s.table), SolverInfo(name="uniform", status="none"), target=limits.target)
     scored.sort(key=lambda item: (item.bound, item.order))
     for index, s in enumerate(scored):
         if progress:
@@ -191,7 +191,7 @@ def search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devic
             result.memory_infeasible += 1
             continue
         info = SolverInfo(name=solved.solver, status=solved.status, gap=solved.gap, time_s=solved.time_s)
-        _keep(found, s.step, solved.split.layouts(s.table), info, replace=True)
+        _keep(found, s.step, solved.split.layouts(s.table), info, replace=True, target=limits.target)
     result.time_s = time.perf_counter() - start
     if not found:
         raise _infeasible(model, training, cluster, devices, limits)
@@ -208,9 +208,12 @@ class _Scored:
     uniform: object
 
 
-def _keep(found: dict, step: StepModel, layouts: list[StageLayout], info: SolverInfo, replace: bool = False) -> None:
-    """Re-price a split with the cost model and keep it if it fits (the ILP's result supersedes the
-    uniform seed of the same configuration when it is at least as fast)."""
+def _keep(found: dict, step: StepModel, layouts: list[StageLayout], info: SolverInfo, replace: bool = False,
+          target: str | None = None) -> None:
+    """Re-price a split with the cost model and keep it if it fits and the target runs it (the ILP's
+    result supersedes the uniform seed of the same configuration when it is at least as fast)."""
+    if target and split_refusals(TARGETS[target], layouts):
+        return
     prediction = step.predict(layouts)
     if not prediction.fits:
         return
@@ -223,6 +226,20 @@ def _kth_best(found: dict, k: int) -> float:
     if len(found) < k:
         return math.inf
     return sorted(c.prediction.step_time_s for c in found.values())[k - 1]
+
+
+def _no_candidate(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devices: int,
+                  limits: SearchLimits) -> InfeasibleError:
+    """No configuration at all: the rules and limits leave none, or the target runs none of them (say
+    which capability, and what avoids it)."""
+    if limits.target:
+        unbounded = replace(limits, target=None)
+        for config in candidates(model, training, cluster, devices, unbounded):
+            found = config_refusals(TARGETS[limits.target], model, config, config.microbatches_for(training.gbs))
+            return InfeasibleError(f"no configuration of {devices} devices that {limits.target} runs as priced: "
+                                   f"{found[0].detail}", hint=f"{found[0].avoid}, or another --target")
+    return InfeasibleError(_no_candidate_message(model, training, devices, limits),
+                           hint="relax --tp/--pp/--mbs/--gbs so that dp·tp·pp·cp can equal the devices")
 
 
 def _no_candidate_message(model: ModelSpec, training: TrainingSpec, devices: int, limits: SearchLimits) -> str:

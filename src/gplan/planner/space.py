@@ -9,6 +9,7 @@ from gplan.profiles.schema import ClusterSpec
 from gplan.spec.model import ModelSpec
 from gplan.errors import InputError
 from gplan.spec.parallel import RECOMPUTE_OPTIONS, SCHEDULES, ParallelConfig
+from gplan.spec.targets import TARGETS, config_refusals
 from gplan.spec.training import TrainingSpec
 
 
@@ -32,6 +33,9 @@ class SearchLimits:
     """Options the ILP may give each layer."""
     schedule: list[str] | None = None
     allow_fewer_devices: bool = True
+    target: str | None = None
+    """The backend or export target whose capabilities bound the space (spec.targets); None: every
+    configuration gplan can price."""
 
 
 def int_list(value: str | None, flag: str) -> list[int] | None:
@@ -63,13 +67,19 @@ def word_list(value: str | None, flag: str, allowed: tuple[str, ...]) -> list[st
 def limits_from_options(tp: str | None = None, pp: str | None = None, dp: str | None = None, cp: str | None = None,
                         mbs: str | None = None, vpp: str | None = None, zero: str | None = None,
                         recompute: str = ",".join(RECOMPUTE_OPTIONS), schedule: str | None = None,
-                        all_devices: bool = False) -> SearchLimits:
+                        all_devices: bool = False, target: str | None = None) -> SearchLimits:
     """SearchLimits from the command line's comma-separated lists (exit 3 with a hint when malformed)."""
     return SearchLimits(tp=int_list(tp, "--tp"), pp=int_list(pp, "--pp"), dp=int_list(dp, "--dp"),
                         cp=int_list(cp, "--cp"), mbs=int_list(mbs, "--mbs"), vpp=int_list(vpp, "--vpp"),
                         zero=int_list(zero, "--zero"), recompute=word_list(recompute, "--recompute", RECOMPUTE_OPTIONS),
                         schedule=word_list(schedule, "--schedule", SCHEDULES),
-                        allow_fewer_devices=not all_devices)
+                        allow_fewer_devices=not all_devices, target=target_name(target))
+
+
+def target_name(value: str | None) -> str | None:
+    if value is not None and value not in TARGETS:
+        raise InputError(f"--target {value!r}: unknown target", hint="choose from " + ", ".join(TARGETS))
+    return value
 
 
 def divisors(n: int) -> list[int]:
@@ -143,5 +153,8 @@ def _per_degrees(model: ModelSpec, training: TrainingSpec, limits: SearchLimits,
             for zero in limits.zero or [0, 1, 3]:
                 if zero > 0 and dp * cp == 1:
                     continue
-                yield ParallelConfig(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, mbs=mbs, sp=tp > 1, zero=zero,
-                                     schedule=schedule, recompute="none")
+                config = ParallelConfig(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, mbs=mbs, sp=tp > 1, zero=zero,
+                                        schedule=schedule, recompute="none")
+                if limits.target and config_refusals(TARGETS[limits.target], model, config, m):
+                    continue
+                yield config

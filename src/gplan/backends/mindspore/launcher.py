@@ -17,7 +17,8 @@ from pathlib import Path
 
 from gplan.backends.common import worker_argv
 from gplan.backends.launch import (MSRUN_PORT, JobRecipe, LaunchOptions, LaunchSpec, NodeCommand, job_name, msrun_argv,
-                                   node_layout, run_job, slurm_script as slurm_script_of)
+                                   node_layout, refuse_unsupported, run_job,
+                                   slurm_script as slurm_script_of)
 from gplan.backends.mindspore.strategy import optimizer_parallel_note
 from gplan.errors import BackendError, InputError
 from gplan.plan import Plan
@@ -32,16 +33,10 @@ def worker_script() -> str:
 
 
 def check_supported(plan: Plan, device: str) -> None:
-    """What MindSpore can run where: refused before launch with the hardware it needs."""
+    """What MindSpore can run where (spec.targets' "mindspore"): refused before launch with the
+    hardware it needs."""
+    refuse_unsupported(plan, "mindspore")
     c = plan.parallel
-    if c.cp > 1 or c.ep > 1:
-        raise InputError(f"the MindSpore backend runs dp, tp (+sp), pp and zero; this plan has cp={c.cp} ep={c.ep}",
-                         hint="search again with --cp 1")
-    m = plan.model
-    if m.num_encoder_layers or (m.ffn_kind, m.norm, m.position_embedding, m.tie_embeddings) != ("swiglu", "rmsnorm", "rope", False):
-        raise InputError(f"the MindSpore worker runs the Llama family (swiglu, RMSNorm, RoPE, untied head); {m.name} is "
-                         f"{m.ffn_kind}/{m.norm}/{m.position_embedding}{'/tied' if m.tie_embeddings else ''}",
-                         hint="run it with --backend torch, or export it to MindFormers")
     if _on_cpu(plan, device) and (c.tp > 1 or c.pp > 1):
         raise BackendError(f"MindSpore runs tp={c.tp} pp={c.pp} only on Ascend NPUs or GPUs; on CPU it runs data "
                            "parallel only", hint="run this plan on an Ascend (or GPU) cluster, or search with --tp 1 --pp 1")

@@ -18,26 +18,18 @@ from dataclasses import replace
 from pathlib import Path
 
 from gplan.backends.common import worker_argv as common_worker_argv
-from gplan.backends.launch import (TORCHRUN_PORT, JobRecipe, LaunchOptions, LaunchSpec, NodeCommand, job_name,
+from gplan.backends.launch import (TORCHRUN_PORT, refuse_unsupported, JobRecipe, LaunchOptions, LaunchSpec, NodeCommand, job_name,
                                    node_layout, run_job, torchrun_argv)
 from gplan.backends.launch import slurm_script as slurm_script_of
-from gplan.errors import BackendError, InputError
+from gplan.errors import BackendError
 from gplan.plan import Plan
 
 WORKER_MODULE = "gplan.backends.torch.worker"
 
 
 def check_supported(plan: Plan) -> None:
-    """What the torch worker cannot run, refused before any process starts."""
-    c = plan.parallel
-    if c.cp > 1 or c.ep > 1:
-        raise InputError(f"the torch backend runs dp, tp (+sp), pp and zero; this plan has cp={c.cp} ep={c.ep}",
-                         hint="search again with --cp 1")
-    if plan.model.tie_embeddings and c.pp > 1:
-        raise InputError("tied embeddings across pipeline stages are not implemented in the torch backend",
-                         hint="search again with --pp 1, or untie the embeddings (tie_embeddings: false)")
-    if plan.model.num_encoder_layers:
-        raise InputError("the torch backend runs decoder-only models", hint="export the plan for another engine instead")
+    """What the torch worker cannot run (spec.targets' "torch"), refused before any process starts."""
+    refuse_unsupported(plan, "torch")
 
 
 def worker_args(plan_path: Path, options: LaunchOptions) -> list[str]:
