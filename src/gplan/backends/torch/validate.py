@@ -1,6 +1,7 @@
 """Dry validation of a plan at full scale in one CPU process: for one rank of every pipeline stage,
 join a fake process group of the plan's world size, build the DeviceMesh and that rank's model chunks
-on the meta device, apply tp and FSDP exactly as the worker does, and count what the rank holds.
+on the meta device, apply tp, recompute and FSDP exactly as the worker does, build its pipeline
+stages, schedule and optimizers, and count what the rank holds.
 
 No memory is allocated and no message is sent, so a 1024-rank llama3-70b plan checks in seconds.
 """
@@ -15,6 +16,7 @@ from torch.distributed.device_mesh import init_device_mesh
 
 from gplan.backends.base import Check, ValidationReport
 from gplan.backends.torch import apply_pp
+from gplan.backends.torch.apply_ac import apply_recompute
 from gplan.backends.torch.apply_dp import apply_fsdp
 from gplan.backends.torch.apply_tp import apply_tp
 from gplan.backends.torch.model import ModelArgs, Transformer, keep_stage
@@ -58,20 +60,37 @@ def validate_plan(plan: Plan) -> list[StageCheck]:
 
 
 def _check_rank(plan: Plan, stage: int, rank: int) -> StageCheck:
+    """Build what the worker builds for `rank` — mesh, model chunks with tp, recompute and FSDP, the
+    pipeline stages and schedule, the optimizers — short of materialising and running a step."""
     c = plan.parallel
     mesh = init_device_mesh("cpu", tuple(plan.placement.mesh_shape), mesh_dim_names=tuple(plan.placement.axis_order))
     args = ModelArgs.from_spec(plan.model, plan.training.seq_length)
+    recompute = apply_pp.recompute_by_layer(plan, stage)
     params = weights = 0
+    parts, stages = [], []
     for chunk in apply_pp.rank_chunks(plan, stage):
         with torch.device("meta"):
             part = keep_stage(Transformer(args), chunk.layer_ids, chunk.first, chunk.last)
         if c.tp > 1:
             apply_tp(part, mesh["tp"], c.sp)
+        apply_recompute(part, recompute)
         params += _local_numel(part)
-        if c.zero >= 3 and c.dp > 1:
+        if c.zero >= 1 and c.dp > 1:
             apply_fsdp(part, mesh["dp"], c.zero)
-        weights += _local_numel(part)
+        # zero 1/2 keep whole weights between steps (FSDP2 reshards them only at zero 3)
+        weights += _local_numel(part) if c.zero >= 3 else 0
+        parts.append(part)
+        if c.pp > 1:
+            from torch.distributed.pipelining import PipelineStage
+
+            stages.append(PipelineStage(part, chunk.virtual_stage, c.pp * c.vpp, torch.device("cpu"),
+                                        group=mesh["pp"].get_group()))
+    if c.pp > 1:
+        apply_pp.build_schedule(plan, stages, loss_fn=lambda logits, targets: logits.sum())
+    for part in parts:
+        torch.optim.AdamW(part.parameters(), lr=1e-3)
     predicted = plan.prediction.stages[stage]
+    weights = weights if c.zero >= 3 and c.dp > 1 else params
     return StageCheck(stage, rank, params, predicted.params, weights * plan.training.element_bytes,
                       predicted.memory.weights_bytes)
 
