@@ -116,3 +116,50 @@ def engine_skip_as_failure(report, require: bool) -> None:
     if require and report.skipped and ENGINE_SKIP in str(report.longrepr):
         report.outcome = "failed"
         report.longrepr = f"engine test skipped where engines are required: {report.longrepr}"
+
+
+# ---- random small planning cases (the plan contract's property test and bench/contract.py) ---------
+
+def random_case(rng: random.Random) -> dict:
+    """A small model, a CPU cluster size and search limits, drawn so that a search usually has a few
+    candidates: what `gplan search` gets from a user, at a size a CPU can run."""
+    heads = rng.choice([2, 4, 8])
+    kv = rng.choice([h for h in (1, 2, heads) if heads % h == 0])
+    head_dim = rng.choice([8, 16])
+    model = ModelSpec(name="random", num_layers=rng.randint(2, 8), hidden_size=heads * head_dim,
+                      num_attention_heads=heads, num_kv_heads=kv, ffn_hidden_size=rng.choice([2, 4]) * heads * head_dim,
+                      ffn_kind=rng.choice(["swiglu", "gelu"]), vocab_size=rng.choice([128, 256, 512]),
+                      seq_length=rng.choice([16, 32, 64]), norm=rng.choice(["rmsnorm", "layernorm"]),
+                      position_embedding=rng.choice(["rope", "learned"]), tie_embeddings=rng.random() < 0.3)
+    devices = rng.choice([1, 2, 4, 8])
+    limits = {"mbs": rng.choice([None, [1], [1, 2]]), "pp": rng.choice([None, None, [1], [2]]),
+              "recompute": rng.choice([["none", "selective", "full"], ["none"], ["full"]])}
+    return {"model": model, "devices": devices, "gbs": rng.choice([None, 4, 8, 16, 32]), "limits": limits}
+
+
+def ranked_plans(case: dict, top: int = 3) -> list[Plan]:
+    """Every plan `gplan search` ranks for a random case, as plans (empty when nothing fits)."""
+    from gplan.errors import InfeasibleError
+    from gplan.planner import plan as best_plan
+    from gplan.planner.inputs import resolve_inputs
+    from gplan.planner.space import SearchLimits
+
+    inputs = replace_model(resolve_inputs("tiny-llama", case["devices"], "local-cpu"), case["model"], case["gbs"])
+    try:
+        planned = best_plan(inputs, SearchLimits(**case["limits"]), top=top)
+    except InfeasibleError:
+        return []
+    return [planned.plan] + [make_plan(inputs.model, inputs.training, c.cluster, c.config, c.layouts, c.solver,
+                                       target=planned.plan.target) for c in planned.search.ranked[1:]]
+
+
+def replace_model(inputs, model: ModelSpec, gbs: int | None):
+    """`inputs` with another model (and its default batch when no gbs was given)."""
+    from dataclasses import replace
+
+    from gplan.planner.inputs import DEFAULT_CPU_BATCH_TOKENS, default_gbs
+
+    training = inputs.training.model_copy(update={
+        "seq_length": model.seq_length,
+        "gbs": gbs or default_gbs(inputs.devices, model.seq_length, DEFAULT_CPU_BATCH_TOKENS)})
+    return replace(inputs, model=model, training=training)

@@ -94,9 +94,29 @@ def test_weights_of_a_stage(llama8b, a100_cluster):
     config = ParallelConfig(dp=16, tp=4, mbs=1)
     step = StepModel(llama8b, TrainingSpec(gbs=64, seq_length=8192), a100_cluster, config)
     stage = step.stage(0, uniform_layout(llama8b, 1, "none")[0])
-    assert stage.params == pytest.approx(llama8b.total_params() / 4)
+    # Megatron's tp split: everything but the norms (two per layer and the final one, replicated on
+    # every rank: RMSNorm has no bias) is divided by tp = 4.
+    norms = (2 * llama8b.num_layers + 1) * llama8b.hidden_size
+    per_rank = (llama8b.total_params() - norms) / 4 + norms
+    assert stage.params == pytest.approx(per_rank)
     assert stage.memory.weights_bytes + stage.memory.grads_bytes + stage.memory.optimizer_bytes == pytest.approx(
-        18 * llama8b.total_params() / 4)
+        18 * per_rank)
+
+
+def test_replicated_parameters_are_not_divided_by_tp():
+    """GPT with learned positions and biases: positions, norms (scale and shift) and the row-parallel
+    biases stay whole on every tp rank; the rest is divided (what `gplan launch --validate` builds)."""
+    from gplan.spec.model import ModelSpec
+
+    m = ModelSpec(name="g", num_layers=2, hidden_size=64, num_attention_heads=4, vocab_size=512, seq_length=128,
+                  bias=True, position_embedding="learned")
+    kind = m.layer_kinds()[0]
+    h = m.hidden_size
+    replicated = 2 * (2 * h) + 2 * h  # two LayerNorms (scale, shift) and two row-parallel biases
+    assert m.layer_params_per_rank(kind, 4) == (m.layer_params(kind) - replicated) / 4 + replicated
+    assert m.layer_params_per_rank(kind, 1) == m.layer_params(kind)
+    assert m.embedding_params_per_rank(4) == 512 * h / 4 + 128 * h
+    assert m.head_params_per_rank(4) == 512 * h / 4 + 2 * h
 
 
 def test_vpp_implies_the_interleaved_schedule_and_contradictions_are_refused():

@@ -82,7 +82,7 @@ class StepModel:
         return max(0.0, send_s - overlap_s)
 
     def layer_params(self, kind: str) -> float:
-        return self.model.layer_params(self.kinds[kind]) / self.config.tp
+        return self.model.layer_params_per_rank(self.kinds[kind], self.config.tp)
 
     def layer_activation_bytes(self, kind: str, recompute: str) -> float:
         return memory.layer_activation_bytes(self.model, self.kinds[kind], self.shard,
@@ -92,15 +92,16 @@ class StepModel:
     # ---- per stage --------------------------------------------------------------------------------
     def stage_fixed_params(self, stage: StageLayout) -> float:
         """Embedding on the first stage; head on the last (a tied head keeps its own copy of the
-        embedding when the two sit on different stages, as Megatron-LM does)."""
-        params = 0.0
+        embedding when the two sit on different stages, as Megatron-LM does); per tp rank, with the
+        vocabulary split over tp and positions and the final norm replicated."""
+        tp, params = self.config.tp, 0.0
         if stage.embedding:
-            params += self.model.embedding_params()
+            params += self.model.embedding_params_per_rank(tp)
         if stage.head:
-            params += self.model.head_params()
+            params += self.model.head_params_per_rank(tp)
             if self.model.tie_embeddings and not stage.embedding:
-                params += self.model.vocab_size * self.model.hidden_size
-        return params / self.config.tp
+                params += self.model.vocab_size * self.model.hidden_size / tp
+        return params
 
     def stage_params(self, stage: StageLayout) -> float:
         return sum(c.count * self.layer_params(c.kind) for c in stage.layers) + self.stage_fixed_params(stage)

@@ -120,13 +120,30 @@ class ModelSpec(BaseModel):
         return matrices * h * f + ((matrices - 1) * f + h if self.bias else 0)
 
     def norm_params(self) -> int:
-        """One norm: scale (and shift for LayerNorm)."""
-        return self.hidden_size * (2 if self.norm == "layernorm" else 1)
+        """One norm: a scale, and a shift for LayerNorm when the model has biases (`bias` covers every
+        additive bias, as `nn.LayerNorm(bias=...)` does)."""
+        return self.hidden_size * (2 if self.norm == "layernorm" and self.bias else 1)
 
     def layer_params(self, kind: LayerKind) -> int:
         """One transformer layer: attention (+ cross-attention) + MLP + its norms."""
         blocks = 2 if kind.cross_attention else 1
         return blocks * self.attention_params() + self.mlp_params() + (blocks + 1) * self.norm_params()
+
+    def layer_params_per_rank(self, kind: LayerKind, tp: int) -> float:
+        """One layer on one of tp ranks, as Megatron splits it: the weight matrices and the
+        column-parallel biases (q, k, v, MLP up and gate) are divided by tp; the row-parallel biases
+        (attention out, MLP down) and the norms are replicated on every rank."""
+        blocks = 2 if kind.cross_attention else 1
+        replicated = (blocks + 1) * ((self.hidden_size if self.bias else 0) + self.norm_params())
+        return (self.layer_params(kind) - replicated) / tp + replicated
+
+    def embedding_params_per_rank(self, tp: int) -> float:
+        """The vocabulary-parallel token embedding is divided by tp; learned positions are replicated."""
+        return self.vocab_size * self.hidden_size / tp + (self.embedding_params() - self.vocab_size * self.hidden_size)
+
+    def head_params_per_rank(self, tp: int) -> float:
+        """The output projection is divided by tp (vocabulary-parallel); the final norm is replicated."""
+        return (self.head_params() - self.norm_params()) / tp + self.norm_params()
 
     def embedding_params(self) -> int:
         """Token embedding, plus learned positions where the model has them."""
