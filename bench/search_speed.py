@@ -26,14 +26,12 @@ from gplan.planner.reference import brute_force, megatron_heuristic
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- search-speed:begin -->", "<!-- search-speed:end -->"
-#: (model, cluster, devices, gbs, target). The GPT family ties its embedding and head, which gplan's torch
-#: worker cannot split over pipeline stages: those rows search for Megatron-LM, which can (the
-#: heuristic they are compared with is Megatron's hand plan).
+#: (model, cluster, devices, gbs, target): every row plans for gplan's torch backend, the default on GPUs.
 INSTANCES = [
     ("llama3-8b", "dgx-a100-80g", 8, None, "torch"), ("llama3-8b", "dgx-a100-80g", 64, None, "torch"),
     ("llama3-70b", "dgx-h100", 64, 512, "torch"), ("llama3-70b", "dgx-h100", 512, None, "torch"),
-    ("llama3-70b", "dgx-h100", 1024, None, "torch"), ("gpt3-175b", "dgx-a100-80g", 1024, 1536, "megatron"),
-    ("gpt-1t", "dgx-a100-80g", 3072, None, "megatron"), ("gpt-1t", "dgx-a100-80g", 8192, None, "megatron"),
+    ("llama3-70b", "dgx-h100", 1024, None, "torch"), ("gpt3-175b", "dgx-a100-80g", 1024, 1536, "torch"),
+    ("gpt-1t", "dgx-a100-80g", 3072, None, "torch"), ("gpt-1t", "dgx-a100-80g", 8192, None, "torch"),
 ]
 
 

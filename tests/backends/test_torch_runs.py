@@ -67,6 +67,15 @@ def test_tied_gpt_with_tp_sp_and_zero_matches_single_process(reference, tmp_path
     assert launch(plan, tmp_path / "run")["losses"] == pytest.approx(reference["tiny-gpt"], abs=1e-5)
 
 
+@pytest.mark.parametrize("degrees", [dict(pp=2), dict(dp=2, pp=2, zero=1), dict(tp=2, pp=2, sp=True)],
+                         ids=["pp2", "dp2_pp2_zero1", "tp2_pp2_sp"])
+def test_tied_gpt_across_pipeline_stages_matches_single_process(reference, tmp_path, degrees):
+    """The head on the last stage keeps a copy of the embedding, initialised alike; their gradients are
+    summed over the first and last stage after every backward (Megatron's embedding group)."""
+    plan = tiny_plan(tmp_path / "plan.json", TINY_GPT, None, **degrees)
+    assert launch(plan, tmp_path / "run")["losses"] == pytest.approx(reference["tiny-gpt"], abs=1e-5)
+
+
 def test_run_report_has_every_rank_and_the_prediction(tmp_path):
     plan = tiny_plan(tmp_path / "plan.json", TINY_LLAMA, None, dp=2, pp=2)
     report = launch(plan, tmp_path / "run")

@@ -51,10 +51,18 @@ def test_every_ranked_plan_is_one_its_target_runs(gplan, tmp_path, model, cluste
 
 
 def test_a_target_that_runs_nothing_asked_says_which_capability(gplan, tmp_path):
-    r = gplan("search", "gpt-1.7b", "--devices", "16", "--pp", "2", "--out", str(tmp_path / "p.json"))
-    assert r.code == 4 and "torch does not tie the embedding and head" in r.stderr and "--target" in r.stderr
-    plan = searched(gplan, tmp_path, "gpt-1.7b", "--devices", "16", "--pp", "2", "--target", "megatron")
-    assert plan["parallel"]["pp"] == 2 and plan["target"] == "megatron"
+    r = gplan("search", "llama3-8b", "--devices", "16", "--cp", "2", "--out", str(tmp_path / "p.json"))
+    assert r.code == 4 and "torch does not run context parallelism" in r.stderr and "--cp 1" in r.stderr
+    plan = searched(gplan, tmp_path, "llama3-8b", "--devices", "16", "--cp", "2", "--target", "megatron")
+    assert plan["parallel"]["cp"] == 2 and plan["target"] == "megatron"
+
+
+def test_tied_embeddings_across_stages_run_in_torch_but_not_in_mindformers(gplan, tmp_path):
+    plan = searched(gplan, tmp_path, "gpt-1.7b", "--devices", "16", "--pp", "2")
+    assert plan["parallel"]["pp"] == 2 and plan["target"] == "torch"
+    r = gplan("search", "gpt-1.7b", "--devices", "16", "--pp", "2", "--target", "deepspeed", "--zero", "3",
+              "--out", str(tmp_path / "q.json"))
+    assert r.code == 4 and "deepspeed runs zero [0, 1] with pipeline stages" in r.stderr
 
 
 def test_an_unknown_target_is_refused(gplan, tmp_path):

@@ -53,3 +53,55 @@ def build_schedule(plan: Plan, stages: list, loss_fn):
         return ScheduleInterleaved1F1B(stages, m, loss_fn=loss_fn)
     kind = ScheduleGPipe if plan.parallel.schedule == "gpipe" else Schedule1F1B
     return kind(stages[0], m, loss_fn=loss_fn)
+
+
+# ---- a tied embedding and head on different stages ---------------------------------------------------
+
+def tied_pair_group(plan: Plan, rank: int):
+    """The process group of this rank's embedding–head pair when the model ties them and they sit on
+    different pipeline stages (Megatron's embedding group): for every (dp, cp, tp) position, the rank of
+    the first stage and the rank of the last. Every rank creates every pair's group, in the same order
+    (torch requires it); None when the plan has no such pair or this rank is in none."""
+    import torch.distributed as dist
+
+    c = plan.parallel
+    if not plan.model.tie_embeddings or c.pp == 1:
+        return None
+    first, last = plan.stages[0].ranks, plan.stages[-1].ranks
+    mine = None
+    for a, b in zip(sorted(first), sorted(last)):
+        group = dist.new_group([a, b])
+        if rank in (a, b):
+            mine = group
+    return mine
+
+
+def tied_weight(part) -> object | None:
+    """The embedding (first stage) or the head's copy of it (last stage) in this model chunk."""
+    if part.tok_embeddings is not None and part.output is None:
+        return part.tok_embeddings.weight
+    if part.output is not None and part.tok_embeddings is None:
+        return part.output.weight
+    return None
+
+
+def reduce_tied_gradients(parts: list, group) -> None:
+    """Sum the gradients of the embedding and of the head's copy over their pair: both copies then take
+    the same step from the same initial value and stay equal (Megatron-LM does the same)."""
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
+
+    if group is None:
+        return
+    for part in parts:
+        weight = tied_weight(part)
+        if weight is not None and weight.grad is not None:
+            if isinstance(weight.grad, DTensor):
+                # A vocabulary-parallel embedding's gradient can come back replicated: shard it as the
+                # weight is, so that both ends hold the same vocabulary slice.
+                if weight.grad.placements != weight.placements:
+                    weight.grad = weight.grad.redistribute(weight.device_mesh, weight.placements)
+                grad = weight.grad.to_local()
+            else:
+                grad = weight.grad
+            dist.all_reduce(grad, group=group)

@@ -203,7 +203,7 @@ def keep_stage(model: Transformer, layer_ids: list[int], first: bool, last: bool
 def initial_value(name: str, shape: torch.Size, seed: int) -> torch.Tensor:
     """The full initial value of parameter `name`, the same on every rank and in every layout:
     ones for norm weights, zeros for biases, N(0, INIT_STD) else, from a generator seeded by the
-    name."""
+    name. A tied model's head on its own stage draws the embedding's value (callers pass its name)."""
     if name.endswith("bias"):
         return torch.zeros(shape)
     if "norm" in name:
@@ -216,8 +216,11 @@ def init_weights(model: nn.Module, seed: int) -> None:
     """Fill every parameter (plain, tp-sharded or FSDP-sharded) with its slice of `initial_value`."""
     from torch.distributed.tensor import DTensor, distribute_tensor
 
+    tied = getattr(getattr(model, "args", None), "tie_embeddings", False)
     with torch.no_grad():
         for name, param in model.named_parameters():
+            if tied and name == "output.weight":  # the head's copy of the embedding on the last stage
+                name = "tok_embeddings.weight"
             full = initial_value(name, param.shape, seed).to(device=param.device, dtype=param.dtype)
             if isinstance(param, DTensor):
                 local = distribute_tensor(full, param.device_mesh, param.placements, src_data_rank=None).to_local()

@@ -65,6 +65,8 @@ class Job:
     tp_mesh: DeviceMesh | None
     virtual_stages: list[int]
     log: "RankLog"
+    tied_group: object | None = None
+    """The embedding–head pair group when a tied model's ends sit on different stages."""
     step_times_s: list[float] = field(default_factory=list)
 
 
@@ -163,8 +165,9 @@ def build_job(plan: Plan, device: torch.device, args: argparse.Namespace, log: R
     log(f"rank {dist.get_rank()}: stage {pp_rank}, layers {[i for ch in apply_pp.rank_chunks(plan, pp_rank) for i in ch.layer_ids]}, "
         f"{sum(p.numel() for part in parts for p in part.parameters())} parameters here (local shards)")
     virtual_stages = [chunk.virtual_stage for chunk in apply_pp.rank_chunks(plan, pp_rank)]
+    tied_group = apply_pp.tied_pair_group(plan, dist.get_rank())
     return Job(plan, mesh, device, parts, optimizers, schedule, pp_rank, pp_rank == c.pp - 1, autocast, tp_mesh,
-               virtual_stages, log)
+               virtual_stages, log, tied_group=tied_group)
 
 
 def make_loss(tp_mesh: DeviceMesh | None):
@@ -247,6 +250,7 @@ def train_step(job: Job, inputs: torch.Tensor, targets: torch.Tensor) -> float:
             local = _accumulate(job, inputs, targets, c.num_microbatches)
     if c.zero == 0:
         average_gradients(job.parts, job.mesh["dp"].get_group(), c.dp)
+    apply_pp.reduce_tied_gradients(job.parts, job.tied_group)
     for opt in job.optimizers:
         opt.step()
     return global_mean_loss(job, local)
