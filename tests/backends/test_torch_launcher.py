@@ -152,10 +152,14 @@ def test_a_rank_raising_its_own_error_is_named(tmp_path):
     assert failed_rank(output, tmp_path) == (3, "raised an error")
 
 
-def test_unsupported_plans_are_refused_before_starting(plan_factory, tmp_path):
-    plan = read_plan(plan_factory(cp=2))
-    with pytest.raises(InputError, match=r"\(cp\).*context parallelism"):
-        render(plan, RUN / "plan.json", LaunchOptions(run_dir=RUN))
+def test_unsupported_plans_are_refused_before_starting(tmp_path):
+    from gplan.spec.training import TrainingSpec
+    from gplan.testing import TINY_LLAMA, tiny_plan
+
+    path = tiny_plan(tmp_path / "plan.json", TINY_LLAMA, None, TrainingSpec(gbs=1, seq_length=32, precision="fp32"),
+                     pp=2)
+    with pytest.raises(InputError, match=r"\(microbatches\).*at least pp=2 micro-batches"):
+        render(read_plan(path), RUN / "plan.json", LaunchOptions(run_dir=RUN))
 
 
 @pytest.mark.parametrize("zero, expected", [(0, "not overlapped"), (1, "zero 1 runs as zero 2"), (2, None), (3, None)])

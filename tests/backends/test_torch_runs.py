@@ -47,6 +47,10 @@ LAYOUTS = {
     "pp2_gpipe_recompute": dict(pp=2, schedule="gpipe", stages=[[("full", 2)], [("selective", 1), ("none", 1)]]),
     "zero3_dp2_recompute": dict(dp=2, zero=3, recompute="full"),
     "dp2_tp2_pp2_uneven": dict(dp=2, tp=2, pp=2, sp=True, zero=1, stages=[[("none", 1)], [("selective", 3)]]),
+    # context parallelism: the backend's ring attention over load-balanced causal chunks
+    "cp2": dict(cp=2),
+    "dp2_cp2_tp2_sp": dict(dp=2, cp=2, tp=2, sp=True),
+    "cp2_pp2_zero1_recompute": dict(dp=1, cp=2, pp=2, zero=1, stages=[[("full", 2)], [("selective", 2)]]),
 }
 
 
@@ -56,7 +60,8 @@ def test_layout_matches_single_process(name, reference, tmp_path):
     stages = degrees.pop("stages", None)
     plan = tiny_plan(tmp_path / "plan.json", TINY_LLAMA, stages, **degrees)
     report = launch(plan, tmp_path / "run")
-    assert report["world_size"] == json.loads(plan.read_text())["parallel"]["dp"] * degrees.get("tp", 1) * degrees.get("pp", 1)
+    assert report["world_size"] == (json.loads(plan.read_text())["parallel"]["dp"] * degrees.get("tp", 1)
+                                    * degrees.get("pp", 1) * degrees.get("cp", 1))
     assert len(report["losses"]) == STEPS
     assert report["losses"] == pytest.approx(reference["tiny-llama"], abs=1e-5)
     assert report["losses"][-1] != report["losses"][0]
@@ -73,6 +78,12 @@ def test_tied_gpt_across_pipeline_stages_matches_single_process(reference, tmp_p
     """The head on the last stage keeps a copy of the embedding, initialised alike; their gradients are
     summed over the first and last stage after every backward (Megatron's embedding group)."""
     plan = tiny_plan(tmp_path / "plan.json", TINY_GPT, None, **degrees)
+    assert launch(plan, tmp_path / "run")["losses"] == pytest.approx(reference["tiny-gpt"], abs=1e-5)
+
+
+def test_learned_positions_and_a_tied_head_with_context_parallelism(reference, tmp_path):
+    """Every cp rank's tokens keep their global positions (learned position embeddings, the causal mask)."""
+    plan = tiny_plan(tmp_path / "plan.json", TINY_GPT, None, cp=2, pp=2)
     assert launch(plan, tmp_path / "run")["losses"] == pytest.approx(reference["tiny-gpt"], abs=1e-5)
 
 

@@ -51,10 +51,13 @@ def test_every_ranked_plan_is_one_its_target_runs(gplan, tmp_path, model, cluste
 
 
 def test_a_target_that_runs_nothing_asked_says_which_capability(gplan, tmp_path):
-    r = gplan("search", "llama3-8b", "--devices", "16", "--cp", "2", "--out", str(tmp_path / "p.json"))
-    assert r.code == 4 and "torch does not run context parallelism" in r.stderr and "--cp 1" in r.stderr
-    plan = searched(gplan, tmp_path, "llama3-8b", "--devices", "16", "--cp", "2", "--target", "megatron")
-    assert plan["parallel"]["cp"] == 2 and plan["target"] == "megatron"
+    r = gplan("search", "gpt-1.7b", "--devices", "16", "--target", "mindspore", "--out", str(tmp_path / "p.json"))
+    assert r.code == 4 and "mindspore runs the Llama family" in r.stderr and "--target torch" in r.stderr
+    r = gplan("search", "llama3-8b", "--devices", "16", "--cp", "2", "--target", "deepspeed",
+              "--out", str(tmp_path / "p.json"))
+    assert r.code == 4 and "deepspeed does not run context parallelism" in r.stderr and "--cp 1" in r.stderr
+    plan = searched(gplan, tmp_path, "llama3-8b", "--devices", "16", "--cp", "2")
+    assert plan["parallel"]["cp"] == 2 and plan["target"] == "torch"
 
 
 def test_tied_embeddings_across_stages_run_in_torch_but_not_in_mindformers(gplan, tmp_path):

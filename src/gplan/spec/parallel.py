@@ -167,6 +167,10 @@ def check_config(model: ModelSpec, training: TrainingSpec, config: ParallelConfi
             f"the interleaved schedule needs micro-batches ({m}) to be a multiple of pp={config.pp}",
             hint="change gbs or mbs, or use vpp=1",
         )
+    if config.cp > 1 and training.seq_length % (2 * config.cp):
+        raise InputError(
+            f"seq_length {training.seq_length} does not split into 2·cp = {2 * config.cp} chunks (the load-balanced "
+            "causal split of context parallelism)", hint="choose cp so that 2·cp divides the sequence length")
     if training.seq_length % (config.cp * (config.tp if config.sp else 1)):
         raise InputError(
             f"seq_length {training.seq_length} does not split over cp·(tp if sp) ranks",

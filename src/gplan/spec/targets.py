@@ -44,8 +44,8 @@ ALL_SCHEDULES = frozenset({"gpipe", "1f1b", "interleaved_1f1b"})
 ALL_ZERO = frozenset({0, 1, 2, 3})
 
 TARGETS: dict[str, Capabilities] = {
-    # gplan's torch worker (backends/torch): cp is not implemented yet.
-    "torch": Capabilities("torch", ALL_SCHEDULES, microbatches_at_least_stages=True, cp=False,
+    # gplan's torch worker (backends/torch): cp with its own ring attention (apply_cp.py).
+    "torch": Capabilities("torch", ALL_SCHEDULES, microbatches_at_least_stages=True, cp=True,
                           tied_embeddings_across_stages=True, recompute="per_layer", uneven_split=True,
                           zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False),
     # gplan's MindSpore worker (backends/mindspore): the Llama family; MindSpore's Pipeline cell runs 1F1B.

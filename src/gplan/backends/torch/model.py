@@ -88,6 +88,10 @@ class Attention(nn.Module):
         self.wo = nn.Linear(args.dim, args.dim, bias=args.bias)
         self.recompute_core = False
         """Selective recomputation: keep only the inputs of softmax(QKᵀ)V for the backward."""
+        self.ring = None
+        """Context parallelism (apply_cp): the cp group the keys and values go round."""
+        self.positions: torch.Tensor | None = None
+        """With cp: the global positions of this rank's tokens."""
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
         batch, seq, _ = x.shape
@@ -98,6 +102,16 @@ class Attention(nn.Module):
         if rope is not None:
             cos, sin = rope[0][:seq], rope[1][:seq]
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if self.ring is not None:
+            from gplan.backends.torch.apply_cp import ring_attention
+
+            q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+            args = (q, k, v, self.positions.to(q.device), self.ring)
+            if self.recompute_core and torch.is_grad_enabled():
+                out = checkpoint(ring_attention, *args, use_reentrant=False)
+            else:
+                out = ring_attention(*args)
+            return self.wo(out.transpose(1, 2).reshape(batch, seq, -1))
         groups = q.shape[2] // k.shape[2]
         k, v = k.repeat_interleave(groups, dim=2), v.repeat_interleave(groups, dim=2)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
@@ -157,6 +171,8 @@ class Transformer(nn.Module):
         self.layers = nn.ModuleDict({str(i): Block(args) for i in range(args.n_layers)})
         self.norm: nn.Module | None = make_norm(args)
         self.output: nn.Module | None = nn.Linear(args.dim, args.vocab_size, bias=False)
+        self.positions: torch.Tensor | None = None
+        """With cp (apply_cp): the global positions of this rank's tokens; else 0..seq−1."""
         self.tie_weights()
 
     def tie_weights(self) -> None:
@@ -167,17 +183,19 @@ class Transformer(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         seq = x.shape[1]
+        positions = self.positions.to(x.device) if self.positions is not None else torch.arange(seq, device=x.device)
         if self.tok_embeddings is not None:
             h = self.tok_embeddings(x)
             if self.pos_embeddings is not None:
-                h = h + self.pos_embeddings(torch.arange(seq, device=x.device))
+                h = h + self.pos_embeddings(positions)
             h = self.embed_out(h)
         else:
             h = x
         rope = None
         if self.args.position == "rope":
             # Under sequence parallelism hidden states hold seq/tp positions; attention sees them all.
-            rope = rope_tables(self.args.max_seq_len, self.args.head_dim, self.args.rope_theta, h.device)
+            cos, sin = rope_tables(self.args.max_seq_len, self.args.head_dim, self.args.rope_theta, h.device)
+            rope = (cos[positions], sin[positions]) if self.positions is not None else (cos, sin)
         for block in self.layers.values():
             h = block(h, rope)
         if self.norm is not None:

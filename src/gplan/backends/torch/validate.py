@@ -17,9 +17,11 @@ from torch.distributed.device_mesh import init_device_mesh
 from gplan.backends.base import Check, ValidationReport
 from gplan.backends.torch import apply_pp
 from gplan.backends.torch.apply_ac import apply_recompute
+from gplan.backends.torch.apply_cp import apply_cp
 from gplan.backends.torch.apply_dp import apply_fsdp
 from gplan.backends.torch.apply_tp import apply_tp
 from gplan.backends.torch.model import ModelArgs, Transformer, keep_stage
+from gplan.backends.torch.worker import cp_ring, grad_mesh
 from gplan.plan import Plan
 
 TOLERANCE = 0.02
@@ -73,10 +75,12 @@ def _check_rank(plan: Plan, stage: int, rank: int) -> StageCheck:
             part = keep_stage(Transformer(args), chunk.layer_ids, chunk.first, chunk.last)
         if c.tp > 1:
             apply_tp(part, mesh["tp"], c.sp)
+        if c.cp > 1:
+            apply_cp(part, cp_ring(mesh), plan.training.seq_length)
         apply_recompute(part, recompute)
         params += _local_numel(part)
-        if c.zero >= 1 and c.dp > 1:
-            apply_fsdp(part, mesh["dp"], c.zero)
+        if c.zero >= 1 and c.dp * c.cp > 1:
+            apply_fsdp(part, grad_mesh(mesh, c), c.zero)
         # zero 1/2 keep whole weights between steps (FSDP2 reshards them only at zero 3)
         weights += _local_numel(part) if c.zero >= 3 else 0
         parts.append(part)
@@ -90,7 +94,7 @@ def _check_rank(plan: Plan, stage: int, rank: int) -> StageCheck:
     for part in parts:
         torch.optim.AdamW(part.parameters(), lr=1e-3)
     predicted = plan.prediction.stages[stage]
-    weights = weights if c.zero >= 3 and c.dp > 1 else params
+    weights = weights if c.zero >= 3 and c.dp * c.cp > 1 else params
     return StageCheck(stage, rank, params, predicted.params, weights * plan.training.element_bytes,
                       predicted.memory.weights_bytes)
 

@@ -31,6 +31,7 @@ from torch.distributed.tensor.parallel import loss_parallel
 from gplan.backends.common import add_worker_options, global_batch
 from gplan.backends.torch import apply_pp, checkpoint, launcher
 from gplan.backends.torch.apply_ac import apply_recompute
+from gplan.backends.torch.apply_cp import Ring, apply_cp, load_balanced_positions
 from gplan.backends.torch.apply_dp import apply_fsdp, average_gradients
 from gplan.backends.torch.apply_tp import apply_tp
 from gplan.backends.torch.model import ModelArgs, Transformer, init_weights, keep_stage
@@ -141,15 +142,18 @@ def build_job(plan: Plan, device: torch.device, args: argparse.Namespace, log: R
     tp_mesh = mesh["tp"] if c.tp > 1 else None
     model_args = ModelArgs.from_spec(plan.model, plan.training.seq_length)
     recompute = apply_pp.recompute_by_layer(plan, pp_rank)
+    ring = cp_ring(mesh) if c.cp > 1 else None
     parts, stages = [], []
     for chunk in apply_pp.rank_chunks(plan, pp_rank):
         with torch.device("meta"):
             part = keep_stage(Transformer(model_args), chunk.layer_ids, chunk.first, chunk.last)
         if tp_mesh is not None:
             apply_tp(part, tp_mesh, c.sp)
+        if ring is not None:
+            apply_cp(part, ring, plan.training.seq_length)
         apply_recompute(part, recompute)
-        if c.zero >= 1 and c.dp > 1:
-            apply_fsdp(part, mesh["dp"], c.zero)
+        if c.zero >= 1 and c.dp * c.cp > 1:
+            apply_fsdp(part, grad_mesh(mesh, c), c.zero)
         part.to_empty(device=device)
         part.tie_weights()
         init_weights(part, args.seed)
@@ -168,6 +172,17 @@ def build_job(plan: Plan, device: torch.device, args: argparse.Namespace, log: R
     tied_group = apply_pp.tied_pair_group(plan, dist.get_rank())
     return Job(plan, mesh, device, parts, optimizers, schedule, pp_rank, pp_rank == c.pp - 1, autocast, tp_mesh,
                virtual_stages, log, tied_group=tied_group)
+
+
+def cp_ring(mesh: DeviceMesh) -> Ring:
+    group = mesh["cp"].get_group()
+    return Ring(group, dist.get_process_group_ranks(group), mesh["cp"].get_local_rank())
+
+
+def grad_mesh(mesh: DeviceMesh, c) -> DeviceMesh:
+    """The ranks a gradient is averaged over: dp, and cp, whose ranks hold other tokens of the same
+    sequences (Megatron's data-parallel-with-cp group)."""
+    return mesh["dp", "cp"]._flatten("dp_cp") if c.cp > 1 else mesh["dp"]
 
 
 def make_loss(tp_mesh: DeviceMesh | None):
@@ -207,9 +222,15 @@ def resume(job: Job, args: argparse.Namespace) -> int:
 def train(job: Job, args: argparse.Namespace, first_step: int) -> list[float]:
     plan = job.plan
     dp_rank = job.mesh["dp"].get_local_rank()
+    positions = None
+    if plan.parallel.cp > 1:
+        cp = plan.parallel.cp
+        positions = load_balanced_positions(plan.training.seq_length, cp, job.mesh["cp"].get_local_rank())
     losses = []
     for step in range(first_step, args.steps):
         inputs, targets = dp_slice(plan, step, dp_rank, args)
+        if positions is not None:  # this cp rank's tokens (and their next tokens) of every sequence
+            inputs, targets = inputs[:, positions].contiguous(), targets[:, positions].contiguous()
         dist.barrier()
         start = time.perf_counter()
         loss = train_step(job, inputs.to(job.device), targets.to(job.device))
@@ -249,7 +270,7 @@ def train_step(job: Job, inputs: torch.Tensor, targets: torch.Tensor) -> float:
         else:
             local = _accumulate(job, inputs, targets, c.num_microbatches)
     if c.zero == 0:
-        average_gradients(job.parts, job.mesh["dp"].get_group(), c.dp)
+        average_gradients(job.parts, grad_mesh(job.mesh, c).get_group(), c.dp * c.cp)
     apply_pp.reduce_tied_gradients(job.parts, job.tied_group)
     for opt in job.optimizers:
         opt.step()
