@@ -172,3 +172,19 @@ def test_launch_says_where_the_torch_run_differs_from_the_plan(gplan, plan_facto
     else:
         assert len(notes) == 1 and expected in notes[0]
         assert expected in result.stderr
+
+
+def test_launch_says_what_precision_it_runs(gplan, tmp_path):
+    """The plan prices bf16: on CPU the worker computes in fp32; on GPUs FSDP (zero ≥ 1) keeps 16-bit
+    weights with fp32 reduction, while zero 0 keeps fp32 weights under autocast — each said before it runs."""
+    from gplan.spec.training import TrainingSpec
+    from gplan.testing import TINY_LLAMA, tiny_plan
+
+    bf16 = TrainingSpec(gbs=8, seq_length=32, precision="bf16")
+    path = tiny_plan(tmp_path / "cpu.json", TINY_LLAMA, None, bf16, dp=2)
+    notes = gplan("launch", str(path), "--dry-run", "--json").json()["notes"]
+    assert any("on CPU the worker computes in fp32" in n for n in notes)
+    for zero, fp32_weights in ((0, True), (1, False)):
+        plan = tiny_plan(tmp_path / f"zero{zero}.json", TINY_LLAMA, None, bf16, dp=2, zero=zero)
+        notes = gplan("launch", str(plan), "--dry-run", "--json", "--device", "cuda").json()["notes"]
+        assert any("stay fp32 under bf16 autocast" in n for n in notes) == fp32_weights

@@ -21,11 +21,17 @@ from torch.distributed.tensor import DTensor
 from gplan.backends.torch.model import Transformer
 
 
-def apply_fsdp(model: Transformer, dp_mesh: DeviceMesh, zero: int) -> None:
+def apply_fsdp(model: Transformer, dp_mesh: DeviceMesh, zero: int, param_dtype: torch.dtype | None = None) -> None:
+    """`param_dtype` (bf16 or fp16 on GPUs): FSDP2's mixed precision — weights gathered and computed in
+    16 bits, gradients reduced in fp32, the fp32 master copy sharded — the precision the plan prices."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
     reshard = zero >= 3
+    policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32) if param_dtype else \
+        MixedPrecisionPolicy()
     for block in model.layers.values():
-        fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard)
-    fully_shard(model, mesh=dp_mesh, reshard_after_forward=reshard)
+        fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=policy)
+    fully_shard(model, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=policy)
 
 
 def average_gradients(parts: list[torch.nn.Module], dp_group, dp: int) -> None:

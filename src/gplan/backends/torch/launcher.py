@@ -52,12 +52,19 @@ def render(plan: Plan, plan_path: Path, options: LaunchOptions) -> LaunchSpec:
     job = recipe(plan, plan_path, options, nnodes, per_node)
     nodes = [NodeCommand(node, torchrun_argv(job, **({} if nnodes == 1 else dict(
         node_rank=str(node), endpoint=options.rdzv_endpoint, rdzv_id=options.rdzv_id)))) for node in range(nnodes)]
-    return LaunchSpec(plan.world_size, nnodes, per_node, nodes, env=job.env, notes=notes(plan))
+    return LaunchSpec(plan.world_size, nnodes, per_node, nodes, env=job.env, notes=notes(plan, options.device))
 
 
-def notes(plan: Plan) -> list[str]:
+def notes(plan: Plan, device: str = "auto") -> list[str]:
     c = plan.parallel
     found = []
+    cpu = device == "cpu" or (device == "auto" and plan.cluster.primary.hardware.kind == "cpu")
+    if cpu and plan.training.precision != "fp32":
+        found.append(f"on CPU the worker computes in fp32: the plan priced {plan.training.precision} (2-byte weights "
+                     "and messages), so measured memory and message sizes are larger than predicted")
+    elif not cpu and plan.training.precision != "fp32" and not (c.zero >= 1 and c.dp * c.cp > 1):
+        found.append(f"without FSDP (zero 0) the weights stay fp32 under {plan.training.precision} autocast: "
+                     "4-byte weights and gradients where the plan priced 2-byte weights")
     if c.zero == 1 and c.dp > 1:
         found.append("FSDP2 cannot shard the optimizer state alone: zero 1 runs as zero 2 (gradients sharded "
                      "too), less memory than planned, a reduce-scatter in place of the all-reduce")

@@ -153,7 +153,7 @@ def build_job(plan: Plan, device: torch.device, args: argparse.Namespace, log: R
             apply_cp(part, ring, plan.training.seq_length)
         apply_recompute(part, recompute)
         if c.zero >= 1 and c.dp * c.cp > 1:
-            apply_fsdp(part, grad_mesh(mesh, c), c.zero)
+            apply_fsdp(part, grad_mesh(mesh, c), c.zero, param_dtype=sixteen_bit(plan, device))
         part.to_empty(device=device)
         part.tie_weights()
         init_weights(part, args.seed)
@@ -172,6 +172,13 @@ def build_job(plan: Plan, device: torch.device, args: argparse.Namespace, log: R
     tied_group = apply_pp.tied_pair_group(plan, dist.get_rank())
     return Job(plan, mesh, device, parts, optimizers, schedule, pp_rank, pp_rank == c.pp - 1, autocast, tp_mesh,
                virtual_stages, log, tied_group=tied_group)
+
+
+def sixteen_bit(plan: Plan, device: torch.device) -> torch.dtype | None:
+    """The 16-bit type the plan priced, where the device computes in it (GPUs); None on CPU (fp32)."""
+    if device.type != "cuda" or plan.training.precision not in ("bf16", "fp16"):
+        return None
+    return torch.bfloat16 if plan.training.precision == "bf16" else torch.float16
 
 
 def cp_ring(mesh: DeviceMesh) -> Ring:
