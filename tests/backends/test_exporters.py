@@ -234,7 +234,8 @@ def test_deepspeed_refuses_zero3_with_pipeline(gplan, tmp_path):
     path = tmp_path / "plan.json"
     write_plan(plan_of(ParallelConfig(dp=2, pp=2, zero=3)), path)
     r = gplan("export", str(path), "--to", "deepspeed", "-o", str(tmp_path))
-    assert r.code == 3 and "ZeRO" in r.stderr
+    assert r.code == 3 and "(zero)" in r.stderr and "--zero 0,1" in r.stderr and "--target deepspeed" in r.stderr
+    assert not (tmp_path / "ds_config.json").exists()
 
 
 # ---- Kubernetes, SLURM, the command --------------------------------------------------------------
@@ -290,3 +291,21 @@ def test_unknown_target_and_newer_schema_exit_3(gplan, tmp_path):
 def test_help_lists_the_targets(gplan):
     r = gplan("export", "--help")
     assert all(t in r.stdout for t in ("megatron", "torchtitan", "deepspeed", "k8s", "slurm"))
+
+
+def test_exports_refuse_what_their_engine_cannot_run_and_note_what_it_runs_differently(gplan, tmp_path):
+    from gplan.spec.training import TrainingSpec
+    from gplan.testing import TINY_GPT, TINY_LLAMA, tiny_plan
+
+    gpt = tiny_plan(tmp_path / "gpt.json", TINY_GPT, None, dp=2)
+    r = gplan("export", str(gpt), "--to", "mindformers", "-o", str(tmp_path / "mf"))
+    assert r.code == 3 and "(model)" in r.stderr and "--target mindformers" in r.stderr
+    assert not (tmp_path / "mf").exists()
+    one_microbatch = tiny_plan(tmp_path / "m1.json", TINY_LLAMA, None, TrainingSpec(gbs=1, seq_length=32,
+                                                                                     precision="fp32"), pp=2)
+    for target in ("k8s", "slurm"):  # they run gplan's torch worker
+        r = gplan("export", str(one_microbatch), "--to", target, "-o", str(tmp_path / target))
+        assert r.code == 3 and "(microbatches)" in r.stderr
+    mixed = tiny_plan(tmp_path / "mixed.json", TINY_LLAMA, [[("full", 1)], [("none", 3)]], pp=2)
+    r = gplan("export", str(mixed), "--to", "megatron", "-o", str(tmp_path / "mg"), "--json")
+    assert r.code == 0 and any("runs differently than priced" in n for n in r.json()["notes"])

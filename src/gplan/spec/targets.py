@@ -56,10 +56,11 @@ TARGETS: dict[str, Capabilities] = {
     "megatron": Capabilities("megatron", frozenset({"1f1b", "interleaved_1f1b"}), microbatches_at_least_stages=False,
                              cp=True, tied_embeddings_across_stages=True, recompute="uniform", uneven_split=True,
                              zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False),
-    # torchtitan: one activation-checkpoint policy for all layers; FSDP2 has no optimizer-only sharding.
+    # torchtitan: one activation-checkpoint policy for all layers; FSDP2 has no optimizer-only sharding,
+    # so zero 1 runs as zero 2 there (the export says so).
     "torchtitan": Capabilities("torchtitan", ALL_SCHEDULES, microbatches_at_least_stages=True, cp=True,
                                tied_embeddings_across_stages=False, recompute="uniform", uneven_split=True,
-                               zero=frozenset({0, 2, 3}), zero_with_pp=frozenset({0, 2, 3}), encoder_decoder=False),
+                               zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False),
     # Megatron-DeepSpeed: its pipeline engine takes ZeRO ≤ 1; its partition method splits evenly.
     "deepspeed": Capabilities("deepspeed", frozenset({"1f1b"}), microbatches_at_least_stages=False, cp=False,
                               tied_embeddings_across_stages=True, recompute="uniform", uneven_split=False,

@@ -43,6 +43,29 @@ def recompute_counts(plan: Plan, option: str) -> list[int]:
     return [sum(c.count for c in s.layers if c.recompute == option) for s in plan.stages]
 
 
+ENGINE_OF = {"megatron": "megatron", "torchtitan": "torchtitan", "deepspeed": "deepspeed",
+             "mindformers": "mindformers", "k8s": "torch", "slurm": "torch"}
+"""The engine that runs each export (Kubernetes and SLURM run gplan's torch worker)."""
+
+
+def check_runs(plan: Plan, target: str) -> list[str]:
+    """Refuse (exit 3) a configuration the target's engine cannot run at all, naming the capability and
+    the search option that avoids it; return, as notes, where it runs the stage split differently
+    (its recompute granularity, even splits) than the plan priced."""
+    from gplan.errors import InputError
+    from gplan.plan import layouts_of
+    from gplan.spec.targets import TARGETS, config_refusals, split_refusals
+
+    engine = TARGETS[ENGINE_OF[target]]
+    found = config_refusals(engine, plan.model, plan.parallel, plan.parallel.num_microbatches)
+    if found:
+        raise InputError(f"{engine.name} cannot run this plan ({found[0].capability}): {found[0].detail}",
+                         hint=f"search again with --target {engine.name}" +
+                              (f" (or {found[0].avoid})" if found[0].avoid != f"--target {engine.name}" else ""))
+    return [f"{r.detail}: the split runs differently than priced (search with --target {engine.name} for a plan "
+            "it runs exactly)" for r in split_refusals(engine, layouts_of(plan))]
+
+
 def export_files(plan: Plan, target: str, out_dir: Path) -> tuple[list[Path], list[str]]:
     """Export `plan` for `target` into `out_dir`: every file written atomically, or none (an unknown
     target or an `out_dir` that is a file is refused before anything is written)."""
@@ -52,9 +75,11 @@ def export_files(plan: Plan, target: str, out_dir: Path) -> tuple[list[Path], li
     exporters = targets()
     if target not in exporters:
         raise InputError(f"--to {target!r}: unknown target", hint="choose from " + ", ".join(exporters))
+    split_notes = check_runs(plan, target)
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"-o {out_dir}: exists and is not a directory", hint="name a directory for the exported files")
     result = exporters[target](plan)
+    result = Export(result.files, result.notes + [n for n in split_notes if n not in result.notes])
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

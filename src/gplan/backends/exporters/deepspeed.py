@@ -11,16 +11,12 @@ from __future__ import annotations
 import json
 
 from gplan.backends.exporters import Export, recompute_counts, stamp
-from gplan.errors import InputError
 from gplan.plan import Plan
 
 
 def export(plan: Plan) -> Export:
     c = plan.parallel
     notes: list[str] = []
-    if c.pp > 1 and c.zero > 1:
-        raise InputError(f"DeepSpeed's pipeline engine supports ZeRO ≤ 1, the plan has pp={c.pp} zero={c.zero}",
-                         hint="search again with --zero 0,1 for this target")
     config = ds_config(plan, notes)
     megatron_ds = ["--tensor-model-parallel-size", str(c.tp), "--pipeline-model-parallel-size", str(c.pp),
                    "--micro-batch-size", str(c.mbs), "--global-batch-size", str(plan.training.gbs)]
