@@ -1,0 +1,57 @@
+"""What used to crash with exit 1 (issue 13) is one error line with a hint and exit 3, with nothing
+half-written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden_plan.json"
+
+
+def no_traceback(r) -> bool:
+    return "Traceback" not in r.stderr and "internal error" not in r.stderr
+
+
+def test_top_zero(gplan, tmp_path):
+    r = gplan("search", "llama3-8b", "--devices", "8", "--top", "0", "--out", str(tmp_path / "p.json"))
+    assert r.code == 3 and "--top 0" in r.stderr and no_traceback(r)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_out_is_a_directory(gplan, tmp_path):
+    r = gplan("search", "llama3-8b", "--devices", "8", "--out", str(tmp_path))
+    assert r.code == 3 and "is a directory" in r.stderr and no_traceback(r)
+    assert list(tmp_path.iterdir()) == []  # no .tmp left behind
+
+
+def test_out_in_a_missing_folder(gplan, tmp_path):
+    r = gplan("search", "llama3-8b", "--devices", "8", "--out", str(tmp_path / "no" / "such" / "p.json"))
+    assert r.code == 3 and "cannot write" in r.stderr and no_traceback(r)
+    assert not (tmp_path / "no").exists()
+
+
+def test_export_into_an_existing_file(gplan, tmp_path):
+    target = tmp_path / "file"
+    target.write_text("keep me")
+    r = gplan("export", str(GOLDEN), "--to", "megatron", "-o", str(target))
+    assert r.code == 3 and "not a directory" in r.stderr and no_traceback(r)
+    assert target.read_text() == "keep me"
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+def test_a_file_that_is_not_utf8(gplan, tmp_path, suffix):
+    path = tmp_path / f"model{suffix}"
+    path.write_bytes(b"name: \xff\xfe\x00bad\n")
+    r = gplan("validate", str(path))
+    assert r.code == 3 and "UTF-8" in r.stderr and no_traceback(r)
+    r = gplan("search", str(path), "--devices", "8", "--out", str(tmp_path / "p.json"))
+    assert r.code == 3 and "UTF-8" in r.stderr
+
+
+def test_a_plan_that_is_not_utf8(gplan, tmp_path):
+    path = tmp_path / "plan.json"
+    path.write_bytes(b'{"schema_version": 1, "x": "\xff"}')
+    r = gplan("estimate", str(path))
+    assert r.code == 3 and no_traceback(r)
