@@ -35,6 +35,16 @@ def _state(parts: list, optimizers: list, stages: list[int]) -> dict:
     return {"model": model, "optim": optim}
 
 
+def local_save_plan(parts: list, optimizers: list, stages: list[int]):
+    """The checkpoint's save plan for this rank, without writing (what `gplan launch --validate`
+    builds): the state dict gathered as `save` gathers it, handed to DCP's default planner."""
+    from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
+
+    planner = DefaultSavePlanner()
+    planner.set_up_planner(_state(parts, optimizers, stages), is_coordinator=dist.get_rank() == 0)
+    return planner.create_local_plan()
+
+
 def save(directory: Path, step: int, parts: list, optimizers: list, stages: list[int], plan_digest: str) -> Path:
     final = directory / f"step_{step:08d}"
     tmp = directory / f".step_{step:08d}.tmp"

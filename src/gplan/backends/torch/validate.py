@@ -1,7 +1,7 @@
 """Dry validation of a plan at full scale in one CPU process: for one rank of every pipeline stage,
 join a fake process group of the plan's world size, build the DeviceMesh and that rank's model chunks
 on the meta device, apply tp, recompute and FSDP exactly as the worker does, build its pipeline
-stages, schedule and optimizers, and count what the rank holds.
+stages, schedule, optimizers and checkpoint save plan, and count what the rank holds.
 
 No memory is allocated and no message is sent, so a 1024-rank llama3-70b plan checks in seconds.
 """
@@ -15,7 +15,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
 from gplan.backends.base import Check, ValidationReport
-from gplan.backends.torch import apply_pp
+from gplan.backends.torch import apply_pp, checkpoint
 from gplan.backends.torch.apply_ac import apply_recompute
 from gplan.backends.torch.apply_cp import apply_cp
 from gplan.backends.torch.apply_dp import apply_fsdp
@@ -91,8 +91,8 @@ def _check_rank(plan: Plan, stage: int, rank: int) -> StageCheck:
                                         group=mesh["pp"].get_group()))
     if c.pp > 1:
         apply_pp.build_schedule(plan, stages, loss_fn=lambda logits, targets: logits.sum())
-    for part in parts:
-        torch.optim.AdamW(part.parameters(), lr=1e-3)
+    optimizers = [torch.optim.AdamW(part.parameters(), lr=1e-3) for part in parts]
+    checkpoint.local_save_plan(parts, optimizers, [ch.virtual_stage for ch in apply_pp.rank_chunks(plan, stage)])
     predicted = plan.prediction.stages[stage]
     weights = weights if c.zero >= 3 and c.dp * c.cp > 1 else params
     return StageCheck(stage, rank, params, predicted.params, weights * plan.training.element_bytes,
