@@ -73,14 +73,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     plans, failures, empty, validate_s = validate_all(args.cases, args.seed)
     done, launch_failures, launch_s = launch_sample(plans, args.launches, args.seed)
-    layouts = sorted({(p.parallel.dp, p.parallel.tp, p.parallel.pp, p.parallel.vpp, p.parallel.zero) for p in plans})
+    layouts = sorted({(p.parallel.dp, p.parallel.tp, p.parallel.pp, p.parallel.vpp, p.parallel.cp, p.parallel.zero)
+                      for p in plans})
     text = "\n".join([
         f"| random cases | plans ranked (top 3) | cases with no plan | pass `--validate` | sampled CPU launches (2 steps) | completed |",
         "|---:|---:|---:|---:|---:|---:|",
         f"| {args.cases} | {len(plans)} | {empty} | {len(plans) - len(failures)} ({(len(plans) - len(failures)) / max(1, len(plans)):.0%}) "
         f"| {done + len(launch_failures)} | {done} |",
         "",
-        f"{len(layouts)} distinct (dp, tp, pp, vpp, zero) layouts; validation {validate_s:.0f} s, launches {launch_s:.0f} s "
+        f"{len(layouts)} distinct (dp, tp, pp, vpp, cp, zero) layouts, {sum(p.parallel.cp > 1 for p in plans)} plans with cp; validation {validate_s:.0f} s, launches {launch_s:.0f} s "
         f"(seed {args.seed}).",
     ]) + "\n"
     sys.stdout.write(text)

@@ -133,6 +133,7 @@ def random_case(rng: random.Random) -> dict:
                       position_embedding=rng.choice(["rope", "learned"]), tie_embeddings=rng.random() < 0.3)
     devices = rng.choice([1, 2, 4, 8])
     limits = {"mbs": rng.choice([None, [1], [1, 2]]), "pp": rng.choice([None, None, [1], [2]]),
+              "cp": rng.choice([None, None, [1, 2]]),
               "recompute": rng.choice([["none", "selective", "full"], ["none"], ["full"]])}
     return {"model": model, "devices": devices, "gbs": rng.choice([None, 4, 8, 16, 32]), "limits": limits}
 
