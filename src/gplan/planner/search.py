@@ -129,25 +129,41 @@ def memory_aware_bound_s(table: CostTable, work_s: float) -> float:
     return pipeline_objective(hi, work_s, table.num_microbatches, table.vpp)
 
 
-def memory_lower_bound_bytes(table: CostTable) -> float:
-    """Each stage holds at least its fixed bytes; the layers' states and cheapest activations spread
-    at best evenly: a stage exceeding the budget here cannot be fixed by any split."""
-    states = sum(count * (table.layer_state_bytes[q] + min(table.layer_activation_bytes[q, k] for k in
-                                                            range(len(table.options))) * min(table.in_flight))
-                 for q, count in enumerate(table.layers_per_kind))
-    fixed = max(min(table.fixed_memory_bytes[i, g] - table.budget_bytes[g] for g in table.groups)
-                for i in range(table.pp))
-    return states / table.pp + fixed
+def stage_layer_capacity(table: CostTable, i: int) -> int:
+    """The most layers stage i can hold within its budget: a stage holding n layers needs at least
+    `M_i + n·μ_i` bytes, μ_i the lightest layer at its lightest option (state + in-flight activations),
+    on the node group that leaves it the most room. −1 when even its fixed bytes do not fit."""
+    lightest = min(table.layer_state_bytes[q] + table.in_flight[i] * table.layer_activation_bytes[q, k]
+                   for q in range(len(table.kinds)) for k in range(len(table.options)))
+    room = max(table.budget_bytes[g] - table.fixed_memory_bytes[i, g] for g in table.groups)
+    if room < 0:
+        return -1
+    return int(room / lightest * (1 + 1e-9)) if lightest > 0 else table.total_layers
+
+
+def memory_admits_a_split(table: CostTable) -> bool:
+    """A necessary condition for any split to fit, hence a valid bound: a split gives every stage
+    n_i ≥ 1 layers (exactly L/p when interleaved) with Σ n_i = L, and n_i ≤ capacity_i by the
+    inequality above; so if some capacity is below its least n_i, or the capacities sum below L, no
+    split fits. (The old bound added the mean layer memory to the largest fixed stage memory, as if the
+    stage holding the head had to take L/p layers: it threw away candidates whose ILP gives that stage
+    fewer.)"""
+    least = table.total_layers // table.pp if table.equal_layers else 1
+    caps = [stage_layer_capacity(table, i) for i in range(table.pp)]
+    return min(caps) >= least and sum(min(c, table.total_layers) for c in caps) >= table.total_layers
 
 
 def search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devices: int,
            limits: SearchLimits | None = None, top: int = 5, time_limit_s: float = 10.0,
-           progress=None) -> SearchResult:
+           progress=None, bounds: bool = True) -> SearchResult:
     """Best configurations by predicted step time, fitting memory; raises InfeasibleError.
 
-    1. Price every candidate's cost table; drop those whose memory bound already exceeds the budget.
+    1. Price every candidate's cost table; drop those no split can fit (`memory_admits_a_split`).
     2. Seed the ranking with the best uniform (Megatron) split of the most promising candidates.
-    3. Visit candidates by lower bound; solve the ILP while the bound beats the top-K step time."""
+    3. Visit candidates by lower bound; solve the ILP while the bound beats the top-K step time.
+
+    `bounds=False` solves every candidate's ILP with no bound and no cut-off: the reference the tests
+    hold the bounded search to (same best plan), far too slow for real use."""
     limits = limits or SearchLimits()
     start = time.perf_counter()
     result = SearchResult(ranked=[])
@@ -157,7 +173,7 @@ def search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devic
         step_cluster = cluster if cluster.is_heterogeneous else cluster.sized(config.world_size)
         step = StepModel(model, training, step_cluster, config)
         table = build_table(step, limits.recompute)
-        if memory_lower_bound_bytes(table) > 0:
+        if bounds and not memory_admits_a_split(table):
             result.memory_infeasible += 1
             continue
         uniform = [u for k in range(len(table.options)) if (u := uniform_split(table, k))]
@@ -173,14 +189,14 @@ def search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devic
     for index, s in enumerate(scored):
         if progress:
             progress(index + 1, len(scored))
-        incumbent = _kth_best(found, top)
+        incumbent = _kth_best(found, top) if bounds else math.inf
         if s.bound >= incumbent:
             result.pruned += len(scored) - index
             break
-        if memory_aware_bound_s(s.table, work_s(s.table)) >= incumbent:
+        if bounds and memory_aware_bound_s(s.table, work_s(s.table)) >= incumbent:
             result.pruned += 1
             continue
-        solved = ilp.solve(s.table, time_limit_s, cutoff=incumbent)
+        solved = ilp.solve(s.table, time_limit_s, cutoff=incumbent if bounds else None)
         result.solved += 1
         result.solver_time_s += solved.time_s
         result.statuses[solved.status] = result.statuses.get(solved.status, 0) + 1
