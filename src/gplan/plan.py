@@ -210,6 +210,15 @@ class SearchRecord(BaseModel):
     ilps_solved: int
     time_s: float
     runner_ups: list[RunnerUp] = []
+    ilp_outcomes: dict[str, int] = {}
+    """ILPs by outcome: optimal, infeasible (no split fits), cutoff (cannot enter the top K: a valid
+    bound), time_limit (stopped with a solution, optimality not proven), unsolved (error or no solution
+    within the limit, after a retry with the other solver)."""
+    proven_optimal: bool | None = None
+    """True only when every candidate was solved to optimality, shown infeasible, or cut off by a valid
+    bound — then the plan is the best under gplan's model. None in plans written before this was kept."""
+    worst_gap: float = 0.0
+    """The largest relative MIP gap of an ILP stopped at its time limit."""
 
 
 class Plan(BaseModel):

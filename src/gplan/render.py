@@ -377,7 +377,7 @@ def search_summary(result, devices: int) -> list[str]:
                      "(faster than any layout of all of them)")
     lines.append(f"searched {result.candidates} configurations, solved {result.solved} ILPs "
                  f"({result.pruned} pruned by bounds) in {result.time_s:.2f} s; "
-                 f"best solved by {best.solver.name} ({best.solver.status})")
+                 f"best split from {best.solver.name} ({best.solver.status}); {result.provenance_text()}")
     return lines
 
 

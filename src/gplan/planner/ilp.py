@@ -40,6 +40,7 @@ import contextlib
 import os
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 
 import pulp
@@ -53,7 +54,8 @@ class SolveResult:
     split: Split | None
     solver: str
     status: str
-    """`optimal`, `time_limit` (feasible, optimality not proven), `infeasible`, or `error`."""
+    """`optimal`, `time_limit` (feasible, optimality not proven), `infeasible`, `cutoff` (nothing at
+    or below the cut-off) or `unsolved` (no solution: an error, or the time limit before a first one)."""
     gap: float
     time_s: float
 
@@ -73,16 +75,19 @@ def _quiet_stdout():
         os.close(devnull)
 
 
-def _solver(time_limit_s: float, cutoff: float | None):
+def _solver(time_limit_s: float, cutoff: float | None, prefer: str = "highs"):
     # objective_bound lets HiGHS prune every node that cannot beat the search's incumbent.
     options = {"objective_bound": cutoff} if cutoff is not None and cutoff < float("inf") else {}
     highs = pulp.HiGHS(msg=False, timeLimit=time_limit_s, **options)
-    if highs.available():
+    if prefer == "highs" and highs.available():
         return "highs", highs
-    return "cbc", pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s)
+    with warnings.catch_warnings():  # PuLP 3 deprecates the bundled CBC's class name, not the solver
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return "cbc", pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s)
 
 
-def solve(table: CostTable, time_limit_s: float = 10.0, cutoff: float | None = None) -> SolveResult:
+def solve(table: CostTable, time_limit_s: float = 10.0, cutoff: float | None = None,
+          solver: str = "highs") -> SolveResult:
     """Build and solve the ILP of the module docstring. With `cutoff`, only splits whose objective is
     at most the cutoff are of interest: HiGHS prunes with it, and when the best split found lies above
     it (or none is found), the result is status `cutoff` without a split."""
@@ -135,12 +140,15 @@ def solve(table: CostTable, time_limit_s: float = 10.0, cutoff: float | None = N
                 if i >= 1 and q + 1 < Q:
                     prob += held <= table.layers_per_kind[q] * (1 - z[i - 1, q + 1])
 
-    name, solver = _solver(time_limit_s, cutoff)
+    name, backend = _solver(time_limit_s, cutoff, solver)
     with _quiet_stdout():
-        prob.solve(solver)
+        prob.solve(backend)
     elapsed = time.perf_counter() - start
     if prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
-        status = "infeasible" if prob.status == pulp.LpStatusInfeasible else "error"
+        # Infeasible with a cut-off means "nothing at or below the cut-off": a valid bound, not a proof
+        # that no split fits. Anything else without a solution (an error, or the time limit reached
+        # before a first solution) proves nothing: "unsolved".
+        status = "infeasible" if prob.status == pulp.LpStatusInfeasible else "unsolved"
         if status == "infeasible" and cutoff is not None and cutoff < float("inf"):
             status = "cutoff"
         return SolveResult(None, name, status, float("inf"), elapsed)

@@ -46,6 +46,23 @@ class SearchResult:
     time_s: float = 0.0
     solver_time_s: float = 0.0
     statuses: dict[str, int] = field(default_factory=dict)
+    """ILPs by outcome (see SearchRecord.ilp_outcomes)."""
+    worst_gap: float = 0.0
+
+    @property
+    def proven_optimal(self) -> bool:
+        """Every candidate solved to optimality, shown infeasible, or cut off by a valid bound."""
+        return not self.statuses.get("time_limit") and not self.statuses.get("unsolved")
+
+    def provenance_text(self) -> str:
+        if self.proven_optimal:
+            return "proven optimal under the model (every candidate solved or cut off by a valid bound)"
+        parts = []
+        if self.statuses.get("time_limit"):
+            parts.append(f"{self.statuses['time_limit']} ILPs stopped at the time limit (worst gap {self.worst_gap:.1%})")
+        if self.statuses.get("unsolved"):
+            parts.append(f"{self.statuses['unsolved']} ILPs unsolved (no solution within the limit)")
+        return "best found, not proven optimal: " + "; ".join(parts) + " — raise --time-limit"
 
     @property
     def best(self) -> Candidate:
@@ -55,7 +72,9 @@ class SearchResult:
 def search_record(result: SearchResult, limits: SearchLimits) -> SearchRecord:
     """What the plan keeps of its search: the limits asked and the runner-ups."""
     return SearchRecord(limits=asdict(limits), candidates=result.candidates, ilps_solved=result.solved,
-                        time_s=result.time_s, runner_ups=[runner_up(c) for c in result.ranked[1:]])
+                        time_s=result.time_s, runner_ups=[runner_up(c) for c in result.ranked[1:]],
+                        ilp_outcomes=dict(result.statuses), proven_optimal=result.proven_optimal,
+                        worst_gap=result.worst_gap)
 
 
 def runner_up(candidate: "Candidate") -> RunnerUp:
@@ -196,15 +215,25 @@ def search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devic
         if bounds and memory_aware_bound_s(s.table, work_s(s.table)) >= incumbent:
             result.pruned += 1
             continue
-        solved = ilp.solve(s.table, time_limit_s, cutoff=incumbent if bounds else None)
+        cutoff = incumbent if bounds else None
+        solved = ilp.solve(s.table, time_limit_s, cutoff=cutoff)
+        if solved.status == "unsolved":  # one retry with the other solver before giving up on it
+            solved = ilp.solve(s.table, time_limit_s, cutoff=cutoff, solver="cbc")
         result.solved += 1
         result.solver_time_s += solved.time_s
         result.statuses[solved.status] = result.statuses.get(solved.status, 0) + 1
+        if solved.status == "time_limit":
+            result.worst_gap = max(result.worst_gap, solved.gap if solved.gap == solved.gap else 1.0)
         if solved.status == "cutoff":
             result.pruned += 1
             continue
-        if solved.split is None:
+        if solved.status == "infeasible":
             result.memory_infeasible += 1
+            continue
+        if s.uniform:  # the ILP's split never loses to the even split of its own configuration
+            _keep(found, s.step, s.uniform.layouts(s.table), SolverInfo(name="uniform", status="none"),
+                  target=limits.target)
+        if solved.split is None:
             continue
         info = SolverInfo(name=solved.solver, status=solved.status, gap=solved.gap, time_s=solved.time_s)
         _keep(found, s.step, solved.split.layouts(s.table), info, replace=True, target=limits.target)

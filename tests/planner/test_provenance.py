@@ -1,0 +1,55 @@
+"""Provenance never overstates: a plan says "proven optimal under the model" only when every candidate
+was solved or cut off by a valid bound; an ILP without a solution is never read as infeasible; and a
+split the ILP chose never loses to the even split of its own configuration."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gplan.cost_models.step import StepModel
+from gplan.planner.inputs import resolve_inputs
+from gplan.planner.search import search
+from gplan.planner.space import SearchLimits
+from gplan.spec.parallel import uniform_layout
+
+
+def test_a_complete_search_is_proven_optimal(gplan, tmp_path):
+    out = tmp_path / "plan.json"
+    r = gplan("search", "llama3-70b", "--cluster", "dgx-h100", "--devices", "64", "--out", str(out))
+    assert r.code == 0 and "proven optimal under the model" in r.stderr
+    record = json.loads(out.read_text())["search"]
+    assert record["proven_optimal"] is True
+    assert set(record["ilp_outcomes"]) <= {"optimal", "cutoff", "infeasible"}
+
+
+def test_a_search_cut_by_its_time_limit_says_best_found(gplan, tmp_path):
+    out = tmp_path / "plan.json"
+    r = gplan("search", "llama3-70b", "--cluster", "dgx-h100", "--devices", "64", "--time-limit", "0.0001",
+              "--out", str(out))
+    assert r.code == 0 and "best found, not proven optimal" in r.stderr and "raise --time-limit" in r.stderr
+    record = json.loads(out.read_text())["search"]
+    assert record["proven_optimal"] is False
+    assert record["ilp_outcomes"].get("unsolved", 0) + record["ilp_outcomes"].get("time_limit", 0) > 0
+
+
+def test_an_unsolved_ilp_is_not_counted_as_infeasible():
+    inputs = resolve_inputs("llama3-70b", 64, "dgx-h100")
+    result = search(inputs.model, inputs.training, inputs.cluster, 64, SearchLimits(), time_limit_s=0.0001)
+    assert result.statuses.get("unsolved", 0) > 0
+    full = search(inputs.model, inputs.training, inputs.cluster, 64, SearchLimits())
+    assert result.memory_infeasible <= full.memory_infeasible
+
+
+@pytest.mark.parametrize("model, cluster, devices", [("llama3-8b", "dgx-a100-40g", 8), ("llama3-70b", "dgx-h100", 64),
+                                                     ("llama2-13b", "dgx-v100", 32)])
+def test_no_ranked_split_loses_to_the_even_split_of_its_configuration(model, cluster, devices):
+    inputs = resolve_inputs(model, devices, cluster)
+    result = search(inputs.model, inputs.training, inputs.cluster, devices, SearchLimits(), top=5)
+    for c in result.ranked:
+        step = StepModel(inputs.model, inputs.training, c.cluster, c.config)
+        for option in ("none", "selective", "full"):
+            even = step.predict(uniform_layout(inputs.model, c.config.pp, option))
+            if even.fits:
+                assert c.prediction.step_time_s <= even.step_time_s * (1 + 1e-9)
