@@ -122,8 +122,7 @@ def estimate(
     check_config(inputs.model, inputs.training, config, inputs.devices)
     prediction = predict(inputs.model, inputs.training, inputs.cluster, config)
     if as_json:
-        emit_json({**prediction.model_dump(mode="json"), "profile": inputs.profile})
-        return
+        return emit_json({**prediction.model_dump(mode="json"), "profile": inputs.profile})
     prediction_summary(err, title(inputs), config, prediction)
 
 
@@ -157,7 +156,7 @@ def search(
     from gplan.plan import write_plan
     from gplan.planner import plan as make_best_plan
     from gplan.planner.space import limits_from_options
-    from gplan.render import search_json, search_summary, search_table, title
+    from gplan.render import SearchProgress, search_json, search_summary, search_table, title
 
     if top < 1:
         raise InputError(f"--top {top}: show at least one plan", hint="for example --top 5")
@@ -166,11 +165,11 @@ def search(
     inputs = _inputs(model, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, memory_headroom,
                      profile)
     limits = limits_from_options(tp, pp, dp, cp, mbs, vpp, zero, recompute, schedule, all_devices, target)
-    planned = make_best_plan(inputs, limits, top=top, time_limit_s=time_limit)
+    with SearchProgress(err) as progress:
+        planned = make_best_plan(inputs, limits, top=top, time_limit_s=time_limit, progress=progress)
     write_plan(planned.plan, out)
     if as_json:
-        emit_json(search_json(out, planned.search))
-        return
+        return emit_json(search_json(out, planned.search))
     err.print(search_table(title(inputs), planned.search))
     for line in search_summary(planned.search, inputs.devices):
         err.print(line)
@@ -206,8 +205,7 @@ def compare(
             raise InputError("compare needs two or more plans, or one MODEL with --config", hint="gplan compare a.json b.json")
         entries = [(item, read_plan(Path(item)).prediction) for item in items]
     if as_json:
-        emit_json([{"name": name, "prediction": p.model_dump(mode="json")} for name, p in entries])
-        return
+        return emit_json([{"name": name, "prediction": p.model_dump(mode="json")} for name, p in entries])
     err.print(compare_table(entries))
     for line in explain_differences(entries):
         err.print(line, highlight=False)
@@ -241,8 +239,7 @@ def explain(
                  f"first {explanation.shown} of {explanation.prediction.num_microbatches} micro-batches")
         atomic_write_text(svg, timeline_svg(explanation.shown_ops, c.pp, title))
     if as_json:
-        emit_json(explain_json(plan_file, explanation, svg))
-        return
+        return emit_json(explain_json(plan_file, explanation, svg))
     explain_output(err, plan, explanation, width)
     if svg:
         err.print(f"[green]wrote[/] {svg}")
@@ -281,8 +278,7 @@ def launch(
 ) -> None:
     """Run a plan: torchrun with DeviceMesh, tensor/sequence parallel, pipelining, FSDP2 (or msrun with
     MindSpore's semi-automatic parallelism); report measured versus predicted."""
-    from gplan.backends.base import backend as backend_named
-    from gplan.backends.base import require_framework
+    from gplan.backends.base import backend as backend_named, require_framework
     from gplan.backends.launch import LaunchOptions, check_launch_flags, shell_line
     from gplan.plan import write_plan
     from gplan.planner.scale import scaled_plan
@@ -352,8 +348,7 @@ def export(
 
     written, notes = export_files(read_plan(plan_file), to, out_dir)
     if as_json:
-        emit_json({"target": to, "files": [str(p) for p in written], "notes": notes})
-        return
+        return emit_json({"target": to, "files": [str(p) for p in written], "notes": notes})
     for path in written:
         err.print(f"[green]wrote[/] {path}", highlight=False)
     for note in notes:
@@ -415,8 +410,7 @@ def calibrate(
     c = calibrate_runs([read_run(p) for p in reports], [read_run(p) for p in held_out])
     write_profile(c.profile, out)
     if as_json:
-        emit_json({"profile": str(out), **c.profile.calibration})
-        return
+        return emit_json({"profile": str(out), **c.profile.calibration})
     err.print(calibration_table(c.runs, c.fit, c.held, c.held_before, c.held_after))
     err.print(f"[green]wrote[/] {out}")
 
@@ -430,8 +424,7 @@ def models(as_json: bool = JsonOpt) -> None:
 
     specs = [load_model(name) for name in bundled_models()]
     if as_json:
-        emit_json([{"name": m.name, "params": m.total_params(), **m.model_dump(mode="json")} for m in specs])
-        return
+        return emit_json([{"name": m.name, "params": m.total_params(), **m.model_dump(mode="json")} for m in specs])
     err.print(models_table(specs))
 
 
@@ -445,8 +438,7 @@ def hardware(as_json: bool = JsonOpt) -> None:
 
     devices = [DeviceSpec.model_validate(hardware_entry(n)) for n in bundled_hardware()]
     if as_json:
-        emit_json({"hardware": [d.model_dump(mode="json") for d in devices], "clusters": bundled_clusters()})
-        return
+        return emit_json({"hardware": [d.model_dump(mode="json") for d in devices], "clusters": bundled_clusters()})
     for table in hardware_tables(devices, bundled_clusters()):
         err.print(table)
 

@@ -387,3 +387,34 @@ def profile_summary(profile, out) -> list[str]:
             f"{group.hardware.efficiency.layer_overhead_s * 1e6:.0f} µs, intra-node {group.intra_node.bandwidth_GBps:.2f} "
             f"GB/s + {group.intra_node.latency_us:.0f} µs",
             f"[green]wrote[/] {out}: {len(group.hardware.measured)} layer shapes, {len(profile.links)} link points"]
+
+
+class SearchProgress:
+    """A one-line progress display on a terminal for a search that runs past a second: candidates
+    visited, ILPs solved, the best step time so far. Silent when the search is quick or stderr is not
+    a terminal (nothing to erase in a log)."""
+
+    def __init__(self, console: Console, after_s: float = 1.0):
+        import time
+
+        self.console, self.after_s, self.start, self.live = console, after_s, time.perf_counter(), None
+
+    def __call__(self, visited: int, total: int, solved: int, best_s: float | None) -> None:
+        import time
+
+        if self.live is None:
+            if not self.console.is_terminal or time.perf_counter() - self.start < self.after_s:
+                return
+            from rich.live import Live
+
+            self.live = Live(console=self.console, transient=True, refresh_per_second=8)
+            self.live.start()
+        best = f", best {seconds(best_s)}" if best_s is not None else ""
+        self.live.update(f"searching: {visited}/{total} candidates by bound, {solved} ILPs solved{best}")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.live is not None:
+            self.live.stop()

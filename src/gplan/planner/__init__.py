@@ -24,7 +24,7 @@ class Planned:
 
 
 def plan(inputs: Inputs, limits: SearchLimits | None = None, top: int = 5, time_limit_s: float = 10.0,
-         progress: Callable[[int, int], None] | None = None) -> Planned:
+         progress: Callable[[int, int, int, float | None], None] | None = None) -> Planned:
     """Search, then build the Plan of the best candidate; raises InfeasibleError when nothing fits.
     The space is bounded by what the target runs (default: the backend of the cluster's hardware)."""
     from gplan.planner.build import make_plan

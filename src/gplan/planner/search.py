@@ -207,7 +207,8 @@ def search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devic
     scored.sort(key=lambda item: (item.bound, item.order))
     for index, s in enumerate(scored):
         if progress:
-            progress(index + 1, len(scored))
+            progress(index + 1, len(scored), result.solved, min((c.prediction.step_time_s for c in found.values()),
+                                                                default=None))
         incumbent = _kth_best(found, top) if bounds else math.inf
         if s.bound >= incumbent:
             result.pruned += len(scored) - index
