@@ -244,6 +244,16 @@ class Plan(BaseModel):
     def world_size(self) -> int:
         return self.parallel.world_size
 
+    @property
+    def layout_digest(self) -> str:
+        """sha256 (16 hex digits) of what the plan runs: its inputs' digest, the configuration, the
+        stages' layers and the placement — different for every plan, where `digest` (the inputs) is
+        shared by all plans of one model, cluster and batch."""
+        blob = json.dumps([self.digest, self.parallel.model_dump(mode="json"),
+                           [[lc.model_dump() for lc in s.layers] for s in self.stages],
+                           self.placement.model_dump(mode="json")], sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
 
 def layouts_of(plan: Plan) -> list[StageLayout]:
     """The stage layouts a plan was priced with (to re-price it)."""

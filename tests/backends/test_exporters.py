@@ -253,8 +253,24 @@ def test_pytorchjob_manifest_structure():
     assert container["resources"]["limits"] == {"nvidia.com/gpu": 8}
     assert job["spec"]["nprocPerNode"] == "8"
     assert "--nnodes=8" in container["command"]
-    assert job["metadata"]["labels"]["gplan/plan-digest"] == plan.digest
+    assert job["metadata"]["labels"]["gplan/plan-digest"] == plan.layout_digest
+    assert job["metadata"]["labels"]["gplan/inputs-digest"] == plan.digest
     assert Plan.model_validate_json(config_map["data"]["plan.json"]) == plan
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"  # the launch recipe's environment, not dropped
+    assert container["command"][container["command"].index("-m") + 1] == "gplan.backends.torch.worker"
+
+
+def test_different_plans_of_one_model_get_different_kubernetes_resources():
+    """Their inputs digest is the same; their layout digest is not, so the second apply cannot
+    overwrite the first plan's PyTorchJob and ConfigMap."""
+    names = set()
+    for config in (ParallelConfig(dp=4, tp=8, pp=2), ParallelConfig(dp=8, tp=8, pp=1), ParallelConfig(dp=64)):
+        plan = plan_of(config)
+        config_map, job = yaml.safe_load_all(targets()["k8s"](plan).files["pytorchjob.yaml"])
+        assert len(job["metadata"]["name"]) <= 63 and config_map["metadata"]["name"].startswith(job["metadata"]["name"])
+        names.add((job["metadata"]["name"], config_map["metadata"]["name"]))
+    assert len(names) == 3
 
 
 def test_slurm_export_is_valid_bash(tmp_path):

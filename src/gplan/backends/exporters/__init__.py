@@ -23,8 +23,8 @@ class Export:
 
 def stamp(plan: Plan, comment: str = "#") -> str:
     """The header line every exported file starts with."""
-    return (f"{comment} gplan export of plan {plan.digest} ({plan.model.name}: {plan.parallel.label()}, "
-            f"predicted {plan.prediction.step_time_s:.3f} s/step)")
+    return (f"{comment} gplan export of plan {plan.digest} (layout {plan.layout_digest}; {plan.model.name}: "
+            f"{plan.parallel.label()}, predicted {plan.prediction.step_time_s:.3f} s/step)")
 
 
 def targets() -> dict[str, Callable[[Plan], Export]]:

@@ -35,7 +35,8 @@ def export(plan: Plan, image: str = "gplan:latest") -> Export:
     if nnodes > 1:
         replicas["Worker"] = {"replicas": nnodes - 1, "restartPolicy": "Never", "template": pod}
     job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
-           "metadata": {"name": _name(plan), "labels": {"gplan/plan-digest": plan.digest}},
+           "metadata": {"name": _name(plan), "labels": {"gplan/inputs-digest": plan.digest,
+                                                               "gplan/plan-digest": plan.layout_digest}},
            "spec": {"nprocPerNode": str(per_node), "pytorchReplicaSpecs": replicas}}
     config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": _name(plan) + "-plan"},
                   "data": {"plan.json": plan.model_dump_json(indent=2)}}
@@ -46,4 +47,6 @@ def export(plan: Plan, image: str = "gplan:latest") -> Export:
 def _name(plan: Plan) -> str:
     """A DNS-1123 name: lower case, digits and dashes."""
     base = re.sub(r"[^a-z0-9-]+", "-", plan.model.name.lower()).strip("-")
-    return f"gplan-{base}-{plan.digest[:8]}"[:63].rstrip("-")
+    # The layout's digest, not the inputs': every plan of one model gets its own job and ConfigMap.
+    suffix = plan.layout_digest[:10]
+    return f"gplan-{base[:63 - len(suffix) - 7]}-{suffix}".replace("--", "-")
