@@ -64,3 +64,15 @@ def test_the_stage_holding_the_head_may_take_fewer_layers():
     best = search(model, training, cluster, 8, limits, top=1).best
     sizes = [s.num_layers for s in best.layouts]
     assert best.prediction.fits and sizes[-1] < max(sizes)
+
+
+def test_the_exit_4_hint_keeps_the_users_limits(gplan, tmp_path):
+    """With --tp 1 --pp 8 on 40 GiB devices the hint used to name devices of 26 GiB (a size that had
+    fitted with tp it was not allowed): the memory it names is more than the device has, or absent."""
+    import re
+
+    r = gplan("search", "llama3-70b", "--cluster", "dgx-a100-40g", "--devices", "16", "--tp", "1", "--pp", "8",
+              "--out", str(tmp_path / "p.json"))
+    assert r.code == 4 and "within the limits asked" in r.stderr
+    named = re.search(r"devices with ≥ (\\d+) GiB", r.stderr)
+    assert named is None or int(named.group(1)) > 40

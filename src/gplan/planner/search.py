@@ -298,44 +298,56 @@ def _no_candidate_message(model: ModelSpec, training: TrainingSpec, devices: int
 
 def _infeasible(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devices: int,
                 limits: SearchLimits) -> InfeasibleError:
-    """Say the least that would make it fit: more devices of this kind, or more memory per device."""
-    need_memory = _least_memory_bytes(model, training, cluster, devices)
+    """Say the least that would make it fit within the user's own limits: more devices of this kind, or
+    more memory per device (only when that is more than the device has), or full recomputation."""
     device = cluster.primary.hardware
+    need_memory = _least_memory_bytes(model, training, cluster, devices, limits)
     more = None
     if not cluster.is_heterogeneous:
         n = devices
         for _ in range(8):
             n *= 2
-            if _any_fits(model, training, cluster.sized(n), n):
+            if _any_fits(model, training, cluster.sized(n), n, replace(limits, dp=None)):
                 more = n
                 break
     parts = []
     if more:
         parts.append(f"needs ≥ {more} devices of {device.name}")
-    if need_memory:
+    if need_memory and need_memory > device.memory_bytes:
         parts.append(f"or devices with ≥ {math.ceil(need_memory / 1024**3)} GiB")
     if "full" not in limits.recompute:
         parts.append("or allow --recompute full")
-    hint = "; ".join(parts) if parts else "lower --mbs or --seq-length, enable recompute, or add devices"
+    hint = "; ".join(parts) if parts else "lower --mbs or --seq-length, relax --tp/--pp/--zero, or add devices"
     return InfeasibleError(
         f"{model.name} does not fit on {devices} × {device.name} ({device.memory_GiB:g} GiB) with gbs {training.gbs}, "
-        f"seq {training.seq_length}", hint=hint)
+        f"seq {training.seq_length}" + (" within the limits asked" if _asked(limits) else ""), hint=hint)
 
 
-def _lightest(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devices: int):
-    """The configurations that minimise memory: full recompute, zero 3, mbs 1, widest tp and pp."""
-    limits = SearchLimits(mbs=[1], zero=[3, 0], vpp=[1], recompute=["full"], allow_fewer_devices=False)
-    for config in candidates(model, training, cluster, devices, limits):
-        yield config.model_copy(update={"recompute": "full"})
+def _asked(limits: SearchLimits) -> bool:
+    return any(getattr(limits, name) for name in ("tp", "pp", "dp", "cp", "mbs", "vpp", "zero"))
 
 
-def _any_fits(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devices: int) -> bool:
-    return any(StepModel(model, training, cluster, c).predict().fits for c in _lightest(model, training, cluster, devices))
+def _lightest(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devices: int, limits: SearchLimits):
+    """The configurations that minimise memory within the user's limits: the heaviest recompute and
+    sharding allowed, the smallest micro-batch, no interleaving."""
+    recompute = next(o for o in ("full", "selective", "none") if o in limits.recompute)
+    zero = [z for z in (3, 2, 1, 0) if z in (limits.zero or [0, 1, 2, 3])]
+    lightest = replace(limits, mbs=[min(limits.mbs or [1])], zero=zero, vpp=[1], recompute=[recompute],
+                       allow_fewer_devices=False)
+    for config in candidates(model, training, cluster, devices, lightest):
+        yield config.model_copy(update={"recompute": recompute})
 
 
-def _least_memory_bytes(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devices: int) -> float | None:
+def _any_fits(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devices: int,
+              limits: SearchLimits) -> bool:
+    return any(StepModel(model, training, cluster, c).predict().fits
+               for c in _lightest(model, training, cluster, devices, limits))
+
+
+def _least_memory_bytes(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devices: int,
+                        limits: SearchLimits) -> float | None:
     best = None
-    for config in _lightest(model, training, cluster, devices):
+    for config in _lightest(model, training, cluster, devices, limits):
         p = StepModel(model, training, cluster, config).predict()
         need = p.memory_bytes_per_device_max / (1 - training.memory_headroom)
         best = need if best is None else min(best, need)
