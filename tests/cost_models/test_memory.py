@@ -76,7 +76,10 @@ def test_in_flight_microbatches(p, m):
     assert pipeline.in_flight_microbatches(0, p, m, "1f1b") == min(p, m)
     assert pipeline.in_flight_microbatches(p - 1, p, m, "1f1b") == 1
     assert pipeline.in_flight_microbatches(1, p, m, "gpipe") == m
-    assert pipeline.in_flight_microbatches(0, p, m, "interleaved_1f1b", 2) == pytest.approx(min(p, m) * (1 + (p - 1) / (2 * p)))
+    # Korthikanti et al.'s p·(1 + (p − 1)/(p·v)) for the first rank, when the m·v chunks outnumber its
+    # warm-up; otherwise it holds every chunk of the step: all m micro-batches.
+    first = pipeline.in_flight_microbatches(0, p, m, "interleaved_1f1b", 2)
+    assert first == pytest.approx(p * (1 + (p - 1) / (2 * p)) if 2 * m > 2 * (p - 1) + p else m)
 
 
 def test_first_stage_holds_about_all_layers_whatever_pp(gpt, a100_cluster):

@@ -38,15 +38,26 @@ def test_every_op_runs_once_in_dependency_order_without_overlap(schedule, vpp, p
         assert all(a.end_s <= b.start_s + 1e-12 for a, b in zip(mine, mine[1:]))
 
 
-@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
-def test_activations_held_match_the_memory_models_in_flight_count(schedule):
-    pp, m = 4, 8
+@pytest.mark.parametrize("schedule, vpp", [("gpipe", 1), ("1f1b", 1), ("interleaved_1f1b", 2),
+                                           ("interleaved_1f1b", 4), ("interleaved_1f1b", 12)])
+@pytest.mark.parametrize("pp, m", [(4, 8), (8, 16), (8, 64), (2, 2)])
+def test_activations_held_match_the_memory_models_in_flight_count(schedule, vpp, pp, m):
+    """Every rank's peak of forward chunks whose backward has not run, as the schedule plays out, equals
+    the memory model's in-flight count (a chunk holds 1/v of the rank's layers)."""
     for rank in range(pp):
         held = peak = 0
-        for kind, _, _ in rank_order(rank, pp, m, schedule):
+        for kind, _, _ in rank_order(rank, pp, m, schedule, vpp):
             held += 1 if kind == "F" else -1
             peak = max(peak, held)
-        assert peak == in_flight_microbatches(rank, pp, m, schedule)
+        assert peak / vpp == pytest.approx(in_flight_microbatches(rank, pp, m, schedule, vpp))
+
+
+def test_the_last_interleaved_rank_holds_what_issue_14_measured():
+    """pp = 8: the last rank holds 3.1× (v = 2), 5.1× (v = 4), 6.9× (v = 12) what the old factor
+    `1 + (p − 1)/(p·v)` gave it."""
+    for vpp, ratio in ((2, 3.1), (4, 5.1), (12, 6.9)):
+        old = 1 + 7 / (8 * vpp)
+        assert in_flight_microbatches(7, 8, 64, "interleaved_1f1b", vpp) / old == pytest.approx(ratio, abs=0.05)
 
 
 @settings(max_examples=60, deadline=None)

@@ -30,13 +30,18 @@ def bubble_time_s(stage_times_s: list[float], vpp: int = 1) -> float:
 
 
 def in_flight_microbatches(stage: int, pp: int, num_microbatches: int, schedule: str, vpp: int = 1) -> float:
-    """Micro-batches whose activations stage `stage` (0-based) holds at its peak.
+    """Micro-batches' worth of activations stage `stage` (0-based) holds at its peak.
 
-    GPipe: all m. 1F1B: `min(p − i, m)` (the first stage holds p). Interleaved 1F1B: that times
-    `1 + (p − 1)/(p·v)` (Korthikanti et al. 2022, §4.2.3)."""
+    GPipe: all m. 1F1B: `min(p − i, m)` (the first stage holds p). Interleaved 1F1B: rank i runs a
+    warm-up of `w_i = min(2·(p − i − 1) + (v − 1)·p, m·v)` forward chunks before its first backward
+    (Megatron-LM's `get_num_warmup_microbatches`), so it holds `min(w_i + 1, m·v)` chunks of 1/v of its
+    layers each: `min(w_i + 1, m·v)/v`. For the first rank that is `p + (p − 1)/v`, Korthikanti et al.'s
+    `p·(1 + (p − 1)/(p·v))`; the later ranks hold more than that factor applied to `p − i` suggests — the
+    last rank of p = 8 with v = 2 holds 4.5, not 1.44 (the schedule simulator counts the same)."""
     if schedule == "gpipe":
         return float(num_microbatches)
-    held = float(min(pp - stage, num_microbatches))
     if schedule == "interleaved_1f1b":
-        held *= 1 + (pp - 1) / (pp * vpp)
-    return held
+        total = num_microbatches * vpp
+        warmup = min(2 * (pp - stage - 1) + (vpp - 1) * pp, total)
+        return min(warmup + 1, total) / vpp
+    return float(min(pp - stage, num_microbatches))
