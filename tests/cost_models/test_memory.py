@@ -128,3 +128,17 @@ def test_vpp_implies_the_interleaved_schedule_and_contradictions_are_refused():
         ParallelConfig(pp=4, vpp=2, schedule="gpipe")
     with pytest.raises(ValueError):
         ParallelConfig(pp=4, schedule="interleaved_1f1b")
+
+
+def test_context_parallel_ranks_keep_only_their_own_keys_and_values(llama8b, a100_cluster):
+    """cp = 16 at 128k tokens: a rank saves K and V of its 8k tokens, not of all 128k (issue 14 found
+    16× too much); everything a layer keeps shrinks with cp."""
+    from gplan.spec.model import LayerKind
+
+    training = TrainingSpec(gbs=16, seq_length=131072)
+    kind = LayerKind("decoder", 32, True, False)
+    per_cp = []
+    for cp in (1, 16):
+        step = StepModel(llama8b, training, a100_cluster, ParallelConfig(dp=64 // cp, cp=cp, mbs=1))
+        per_cp.append(memory.layer_activation_bytes(llama8b, kind, step.shard, 2, True, "none"))
+    assert per_cp[1] == pytest.approx(per_cp[0] / 16)

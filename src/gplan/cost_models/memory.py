@@ -24,7 +24,9 @@ FLASH_LSE_BYTES = 4
 def attention_block_activation_bytes(model: ModelSpec, shard: Shard, element_bytes: int,
                                      scores: str, kv_seq: int) -> float:
     """One attention block, per micro-batch: its norm input and the projection input (replicated
-    unless sp), Q (b·s·h), K and V (b·s_kv·h_kv each), the output-projection input, dropout mask;
+    unless sp), Q (b·s·h), K and V of this rank's own tokens (b·s·h_kv each: with cp the blocks that
+    arrive round the ring are transient, ring attention saves only its own), the output-projection
+    input, dropout mask;
     plus, by how the scores are handled: `stored` keeps `(2 + 1 + 2)·a·s·s_kv·b` (softmax, dropout
     mask, dropout output), `flash` keeps one fp32 log-sum-exp per head and token, `recomputed`
     (selective recompute) keeps nothing."""
@@ -32,7 +34,7 @@ def attention_block_activation_bytes(model: ModelSpec, shard: Shard, element_byt
     h, hkv, a = model.hidden_size, model.kv_hidden_size, model.num_attention_heads
     dropout = model.dropout > 0
     replicated = 2 * e * s * b * h + (s * b * h if dropout else 0)
-    sharded = e * s * b * h + 2 * e * kv_seq * b * hkv + e * s * b * h
+    sharded = e * s * b * h + 2 * e * s * b * hkv + e * s * b * h
     if scores == "flash":
         sharded += FLASH_LSE_BYTES * a * s * b
     elif scores == "stored":
