@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     layouts = sorted({(p.parallel.dp, p.parallel.tp, p.parallel.pp, p.parallel.vpp, p.parallel.cp, p.parallel.zero)
                       for p in plans})
     text = "\n".join([
-        f"| random cases | plans ranked (top 3) | cases with no plan | pass `--validate` | sampled CPU launches (2 steps) | completed |",
+        "| random cases | plans ranked (top 3) | cases with no plan | pass `--validate` | sampled CPU launches (2 steps) | completed |",
         "|---:|---:|---:|---:|---:|---:|",
         f"| {args.cases} | {len(plans)} | {empty} | {len(plans) - len(failures)} ({(len(plans) - len(failures)) / max(1, len(plans)):.0%}) "
         f"| {done + len(launch_failures)} | {done} |",

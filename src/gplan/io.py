@@ -32,7 +32,8 @@ def atomic_write_text(path: Path, text: str) -> None:
         tmp.write_text(text)
         os.replace(tmp, path)
     except OSError as exc:
-        tmp.unlink(missing_ok=True) if tmp.parent.is_dir() else None
+        if tmp.parent.is_dir():
+            tmp.unlink(missing_ok=True)
         raise InputError(f"cannot write {path}: {exc.strerror or exc}", hint="choose a writable path") from None
 
 

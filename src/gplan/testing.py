@@ -142,25 +142,16 @@ def ranked_plans(case: dict, top: int = 3) -> list[Plan]:
     """Every plan `gplan search` ranks for a random case, as plans (empty when nothing fits)."""
     from gplan.errors import InfeasibleError
     from gplan.planner import plan as best_plan
-    from gplan.planner.inputs import resolve_inputs
+    from gplan.planner.inputs import DEFAULT_CPU_BATCH_TOKENS, Inputs, default_gbs
     from gplan.planner.space import SearchLimits
 
-    inputs = replace_model(resolve_inputs("tiny-llama", case["devices"], "local-cpu"), case["model"], case["gbs"])
+    model, devices = case["model"], case["devices"]
+    gbs = case["gbs"] or default_gbs(devices, model.seq_length, DEFAULT_CPU_BATCH_TOKENS)
+    inputs = Inputs(model, TrainingSpec(gbs=gbs, seq_length=model.seq_length), load_cluster("local-cpu", devices),
+                    devices)
     try:
         planned = best_plan(inputs, SearchLimits(**case["limits"]), top=top)
     except InfeasibleError:
         return []
     return [planned.plan] + [make_plan(inputs.model, inputs.training, c.cluster, c.config, c.layouts, c.solver,
                                        target=planned.plan.target) for c in planned.search.ranked[1:]]
-
-
-def replace_model(inputs, model: ModelSpec, gbs: int | None):
-    """`inputs` with another model (and its default batch when no gbs was given)."""
-    from dataclasses import replace
-
-    from gplan.planner.inputs import DEFAULT_CPU_BATCH_TOKENS, default_gbs
-
-    training = inputs.training.model_copy(update={
-        "seq_length": model.seq_length,
-        "gbs": gbs or default_gbs(inputs.devices, model.seq_length, DEFAULT_CPU_BATCH_TOKENS)})
-    return replace(inputs, model=model, training=training)

@@ -68,8 +68,6 @@ class Backend(Protocol):
 
     def run(self, spec: LaunchSpec, options: LaunchOptions, echo: Callable[[str], None]) -> None: ...
 
-    def framework_available(self) -> bool: ...
-
 
 @dataclass(frozen=True)
 class ModuleBackend:
@@ -98,9 +96,6 @@ class ModuleBackend:
 
     def run(self, spec: LaunchSpec, options: LaunchOptions, echo: Callable[[str], None]) -> None:
         self._launcher().run(spec, options, echo)
-
-    def framework_available(self) -> bool:
-        return importlib.util.find_spec(self.name) is not None
 
 
 BACKENDS: dict[str, Backend] = {

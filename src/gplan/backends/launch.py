@@ -91,10 +91,8 @@ def refuse_unsupported(plan: Plan, target: str) -> None:
     capability and the search option that avoids it."""
     found = refusals(TARGETS[target], plan.model, plan.parallel, plan.parallel.num_microbatches, layouts_of(plan))
     if found:
-        first = found[0]
-        raise InputError(f"the {target} backend cannot run this plan ({first.capability}): {first.detail}",
-                         hint=f"search again with --target {target}" + (f" (or {first.avoid})" if
-                                                                        first.avoid != f"--target {target}" else ""))
+        raise InputError(f"the {target} backend cannot run this plan ({found[0].capability}): {found[0].detail}",
+                         hint=found[0].hint(target))
 
 
 def default_nodes(plan: Plan) -> tuple[int, int]:

@@ -10,8 +10,8 @@ Parameters θ, few on purpose (each run is one equation):
 
 Objective: Σ_runs (log T_pred(θ) − log T_meas)² + λ · Σ_params (log θ − log θ₀)², with θ₀ the
 catalogue's values — the prior keeps a parameter that the runs cannot tell apart where it was.
-Minimised over log θ by the one fitter (calibration.fit). Leave-one-out error (fit on all runs but one, predict it)
-shows whether the fit generalises; a held-out run is never used for fitting.
+Minimised over log θ by the one fitter (calibration.fit). Leave-one-out error (fit on all runs but
+one, predict it) shows whether the fit generalises; a held-out run is never used for fitting.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from gplan.report import read_report
 PRIOR_WEIGHT = 1e-4
 """λ: small enough that a 5% misfit outweighs any move of the parameters, large enough to pin a
 parameter the runs do not constrain."""
-PARAMS = ("compute_scale", "layer_overhead_s", "step_overhead_s", "link_efficiency_scale", "link_latency_scale")
 FLOOR = 1e-7
 """Smallest overhead the fit may choose (log-space parameters cannot reach zero)."""
 
@@ -65,6 +64,11 @@ def predict_s(run: Run, theta: dict[str, float]) -> float:
     return step.predict(layouts_of(plan)).step_time_s
 
 
+def relative_error(run: Run, theta: dict[str, float]) -> float:
+    """Predicted over measured step time, minus one."""
+    return predict_s(run, theta) / run.measured_step_s - 1
+
+
 def fit(runs: list[Run], start: dict[str, float]) -> dict[str, float]:
     def misfit(theta: dict[str, float]) -> float:
         return sum((math.log(predict_s(r, theta)) - math.log(r.measured_step_s)) ** 2 for r in runs)
@@ -75,13 +79,13 @@ def fit(runs: list[Run], start: dict[str, float]) -> dict[str, float]:
 def calibrate(runs: list[Run]) -> Fit:
     start = prior(runs[0].plan.cluster)
     theta = fit(runs, start)
-    before = [predict_s(r, start) / r.measured_step_s - 1 for r in runs]
-    after = [predict_s(r, theta) / r.measured_step_s - 1 for r in runs]
+    before = [relative_error(r, start) for r in runs]
+    after = [relative_error(r, theta) for r in runs]
     loo = []
     if len(runs) > 2:
         for i, held in enumerate(runs):
             others = runs[:i] + runs[i + 1:]
-            loo.append(predict_s(held, fit(others, start)) / held.measured_step_s - 1)
+            loo.append(relative_error(held, fit(others, start)))
     return Fit(theta, before, after, loo)
 
 
@@ -119,8 +123,8 @@ def calibrate_runs(runs: list[Run], held: list[Run]) -> Calibration:
                          hint="calibrate one hardware at a time")
     result = calibrate(runs)
     start = prior(runs[0].plan.cluster)
-    before = [predict_s(r, start) / r.measured_step_s - 1 for r in held]
-    after = [predict_s(r, result.theta) / r.measured_step_s - 1 for r in held]
+    before = [relative_error(r, start) for r in held]
+    after = [relative_error(r, result.theta) for r in held]
     widest = max(runs + held, key=lambda r: r.plan.cluster.primary.devices_per_node).plan
     return Calibration(runs, result, held, before, after, as_profile(widest, result, runs, held, before, after))
 

@@ -7,9 +7,8 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from gplan.errors import InputError, UsageError
-from gplan.profiles.catalogue import cluster_from_hardware, load_cluster
+from gplan.profiles.catalogue import cluster_from_hardware, load_cluster, load_model
 from gplan.profiles.schema import MAX_DEVICES, ClusterSpec
-from gplan.profiles.catalogue import load_model
 from gplan.spec.model import ModelSpec
 from gplan.spec.training import TrainingSpec
 

@@ -278,12 +278,12 @@ def _no_candidate(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec
                   limits: SearchLimits) -> InfeasibleError:
     """No configuration at all: the rules and limits leave none, or the target runs none of them (say
     which capability, and what avoids it)."""
-    if limits.target:
-        unbounded = replace(limits, target=None)
-        for config in candidates(model, training, cluster, devices, unbounded):
-            found = config_refusals(TARGETS[limits.target], model, config, config.microbatches_for(training.gbs))
-            return InfeasibleError(f"no configuration of {devices} devices that {limits.target} runs as priced: "
-                                   f"{found[0].detail}", hint=f"{found[0].avoid}, or another --target")
+    refused = next(candidates(model, training, cluster, devices, replace(limits, target=None)), None) \
+        if limits.target else None
+    if refused is not None:  # there are configurations; the target runs none of them
+        why = config_refusals(TARGETS[limits.target], model, refused, refused.microbatches_for(training.gbs))[0]
+        return InfeasibleError(f"no configuration of {devices} devices that {limits.target} runs as priced: "
+                               f"{why.detail}", hint=f"{why.avoid}, or another --target")
     return InfeasibleError(_no_candidate_message(model, training, devices, limits),
                            hint="relax --tp/--pp/--mbs/--gbs so that dp·tp·pp·cp can equal the devices")
 

@@ -80,6 +80,11 @@ class Refusal:
     avoid: str
     """The search option that avoids it."""
 
+    def hint(self, target: str) -> str:
+        """What to do: search for this target, or use the option that avoids the capability."""
+        also = f" (or {self.avoid})" if self.avoid != f"--target {target}" else ""
+        return f"search again with --target {target}{also}"
+
 
 def default_target(hardware_kind: str) -> str:
     """The backend of the cluster's hardware: MindSpore on Ascend NPUs, torch elsewhere."""

@@ -60,8 +60,7 @@ def check_runs(plan: Plan, target: str) -> list[str]:
     found = config_refusals(engine, plan.model, plan.parallel, plan.parallel.num_microbatches)
     if found:
         raise InputError(f"{engine.name} cannot run this plan ({found[0].capability}): {found[0].detail}",
-                         hint=f"search again with --target {engine.name}" +
-                              (f" (or {found[0].avoid})" if found[0].avoid != f"--target {engine.name}" else ""))
+                         hint=found[0].hint(engine.name))
     return [f"{r.detail}: the split runs differently than priced (search with --target {engine.name} for a plan "
             "it runs exactly)" for r in split_refusals(engine, layouts_of(plan))]
 

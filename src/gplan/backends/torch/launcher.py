@@ -18,8 +18,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from gplan.backends.common import worker_argv as common_worker_argv
-from gplan.backends.launch import (TORCHRUN_PORT, refuse_unsupported, JobRecipe, LaunchOptions, LaunchSpec, NodeCommand, job_name,
-                                   node_layout, run_job, torchrun_argv)
+from gplan.backends.launch import (TORCHRUN_PORT, JobRecipe, LaunchOptions, LaunchSpec, NodeCommand, job_name,
+                                   node_layout, refuse_unsupported, run_job, torchrun_argv)
 from gplan.backends.launch import slurm_script as slurm_script_of
 from gplan.errors import BackendError
 from gplan.plan import Plan

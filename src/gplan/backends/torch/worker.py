@@ -3,8 +3,8 @@
     python -m gplan.backends.torch.worker --plan plan.json --run-dir DIR --steps N [...]
 
 Read top to bottom, `main` is the table of contents: process group and mesh, the model chunks of
-this rank (built on the meta device, then tp, recompute, dp/zero applied, then materialised and
-initialised), the pipeline schedule, the optimizer, resume, the training loop, the run report.
+this rank (`parallelize.build_chunks`: built on the meta device, then tp, cp, recompute, dp/zero
+applied, then materialised and initialised), the pipeline schedule, the optimizer, resume, the training loop, the run report.
 """
 
 from __future__ import annotations
@@ -30,11 +30,10 @@ from torch.distributed.tensor.parallel import loss_parallel
 
 from gplan.backends.common import add_worker_options, global_batch
 from gplan.backends.torch import apply_pp, checkpoint, launcher
-from gplan.backends.torch.apply_ac import apply_recompute
-from gplan.backends.torch.apply_cp import Ring, apply_cp, load_balanced_positions
-from gplan.backends.torch.apply_dp import apply_fsdp, average_gradients
-from gplan.backends.torch.apply_tp import apply_tp
-from gplan.backends.torch.model import ModelArgs, Transformer, init_weights, keep_stage
+from gplan.backends.torch.apply_cp import load_balanced_positions
+from gplan.backends.torch.apply_dp import average_gradients
+from gplan.backends.torch.model import init_weights
+from gplan.backends.torch.parallelize import build_chunks, grad_mesh
 from gplan.plan import Plan, read_plan
 from gplan.report import RankReport, build_report, write_report
 
@@ -140,38 +139,23 @@ def build_job(plan: Plan, device: torch.device, args: argparse.Namespace, log: R
     c = plan.parallel
     pp_rank = mesh["pp"].get_local_rank()
     tp_mesh = mesh["tp"] if c.tp > 1 else None
-    model_args = ModelArgs.from_spec(plan.model, plan.training.seq_length)
-    recompute = apply_pp.recompute_by_layer(plan, pp_rank)
-    ring = cp_ring(mesh) if c.cp > 1 else None
-    parts, stages = [], []
-    for chunk in apply_pp.rank_chunks(plan, pp_rank):
-        with torch.device("meta"):
-            part = keep_stage(Transformer(model_args), chunk.layer_ids, chunk.first, chunk.last)
-        if tp_mesh is not None:
-            apply_tp(part, tp_mesh, c.sp)
-        if ring is not None:
-            apply_cp(part, ring, plan.training.seq_length)
-        apply_recompute(part, recompute)
-        if c.zero >= 1 and c.dp * c.cp > 1:
-            apply_fsdp(part, grad_mesh(mesh, c), c.zero, param_dtype=sixteen_bit(plan, device))
+
+    def materialise(part: torch.nn.Module) -> None:
         part.to_empty(device=device)
         part.tie_weights()
         init_weights(part, args.seed)
-        parts.append(part)
-        if c.pp > 1:
-            from torch.distributed.pipelining import PipelineStage
 
-            stages.append(PipelineStage(part, chunk.virtual_stage, c.pp * c.vpp, device, group=mesh["pp"].get_group()))
+    built = build_chunks(plan, mesh, pp_rank, device, sixteen_bit(plan, device), materialise)
+    parts = built.parts
     loss_fn = make_loss(tp_mesh)
-    schedule = apply_pp.build_schedule(plan, stages, loss_fn) if c.pp > 1 else None
+    schedule = apply_pp.build_schedule(plan, built.stages, loss_fn) if c.pp > 1 else None
     optimizers = [torch.optim.AdamW(p.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1) for p in parts]
     autocast = device.type == "cuda" and plan.training.precision in ("bf16", "fp16")
     log(f"rank {dist.get_rank()}: stage {pp_rank}, layers {[i for ch in apply_pp.rank_chunks(plan, pp_rank) for i in ch.layer_ids]}, "
         f"{sum(p.numel() for part in parts for p in part.parameters())} parameters here (local shards)")
-    virtual_stages = [chunk.virtual_stage for chunk in apply_pp.rank_chunks(plan, pp_rank)]
     tied_group = apply_pp.tied_pair_group(plan, dist.get_rank())
     return Job(plan, mesh, device, parts, optimizers, schedule, pp_rank, pp_rank == c.pp - 1, autocast, tp_mesh,
-               virtual_stages, log, tied_group=tied_group)
+               built.virtual_stages, log, tied_group=tied_group)
 
 
 def sixteen_bit(plan: Plan, device: torch.device) -> torch.dtype | None:
@@ -179,17 +163,6 @@ def sixteen_bit(plan: Plan, device: torch.device) -> torch.dtype | None:
     if device.type != "cuda" or plan.training.precision not in ("bf16", "fp16"):
         return None
     return torch.bfloat16 if plan.training.precision == "bf16" else torch.float16
-
-
-def cp_ring(mesh: DeviceMesh) -> Ring:
-    group = mesh["cp"].get_group()
-    return Ring(group, dist.get_process_group_ranks(group), mesh["cp"].get_local_rank())
-
-
-def grad_mesh(mesh: DeviceMesh, c) -> DeviceMesh:
-    """The ranks a gradient is averaged over: dp, and cp, whose ranks hold other tokens of the same
-    sequences (Megatron's data-parallel-with-cp group)."""
-    return mesh["dp", "cp"]._flatten("dp_cp") if c.cp > 1 else mesh["dp"]
 
 
 def make_loss(tp_mesh: DeviceMesh | None):
@@ -277,7 +250,7 @@ def train_step(job: Job, inputs: torch.Tensor, targets: torch.Tensor) -> float:
         else:
             local = _accumulate(job, inputs, targets, c.num_microbatches)
     if c.zero == 0:
-        average_gradients(job.parts, grad_mesh(job.mesh, c).get_group(), c.dp * c.cp)
+        average_gradients(job.parts, grad_mesh(job.mesh, job.plan).get_group(), c.dp * c.cp)
     apply_pp.reduce_tied_gradients(job.parts, job.tied_group)
     for opt in job.optimizers:
         opt.step()
