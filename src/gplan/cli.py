@@ -50,6 +50,10 @@ def guarded(fn: Callable) -> Callable:
             raise typer.Exit(exc.code) from None
         except (typer.Exit, typer.Abort, KeyboardInterrupt):
             raise
+        except BrokenPipeError:
+            # The reader went away (`gplan … | head`): nothing more to say to it, and no traceback.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(EXIT_INTERNAL) from None
         except Exception as exc:  # noqa: BLE001 - the last line of defence for users
             if os.environ.get("GPLAN_DEBUG") == "1":
                 traceback.print_exc()

@@ -55,3 +55,17 @@ def test_a_plan_that_is_not_utf8(gplan, tmp_path):
     path.write_bytes(b'{"schema_version": 1, "x": "\xff"}')
     r = gplan("estimate", str(path))
     assert r.code == 3 and no_traceback(r)
+
+
+def test_a_closed_pipe_is_no_internal_error(gplan, tmp_path):
+    """`gplan launch … --dry-run | head -1`: the reader leaves early (the 1024 node lines overflow the
+    pipe); gplan stops without a traceback."""
+    import subprocess
+    import sys
+
+    plan = tmp_path / "plan.json"
+    assert gplan("search", "llama3-70b", "--cluster", "dgx-h100", "--devices", "1024", "--out", str(plan)).code == 0
+    script = (f"{sys.executable} -m gplan.cli launch {plan} --nnodes 1024 --nproc-per-node 1 "
+              f"--rdzv-endpoint n0:1 --dry-run | head -c 1")
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
+    assert "internal error" not in done.stderr and "Traceback" not in done.stderr
