@@ -27,7 +27,8 @@ def atomic_write_text(path: Path, text: str) -> None:
     path = Path(path)
     if path.is_dir():
         raise InputError(f"cannot write {path}: it is a directory", hint="name a file, e.g. plan.json")
-    tmp = path.with_name(f".{path.name}.tmp")
+    # One temporary name per process: two writers of the same file never rename each other's away.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         tmp.write_text(text)
         os.replace(tmp, path)

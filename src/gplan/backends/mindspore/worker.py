@@ -11,6 +11,7 @@ the run report (the same run_report.json as the torch backend).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 import traceback
@@ -44,6 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     plan = read_plan(args.plan)
     plan_layout = layout(plan)
     distributed = plan.world_size > 1
+    if not distributed and os.environ.get("MS_ROLE") == "MS_SCHED":
+        # msrun runs this script in its scheduler process too; a one-rank job never calls init(), so
+        # the scheduler has no cluster to form and must not train (and write the report) a second time.
+        return 0
     set_context(plan, plan_layout, args.device, distributed)
     rank = get_rank() if distributed else 0
     log = _log(args.run_dir, rank)
