@@ -263,7 +263,7 @@ def layouts_of(plan: Plan) -> list[StageLayout]:
 
 def inputs_digest(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> str:
     """sha256 of the canonical JSON of the resolved inputs (first 16 hex digits)."""
-    blob = json.dumps([model.model_dump(mode="json"), cluster.model_dump(mode="json"),
+    blob = json.dumps([model.digest_dump(), cluster.model_dump(mode="json"),
                        training.model_dump(mode="json")], sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -46,6 +46,34 @@ def test_hf_families_give_published_parameter_counts(tmp_path, config, params):
     assert model.total_params() == pytest.approx(params, rel=2e-3)
 
 
+MISTRAL_NEMO_HF = {
+    "architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 5120, "head_dim": 128,
+    "intermediate_size": 14336, "num_attention_heads": 32, "num_hidden_layers": 40, "num_key_value_heads": 8,
+    "vocab_size": 131072, "max_position_embeddings": 1024000, "rope_theta": 1000000.0, "tie_word_embeddings": False,
+}
+
+
+def test_hf_head_dim_and_rope_base_are_honoured(tmp_path):
+    """Mistral-Nemo's 32 heads of 128 project 5120 to 4096: 12,247,782,400 parameters (its Hugging Face
+    model card's 12.2B), not the 12.77B a head width of 5120/32 gives."""
+    model = load_model(str(write(tmp_path, "config.json", MISTRAL_NEMO_HF)))
+    assert (model.head_dim, model.kv_channels, model.q_hidden_size) == (128, 128, 4096)
+    assert model.total_params() == 12_247_782_400
+    assert model.rope_theta == 1e6
+    assert load_model("llama3-8b").rope_theta == 500000
+    # a head_dim equal to hidden / heads is not recorded: such a model keeps its digest
+    llama = load_model(str(write(tmp_path, "config.json", {**LLAMA3_8B_HF, "head_dim": 128})))
+    assert llama.head_dim is None
+
+
+def test_added_fields_at_their_default_leave_the_inputs_digest_as_it_was():
+    from gplan.spec.model import ModelSpec
+
+    model = load_model("llama2-7b")
+    assert "rope_theta" not in model.digest_dump() and "head_dim" not in model.digest_dump()
+    assert ModelSpec(**{**model.model_dump(), "rope_theta": 500000.0}).digest_dump()["rope_theta"] == 500000.0
+
+
 def test_qwen2_has_qkv_bias(tmp_path):
     qwen = {**LLAMA3_8B_HF, "model_type": "qwen2"}
     assert load_model(str(write(tmp_path, "config.json", qwen))).bias

@@ -63,19 +63,21 @@ def shard_of(training: TrainingSpec, config: ParallelConfig) -> Shard:
 
 def layer_gemms(model: ModelSpec, kind: LayerKind, shard: Shard) -> list[Gemm]:
     """The weight GEMMs of one layer on one tp rank (Megatron column/row split):
-    QKV `2·b·s·h·(h + 2·h_kv)`, output `2·b·s·h²`, MLP `2·b·s·h·f·k` (k = 2 gelu/relu, 3 swiglu)."""
-    h, hkv, f, t, n = model.hidden_size, model.kv_hidden_size, model.ffn_size, shard.tp, shard.tokens
-    attention = [Gemm(n, (h + 2 * hkv) // t, h), Gemm(n, h, h // t)]
+    QKV `2·b·s·h·(h_q + 2·h_kv)`, output `2·b·s·h_q·h` (h_q = h unless head_dim says otherwise), MLP
+    `2·b·s·h·f·k` (k = 2 gelu/relu, 3 swiglu)."""
+    h, hq, hkv, f, t, n = (model.hidden_size, model.q_hidden_size, model.kv_hidden_size, model.ffn_size,
+                           shard.tp, shard.tokens)
+    attention = [Gemm(n, (hq + 2 * hkv) // t, h), Gemm(n, h, hq // t)]
     up_width = 2 * f if model.ffn_kind == "swiglu" else f
     mlp = [Gemm(n, up_width // t, h), Gemm(n, h, f // t)]
     return attention * (2 if kind.cross_attention else 1) + mlp
 
 
 def attention_core_flops(model: ModelSpec, kind: LayerKind, shard: Shard, causal_skip: bool) -> float:
-    """Scores and context `4·b·s·s_kv·h / t` forward; causal flash attention skips half
-    (`causal_skip`). Cross-attention is never causal."""
+    """Scores and context `4·b·s·s_kv·h_q / t` forward (h_q = heads × head width); causal flash
+    attention skips half (`causal_skip`). Cross-attention is never causal."""
     def core(causal: bool) -> float:
-        full = 4.0 * shard.batch * shard.seq * shard.kv_seq * model.hidden_size / shard.tp
+        full = 4.0 * shard.batch * shard.seq * shard.kv_seq * model.q_hidden_size / shard.tp
         return full / 2 if (causal and causal_skip) else full
     cross = core(False) if kind.cross_attention else 0.0
     return core(kind.causal) + cross
@@ -133,7 +135,7 @@ def layer_elementwise_elements(model: ModelSpec, kind: LayerKind, shard: Shard) 
         replicated += (blocks + 1) * 2.5 * h
     sharded = (3 * f if model.ffn_kind == "swiglu" else 2 * f)
     if model.position_embedding == "rope":
-        sharded += 2 * (h + 2 * model.kv_hidden_size)
+        sharded += 2 * (model.q_hidden_size + 2 * model.kv_hidden_size)
     per_token = replicated / (t if shard.sp else 1) + sharded / t
     return per_token * shard.tokens
 
@@ -197,7 +199,7 @@ def layer_time(model: ModelSpec, kind: LayerKind, training: TrainingSpec, shard:
         attention_bwd_ratio = FLASH_BACKWARD_FLOP_RATIO
     else:
         bmm = Gemm(shard.batch * model.num_attention_heads // shard.tp * shard.seq, shard.kv_seq,
-                   model.head_dim)
+                   model.kv_channels)
         scores_bytes = 3 * shard.batch * model.num_attention_heads // shard.tp * shard.seq * shard.kv_seq
         attention_s = core_flops / (device.peak_flops(precision) * gemm_efficiency(device, bmm)) + \
             memory_time_s(device, scores_bytes * training.element_bytes)

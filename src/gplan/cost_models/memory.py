@@ -31,10 +31,10 @@ def attention_block_activation_bytes(model: ModelSpec, shard: Shard, element_byt
     mask, dropout output), `flash` keeps one fp32 log-sum-exp per head and token, `recomputed`
     (selective recompute) keeps nothing."""
     e, b, s, t = element_bytes, shard.batch, shard.seq, shard.tp
-    h, hkv, a = model.hidden_size, model.kv_hidden_size, model.num_attention_heads
+    h, hq, hkv, a = model.hidden_size, model.q_hidden_size, model.kv_hidden_size, model.num_attention_heads
     dropout = model.dropout > 0
     replicated = 2 * e * s * b * h + (s * b * h if dropout else 0)
-    sharded = e * s * b * h + 2 * e * s * b * hkv + e * s * b * h
+    sharded = e * s * b * hq + 2 * e * s * b * hkv + e * s * b * hq
     if scores == "flash":
         sharded += FLASH_LSE_BYTES * a * s * b
     elif scores == "stored":

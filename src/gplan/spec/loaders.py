@@ -43,9 +43,17 @@ def model_from_hf_config(config: dict[str, Any], source: str) -> ModelSpec:
     return validate_as(ModelSpec, data, source)
 
 
+def _head_dim(c: dict[str, Any]) -> int | None:
+    """An explicit `head_dim` only where it differs from hidden / heads (Mistral-Nemo, Qwen3)."""
+    given = c.get("head_dim")
+    return given if given and given * c["num_attention_heads"] != c["hidden_size"] else None
+
+
 def _from_llama_like(c: dict[str, Any]) -> dict[str, Any]:
     act = c.get("hidden_act", "silu")
     return {
+        "head_dim": _head_dim(c),
+        "rope_theta": float(c.get("rope_theta", 10000.0)),
         "num_layers": c["num_hidden_layers"],
         "hidden_size": c["hidden_size"],
         "num_attention_heads": c["num_attention_heads"],
@@ -90,6 +98,7 @@ def _from_gpt_neox(c: dict[str, Any]) -> dict[str, Any]:
         "tie_embeddings": bool(c.get("tie_word_embeddings", False)),
         "norm": "layernorm",
         "position_embedding": "rope",
+        "rope_theta": float(c.get("rotary_emb_base", 10000.0)),
         "bias": True,
     }
 

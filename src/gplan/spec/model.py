@@ -8,7 +8,7 @@ planner places counts of identical layers on pipeline stages (docs/design.md, "S
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -56,10 +56,20 @@ class ModelSpec(BaseModel):
     """Dropout probability; > 0 adds the 1-byte masks of Korthikanti et al. to activation memory."""
     bias: bool = False
     """Whether linear layers carry biases."""
+    head_dim: int | None = Field(default=None, gt=0)
+    """Width of one attention head (Hugging Face `head_dim`, Megatron `--kv-channels`); defaults to
+    hidden_size / num_attention_heads. Mistral-Nemo's 32 heads of 128 project 5120 to 4096."""
+    rope_theta: float = Field(default=10000.0, gt=0)
+    """RoPE base (Hugging Face `rope_theta`, Megatron `--rotary-base`): 10000 in the RoPE paper and
+    Llama 2, 500000 in Llama 3. It changes no cost, but every engine must train with it."""
+
+    #: Fields added after plans of schema v1 were first written: left out of the inputs digest while at
+    #: their default, so that those plans keep their digest.
+    DIGEST_OPTIONAL: ClassVar[dict[str, object]] = {"head_dim": None, "rope_theta": 10000.0}
 
     @model_validator(mode="after")
     def _check_shapes(self) -> "ModelSpec":
-        if self.hidden_size % self.num_attention_heads:
+        if self.head_dim is None and self.hidden_size % self.num_attention_heads:
             raise ValueError(
                 f"hidden_size {self.hidden_size} is not divisible by num_attention_heads "
                 f"{self.num_attention_heads}"
@@ -81,13 +91,27 @@ class ModelSpec(BaseModel):
         return self.ffn_hidden_size or 4 * self.hidden_size
 
     @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
+    def kv_channels(self) -> int:
+        """Width of one head: `head_dim` when given, else hidden_size / heads."""
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    @property
+    def q_hidden_size(self) -> int:
+        """Width of the Q projection and of the output projection's input: kv_channels × heads."""
+        return self.kv_channels * self.num_attention_heads
 
     @property
     def kv_hidden_size(self) -> int:
-        """Width of the K (or V) projection: head_dim × kv heads."""
-        return self.head_dim * self.kv_heads
+        """Width of the K (or V) projection: kv_channels × kv heads."""
+        return self.kv_channels * self.kv_heads
+
+    def digest_dump(self) -> dict:
+        """The JSON the inputs digest hashes: every field, but those of DIGEST_OPTIONAL at their default."""
+        data = self.model_dump(mode="json")
+        for name, default in self.DIGEST_OPTIONAL.items():
+            if data.get(name) == default:
+                data.pop(name)
+        return data
 
     @property
     def total_layers(self) -> int:
@@ -108,10 +132,11 @@ class ModelSpec(BaseModel):
 
     # ---- parameter counts ----------------------------------------------------------------------
     def attention_params(self) -> int:
-        """Q, K, V and output projections: h·(h + 2·h_kv) + h·h (+ biases)."""
-        h, hkv = self.hidden_size, self.kv_hidden_size
-        weights = h * (h + 2 * hkv) + h * h
-        return weights + ((h + 2 * hkv) + h if self.bias else 0)
+        """Q, K, V and output projections: h·(h_q + 2·h_kv) + h_q·h (+ biases), with h_q = a·d the
+        heads' width (h unless head_dim says otherwise)."""
+        h, hq, hkv = self.hidden_size, self.q_hidden_size, self.kv_hidden_size
+        weights = h * (hq + 2 * hkv) + hq * h
+        return weights + ((hq + 2 * hkv) + h if self.bias else 0)
 
     def mlp_params(self) -> int:
         """gelu/relu: up and down (2·h·f); swiglu: gate, up and down (3·h·f)."""

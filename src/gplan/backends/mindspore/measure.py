@@ -88,7 +88,7 @@ def _layer(base: LayerMeasurement, spec: ModelSpec, warmup: int, repeats: int) -
     shape = (base.mbs, base.seq_length, spec.hidden_size)
     x = Tensor(np.random.default_rng(0).standard_normal(shape).astype(np.float32))
     forward_s, backward_s = _forward_backward(block, (x,), warmup, repeats)
-    q = Tensor(np.ones((base.mbs, spec.num_attention_heads // base.tp, base.seq_length, spec.head_dim), np.float32))
+    q = Tensor(np.ones((base.mbs, spec.num_attention_heads // base.tp, base.seq_length, spec.kv_channels), np.float32))
     scores, softmax, context = ops.BatchMatMul(transpose_b=True), ops.Softmax(-1), ops.BatchMatMul()
     attention_s = timed(lambda: context(softmax(scores(q, q) + block.mask), q), warmup, repeats)
     block.recompute()

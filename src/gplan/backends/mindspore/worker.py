@@ -170,7 +170,7 @@ class Block(nn.Cell):
         super().__init__()
         p = f"layers.{i}."
         self.heads, self.kv_heads = spec.num_attention_heads // tp_shard, spec.kv_heads // tp_shard
-        self.head_dim = spec.head_dim
+        self.head_dim = spec.kv_channels
         h, q, kv, ffn = spec.hidden_size, self.heads * self.head_dim, self.kv_heads * self.head_dim, spec.ffn_size // tp_shard
         self.attention_norm = RMSNorm(h, p + "attention_norm.weight", init, s["norm"])
         self.ffn_norm = RMSNorm(h, p + "ffn_norm.weight", init, s["norm"])
@@ -186,8 +186,8 @@ class Block(nn.Cell):
         self.context = ops.BatchMatMul().shard(s["attention.context"])
         self.add = ops.Add().shard(s["residual_add"])
         self.mask = Tensor(np.triu(np.full((seq, seq), -1e9, np.float32), k=1))
-        self.scale = 1.0 / float(np.sqrt(spec.head_dim))
-        self.cos, self.sin = rope_tables(seq, spec.head_dim)
+        self.scale = 1.0 / float(np.sqrt(spec.kv_channels))
+        self.cos, self.sin = rope_tables(seq, spec.kv_channels, spec.rope_theta)
 
     def rotate(self, x):
         """RoPE on (batch, heads, seq, head_dim): pairs (x[2i], x[2i+1]) rotated by position."""

@@ -38,6 +38,8 @@ class ModelArgs:
     bias: bool
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
+    head_dim: int = 0
+    """Width of one head; 0: dim / n_heads."""
 
     @classmethod
     def from_spec(cls, spec: ModelSpec, seq_length: int) -> "ModelArgs":
@@ -48,11 +50,12 @@ class ModelArgs:
         return cls(dim=spec.hidden_size, n_layers=spec.num_layers, n_heads=spec.num_attention_heads,
                    n_kv_heads=spec.kv_heads, ffn_dim=spec.ffn_size, ffn_kind=spec.ffn_kind,
                    vocab_size=spec.vocab_size, max_seq_len=seq_length, norm=spec.norm,
-                   position=spec.position_embedding, tie_embeddings=spec.tie_embeddings, bias=spec.bias)
+                   position=spec.position_embedding, tie_embeddings=spec.tie_embeddings, bias=spec.bias,
+                   rope_theta=spec.rope_theta, head_dim=spec.kv_channels)
 
-    @property
-    def head_dim(self) -> int:
-        return self.dim // self.n_heads
+    def __post_init__(self):
+        if not self.head_dim:
+            object.__setattr__(self, "head_dim", self.dim // self.n_heads)
 
 
 def make_norm(args: ModelArgs) -> nn.Module:
@@ -81,11 +84,11 @@ class Attention(nn.Module):
     def __init__(self, args: ModelArgs):
         super().__init__()
         self.args = args
-        kv_dim = args.n_kv_heads * args.head_dim
-        self.wq = nn.Linear(args.dim, args.dim, bias=args.bias)
+        q_dim, kv_dim = args.n_heads * args.head_dim, args.n_kv_heads * args.head_dim
+        self.wq = nn.Linear(args.dim, q_dim, bias=args.bias)
         self.wk = nn.Linear(args.dim, kv_dim, bias=args.bias)
         self.wv = nn.Linear(args.dim, kv_dim, bias=args.bias)
-        self.wo = nn.Linear(args.dim, args.dim, bias=args.bias)
+        self.wo = nn.Linear(q_dim, args.dim, bias=args.bias)
         self.recompute_core = False
         """Selective recomputation: keep only the inputs of softmax(QKᵀ)V for the backward."""
         self.ring = None
