@@ -344,13 +344,20 @@ def export(
     plan_file: Path = typer.Argument(..., metavar="PLAN", help="a plan.json"),
     to: str = typer.Option(..., "--to", help="megatron | torchtitan | deepspeed | mindformers | k8s | slurm"),
     out_dir: Path = typer.Option(Path("."), "--out-dir", "-o", help="where to write the exported files"),
+    image: Optional[str] = typer.Option(None, "--image", help="k8s: the container image the pods run (gplan and torch installed)"),
+    target_version: Optional[str] = typer.Option(None, "--target-version",
+                                                 help="the engine version to write for (torchtitan: 0.3 | main)"),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Write the plan as another engine takes it: Megatron-LM arguments, torchtitan overrides, a
-    DeepSpeed config, MindFormers' parallel sections, a Kubeflow PyTorchJob, a SLURM script."""
+    """Write the plan as another engine takes it: a Megatron-LM script, a torchtitan config and script,
+    a DeepSpeed config with a Megatron-DeepSpeed script, MindFormers' parallel sections, a Kubeflow
+    PyTorchJob and TrainJob, a SLURM script. A split the engine runs differently is re-priced; one
+    that would not fit is refused."""
     from gplan.backends.exporters import export_files
+    from gplan.planner.build import reprice_split
 
-    written, notes = export_files(read_plan(plan_file), to, out_dir)
+    written, notes = export_files(read_plan(plan_file), to, out_dir, plan_path=plan_file, image=image,
+                                  version=target_version, reprice=reprice_split)
     if as_json:
         return emit_json({"target": to, "files": [str(p) for p in written], "notes": notes})
     for path in written:

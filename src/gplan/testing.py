@@ -109,6 +109,15 @@ def requires_engine(module: str, extra: str):
     return pytest.mark.skipif(missing, reason=f"{ENGINE_SKIP} {module} (pip install -e '.[{extra}]')")
 
 
+def requires_program(program: str, extra: str):
+    """A pytest mark: skip, naming the missing program and the extra that installs it, unless it is on PATH."""
+    import shutil
+
+    import pytest
+
+    return pytest.mark.skipif(shutil.which(program) is None, reason=f"{ENGINE_SKIP} {program} (pip install -e '.[{extra}]')")
+
+
 def engine_skip_as_failure(report, require: bool) -> None:
     """Turn a test report skipped for a missing engine into a failure when `require` (CI sets
     GPLAN_REQUIRE_ENGINES=1): CI must run every engine test, and a broken test install must not pass

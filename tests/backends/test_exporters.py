@@ -1,11 +1,14 @@
-"""`gplan export`: each target's output goes through the engine's own parser or validator where it
-installs on CPU (megatron-core, torchtitan, DeepSpeed are in the test extras); where it does not,
-through a check of every name against the engine's documented ones, with the reason given."""
+"""`gplan export`: every target's output goes through the engine's own code where it installs on CPU —
+megatron-core's config and layout classes, torchtitan's full ConfigManager (the model built on the meta
+device and counted), DeepSpeed's config, the Kubeflow SDKs' models and kubernetes-validate, shellcheck
+— and through the rules of Megatron-LM's arguments.py (megatron_rules.py) where its parser does not
+install. The plans cover zero 3, uneven pipeline splits, interleaving, selective and per-stage
+recompute, on Llama and GPT."""
 
 from __future__ import annotations
 
-import argparse
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -13,31 +16,36 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gplan.backends.exporters import targets
-from gplan.backends.exporters.megatron import megatron_args
+import megatron_rules
+from gplan.backends.exporters import Export, engine_split, render_export
+from gplan.backends.exporters.megatron import megatron_args, vocab_divisor
 from gplan.backends.exporters.torchtitan import overrides
-from gplan.plan import Plan, write_plan
-from gplan.planner.build import make_plan
+from gplan.errors import InputError
+from gplan.plan import Plan, layouts_of, write_plan
+from gplan.planner.build import make_plan, reprice_split
 from gplan.planner.placement import axis_groups
 from gplan.profiles.catalogue import load_cluster
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import LayerCount, ParallelConfig, StageLayout
+from gplan.spec.targets import TARGETS, runs_as, same_split
 from gplan.spec.training import TrainingSpec
-from gplan.testing import requires_engine
+from gplan.testing import requires_engine, requires_program
 
-MODEL = ModelSpec(name="llama-mini", num_layers=8, hidden_size=512, num_attention_heads=8, num_kv_heads=4,
+LLAMA = ModelSpec(name="llama-mini", num_layers=8, hidden_size=512, num_attention_heads=8, num_kv_heads=4,
                   ffn_hidden_size=1376, ffn_kind="swiglu", vocab_size=32000, seq_length=1024, norm="rmsnorm",
-                  position_embedding="rope")
+                  position_embedding="rope", rope_theta=500000.0)
+GPT = ModelSpec(name="gpt-mini", num_layers=8, hidden_size=512, num_attention_heads=8, vocab_size=50304,
+                seq_length=1024, tie_embeddings=True, dropout=0.1, bias=True)
 TRAINING = TrainingSpec(gbs=64, seq_length=1024)
 
 
-def plan_of(config: ParallelConfig, stages: list[list[tuple[str, int]]] | None = None) -> Plan:
-    cluster = load_cluster("dgx-a100-80g", config.world_size)
+def plan_of(config: ParallelConfig, stages: list[list[tuple[str, int]]] | None = None, model: ModelSpec = LLAMA,
+            cluster: str = "dgx-a100-80g") -> Plan:
     layouts = None
     if stages:
         layouts = [StageLayout(layers=[LayerCount(kind="decoder", recompute=r, count=n) for r, n in stage],
                                embedding=i == 0, head=i == len(stages) - 1) for i, stage in enumerate(stages)]
-    return make_plan(MODEL, TRAINING, cluster, config, layouts)
+    return make_plan(model, TRAINING, load_cluster(cluster, config.world_size), config, layouts)
 
 
 PLANS = {
@@ -45,44 +53,126 @@ PLANS = {
     "tp_pp_dp_sp_interleaved": lambda: plan_of(ParallelConfig(dp=2, tp=2, pp=2, vpp=2, sp=True, zero=1,
                                                               recompute="selective")),
     "zero3_full_recompute": lambda: plan_of(ParallelConfig(dp=8, zero=3, recompute="full")),
+    "zero3_tp_pp_uneven": lambda: plan_of(ParallelConfig(dp=2, tp=2, pp=2, sp=True, zero=3),
+                                          [[("full", 2), ("none", 1)], [("full", 2), ("none", 3)]]),
     "uneven_first_last": lambda: plan_of(ParallelConfig(dp=2, tp=2, pp=2, sp=True),
                                          [[("full", 2), ("none", 1)], [("none", 5)]]),
     "uneven_layout": lambda: plan_of(ParallelConfig(dp=1, tp=1, pp=4),
                                      [[("none", 1)], [("none", 3)], [("none", 2)], [("none", 2)]]),
+    "per_stage_recompute_vpp": lambda: plan_of(ParallelConfig(dp=1, tp=2, pp=4, vpp=2, sp=True, zero=1),
+                                               [[("full", 2)], [("full", 1), ("selective", 1)], [("none", 2)],
+                                                [("selective", 2)]]),
+    "gpt_tp_pp_cp": lambda: plan_of(ParallelConfig(dp=1, tp=2, pp=2, cp=2, sp=True, zero=1, recompute="selective"),
+                                    model=GPT),
 }
 
 
-# ---- Megatron-LM ----------------------------------------------------------------------------------
-
-#: Flags of Megatron-LM's `megatron/training/arguments.py` that gplan emits. Megatron's own argument
-#: parser ships with the Megatron-LM repository (megatron/training), not with the megatron-core wheel
-#: installed here, so every emitted flag is checked against these documented names; the values go
-#: through megatron-core's own TransformerConfig validation and RankGenerator below.
-MEGATRON_FLAGS = {
-    "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--seq-length",
-    "--max-position-embeddings", "--normalization", "--position-embedding-type", "--attention-dropout",
-    "--hidden-dropout", "--group-query-attention", "--num-query-groups", "--swiglu",
-    "--untie-embeddings-and-output-weights", "--disable-bias-linear", "--bf16", "--fp16",
-    "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
-    "--micro-batch-size", "--global-batch-size", "--sequence-parallel", "--num-layers-per-virtual-pipeline-stage",
-    "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers", "--pipeline-model-parallel-layout",
-    "--use-distributed-optimizer", "--use-megatron-fsdp", "--data-parallel-sharding-strategy",
-    "--recompute-granularity", "--recompute-method", "--recompute-num-layers", "--mock-data", "--tokenizer-type",
-    "--vocab-size", "--train-iters", "--lr", "--log-interval",
-}
-SWITCHES = {"--group-query-attention", "--swiglu", "--untie-embeddings-and-output-weights", "--disable-bias-linear",
-            "--bf16", "--fp16", "--sequence-parallel", "--use-distributed-optimizer", "--use-megatron-fsdp",
-            "--mock-data"}
+def export(plan: Plan, target: str, **kw) -> Export:
+    return render_export(plan, target, reprice=reprice_split, **kw)
 
 
-def parse_megatron(args: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(allow_abbrev=False, exit_on_error=False)
-    for flag in MEGATRON_FLAGS:
-        if flag in SWITCHES:
-            parser.add_argument(flag, action="store_true")
-        else:
-            parser.add_argument(flag)
-    return parser.parse_args(args)
+# ---- the split an engine runs (spec.targets.runs_as) --------------------------------------------------
+
+def test_a_target_runs_its_own_plans_exactly():
+    for name in ("megatron", "torchtitan", "deepspeed"):
+        plan = plan_of(ParallelConfig(dp=2, pp=2, zero=1, recompute="full"))
+        assert same_split(runs_as(TARGETS[name], plan.model, plan.parallel, layouts_of(plan)), layouts_of(plan))
+
+
+def test_megatron_block_recompute_covers_every_stage_and_never_adds_activations():
+    plan = PLANS["per_stage_recompute_vpp"]()
+    engine = runs_as(TARGETS["megatron"], plan.model, plan.parallel, layouts_of(plan))
+    # the largest recomputed count of any chunk is 1 (2 layers per stage over vpp=2): block N=1 per chunk
+    assert [{c.recompute: c.count for c in s.layers} for s in engine] == [{"full": 2}] * 4
+    for planned, ran in zip(layouts_of(plan), engine):
+        kept = sum(c.count for c in planned.layers if c.recompute == "none")
+        assert sum(c.count for c in ran.layers if c.recompute == "none") <= kept
+
+
+def test_deepspeed_runs_an_uneven_split_evenly_and_torchtitan_every_layer_alike():
+    plan = PLANS["uneven_layout"]()
+    engine = runs_as(TARGETS["deepspeed"], plan.model, plan.parallel, layouts_of(plan))
+    assert [s.num_layers for s in engine] == [2, 2, 2, 2]
+    mixed = PLANS["uneven_first_last"]()
+    titan = runs_as(TARGETS["torchtitan"], mixed.model, mixed.parallel, layouts_of(mixed))
+    assert {c.recompute for s in titan for c in s.layers} == {"full"}
+
+
+def test_an_export_re_prices_the_split_its_engine_runs_and_says_so():
+    plan = PLANS["uneven_first_last"]()
+    result = export(plan, "megatron")
+    note = next(n for n in result.notes if "re-priced" in n)
+    step_s, fits, _ = reprice_split(plan, runs_as(TARGETS["megatron"], plan.model, plan.parallel, layouts_of(plan)))
+    assert f"{step_s:.3f} s/step" in note and fits
+    assert note in result.files["megatron_pretrain_gpt.sh"]
+
+
+def test_an_export_whose_engine_split_would_not_fit_is_refused():
+    plan = PLANS["uneven_layout"]()
+    with pytest.raises(InputError, match="stage 1 needs 9.0 GiB"):
+        engine_split(plan, "deepspeed", lambda p, layouts: (1.0, False, "stage 1 needs 9.0 GiB against its 8.0 GiB"))
+
+
+# ---- Megatron-LM -------------------------------------------------------------------------------------
+
+def script_args(text: str, array: str) -> list[str]:
+    return shlex.split(text.split(f"{array}=(")[1].split("\n)")[0])
+
+
+def script_env(text: str) -> dict[str, str]:
+    env = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}  # a user's environment that set it: the script must undo it for FSDP
+    for line in text.splitlines():
+        if line.startswith("export CUDA_DEVICE_MAX_CONNECTIONS="):
+            env["CUDA_DEVICE_MAX_CONNECTIONS"] = line.split("=")[1].split()[0]
+        if line.startswith("unset CUDA_DEVICE_MAX_CONNECTIONS"):
+            env.pop("CUDA_DEVICE_MAX_CONNECTIONS")
+    return env
+
+
+@pytest.mark.parametrize("name", list(PLANS))
+def test_megatron_script_passes_megatron_lm_validate_args(name):
+    plan = PLANS[name]()
+    result = export(plan, "megatron")
+    text = result.files["megatron_pretrain_gpt.sh"]
+    args = megatron_rules.validate(script_args(text, "MEGATRON_ARGS"), plan.world_size, script_env(text), device_arch=8)
+    c, m = plan.parallel, plan.model
+    assert (args.tensor_model_parallel_size, args.pipeline_model_parallel_size, args.context_parallel_size,
+            args.data_parallel_size) == (c.tp, c.pp, c.cp, c.dp)
+    assert (args.virtual_pipeline_model_parallel_size or 1) == c.vpp
+    assert args.global_batch_size // (args.micro_batch_size * args.data_parallel_size) == c.num_microbatches
+    assert megatron_rules.padded_vocab_size(args) == m.vocab_size  # Megatron builds the plan's vocabulary
+    if m.position_embedding == "rope":
+        assert args.rotary_base == m.rope_theta
+    assert args.untie_embeddings_and_output_weights == (not m.tie_embeddings)
+    # zero levels as Megatron shards them
+    assert args.use_distributed_optimizer == (c.zero >= 1)
+    assert args.data_parallel_sharding_strategy == {2: "optim_grads", 3: "optim_grads_params"}.get(c.zero, "no_shard")
+    # what Megatron recomputes on every stage is the split gplan re-priced
+    engine = runs_as(TARGETS["megatron"], plan.model, plan.parallel, layouts_of(plan))
+    expected = [{o: sum(x.count for x in s.layers if x.recompute == o) for o in ("full", "selective", "none")}
+                for s in engine]
+    assert megatron_rules.recompute_per_stage(args, [s.num_layers for s in engine]) == expected
+
+
+def test_megatron_rules_catch_what_the_old_export_got_wrong():
+    plan = PLANS["zero3_tp_pp_uneven"]()
+    text = export(plan, "megatron").files["megatron_pretrain_gpt.sh"]
+    argv = script_args(text, "MEGATRON_ARGS")
+    with pytest.raises(megatron_rules.Violation, match="CUDA_DEVICE_MAX_CONNECTIONS value large than one"):
+        megatron_rules.validate(argv, plan.world_size, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, device_arch=9)
+    without_format = [a for a in argv if a not in ("--ckpt-format", "fsdp_dtensor")]
+    with pytest.raises(megatron_rules.Violation, match="fsdp_dtensor checkpoint format"):
+        megatron_rules.validate(without_format, plan.world_size, {}, device_arch=9)
+    tp_only = export(PLANS["uneven_first_last"](), "megatron").files["megatron_pretrain_gpt.sh"]
+    with pytest.raises(megatron_rules.Violation, match="CUDA_DEVICE_MAX_CONNECTIONS to 1"):
+        megatron_rules.validate(script_args(tp_only, "MEGATRON_ARGS"), 8, {}, device_arch=9)
+    assert megatron_rules.validate(script_args(tp_only, "MEGATRON_ARGS"), 8, {}, device_arch=10)  # Blackwell
+
+
+def test_megatron_vocab_divisor_pads_nothing_when_tp_divides_the_vocabulary():
+    assert vocab_divisor(128256, 8) == 32 and 128256 % (32 * 8) == 0 and 128256 % (64 * 8)
+    assert vocab_divisor(50304, 2) == 64  # 50304 = 393·128
+    assert vocab_divisor(32000, 3) == 1
 
 
 @requires_engine("megatron.core", "dev")
@@ -93,27 +183,24 @@ def test_megatron_arguments_pass_megatron_core_validation(name):
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     plan = PLANS[name]()
-    args, _ = megatron_args(plan)
-    assert {a for a in args if a.startswith("--")} <= MEGATRON_FLAGS
-    ns = parse_megatron(args)
-    tp, pp, cp = int(ns.tensor_model_parallel_size), int(ns.pipeline_model_parallel_size), int(ns.context_parallel_size)
-    dp = plan.world_size // (tp * pp * cp)
-    assert dp == plan.parallel.dp and int(ns.global_batch_size) % (int(ns.micro_batch_size) * dp) == 0
-    layers = int(ns.num_layers)
-    vpp = layers // pp // int(ns.num_layers_per_virtual_pipeline_stage) if ns.num_layers_per_virtual_pipeline_stage else None
+    args, _ = megatron_args(plan, runs_as(TARGETS["megatron"], plan.model, plan.parallel, layouts_of(plan)))
+    ns = megatron_rules.validate(args, plan.world_size, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if not
+                                 ("--use-megatron-fsdp" in args) else {}, device_arch=9)
     layout = ns.pipeline_model_parallel_layout
     config = TransformerConfig(
-        num_layers=layers, hidden_size=int(ns.hidden_size), ffn_hidden_size=int(ns.ffn_hidden_size),
-        num_attention_heads=int(ns.num_attention_heads),
-        num_query_groups=int(ns.num_query_groups) if ns.num_query_groups else None,
-        gated_linear_unit=ns.swiglu, tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
-        virtual_pipeline_model_parallel_size=vpp, context_parallel_size=cp, sequence_parallel=ns.sequence_parallel,
-        bf16=ns.bf16, pipeline_dtype=torch.bfloat16 if pp > 1 else None,
+        num_layers=ns.num_layers, hidden_size=ns.hidden_size, ffn_hidden_size=ns.ffn_hidden_size,
+        num_attention_heads=ns.num_attention_heads, kv_channels=ns.kv_channels,
+        num_query_groups=ns.num_query_groups if ns.group_query_attention else None,
+        gated_linear_unit=ns.swiglu, tensor_model_parallel_size=ns.tensor_model_parallel_size,
+        pipeline_model_parallel_size=ns.pipeline_model_parallel_size,
+        virtual_pipeline_model_parallel_size=ns.virtual_pipeline_model_parallel_size,
+        context_parallel_size=ns.context_parallel_size, sequence_parallel=ns.sequence_parallel,
+        bf16=ns.bf16, pipeline_dtype=torch.bfloat16 if ns.pipeline_model_parallel_size > 1 else None,
         recompute_granularity=ns.recompute_granularity, recompute_method=ns.recompute_method,
-        recompute_num_layers=int(ns.recompute_num_layers) if ns.recompute_num_layers else None,
-        num_layers_in_first_pipeline_stage=int(ns.decoder_first_pipeline_num_layers) if ns.decoder_first_pipeline_num_layers else None,
-        num_layers_in_last_pipeline_stage=int(ns.decoder_last_pipeline_num_layers) if ns.decoder_last_pipeline_num_layers else None,
-        pipeline_model_parallel_layout=PipelineParallelLayerLayout(layout, pp) if layout else None,
+        recompute_num_layers=ns.recompute_num_layers,
+        num_layers_in_first_pipeline_stage=ns.decoder_first_pipeline_num_layers,
+        num_layers_in_last_pipeline_stage=ns.decoder_last_pipeline_num_layers,
+        pipeline_model_parallel_layout=PipelineParallelLayerLayout(layout, ns.pipeline_model_parallel_size) if layout else None,
     )
     assert config.num_layers == plan.model.num_layers
     if layout:
@@ -122,7 +209,7 @@ def test_megatron_arguments_pass_megatron_core_validation(name):
 
 
 @requires_engine("megatron.core", "dev")
-@pytest.mark.parametrize("name", ["tp_pp_dp_sp_interleaved", "uneven_first_last"])
+@pytest.mark.parametrize("name", ["tp_pp_dp_sp_interleaved", "uneven_first_last", "gpt_tp_pp_cp"])
 def test_rank_layout_matches_megatron_core_rank_generator(name):
     from megatron.core.parallel_state import RankGenerator
 
@@ -133,70 +220,98 @@ def test_rank_layout_matches_megatron_core_rank_generator(name):
         assert sorted(generator.get_ranks(axis)) == sorted(axis_groups(c, axis))
 
 
-def test_megatron_script_is_valid_bash_and_carries_the_digest(tmp_path):
-    plan = PLANS["uneven_first_last"]()
-    text = targets()["megatron"](plan).files["megatron_pretrain_gpt.sh"]
-    assert plan.digest in text.splitlines()[1]
-    path = tmp_path / "run.sh"
-    path.write_text(text)
-    assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
+def test_megatron_refuses_a_rope_base_its_int_argument_cannot_carry():
+    plan = plan_of(ParallelConfig(dp=8), model=LLAMA.model_copy(update={"rope_theta": 1e4 + 0.5}))
+    with pytest.raises(InputError, match="--rotary-base takes an int"):
+        export(plan, "megatron")
 
 
-# ---- torchtitan ------------------------------------------------------------------------------------
+# ---- torchtitan ----------------------------------------------------------------------------------------
 
-def titan_config(args: list[str]):
-    """torchtitan's own parser (tyro with torchtitan's registry) over the sections of its Trainer
-    config that the export sets. The Trainer config itself cannot be imported here: torchtitan 0.3
-    imports triton (GPU only) with its models, so its sections are parsed with their own classes."""
-    from dataclasses import field, make_dataclass
+def titan_parse(tmp_path: Path, plan: Plan):
+    """torchtitan's own ConfigManager over the exported script's overrides, with the exported config
+    module on the path (as the script puts it)."""
+    from torchtitan.config.manager import ConfigManager
 
-    import tyro
-    from torchtitan.config.configs import ParallelismConfig, TrainingConfig
-    from torchtitan.config.manager import custom_registry
-    from torchtitan.distributed.activation_checkpoint import ActivationCheckpointingConfig, SelectiveAC
+    files = export(plan, "torchtitan").files
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    argv = ["--module", "gplan_torchtitan", "--config", "gplan_plan", *script_args(files["torchtitan_train.sh"], "OVERRIDES")]
+    sys.path.insert(0, str(tmp_path))
+    sys.modules.pop("gplan_torchtitan", None)
+    try:
+        return ConfigManager().parse_args(argv)
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("gplan_torchtitan", None)
 
-    # Real annotations (not strings) so that tyro resolves torchtitan's types.
-    Sections = make_dataclass("Sections", [
-        ("training", TrainingConfig, field(default_factory=TrainingConfig)),
-        ("parallelism", ParallelismConfig, field(default_factory=ParallelismConfig)),
-        ("activation_checkpoint", ActivationCheckpointingConfig, field(default_factory=SelectiveAC.Config)),
-    ])
-    return tyro.cli(Sections, args=args, default=Sections(), registry=custom_registry)
+
+TITAN_PLANS = ["dp_only", "tp_pp_dp_sp_interleaved", "zero3_full_recompute", "zero3_tp_pp_uneven", "uneven_layout",
+               "per_stage_recompute_vpp"]
 
 
 @requires_engine("torchtitan", "dev")
-@pytest.mark.parametrize("name", list(PLANS))
-def test_torchtitan_overrides_parse_and_build_parallel_dims(name):
+@pytest.mark.parametrize("name", TITAN_PLANS)
+def test_torchtitan_config_manager_parses_the_export_into_the_plans_model_and_layout(name, tmp_path):
+    import torch
     from torch.distributed.pipelining.schedules import get_schedule_class
+    from torchtitan.distributed.activation_checkpoint import FullAC
     from torchtitan.distributed.parallel_dims import ParallelDims
 
     plan = PLANS[name]()
-    args, _ = overrides(plan)
-    config = titan_config(args)
-    p, t, c = config.parallelism, config.training, plan.parallel
+    config = titan_parse(tmp_path, plan)
+    p, t, c, m = config.parallelism, config.training, plan.parallel, plan.model
+    # the model: torchtitan's Llama with the plan's shape, every parameter counted
+    model_config = config.model_spec.model
+    assert (model_config.dim, len(model_config.layers), model_config.vocab_size) == (m.hidden_size, m.num_layers, m.vocab_size)
+    attention = model_config.layers[0].attention
+    assert (attention.n_heads, attention.n_kv_heads, attention.rope.theta) == (m.num_attention_heads, m.kv_heads, m.rope_theta)
+    with torch.device("meta"):
+        built = model_config.build()
+    assert sum(x.numel() for x in built.parameters()) == m.total_params()
+    # the batch: accumulation steps of local sequences, split into micro-batches of mbs with stages
+    accumulation = t.global_batch_size // (t.local_batch_size * c.dp)
+    per_step = t.local_batch_size // (p.pipeline_parallel_microbatch_size if c.pp > 1 else 1)
+    assert t.global_batch_size == plan.training.gbs and t.seq_len == plan.training.seq_length
+    assert accumulation * per_step == c.num_microbatches and t.local_batch_size * accumulation == c.mbs * c.num_microbatches
+    # the layout
     assert (p.tensor_parallel_degree, p.pipeline_parallel_degree, p.context_parallel_degree) == (c.tp, c.pp, c.cp)
-    assert p.enable_sequence_parallel == c.sp
-    assert t.local_batch_size * c.dp == plan.training.gbs == t.global_batch_size
-    assert t.local_batch_size % p.pipeline_parallel_microbatch_size == 0  # Trainer.Config's own rule
-    if c.pp > 1:
-        get_schedule_class(p.pipeline_parallel_schedule)
     dims = ParallelDims(dp_replicate=p.data_parallel_replicate_degree, dp_shard=p.data_parallel_shard_degree,
                         cp=p.context_parallel_degree, tp=p.tensor_parallel_degree, pp=p.pipeline_parallel_degree,
                         ep=1, world_size=plan.world_size)
-    assert (dims.dp_replicate * dims.dp_shard) == c.dp
-    expected_ac = "FullAC" if "full" in str(plan.stages) else ("SelectiveAC" if "selective" in str(plan.stages) else None)
-    assert (type(config.activation_checkpoint).__qualname__.split(".")[0] if config.activation_checkpoint else None) == expected_ac
+    assert dims.dp_replicate * dims.dp_shard == c.dp
+    engine = runs_as(TARGETS["torchtitan"], plan.model, plan.parallel, layouts_of(plan))
+    if c.pp > 1:
+        assert get_schedule_class(p.pipeline_parallel_schedule) and t.disable_cuda_graphs
+        parts = p.module_fqns_per_model_part
+        assert len(parts) == c.pp * c.vpp
+        per_rank = [sum(sum(1 for x in parts[s] if x.startswith("layers.")) for s in range(r, len(parts), c.pp))
+                    for r in range(c.pp)]
+        assert per_rank == [s.num_layers for s in engine]
+        assert parts[0][0] == "tok_embeddings" and parts[-1][-2:] == ["norm", "lm_head"]
+    full = any(x.recompute == "full" for s in engine for x in s.layers)
+    assert isinstance(config.activation_checkpoint, FullAC.Config) if full else config.activation_checkpoint is None
 
 
-def test_torchtitan_uneven_split_writes_the_exact_modules():
-    plan = PLANS["uneven_layout"]()
-    files = targets()["torchtitan"](plan).files
-    parts = json.loads(files["torchtitan_module_fqns.json"])["module_fqns_per_model_part"]
-    assert [sum(1 for m in part if m.startswith("layers.")) for part in parts] == [1, 3, 2, 2]
-    assert parts[0][0] == "tok_embeddings" and parts[-1][-2:] == ["norm", "output"]
+@requires_engine("torchtitan", "dev")
+def test_torchtitan_refuses_a_gpt_plan_it_would_train_as_a_llama(tmp_path):
+    with pytest.raises(InputError, match=r"\(model\).*Llama family"):
+        export(plan_of(ParallelConfig(dp=8), model=GPT), "torchtitan")
 
 
-# ---- DeepSpeed -------------------------------------------------------------------------------------
+def test_torchtitan_main_writes_token_counts():
+    plan = PLANS["tp_pp_dp_sp_interleaved"]()
+    args, _ = overrides(plan, main=True)
+    value = dict(zip(args, args[1:]))
+    seq = plan.training.seq_length
+    assert value["--training.num_tokens_per_train_step"] == str(plan.training.gbs * seq)
+    assert value["--training.num_tokens_per_microbatch_per_dp_rank"] == str(plan.parallel.mbs * seq)
+    assert "--training.local_batch_size" not in value
+    text = export(plan, "torchtitan", version="main").files["torchtitan_train.sh"]
+    assert "not checked by torchtitan's parser" in text.splitlines()[2]
+
+
+# ---- DeepSpeed and Megatron-DeepSpeed ------------------------------------------------------------------
 
 DEEPSPEED_CHECK = """
 import json, os, sys
@@ -210,24 +325,65 @@ class DataParallelOnly:
 config = DeepSpeedConfig(json.load(open(sys.argv[1])), mpu=DataParallelOnly())
 print(json.dumps({"stage": config.zero_optimization_stage, "train_batch_size": config.train_batch_size,
                   "micro": config.train_micro_batch_size_per_gpu, "accumulation": config.gradient_accumulation_steps,
-                  "bf16": config.bfloat16_config.enabled if hasattr(config, "bfloat16_config") else config.bfloat16_enabled}))
+                  "bf16": config.bfloat16_config.enabled if hasattr(config, "bfloat16_config") else config.bfloat16_enabled,
+                  "checkpointing": config.activation_checkpointing_config.partition_activations}))
 """
+
+DEEPSPEED_PLANS = ["dp_only", "zero3_full_recompute", "uneven_first_last"]
 
 
 @requires_engine("deepspeed", "dev")
-@pytest.mark.parametrize("name", ["dp_only", "tp_pp_dp_sp_interleaved", "zero3_full_recompute"])
+@pytest.mark.parametrize("name", DEEPSPEED_PLANS)
 def test_deepspeed_config_passes_deepspeeds_own_validation(name, tmp_path):
     plan = PLANS[name]()
-    files = targets()["deepspeed"](plan).files
+    files = export(plan, "deepspeed").files
     (tmp_path / "ds_config.json").write_text(files["ds_config.json"])
-    port = str(29600 + list(PLANS).index(name))
+    port = str(29600 + DEEPSPEED_PLANS.index(name))
     done = subprocess.run([sys.executable, "-c", DEEPSPEED_CHECK, str(tmp_path / "ds_config.json"), str(plan.parallel.dp), port],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     checked = json.loads(done.stdout.strip().splitlines()[-1])
     c = plan.parallel
-    assert checked == {"stage": c.zero, "train_batch_size": plan.training.gbs, "micro": c.mbs,
-                       "accumulation": c.num_microbatches, "bf16": True}
+    assert {k: checked[k] for k in ("stage", "train_batch_size", "micro", "accumulation", "bf16")} == {
+        "stage": c.zero, "train_batch_size": plan.training.gbs, "micro": c.mbs, "accumulation": c.num_microbatches,
+        "bf16": True}
+
+
+#: Megatron-DeepSpeed's megatron/arguments.py (deepspeedai/Megatron-DeepSpeed main): the flags gplan emits.
+MEGATRON_DEEPSPEED_FLAGS = {
+    "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--num-key-value-heads",
+    "--seq-length", "--max-position-embeddings", "--normalization", "--attention-dropout", "--hidden-dropout",
+    "--kv-channels", "--use-rotary-position-embeddings", "--no-position-embedding",
+    "--rotary-position-embeddings-theta", "--swiglu", "--untie-embeddings-and-output-weights", "--disable-bias-linear",
+    "--bf16", "--fp16", "--tokenizer-type", "--vocab-size", "--make-vocab-size-divisible-by",
+    "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--micro-batch-size", "--global-batch-size",
+    "--zero-stage", "--no-pipeline-parallel", "--sequence-parallel", "--checkpoint-activations",
+    "--deepspeed-activation-checkpointing", "--checkpoint-num-layers", "--recompute-granularity", "--recompute-method",
+    "--recompute-num-layers", "--train-iters", "--lr", "--log-interval",
+}
+
+
+@pytest.mark.parametrize("name", DEEPSPEED_PLANS)
+def test_megatron_deepspeed_arguments_turn_on_zero_init_and_recompute(name):
+    plan = PLANS[name]()
+    files = export(plan, "deepspeed").files
+    text = files["megatron_deepspeed_pretrain_gpt.sh"]
+    argv = script_args(text, "ARGS")
+    flags = {a for a in argv if a.startswith("--")} - {"--data-path", "--deepspeed", "--deepspeed_config"}
+    assert flags <= MEGATRON_DEEPSPEED_FLAGS
+    value = dict(zip(argv, argv[1:]))
+    c = plan.parallel
+    # --zero-stage 3 is what makes Megatron-DeepSpeed build the model under deepspeed.zero.Init
+    assert value["--zero-stage"] == str(c.zero) == str(json.loads(files["ds_config.json"])["zero_optimization"]["stage"])
+    full = any(x.recompute == "full" for s in plan.stages for x in s.layers)
+    assert ("--checkpoint-activations" in argv) == full == ("activation_checkpointing" in json.loads(files["ds_config.json"]))
+    # "pipeline_model_parallel_size must be 1 if pipeline parallel is disabled"
+    assert ("--no-pipeline-parallel" in argv) == (c.pp == 1)
+    # "recompute method is not yet supported for selective recomputing granularity"
+    assert not (value.get("--recompute-granularity") == "selective" and "--recompute-method" in argv)
+    if "--sequence-parallel" in argv:  # "Using sequence parallelism requires setting ... CUDA_DEVICE_MAX_CONNECTIONS to 1"
+        assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in text
+    assert value["--rotary-position-embeddings-theta"] == str(int(plan.model.rope_theta))
 
 
 def test_deepspeed_refuses_zero3_with_pipeline(gplan, tmp_path):
@@ -238,65 +394,153 @@ def test_deepspeed_refuses_zero3_with_pipeline(gplan, tmp_path):
     assert not (tmp_path / "ds_config.json").exists()
 
 
-# ---- Kubernetes, SLURM, the command --------------------------------------------------------------
+# ---- Kubernetes ----------------------------------------------------------------------------------------
 
-def test_pytorchjob_manifest_structure():
-    """Structure of Kubeflow's PyTorchJob (kubeflow.org/v1): the training operator's CRD schema is
-    not installable here, so its documented fields are checked."""
+def kube(plan: Plan) -> tuple[dict, dict, dict]:
+    files = export(plan, "k8s", image="registry.example/gplan:0.1").files
+    return tuple(yaml.safe_load(files[n]) for n in ("plan-configmap.yaml", "pytorchjob.yaml", "trainjob.yaml"))
+
+
+def _quantities_as_strings(data):
+    """Resource quantities are int-or-string; the SDK serialises them as strings."""
+    if isinstance(data, dict):
+        return {k: ({r: str(q) for r, q in v.items()} if k == "limits" else _quantities_as_strings(v))
+                for k, v in data.items()}
+    if isinstance(data, list):
+        return [_quantities_as_strings(x) for x in data]
+    return data
+
+
+@requires_engine("kubeflow.training", "dev")
+def test_pytorchjob_is_a_kubeflow_v1_pytorchjob_the_sdk_reads_back_whole():
+    from kubeflow.training import ApiClient
+
     plan = plan_of(ParallelConfig(dp=4, tp=8, pp=2))
-    config_map, job = yaml.safe_load_all(targets()["k8s"](plan).files["pytorchjob.yaml"])
-    assert job["apiVersion"] == "kubeflow.org/v1" and job["kind"] == "PyTorchJob"
+    _, job, _ = kube(plan)
+
+    class Response:
+        data = json.dumps(job)
+
+    api = ApiClient()
+    parsed = api.deserialize(Response(), "KubeflowOrgV1PyTorchJob")
+    # every field is one the SDK knows: nothing is dropped on the way back
+    assert api.sanitize_for_serialization(parsed) == _quantities_as_strings(job)
     specs = job["spec"]["pytorchReplicaSpecs"]
-    assert specs["Master"]["replicas"] == 1 and specs["Worker"]["replicas"] == 7
+    # training-operator v1.9's webhook: a Master of one replica, a container named pytorch with an image,
+    # a DNS-1035 name
+    assert set(specs) == {"Master", "Worker"} and specs["Master"]["replicas"] == 1 and specs["Worker"]["replicas"] == 7
+    import re
+    assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", job["metadata"]["name"]) and len(job["metadata"]["name"]) <= 63
     container = specs["Worker"]["template"]["spec"]["containers"][0]
-    assert container["name"] == "pytorch"  # the operator injects its variables into this container
-    assert container["resources"]["limits"] == {"nvidia.com/gpu": 8}
-    assert job["spec"]["nprocPerNode"] == "8"
+    assert container["name"] == "pytorch" and container["image"] == "registry.example/gplan:0.1"
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": 8} and job["spec"]["nprocPerNode"] == "8"
     assert "--nnodes=8" in container["command"]
-    assert job["metadata"]["labels"]["gplan/plan-digest"] == plan.layout_digest
-    assert job["metadata"]["labels"]["gplan/inputs-digest"] == plan.digest
-    assert Plan.model_validate_json(config_map["data"]["plan.json"]) == plan
-    env = {e["name"]: e["value"] for e in container["env"]}
-    assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"  # the launch recipe's environment, not dropped
     assert container["command"][container["command"].index("-m") + 1] == "gplan.backends.torch.worker"
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+
+
+@requires_engine("kubernetes_validate", "dev")
+def test_configmap_and_pod_templates_pass_kubernetes_validate():
+    import kubernetes_validate
+
+    plan = plan_of(ParallelConfig(dp=4, tp=8, pp=2))
+    config_map, job, trainjob = kube(plan)
+    kubernetes_validate.validate(config_map, "1.31", strict=True)
+    assert Plan.model_validate_json(config_map["data"]["plan.json"]) == plan
+    for replica in job["spec"]["pytorchReplicaSpecs"].values():
+        template = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}, "template": replica["template"]}
+        kubernetes_validate.validate(template, "1.31", strict=True)
+    assert job["metadata"]["labels"]["gplan/plan-digest"] == plan.layout_digest
+    assert job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["volumes"][0]["configMap"]["name"] == \
+        config_map["metadata"]["name"] == trainjob["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"][
+        "spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"]
+
+
+@requires_engine("kubeflow_trainer_api", "dev")
+def test_trainjob_is_a_kubeflow_trainer_v2_trainjob_its_models_read_back_whole():
+    from kubeflow_trainer_api import models
+
+    plan = plan_of(ParallelConfig(dp=4, tp=8, pp=2))
+    _, _, trainjob = kube(plan)
+    parsed = models.TrainerV1alpha1TrainJob.from_dict(trainjob)
+    assert parsed.to_dict() == trainjob  # the models drop what they do not know: nothing was dropped
+    trainer = trainjob["spec"]["trainer"]
+    assert (trainer["numNodes"], trainer["numProcPerNode"]) == (8, 8)
+    assert "--rdzv-endpoint=$(PET_MASTER_ADDR):$(PET_MASTER_PORT)" in trainer["command"]
 
 
 def test_different_plans_of_one_model_get_different_kubernetes_resources():
     """Their inputs digest is the same; their layout digest is not, so the second apply cannot
-    overwrite the first plan's PyTorchJob and ConfigMap."""
+    overwrite the first plan's jobs and ConfigMap."""
     names = set()
     for config in (ParallelConfig(dp=4, tp=8, pp=2), ParallelConfig(dp=8, tp=8, pp=1), ParallelConfig(dp=64)):
-        plan = plan_of(config)
-        config_map, job = yaml.safe_load_all(targets()["k8s"](plan).files["pytorchjob.yaml"])
-        assert len(job["metadata"]["name"]) <= 63 and config_map["metadata"]["name"].startswith(job["metadata"]["name"])
+        config_map, job, trainjob = kube(plan_of(config))
+        assert job["metadata"]["name"] == trainjob["metadata"]["name"]
+        assert len(config_map["metadata"]["name"]) <= 63 and config_map["metadata"]["name"].startswith(job["metadata"]["name"])
         names.add((job["metadata"]["name"], config_map["metadata"]["name"]))
     assert len(names) == 3
 
 
-def test_slurm_export_is_valid_bash(tmp_path):
-    plan = plan_of(ParallelConfig(dp=4, tp=8))
-    path = tmp_path / "job.sh"
-    path.write_text(targets()["slurm"](plan).files["slurm_job.sh"])
-    assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
-    assert "#SBATCH --nodes=4" in path.read_text() and plan.digest in path.read_text()
+def test_kubernetes_needs_an_image_and_carries_the_launch_notes(gplan, tmp_path):
+    path = tmp_path / "plan.json"
+    write_plan(plan_of(ParallelConfig(dp=8, zero=1)), path)
+    r = gplan("export", str(path), "--to", "k8s", "-o", str(tmp_path / "k"))
+    assert r.code == 3 and "--image" in r.stderr and not (tmp_path / "k").exists()
+    r = gplan("export", str(path), "--to", "k8s", "-o", str(tmp_path / "k"), "--image", "reg/gplan:1", "--json")
+    assert r.code == 0
+    job = yaml.safe_load((tmp_path / "k" / "pytorchjob.yaml").read_text())
+    assert "zero 1 runs as zero 2" in job["metadata"]["annotations"]["gplan/notes"]
+    assert "rc=" not in (tmp_path / "k" / "pytorchjob.yaml").read_text().splitlines()[0]
+
+
+# ---- SLURM, shell scripts, the command -----------------------------------------------------------------
+
+def test_slurm_export_points_at_the_exported_plan_by_its_absolute_path(gplan, tmp_path, monkeypatch):
+    plan = plan_of(ParallelConfig(dp=8, tp=4))
+    (tmp_path / "plans").mkdir()
+    write_plan(plan, tmp_path / "plans" / "p.json")
+    monkeypatch.chdir(tmp_path)
+    assert gplan("export", "plans/p.json", "--to", "slurm", "-o", "out").code == 0
+    text = (tmp_path / "out" / "slurm_job.sh").read_text()
+    assert f"--plan {tmp_path / 'plans' / 'p.json'}" in text and "#SBATCH --nodes=4" in text
+
+
+@requires_program("shellcheck", "dev")
+@pytest.mark.parametrize("target", ["megatron", "torchtitan", "deepspeed", "slurm"])
+def test_exported_scripts_pass_shellcheck(gplan, tmp_path, target):
+    path = tmp_path / "plan.json"
+    write_plan(PLANS["uneven_first_last" if target != "deepspeed" else "dp_only"](), path)
+    r = gplan("export", str(path), "--to", target, "-o", str(tmp_path / "out"), "--json")
+    assert r.code == 0, r.stderr
+    for file in (Path(f) for f in r.json()["files"] if f.endswith(".sh")):
+        done = subprocess.run(["shellcheck", "--severity=style", str(file)], capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout
+        assert file.stat().st_mode & 0o111
 
 
 @pytest.mark.parametrize("target", ["megatron", "torchtitan", "deepspeed", "k8s", "slurm"])
-def test_every_export_file_carries_the_plan_digest(gplan, tmp_path, target):
+def test_every_export_file_carries_the_plan_digest_and_its_engine_version(gplan, tmp_path, target):
+    from gplan.backends.exporters import targets
+
     path = tmp_path / "plan.json"
     plan = PLANS["dp_only"]()
     write_plan(plan, path)
-    data = gplan("export", str(path), "--to", target, "-o", str(tmp_path / "out"), "--json").json()
+    data = gplan("export", str(path), "--to", target, "-o", str(tmp_path / "out"), "--json", "--image", "reg/g:1").json()
     assert data["files"]
+    version = next(iter(targets()[target].versions.values()))
     for file in data["files"]:
-        assert plan.digest in Path(file).read_text()
+        text = Path(file).read_text()
+        assert plan.digest in text and f"written for {version}" in text
 
 
-def test_unknown_target_and_newer_schema_exit_3(gplan, tmp_path):
+def test_unknown_target_version_and_newer_schema_exit_3(gplan, tmp_path):
     path = tmp_path / "plan.json"
     write_plan(PLANS["dp_only"](), path)
     r = gplan("export", str(path), "--to", "alpa")
     assert r.code == 3 and "unknown target" in r.stderr and "megatron" in r.stderr
+    r = gplan("export", str(path), "--to", "torchtitan", "--target-version", "0.1")
+    assert r.code == 3 and "0.3, main" in r.stderr
     data = json.loads(path.read_text())
     data["schema_version"] = 2
     path.write_text(json.dumps(data))
@@ -310,7 +554,6 @@ def test_help_lists_the_targets(gplan):
 
 
 def test_exports_refuse_what_their_engine_cannot_run_and_note_what_it_runs_differently(gplan, tmp_path):
-    from gplan.spec.training import TrainingSpec
     from gplan.testing import TINY_GPT, TINY_LLAMA, tiny_plan
 
     gpt = tiny_plan(tmp_path / "gpt.json", TINY_GPT, None, dp=2)
@@ -320,8 +563,8 @@ def test_exports_refuse_what_their_engine_cannot_run_and_note_what_it_runs_diffe
     one_microbatch = tiny_plan(tmp_path / "m1.json", TINY_LLAMA, None, TrainingSpec(gbs=1, seq_length=32,
                                                                                      precision="fp32"), pp=2)
     for target in ("k8s", "slurm"):  # they run gplan's torch worker
-        r = gplan("export", str(one_microbatch), "--to", target, "-o", str(tmp_path / target))
+        r = gplan("export", str(one_microbatch), "--to", target, "-o", str(tmp_path / target), "--image", "reg/g:1")
         assert r.code == 3 and "(microbatches)" in r.stderr
     mixed = tiny_plan(tmp_path / "mixed.json", TINY_LLAMA, [[("full", 1)], [("none", 3)]], pp=2)
     r = gplan("export", str(mixed), "--to", "megatron", "-o", str(tmp_path / "mg"), "--json")
-    assert r.code == 0 and any("runs differently than priced" in n for n in r.json()["notes"])
+    assert r.code == 0 and any("re-priced as megatron runs it" in n for n in r.json()["notes"])

@@ -15,7 +15,8 @@ import pytest
 import yaml
 from gplan.testing import ASCEND_SHAPES, ascend_plan, requires_engine
 
-from gplan.backends.exporters import recompute_counts, stage_sizes, targets
+from gplan.plan import layouts_of
+from gplan.backends.exporters import recompute_counts, render_export, stage_sizes
 from gplan.backends.mindspore.strategy import layout
 
 pytestmark = [requires_engine("mindspore", "mindspore"), requires_engine("mindformers", "dev")]
@@ -52,7 +53,7 @@ def read_back(mindformers, tmp_path, monkeypatch):
     from mindformers.trainer.base_trainer import BaseTrainer
 
     def run(plan, edit=lambda data: None):
-        data = yaml.safe_load(targets()["mindformers"](plan).files["mindformers_parallel.yaml"])
+        data = yaml.safe_load(render_export(plan, "mindformers").files["mindformers_parallel.yaml"])
         edit(data)
         path = tmp_path / "mindformers_parallel.yaml"
         path.write_text(yaml.safe_dump(data))
@@ -113,11 +114,11 @@ def test_mindformers_puts_every_layer_and_its_recompute_where_the_plan_does(name
 
     assert [int(s) for s in setting.pp_ids] == plan_stage_of_layer(plan) == layout(plan).layer_stage
     layers_per_rank = setting.layer_list.sum(axis=0).tolist()
-    assert layers_per_rank == (stage_sizes(plan) if c.vpp == 1 else [plan.model.num_layers // c.pp] * c.pp)
+    assert layers_per_rank == (stage_sizes(layouts_of(plan)) if c.vpp == 1 else [plan.model.num_layers // c.pp] * c.pp)
     full_per_rank = [sum(chunk[rank] for chunk in setting.layer_recompute) for rank in range(c.pp)]
-    assert full_per_rank == recompute_counts(plan, "full")
+    assert full_per_rank == recompute_counts(layouts_of(plan), "full")
     for per_chunk in setting.select_recompute.values():
-        assert [sum(chunk[rank] for chunk in per_chunk) for rank in range(c.pp)] == recompute_counts(plan, "selective")
+        assert [sum(chunk[rank] for chunk in per_chunk) for rank in range(c.pp)] == recompute_counts(layouts_of(plan), "selective")
 
 
 def test_mindformers_rejects_an_export_that_breaks_its_rules(read_back):
@@ -146,7 +147,7 @@ def test_mindformers_rejects_an_export_that_breaks_its_rules(read_back):
 @pytest.mark.parametrize("name, expected", [("pp4_mixed_recompute", "select_recompute"), ("pp_vpp_zero1", "zero 3"),
                                             ("dp_x_tp", None)])
 def test_export_notes_where_mindformers_runs_other_than_priced(name, expected):
-    result = targets()["mindformers"](ascend_plan(**SHAPES[name]))
+    result = render_export(ascend_plan(**SHAPES[name]), "mindformers")
     text = result.files["mindformers_parallel.yaml"]
     if expected is None:
         assert result.notes == [] and "# note:" not in text

@@ -53,7 +53,7 @@ def test_compare_reads_it(gplan):
 
 @pytest.mark.parametrize("target", sorted(targets()))
 def test_every_export_target_reads_it(gplan, tmp_path, target):
-    r = gplan("export", str(GOLDEN), "--to", target, "-o", str(tmp_path), "--json")
+    r = gplan("export", str(GOLDEN), "--to", target, "-o", str(tmp_path), "--json", "--image", "registry.example/gplan:0.1")
     assert r.code == 0, r.stderr
     files = [Path(f) for f in r.json()["files"]]
     assert files and all(read_plan(GOLDEN).digest in f.read_text() for f in files)

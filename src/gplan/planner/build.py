@@ -40,3 +40,16 @@ def make_plan(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, co
 def repredict(plan: Plan):
     """The prediction this gplan gives for a plan's exact configuration and stage split."""
     return StepModel(plan.model, plan.training, plan.cluster, plan.parallel).predict(layouts_of(plan))
+
+
+def reprice_split(plan: Plan, layouts: list[StageLayout]) -> tuple[float, bool, str]:
+    """The plan's configuration priced with another stage split (what an engine runs instead): step
+    seconds, whether every stage fits its budget, and, when one does not, which and by how much."""
+    prediction = StepModel(plan.model, plan.training, plan.cluster, plan.parallel).predict(layouts)
+    over = [s for s in prediction.stages if s.memory_bytes > s.memory_budget_bytes]
+    binds = ""
+    if over:
+        s = over[0]
+        binds = (f"stage {s.index} needs {s.memory_bytes / 2**30:.1f} GiB against its "
+                 f"{s.memory_budget_bytes / 2**30:.1f} GiB budget")
+    return prediction.step_time_s, not over, binds

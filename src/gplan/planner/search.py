@@ -22,7 +22,7 @@ from gplan.planner.table import CostTable, build_table, uniform_split
 from gplan.profiles.schema import ClusterSpec
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import ParallelConfig, StageLayout
-from gplan.spec.targets import TARGETS, config_refusals, split_refusals
+from gplan.spec.targets import TARGETS, config_refusals, runs_as
 from gplan.spec.training import TrainingSpec
 
 
@@ -256,10 +256,11 @@ class _Scored:
 
 def _keep(found: dict, step: StepModel, layouts: list[StageLayout], info: SolverInfo, replace: bool = False,
           target: str | None = None) -> None:
-    """Re-price a split with the cost model and keep it if it fits and the target runs it (the ILP's
-    result supersedes the uniform seed of the same configuration when it is at least as fast)."""
-    if target and split_refusals(TARGETS[target], layouts):
-        return
+    """Re-price a split as the target runs it (its engine's recompute granularity and splitting rule,
+    `targets.runs_as`) with the cost model, and keep it if it fits (the ILP's result supersedes the
+    uniform seed of the same configuration when it is at least as fast)."""
+    if target:
+        layouts = runs_as(TARGETS[target], step.model, step.config, layouts)
     prediction = step.predict(layouts)
     if not prediction.fits:
         return

@@ -60,13 +60,15 @@ class ParallelConfig(BaseModel):
     def microbatches_for(self, gbs: int) -> int:
         return gbs // (self.mbs * self.dp)
 
-    def label(self) -> str:
+    def label(self, recompute: bool = True) -> str:
+        """`dp=8 tp=2 pp=1 mbs=1 zero=1 rc=none sp`; `recompute=False` leaves out rc, the option the
+        search seeded the split with (a plan's stages say what each layer recomputes)."""
         parts = [f"dp={self.dp}", f"tp={self.tp}", f"pp={self.pp}"]
         if self.vpp > 1:
             parts.append(f"vpp={self.vpp}")
         if self.cp > 1:
             parts.append(f"cp={self.cp}")
-        parts += [f"mbs={self.mbs}", f"zero={self.zero}", f"rc={self.recompute}"]
+        parts += [f"mbs={self.mbs}", f"zero={self.zero}"] + ([f"rc={self.recompute}"] if recompute else [])
         if self.sp:
             parts.append("sp")
         return " ".join(parts)

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gplan.spec.model import ModelSpec
-from gplan.spec.parallel import ParallelConfig, StageLayout
+from gplan.spec.parallel import LayerCount, ParallelConfig, StageLayout, even_sizes
 
-Recompute = Literal["per_layer", "per_stage", "uniform"]
+Recompute = Literal["per_layer", "per_stage", "block", "every_layer"]
 
 
 @dataclass(frozen=True)
@@ -28,8 +28,9 @@ class Capabilities:
     tied_embeddings_across_stages: bool
     """A tied embedding and head on different pipeline stages (their gradients all-reduced)."""
     recompute: Recompute
-    """per_layer: any mix on any stage; per_stage: one count per option per stage; uniform: every stage
-    recomputes the same number of layers with the same option."""
+    """per_layer: any mix on any stage; per_stage: one count per option per stage (MindFormers' lists);
+    block: Megatron's `--recompute-method block` — the first N layers of every model chunk recompute
+    fully, or every layer selectively; every_layer: one policy for all layers (torchtitan)."""
     uneven_split: bool
     """Stages with different numbers of layers."""
     zero: frozenset[int]
@@ -37,7 +38,13 @@ class Capabilities:
     """Optimizer/gradient/weight sharding levels allowed together with pipeline stages."""
     encoder_decoder: bool
     llama_family_only: bool = False
-    """Only swiglu, RMSNorm, RoPE and an untied head (the MindSpore worker's model)."""
+    """Only swiglu, RMSNorm and RoPE (the MindSpore worker's and torchtitan's llama3 model)."""
+    tied_embeddings: bool = False
+    """With llama_family_only: whether its model may tie the head to the embedding (torchtitan's
+    `enable_weight_tying`)."""
+    selective: bool = True
+    """Whether it recomputes the attention core alone (Megatron's selective recompute); torchtitan's
+    selective AC is per-operator (every other matmul), not that, so its plans recompute fully."""
 
 
 ALL_SCHEDULES = frozenset({"gpipe", "1f1b", "interleaved_1f1b"})
@@ -52,18 +59,23 @@ TARGETS: dict[str, Capabilities] = {
     "mindspore": Capabilities("mindspore", frozenset({"1f1b", "interleaved_1f1b"}), microbatches_at_least_stages=True,
                               cp=False, tied_embeddings_across_stages=False, recompute="per_layer", uneven_split=True,
                               zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False, llama_family_only=True),
-    # Megatron-LM: one --recompute-num-layers for every stage (arguments.py, --recompute-method block).
+    # Megatron-LM: one --recompute-num-layers for every chunk (arguments.py, --recompute-method block);
+    # --recompute-granularity selective takes no method: every layer (validate_args).
     "megatron": Capabilities("megatron", frozenset({"1f1b", "interleaved_1f1b"}), microbatches_at_least_stages=False,
-                             cp=True, tied_embeddings_across_stages=True, recompute="uniform", uneven_split=True,
+                             cp=True, tied_embeddings_across_stages=True, recompute="block", uneven_split=True,
                              zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False),
-    # torchtitan: one activation-checkpoint policy for all layers; FSDP2 has no optimizer-only sharding,
-    # so zero 1 runs as zero 2 there (the export says so).
+    # torchtitan: one activation-checkpoint policy for all layers (apply_ac over every block); its llama3
+    # module (swiglu, RMSNorm, RoPE); FSDP2 has no optimizer-only sharding, so zero 1 runs as zero 2
+    # there (the export says so). Stages are exact: the export lists every chunk's modules.
     "torchtitan": Capabilities("torchtitan", ALL_SCHEDULES, microbatches_at_least_stages=True, cp=True,
-                               tied_embeddings_across_stages=False, recompute="uniform", uneven_split=True,
-                               zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False),
-    # Megatron-DeepSpeed: its pipeline engine takes ZeRO ≤ 1; its partition method splits evenly.
+                               tied_embeddings_across_stages=False, recompute="every_layer", uneven_split=True,
+                               zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False, llama_family_only=True,
+                               tied_embeddings=True, selective=False),
+    # Megatron-DeepSpeed: its pipeline engine takes ZeRO ≤ 1; its partition method (type:transformer)
+    # splits the layers evenly; its pipeline engine checkpoints every layer (--checkpoint-activations),
+    # selective is Megatron's core-attention recompute on every layer.
     "deepspeed": Capabilities("deepspeed", frozenset({"1f1b"}), microbatches_at_least_stages=False, cp=False,
-                              tied_embeddings_across_stages=True, recompute="uniform", uneven_split=False,
+                              tied_embeddings_across_stages=True, recompute="every_layer", uneven_split=False,
                               zero=ALL_ZERO, zero_with_pp=frozenset({0, 1}), encoder_decoder=False),
     # MindFormers: per-stage recompute counts (recompute_config lists), offsets for uneven splits.
     "mindformers": Capabilities("mindformers", frozenset({"1f1b", "interleaved_1f1b"}),
@@ -114,29 +126,118 @@ def config_refusals(target: Capabilities, model: ModelSpec, config: ParallelConf
                              f"not zero {c.zero}", "--zero " + ",".join(map(str, allowed))))
     if model.num_encoder_layers and not target.encoder_decoder:
         found.append(Refusal("encoder_decoder", f"{t} runs decoder-only models", "--target megatron (export)"))
-    if target.llama_family_only and (model.ffn_kind, model.norm, model.position_embedding, model.tie_embeddings) != \
-            ("swiglu", "rmsnorm", "rope", False):
-        found.append(Refusal("model", f"{t} runs the Llama family (swiglu, RMSNorm, RoPE, untied head)",
+    if target.llama_family_only and ((model.ffn_kind, model.norm, model.position_embedding) != ("swiglu", "rmsnorm", "rope")
+                                     or model.bias or (model.tie_embeddings and not target.tied_embeddings)):
+        head = "" if target.tied_embeddings else ", untied head"
+        found.append(Refusal("model", f"{t} runs the Llama family (swiglu, RMSNorm, RoPE, no biases{head})",
                              "--target torch"))
     return found
 
 
-def split_refusals(target: Capabilities, layouts: list[StageLayout]) -> list[Refusal]:
-    """What `target` cannot run in a stage split (uneven layers, its recompute granularity)."""
+def runs_as(target: Capabilities, model: ModelSpec, config: ParallelConfig,
+            layouts: list[StageLayout]) -> list[StageLayout]:
+    """The stage split `target`'s engine runs when given `layouts`: layers re-cut evenly where it
+    splits only evenly, recomputation re-dealt at its granularity. A split it runs exactly comes back
+    equal (`same_split`); the difference is what an export re-prices."""
+    if target.uneven_split:
+        sizes = [s.num_layers for s in layouts]
+    else:
+        sizes = even_sizes(model.total_layers, len(layouts))
+    options = [_recompute_list(s) for s in layouts]
+    if not target.selective:
+        options = [["full" if o == "selective" else o for o in opts] for opts in options]
+    if target.recompute in ("block", "every_layer"):
+        options = _engine_recompute(target.recompute, options, sizes, config.vpp)
+    elif sizes != [s.num_layers for s in layouts]:
+        options = _spread(options, sizes)
+    return [StageLayout(layers=_counts(model, start, size, opts), embedding=s.embedding, head=s.head,
+                        node_group=s.node_group)
+            for s, start, size, opts in zip(layouts, _starts(sizes), sizes, options)]
+
+
+def same_split(a: list[StageLayout], b: list[StageLayout]) -> bool:
+    """Equal stages: the same layers and recompute counts (in any order), ends and node groups."""
+    return [_key(s) for s in a] == [_key(s) for s in b]
+
+
+def _key(stage: StageLayout) -> tuple:
+    counts: dict[tuple[str, str], int] = {}
+    for c in stage.layers:
+        counts[(c.kind, c.recompute)] = counts.get((c.kind, c.recompute), 0) + c.count
+    return (tuple(sorted((k, n) for k, n in counts.items() if n)), stage.embedding, stage.head, stage.node_group)
+
+
+def _recompute_list(stage: StageLayout) -> list[str]:
+    """A stage's recompute options, the heavier first (the order engines recompute the first layers in)."""
+    rank = {"full": 0, "selective": 1, "none": 2}
+    return sorted((c.recompute for c in stage.layers for _ in range(c.count)), key=rank.__getitem__)
+
+
+def _engine_recompute(granularity: str, options: list[list[str]], sizes: list[int], vpp: int) -> list[list[str]]:
+    """block (Megatron): with any full layer, the first N layers of every chunk recompute fully, N the
+    largest number of recomputed layers (full or selective) any chunk has — so no stage keeps more
+    activations than planned; else, with any selective layer, every layer selectively.
+    every_layer (torchtitan): full everywhere when any layer is full, else selective everywhere when any
+    is selective."""
+    flat = {o for opts in options for o in opts}
+    if "full" in flat and granularity == "block":
+        per_chunk = max(-(-sum(o != "none" for o in opts) // vpp) for opts in options)
+        return [["full"] * min(size, per_chunk * vpp) + ["none"] * max(0, size - per_chunk * vpp) for size in sizes]
+    option = "full" if "full" in flat else ("selective" if "selective" in flat else "none")
+    return [[option] * size for size in sizes]
+
+
+def _spread(options: list[list[str]], sizes: list[int]) -> list[list[str]]:
+    """Per-layer options carried over to re-cut stages: each new stage takes the heaviest options of the
+    layers it now holds, in execution order."""
+    flat = [o for opts in options for o in opts]
+    out, start = [], 0
+    for size in sizes:
+        out.append(flat[start:start + size])
+        start += size
+    return out
+
+
+def _starts(sizes: list[int]) -> list[int]:
+    starts, at = [], 0
+    for size in sizes:
+        starts.append(at)
+        at += size
+    return starts
+
+
+def _counts(model: ModelSpec, start: int, size: int, options: list[str]) -> list[LayerCount]:
+    """LayerCounts of layers [start, start + size) with one recompute option each, in execution order."""
+    sequence = [k.name for k in model.layer_kinds() for _ in range(k.count)][start:start + size]
+    counts: dict[tuple[str, str], int] = {}
+    for kind, option in zip(sequence, options):
+        counts[(kind, option)] = counts.get((kind, option), 0) + 1
+    return [LayerCount(kind=k, recompute=o, count=n) for (k, o), n in counts.items()]
+
+
+def split_refusals(target: Capabilities, model: ModelSpec, config: ParallelConfig,
+                   layouts: list[StageLayout]) -> list[Refusal]:
+    """What `target` runs differently in a stage split (uneven layers, its recompute granularity)."""
     t, found = target.name, []
-    sizes = [s.num_layers for s in layouts]
-    if not target.uneven_split and len(set(sizes)) > 1:
-        found.append(Refusal("uneven_split", f"{t} splits layers evenly; the plan has {'/'.join(map(str, sizes))}",
+    engine = runs_as(target, model, config, layouts)
+    if [s.num_layers for s in engine] != [s.num_layers for s in layouts]:
+        found.append(Refusal("uneven_split", f"{t} splits layers evenly; the plan has "
+                             f"{'/'.join(str(s.num_layers) for s in layouts)}", "--target " + t))
+    elif not same_split(engine, layouts):
+        found.append(Refusal("recompute", f"{t} recomputes {_describe(engine)} where the plan has {_describe(layouts)}",
                              "--target " + t))
-    if target.recompute == "uniform":
-        mixes = {tuple(sorted((c.recompute, c.count) for c in s.layers if c.recompute != "none")) for s in layouts}
-        options = {c.recompute for s in layouts for c in s.layers if c.recompute != "none"}
-        if len(mixes) > 1 or len(options) > 1:
-            found.append(Refusal("recompute", f"{t} recomputes the same layers on every stage with one option",
-                                 "--target " + t))
     return found
+
+
+def _describe(layouts: list[StageLayout]) -> str:
+    """Per stage, the recomputed layers: `2f+1s/3f/0`."""
+    def one(s: StageLayout) -> str:
+        full = sum(c.count for c in s.layers if c.recompute == "full")
+        sel = sum(c.count for c in s.layers if c.recompute == "selective")
+        return "+".join([f"{full}f"] * bool(full) + [f"{sel}s"] * bool(sel)) or "0"
+    return "/".join(one(s) for s in layouts)
 
 
 def refusals(target: Capabilities, model: ModelSpec, config: ParallelConfig, num_microbatches: int,
              layouts: list[StageLayout]) -> list[Refusal]:
-    return config_refusals(target, model, config, num_microbatches) + split_refusals(target, layouts)
+    return config_refusals(target, model, config, num_microbatches) + split_refusals(target, model, config, layouts)

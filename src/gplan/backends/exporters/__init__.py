@@ -1,84 +1,166 @@
 """`gplan export`: the plan in the form another engine takes (no engine is imported here).
 
-Every target is a function `plan -> Export` (files by name, and notes on what the engine cannot
-express exactly); every file carries the plan's digest so a stale export is visible.
+Every target is a function `(plan, context) -> Export` (files by name, and notes on what the engine
+runs differently); every file carries the plan's digests and the engine version it was written for.
+Before anything is written, the engine's capabilities (`spec.targets`) are checked: a configuration it
+cannot run is refused, and a stage split it runs differently (its recompute granularity, an even split)
+is handed to the exporter as the engine will run it — `export_files` re-prices that split with the
+caller's pricing function and refuses it when it no longer fits.
 """
 
 from __future__ import annotations
 
+import os
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from gplan.plan import Plan
+from gplan.errors import InputError
+from gplan.plan import Plan, layouts_of
+from gplan.spec.parallel import StageLayout
 
 
 @dataclass(frozen=True)
 class Export:
     files: dict[str, str]
-    """File name -> contents."""
+    """File name -> contents (names ending in .sh are written executable)."""
     notes: list[str] = field(default_factory=list)
-    """What the target cannot express exactly, and what was chosen instead."""
+    """What the target runs differently than the plan priced, and what was chosen instead."""
 
 
-def stamp(plan: Plan, comment: str = "#") -> str:
-    """The header line every exported file starts with."""
-    return (f"{comment} gplan export of plan {plan.digest} (layout {plan.layout_digest}; {plan.model.name}: "
-            f"{plan.parallel.label()}, predicted {plan.prediction.step_time_s:.3f} s/step)")
+@dataclass(frozen=True)
+class ExportContext:
+    """What an exporter needs beside the plan."""
+
+    layouts: list[StageLayout]
+    """The stage split the engine runs (the plan's own when it runs it exactly)."""
+    plan_path: Path | None = None
+    """The exported plan file, absolute (SLURM and the scripts point at it)."""
+    image: str | None = None
+    """Container image (Kubernetes)."""
+    version: str = ""
+    """The engine version the files are written for."""
+    notes: list[str] = field(default_factory=list)
+    """What was found before exporting (the split the engine runs differently), for the files' headers."""
 
 
-def targets() -> dict[str, Callable[[Plan], Export]]:
+@dataclass(frozen=True)
+class Target:
+    exporter: Callable[[Plan, ExportContext], Export]
+    engine: str
+    """The `spec.targets` capabilities that bound it (Kubernetes and SLURM run gplan's torch worker)."""
+    versions: dict[str, str]
+    """`--target-version` choices -> what the header names; the first is the default."""
+
+
+def targets() -> dict[str, Target]:
     from gplan.backends.exporters import deepspeed, kubernetes, megatron, mindformers, slurm, torchtitan
 
-    return {"megatron": megatron.export, "torchtitan": torchtitan.export, "deepspeed": deepspeed.export,
-            "mindformers": mindformers.export, "k8s": kubernetes.export, "slurm": slurm.export}
+    return {
+        "megatron": Target(megatron.export, "megatron", megatron.VERSIONS),
+        "torchtitan": Target(torchtitan.export, "torchtitan", torchtitan.VERSIONS),
+        "deepspeed": Target(deepspeed.export, "deepspeed", deepspeed.VERSIONS),
+        "mindformers": Target(mindformers.export, "mindformers", mindformers.VERSIONS),
+        "k8s": Target(kubernetes.export, "torch", kubernetes.VERSIONS),
+        "slurm": Target(slurm.export, "torch", slurm.VERSIONS),
+    }
 
 
-def stage_sizes(plan: Plan) -> list[int]:
-    return [s.layer_end - s.layer_start for s in plan.stages]
+def stamp(plan: Plan, version: str = "", comment: str = "#") -> str:
+    """The header every exported file starts with: the plan, its layout and recompute, the prediction,
+    and the engine version the file was written for."""
+    line = (f"{comment} gplan export of plan {plan.digest} (layout {plan.layout_digest}; {plan.model.name}: "
+            f"{plan.parallel.label(recompute=False)}, recompute {recompute_summary(layouts_of(plan))}, "
+            f"predicted {plan.prediction.step_time_s:.3f} s/step)")
+    return line + (f"\n{comment} written for {version}" if version else "")
 
 
-def recompute_counts(plan: Plan, option: str) -> list[int]:
-    """Layers per pipeline rank that the plan recomputes with `option`."""
-    return [sum(c.count for c in s.layers if c.recompute == option) for s in plan.stages]
+def recompute_summary(layouts: list[StageLayout]) -> str:
+    """Recomputed layers of the whole model: `none`, or `17 full + 4 selective of 32 layers`."""
+    total = sum(s.num_layers for s in layouts)
+    count = {o: sum(c.count for s in layouts for c in s.layers if c.recompute == o) for o in ("full", "selective")}
+    parts = [f"{n} {o}" for o, n in count.items() if n]
+    return f"{' + '.join(parts)} of {total} layers" if parts else "none"
 
 
-ENGINE_OF = {"megatron": "megatron", "torchtitan": "torchtitan", "deepspeed": "deepspeed",
-             "mindformers": "mindformers", "k8s": "torch", "slurm": "torch"}
-"""The engine that runs each export (Kubernetes and SLURM run gplan's torch worker)."""
+def flag_lines(args: list[str]) -> list[str]:
+    """An argument list as script lines: one flag per line with its values, shell-quoted."""
+    lines: list[str] = []
+    for arg in args:
+        if arg.startswith("--") or not lines:
+            lines.append(shlex.quote(arg))
+        else:
+            lines[-1] += " " + shlex.quote(arg)
+    return lines
 
 
-def check_runs(plan: Plan, target: str) -> list[str]:
-    """Refuse (exit 3) a configuration the target's engine cannot run at all, naming the capability and
-    the search option that avoids it; return, as notes, where it runs the stage split differently
-    (its recompute granularity, even splits) than the plan priced."""
-    from gplan.errors import InputError
-    from gplan.plan import layouts_of
-    from gplan.spec.targets import TARGETS, config_refusals, split_refusals
+def stage_sizes(layouts: list[StageLayout]) -> list[int]:
+    return [s.num_layers for s in layouts]
 
-    engine = TARGETS[ENGINE_OF[target]]
-    found = config_refusals(engine, plan.model, plan.parallel, plan.parallel.num_microbatches)
+
+def recompute_counts(layouts: list[StageLayout], option: str) -> list[int]:
+    """Layers per pipeline rank recomputed with `option`."""
+    return [sum(c.count for c in s.layers if c.recompute == option) for s in layouts]
+
+
+Reprice = Callable[[Plan, list[StageLayout]], tuple[float, bool, str]]
+"""(plan, split) -> (step seconds, fits, what binds when it does not fit) — the CLI's cost model."""
+
+
+def engine_split(plan: Plan, engine: str, reprice: Reprice | None) -> tuple[list[StageLayout], list[str]]:
+    """Refuse (exit 3) a configuration the engine cannot run at all, naming the capability and the
+    option that avoids it. Return the split it runs and, where that differs from the plan's, a note with
+    the re-priced step — or refuse when that split no longer fits the devices."""
+    from gplan.spec.targets import TARGETS, config_refusals, same_split, split_refusals, runs_as
+
+    caps = TARGETS[engine]
+    found = config_refusals(caps, plan.model, plan.parallel, plan.parallel.num_microbatches)
     if found:
-        raise InputError(f"{engine.name} cannot run this plan ({found[0].capability}): {found[0].detail}",
-                         hint=found[0].hint(engine.name))
-    return [f"{r.detail}: the split runs differently than priced (search with --target {engine.name} for a plan "
-            "it runs exactly)" for r in split_refusals(engine, layouts_of(plan))]
+        raise InputError(f"{engine} cannot run this plan ({found[0].capability}): {found[0].detail}",
+                         hint=found[0].hint(engine))
+    planned = layouts_of(plan)
+    layouts = runs_as(caps, plan.model, plan.parallel, planned)
+    if same_split(layouts, planned):
+        return planned, []
+    why = split_refusals(caps, plan.model, plan.parallel, planned)[0].detail
+    if reprice is None:
+        return layouts, [f"{why}: not re-priced"]
+    step_s, fits, binds = reprice(plan, layouts)
+    if not fits:
+        raise InputError(f"{engine} would run this plan differently ({why}) and then {binds}",
+                         hint=f"search again with --target {engine} for a plan it runs as priced")
+    change = step_s / plan.prediction.step_time_s - 1
+    return layouts, [f"{why}; re-priced as {engine} runs it: {step_s:.3f} s/step ({change:+.1%} on the plan's "
+                     f"{plan.prediction.step_time_s:.3f}); search with --target {engine} for a plan it runs exactly"]
 
 
-def export_files(plan: Plan, target: str, out_dir: Path) -> tuple[list[Path], list[str]]:
-    """Export `plan` for `target` into `out_dir`: every file written atomically, or none (an unknown
-    target or an `out_dir` that is a file is refused before anything is written)."""
-    from gplan.errors import InputError
+def render_export(plan: Plan, target: str, plan_path: Path | None = None, image: str | None = None,
+                  version: str | None = None, reprice: Reprice | None = None) -> Export:
+    """The files and notes of exporting `plan` for `target`, nothing written: an unknown target or
+    version, a configuration the engine cannot run, or a split it would run out of memory is refused."""
+    known = targets()
+    if target not in known:
+        raise InputError(f"--to {target!r}: unknown target", hint="choose from " + ", ".join(known))
+    spec = known[target]
+    version = version or next(iter(spec.versions))
+    if version not in spec.versions:
+        raise InputError(f"--target-version {version!r}: {target} exports are written for "
+                         f"{', '.join(spec.versions)}", hint=f"choose one of {', '.join(spec.versions)}")
+    layouts, notes = engine_split(plan, spec.engine, reprice)
+    context = ExportContext(layouts, plan_path.resolve() if plan_path else None, image, spec.versions[version], notes)
+    result = spec.exporter(plan, context)
+    return Export(result.files, notes + [n for n in result.notes if n not in notes])
+
+
+def export_files(plan: Plan, target: str, out_dir: Path, **options) -> tuple[list[Path], list[str]]:
+    """Export `plan` for `target` into `out_dir` (`render_export`'s options): every file written
+    atomically, nothing when the export is refused or `out_dir` is a file."""
     from gplan.io import atomic_write_text
 
-    exporters = targets()
-    if target not in exporters:
-        raise InputError(f"--to {target!r}: unknown target", hint="choose from " + ", ".join(exporters))
-    split_notes = check_runs(plan, target)
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"-o {out_dir}: exists and is not a directory", hint="name a directory for the exported files")
-    result = exporters[target](plan)
-    result = Export(result.files, result.notes + [n for n in split_notes if n not in result.notes])
+    result = render_export(plan, target, **options)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -86,5 +168,7 @@ def export_files(plan: Plan, target: str, out_dir: Path) -> tuple[list[Path], li
     written = []
     for name, text in result.files.items():
         atomic_write_text(out_dir / name, text)
+        if name.endswith(".sh"):
+            os.chmod(out_dir / name, 0o755)
         written.append(out_dir / name)
     return written, result.notes

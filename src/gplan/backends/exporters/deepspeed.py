@@ -1,51 +1,119 @@
-"""DeepSpeed: a JSON config (ZeRO stage, micro-batch, gradient accumulation, precision, activation
-checkpointing) and the tp/pp degrees for Megatron-DeepSpeed.
+"""DeepSpeed: a `ds_config.json` and a Megatron-DeepSpeed `pretrain_gpt.py` script for the plan.
 
 DeepSpeed's batch rule is train_batch_size = micro_batch × accumulation × data-parallel ranks, the
-plan's gbs = mbs × m × dp. ZeRO 3 with pp > 1 is refused (DeepSpeed's pipeline engine supports
-ZeRO ≤ 1).
+plan's gbs = mbs × m × dp. The ZeRO stage goes both into the config and onto Megatron-DeepSpeed's
+command line (`--zero-stage`: with 3 it builds the model under `deepspeed.zero.Init`, so no rank holds
+the whole model). Names follow Megatron-DeepSpeed's `megatron/arguments.py` (its own fork of
+Megatron's: `--num-key-value-heads`, `--use-rotary-position-embeddings`,
+`--rotary-position-embeddings-theta`, lower-case `--normalization`). What it runs differently than a
+plan of another target was decided before (`spec.targets.runs_as`: its pipeline engine splits the
+layers evenly, ZeRO ≤ 1 with stages, no interleaving; recomputation is every layer, fully through
+DeepSpeed's activation checkpointing or selectively through Megatron's core-attention recompute).
 """
 
 from __future__ import annotations
 
 import json
-
-from gplan.backends.exporters import Export, recompute_counts, stamp
+from gplan.backends.exporters import Export, ExportContext, flag_lines, recompute_counts, stamp
+from gplan.backends.exporters.megatron import rotary_base, vocab_divisor
+from gplan.backends.launch import default_nodes, script_node_variables, script_torchrun_line
+from gplan.errors import InputError
 from gplan.plan import Plan
+from gplan.spec.parallel import StageLayout
+
+VERSIONS = {"0.19": "DeepSpeed 0.19 (DeepSpeedConfig) with Megatron-DeepSpeed (megatron/arguments.py as on its "
+                    "main branch, 2025)"}
 
 
-def export(plan: Plan) -> Export:
-    c = plan.parallel
+def export(plan: Plan, context: ExportContext) -> Export:
     notes: list[str] = []
-    config = ds_config(plan, notes)
-    megatron_ds = ["--tensor-model-parallel-size", str(c.tp), "--pipeline-model-parallel-size", str(c.pp),
-                   "--micro-batch-size", str(c.mbs), "--global-batch-size", str(plan.training.gbs)]
-    if c.pp == 1:
-        megatron_ds.append("--no-pipeline-parallel")
-    if c.sp and c.tp > 1:
-        megatron_ds.append("--sequence-parallel")
-    readme = "\n".join([stamp(plan), "# Megatron-DeepSpeed arguments (with --deepspeed --deepspeed_config ds_config.json):",
-                        " ".join(megatron_ds), *[f"# note: {n}" for n in notes]]) + "\n"
-    return Export({"ds_config.json": json.dumps(config, indent=2) + "\n", "megatron_deepspeed_args.txt": readme}, notes)
+    config = ds_config(plan, context.layouts, context.version)
+    args = megatron_deepspeed_args(plan, context.layouts, notes)
+    nnodes, per_node = default_nodes(plan)
+    lines = [
+        "#!/bin/bash",
+        stamp(plan, context.version),
+        "# Run from a Megatron-DeepSpeed checkout with ds_config.json beside this script, the same command on every",
+        "# node. DATA_PATH: a Megatron-format dataset prefix (Megatron-DeepSpeed has no synthetic data).",
+        *[f"# note: {n}" for n in context.notes + notes],
+        "set -euo pipefail",
+        *script_node_variables(nnodes),
+        ': "${DATA_PATH:?set DATA_PATH to a Megatron-format dataset prefix (path/to/name_text_document)}"',
+        'HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)',
+        *(["export CUDA_DEVICE_MAX_CONNECTIONS=1  # Megatron-DeepSpeed requires it with sequence parallelism"]
+          if plan.parallel.sp and plan.parallel.tp > 1 else []),
+        "ARGS=(",
+        *[f"  {line}" for line in flag_lines(args)],
+        '  --data-path "$DATA_PATH"',
+        '  --deepspeed --deepspeed_config "$HERE/ds_config.json"',
+        ")",
+        script_torchrun_line(per_node, ["pretrain_gpt.py", "${ARGS[@]}", "$@"]),
+    ]
+    files = {"ds_config.json": json.dumps(config, indent=2) + "\n",
+             "megatron_deepspeed_pretrain_gpt.sh": "\n".join(lines) + "\n"}
+    return Export(files, notes)
 
 
-def ds_config(plan: Plan, notes: list[str]) -> dict:
+
+
+def ds_config(plan: Plan, layouts: list[StageLayout], version: str = "") -> dict:
     c, t = plan.parallel, plan.training
     config: dict = {
-        "_comment": stamp(plan, comment="").strip(),
+        "_comment": stamp(plan, version, comment="").strip(),
         "train_batch_size": t.gbs,
         "train_micro_batch_size_per_gpu": c.mbs,
-        "gradient_accumulation_steps": plan.parallel.num_microbatches,
+        "gradient_accumulation_steps": c.num_microbatches,
         "zero_optimization": {"stage": c.zero},
         "bf16": {"enabled": t.precision == "bf16"},
         "fp16": {"enabled": t.precision == "fp16"},
         "gradient_clipping": 1.0,
         "steps_per_print": 10,
     }
-    full = recompute_counts(plan, "full")
-    if any(full) or any(recompute_counts(plan, "selective")):
+    if any(recompute_counts(layouts, "full")):
         config["activation_checkpointing"] = {"partition_activations": c.tp > 1, "contiguous_memory_optimization": False,
                                               "cpu_checkpointing": False}
-        if any(recompute_counts(plan, "selective")) and not any(full):
-            notes.append("DeepSpeed checkpoints whole layers: the plan's selective recomputation becomes full")
     return config
+
+
+def megatron_deepspeed_args(plan: Plan, layouts: list[StageLayout], notes: list[str]) -> list[str]:
+    m, c, t = plan.model, plan.parallel, plan.training
+    if m.num_encoder_layers or m.ffn_kind == "relu" or m.position_embedding not in ("rope", "learned"):
+        raise InputError("Megatron-DeepSpeed's pretrain_gpt.py runs decoder-only GPT and Llama models",
+                         hint="export this model to another target")
+    args = ["--num-layers", str(m.num_layers), "--hidden-size", str(m.hidden_size),
+            "--ffn-hidden-size", str(m.ffn_size), "--num-attention-heads", str(m.num_attention_heads),
+            "--num-key-value-heads", str(m.kv_heads), "--seq-length", str(t.seq_length),
+            "--max-position-embeddings", str(max(t.seq_length, m.seq_length)),
+            "--normalization", m.norm, "--attention-dropout", str(m.dropout), "--hidden-dropout", str(m.dropout)]
+    if m.head_dim:
+        args += ["--kv-channels", str(m.kv_channels)]
+    if m.position_embedding == "rope":
+        args += ["--use-rotary-position-embeddings", "--no-position-embedding",
+                 "--rotary-position-embeddings-theta", rotary_base(m.rope_theta)]
+    if m.ffn_kind == "swiglu":
+        args.append("--swiglu")
+    if not m.tie_embeddings:
+        args.append("--untie-embeddings-and-output-weights")
+    if not m.bias:
+        args.append("--disable-bias-linear")
+    if t.precision in ("bf16", "fp16"):
+        args.append(f"--{t.precision}")
+    d = vocab_divisor(m.vocab_size, c.tp)
+    if m.vocab_size % (d * c.tp):
+        notes.append(f"Megatron-DeepSpeed pads the vocabulary to a multiple of tp={c.tp}")
+    args += ["--tokenizer-type", "NullTokenizer", "--vocab-size", str(m.vocab_size - 1),
+             "--make-vocab-size-divisible-by", str(d)]
+    args += ["--tensor-model-parallel-size", str(c.tp), "--pipeline-model-parallel-size", str(c.pp),
+             "--micro-batch-size", str(c.mbs), "--global-batch-size", str(t.gbs), "--zero-stage", str(c.zero)]
+    if c.pp == 1:
+        args.append("--no-pipeline-parallel")
+    if c.sp and c.tp > 1:
+        args.append("--sequence-parallel")
+    if any(recompute_counts(layouts, "full")):
+        # The pipeline engine checkpoints through DeepSpeed (--checkpoint-activations, one layer a unit); the
+        # rest of Megatron-DeepSpeed through Megatron's recompute options: both say every layer, fully.
+        args += ["--checkpoint-activations", "--deepspeed-activation-checkpointing", "--checkpoint-num-layers", "1",
+                 "--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    elif any(recompute_counts(layouts, "selective")):
+        args += ["--recompute-granularity", "selective"]
+    return args + ["--train-iters", "100", "--lr", "3.0e-4", "--log-interval", "1"]

@@ -1,6 +1,14 @@
-"""Kubernetes: a Kubeflow training-operator `PyTorchJob` (one Master, the other nodes as Workers),
-each pod running gplan's torchrun command for its node. The operator sets the rendezvous variables
-(MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK = node rank, PET_NNODES); the container reads them."""
+"""Kubernetes: the plan as a ConfigMap and two jobs that run gplan's torch worker on every node —
+a Kubeflow training-operator v1 `PyTorchJob` (one Master, the other nodes Workers) and a Kubeflow
+Trainer v2 `TrainJob` on the `torch-distributed` ClusterTrainingRuntime. Apply the ConfigMap and one
+of the two.
+
+Each pod runs torchrun with c10d rendezvous at the address the operator injects (MASTER_ADDR and
+MASTER_PORT for v1, PET_MASTER_ADDR and PET_MASTER_PORT for v2), the launch recipe's environment, and
+the plan mounted at /plan/plan.json. Resources are named and labelled by the plan's layout digest, so
+two plans of one model never overwrite each other's job. The image is the user's (`--image`): one with
+gplan and the pinned torch installed.
+"""
 
 from __future__ import annotations
 
@@ -9,44 +17,102 @@ from pathlib import Path
 
 import yaml
 
-from gplan.backends.exporters import Export, stamp
+from gplan.backends.exporters import Export, ExportContext, stamp
 from gplan.backends.launch import JobRecipe, LaunchOptions, default_nodes, torchrun_argv
-from gplan.backends.torch.launcher import job_env, worker_args
+from gplan.backends.torch.launcher import job_env, notes as launch_notes, worker_args
+from gplan.errors import InputError
 from gplan.plan import Plan
+
+VERSIONS = {"v1.9+v2.3": "Kubeflow training-operator v1.9 (kubeflow.org/v1 PyTorchJob) and Kubeflow Trainer v2.3 "
+                         "(trainer.kubeflow.org/v1alpha1 TrainJob)"}
 
 DEVICE_RESOURCE = {"gpu": "nvidia.com/gpu", "npu": "huawei.com/Ascend910"}
 """Extended resource names of the NVIDIA and Ascend device plugins."""
 
+PLAN_DIR = "/plan"
+TRAINER_RUNTIME = "torch-distributed"
+"""The ClusterTrainingRuntime Kubeflow Trainer installs for PyTorch; its replicated job and container
+are both named `node`."""
 
-def export(plan: Plan, image: str = "gplan:latest") -> Export:
-    nnodes, per_node = default_nodes(plan)
+
+def export(plan: Plan, context: ExportContext) -> Export:
+    if not context.image:
+        raise InputError("the Kubernetes export needs the container image its pods run",
+                         hint="add --image REGISTRY/IMAGE:TAG (an image with gplan and torch==2.13.0 installed)")
+    found = launch_notes(plan)
+    header = stamp(plan, context.version) + "".join(f"\n# note: {n}" for n in context.notes + found)
+    config_map = {"apiVersion": "v1", "kind": "ConfigMap",
+                  "metadata": {"name": config_map_name(plan), "labels": labels(plan)},
+                  "data": {"plan.json": plan.model_dump_json(indent=2)}}
+    files = {"plan-configmap.yaml": header + "\n" + yaml.safe_dump(config_map, sort_keys=False),
+             "pytorchjob.yaml": header + "\n" + yaml.safe_dump(pytorchjob(plan, context.image, found), sort_keys=False),
+             "trainjob.yaml": header + "\n" + yaml.safe_dump(trainjob(plan, context.image, found), sort_keys=False)}
+    return Export(files, found)
+
+
+def labels(plan: Plan) -> dict[str, str]:
+    return {"gplan/plan-digest": plan.layout_digest, "gplan/inputs-digest": plan.digest}
+
+
+def annotations(notes: list[str]) -> dict[str, str]:
+    return {"gplan/notes": "; ".join(notes)} if notes else {}
+
+
+def resources(plan: Plan, per_node: int) -> dict:
     kind = plan.cluster.primary.hardware.kind
-    resources = {DEVICE_RESOURCE[kind]: per_node} if kind in DEVICE_RESOURCE else {"cpu": per_node}
-    program = worker_args(Path("/plan/plan.json"), LaunchOptions(run_dir=Path("/runs/gplan")))
-    job = JobRecipe(nnodes, per_node, program, job_env(plan))
-    command = torchrun_argv(job, endpoint="$(MASTER_ADDR):$(MASTER_PORT)", separator="=")
+    return {"limits": {DEVICE_RESOURCE.get(kind, "cpu"): per_node}}
+
+
+def command(plan: Plan, endpoint: str) -> list[str]:
+    nnodes, per_node = default_nodes(plan)
+    program = worker_args(Path(PLAN_DIR) / "plan.json", LaunchOptions(run_dir=Path("/runs/gplan")))
+    return torchrun_argv(JobRecipe(nnodes, per_node, program), endpoint=endpoint, separator="=")
+
+
+def env(plan: Plan) -> list[dict]:
+    return [{"name": k, "value": v} for k, v in sorted(job_env(plan).items())]
+
+
+def pytorchjob(plan: Plan, image: str, notes: list[str]) -> dict:
+    nnodes, per_node = default_nodes(plan)
     pod = {"spec": {"containers": [{
-        "name": "pytorch", "image": image, "command": command,
-        "env": [{"name": k, "value": v} for k, v in sorted(job.env.items())],
-        "resources": {"limits": resources},
-        "volumeMounts": [{"name": "plan", "mountPath": "/plan"}]}],
-        "volumes": [{"name": "plan", "configMap": {"name": _name(plan) + "-plan"}}]}}
+        "name": "pytorch", "image": image, "command": command(plan, "$(MASTER_ADDR):$(MASTER_PORT)"),
+        "env": env(plan), "resources": resources(plan, per_node),
+        "volumeMounts": [{"name": "plan", "mountPath": PLAN_DIR}]}],
+        "volumes": [{"name": "plan", "configMap": {"name": config_map_name(plan)}}]}}
     replicas = {"Master": {"replicas": 1, "restartPolicy": "Never", "template": pod}}
     if nnodes > 1:
         replicas["Worker"] = {"replicas": nnodes - 1, "restartPolicy": "Never", "template": pod}
-    job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
-           "metadata": {"name": _name(plan), "labels": {"gplan/inputs-digest": plan.digest,
-                                                               "gplan/plan-digest": plan.layout_digest}},
-           "spec": {"nprocPerNode": str(per_node), "pytorchReplicaSpecs": replicas}}
-    config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": _name(plan) + "-plan"},
-                  "data": {"plan.json": plan.model_dump_json(indent=2)}}
-    text = stamp(plan) + "\n" + yaml.safe_dump_all([config_map, job], sort_keys=False)
-    return Export({"pytorchjob.yaml": text})
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": job_name(plan), "labels": labels(plan), "annotations": annotations(notes)},
+            "spec": {"nprocPerNode": str(per_node), "runPolicy": {"backoffLimit": 0},
+                     "pytorchReplicaSpecs": replicas}}
 
 
-def _name(plan: Plan) -> str:
-    """A DNS-1123 name: lower case, digits and dashes."""
-    base = re.sub(r"[^a-z0-9-]+", "-", plan.model.name.lower()).strip("-")
-    # The layout's digest, not the inputs': every plan of one model gets its own job and ConfigMap.
+def trainjob(plan: Plan, image: str, notes: list[str]) -> dict:
+    nnodes, per_node = default_nodes(plan)
+    mount = {"name": "node", "volumeMounts": [{"name": "plan", "mountPath": PLAN_DIR}]}
+    pod = {"spec": {"volumes": [{"name": "plan", "configMap": {"name": config_map_name(plan)}}], "containers": [mount]}}
+    patch = {"manager": "gplan", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+        {"name": "node", "template": {"spec": {"template": pod}}}]}}}}
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": job_name(plan), "labels": labels(plan), "annotations": annotations(notes)},
+            "spec": {"runtimeRef": {"name": TRAINER_RUNTIME, "kind": "ClusterTrainingRuntime",
+                                    "apiGroup": "trainer.kubeflow.org"},
+                     "trainer": {"image": image, "command": command(plan, "$(PET_MASTER_ADDR):$(PET_MASTER_PORT)"),
+                                 "numNodes": nnodes, "numProcPerNode": per_node, "env": env(plan),
+                                 "resourcesPerNode": resources(plan, per_node)},
+                     "runtimePatches": [patch]}}
+
+
+def job_name(plan: Plan) -> str:
+    """A DNS-1123 name: lower case, digits and dashes, the layout's digest at the end — every plan of one
+    model gets its own job."""
+    base = re.sub(r"[^a-z0-9]+", "-", plan.model.name.lower()).strip("-") or "model"
     suffix = plan.layout_digest[:10]
-    return f"gplan-{base[:63 - len(suffix) - 7]}-{suffix}".replace("--", "-")
+    # 58 characters at most, so that the ConfigMap's `<job>-plan` stays within 63.
+    return f"gplan-{base[:58 - len(suffix) - 7].rstrip('-')}-{suffix}"
+
+
+def config_map_name(plan: Plan) -> str:
+    return job_name(plan) + "-plan"

@@ -1,72 +1,97 @@
 """Megatron-LM: `pretrain_gpt.py` arguments for the plan, in a ready torchrun script.
 
-Names follow `megatron/training/arguments.py`. What Megatron cannot express exactly:
-- recomputation is one setting for all stages: `full` with the `block` method recomputes the first
-  N layers of every stage (chunk); N is the largest count the plan gives any stage, so every stage
-  fits; a plan with only `selective` layers becomes `--recompute-granularity selective`;
-- zero 2 runs as the distributed optimizer (zero 1, which already reduce-scatters gradients);
-  zero 3 as Megatron-FSDP sharding optimizer state, gradients and weights.
+Names and rules follow `megatron/training/arguments.py` (`validate_args`); `tests/backends/
+megatron_rules.py` encodes the rules these arguments depend on, each with the assertion it mirrors.
+What Megatron runs differently than a plan of another target is decided before this module is called
+(`spec.targets.runs_as`: `--recompute-method block` recomputes the first N layers of every chunk, or
+`selective` every layer) and re-priced by `gplan export`; this module writes the split it is given.
+
+- zero 1 is the distributed optimizer; zero 2 and 3 are Megatron-FSDP (`optim_grads`,
+  `optim_grads_params`), which needs `--ckpt-format fsdp_dtensor` and CUDA_DEVICE_MAX_CONNECTIONS
+  unset or above 1, while tp or cp without FSDP needs it at 1 (before Blackwell).
+- The vocabulary: Megatron pads it to a multiple of `make-vocab-size-divisible-by × tp`, and its
+  NullTokenizer adds one token (the end of document) to `--vocab-size`: the export asks for V − 1 and
+  the largest divisor that pads nothing, so Megatron builds the plan's V rows.
 """
 
 from __future__ import annotations
 
-import shlex
-
-from gplan.backends.exporters import Export, recompute_counts, stage_sizes, stamp
+from gplan.backends.exporters import Export, ExportContext, flag_lines, recompute_counts, stage_sizes, stamp
 from gplan.backends.launch import default_nodes, script_node_variables, script_torchrun_line
 from gplan.errors import InputError
 from gplan.plan import Plan
+from gplan.spec.parallel import StageLayout
+
+VERSIONS = {"core_r0.16": "Megatron-LM core_r0.16 (pretrain_gpt.py; megatron/training/arguments.py as on main "
+                          "at 000c4ac, 2026)"}
+
+BLACKWELL = ("b200", "b300", "gb200", "gb300")
+"""Hardware on which Megatron no longer needs CUDA_DEVICE_MAX_CONNECTIONS=1 for tp/cp (arch ≥ 10)."""
 
 
-def export(plan: Plan) -> Export:
-    args, notes = megatron_args(plan)
+def export(plan: Plan, context: ExportContext) -> Export:
+    args, notes = megatron_args(plan, context.layouts)
     nnodes, per_node = default_nodes(plan)
     lines = [
         "#!/bin/bash",
-        stamp(plan),
+        stamp(plan, context.version),
         "# Run from a Megatron-LM checkout, the same command on every node (NODE_RANK 0..NNODES-1).",
-        *[f"# note: {n}" for n in notes],
+        *[f"# note: {n}" for n in context.notes + notes],
         "set -euo pipefail",
         *script_node_variables(nnodes),
-        "export CUDA_DEVICE_MAX_CONNECTIONS=1",
+        *connections_lines(plan),
         "MEGATRON_ARGS=(",
-        *[f"  {line}" for line in _pairs(args)],
+        *[f"  {line}" for line in flag_lines(args)],
         ")",
         script_torchrun_line(per_node, ["pretrain_gpt.py", "${MEGATRON_ARGS[@]}", "$@"]),
     ]
     return Export({"megatron_pretrain_gpt.sh": "\n".join(lines) + "\n"}, notes)
 
 
-def _pairs(args: list[str]) -> list[str]:
-    """One flag per line, with its value."""
-    lines: list[str] = []
-    for arg in args:
-        if arg.startswith("--") or not lines:
-            lines.append(shlex.quote(arg))
-        else:
-            lines[-1] += " " + shlex.quote(arg)
-    return lines
+def uses_fsdp(plan: Plan) -> bool:
+    return plan.parallel.zero >= 2
 
 
-def megatron_args(plan: Plan) -> tuple[list[str], list[str]]:
-    """The argument list and the notes on what was approximated."""
+def connections_lines(plan: Plan) -> list[str]:
+    """Megatron-FSDP asserts CUDA_DEVICE_MAX_CONNECTIONS ≠ 1; tp or cp without it assert = 1 on Hopper
+    and earlier (validate_args)."""
+    c = plan.parallel
+    if uses_fsdp(plan):
+        return ["unset CUDA_DEVICE_MAX_CONNECTIONS  # Megatron-FSDP needs it unset or > 1"]
+    if (c.tp > 1 or c.cp > 1) and not plan.cluster.primary.hardware.name.startswith(BLACKWELL):
+        return ["export CUDA_DEVICE_MAX_CONNECTIONS=1  # tp/cp overlap order (Megatron asserts it before Blackwell)"]
+    return []
+
+
+
+
+def megatron_args(plan: Plan, layouts: list[StageLayout]) -> tuple[list[str], list[str]]:
+    """The argument list for the split Megatron runs, and the notes on what was approximated."""
     notes: list[str] = []
-    return model_args(plan) + parallel_args(plan, notes) + recompute_args(plan, notes) + run_args(plan), notes
+    args = model_args(plan, notes) + parallel_args(plan, layouts) + recompute_args(plan, layouts) + run_args(plan)
+    return args, notes
 
 
-def model_args(plan: Plan) -> list[str]:
+def model_args(plan: Plan, notes: list[str]) -> list[str]:
     m, t = plan.model, plan.training
     if m.num_encoder_layers:
         raise InputError("the Megatron export covers decoder-only models (pretrain_gpt.py)",
                          hint="export encoder–decoder plans to another target")
     if m.ffn_kind == "relu":
         raise InputError("Megatron-LM has no plain ReLU MLP", hint="use gelu or swiglu in the model file")
+    if m.position_embedding not in ("rope", "learned"):
+        raise InputError(f"Megatron-LM's GPT has no {m.position_embedding} positions",
+                         hint="use rope or learned positions in the model file")
     args = ["--num-layers", str(m.num_layers), "--hidden-size", str(m.hidden_size),
             "--ffn-hidden-size", str(m.ffn_size), "--num-attention-heads", str(m.num_attention_heads),
             "--seq-length", str(t.seq_length), "--max-position-embeddings", str(max(t.seq_length, m.seq_length)),
             "--normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm",
             "--position-embedding-type", "rope" if m.position_embedding == "rope" else "learned_absolute",
             "--attention-dropout", str(m.dropout), "--hidden-dropout", str(m.dropout)]
+    if m.head_dim:
+        args += ["--kv-channels", str(m.kv_channels)]
+    if m.position_embedding == "rope":
+        args += ["--rotary-base", rotary_base(m.rope_theta)]
     if m.kv_heads != m.num_attention_heads:
         args += ["--group-query-attention", "--num-query-groups", str(m.kv_heads)]
     if m.ffn_kind == "swiglu":
@@ -77,10 +102,37 @@ def model_args(plan: Plan) -> list[str]:
         args.append("--disable-bias-linear")
     if t.precision in ("bf16", "fp16"):
         args.append(f"--{t.precision}")
-    return args
+    return args + vocab_args(plan, notes)
 
 
-def parallel_args(plan: Plan, notes: list[str]) -> list[str]:
+def rotary_base(theta: float) -> str:
+    """`--rotary-base` is an int in Megatron's parser."""
+    if theta != int(theta):
+        raise InputError(f"rope_theta {theta} is not a whole number: Megatron's --rotary-base takes an int",
+                         hint="round rope_theta in the model file, or export to another target")
+    return str(int(theta))
+
+
+def vocab_divisor(vocab: int, tp: int) -> int:
+    """The largest power of two d ≤ 128 (Megatron's default) with d·tp dividing the vocabulary, so that
+    Megatron's padding to a multiple of d·tp adds nothing; 1 when tp does not divide it."""
+    d = 128
+    while d > 1 and vocab % (d * tp):
+        d //= 2
+    return d
+
+
+def vocab_args(plan: Plan, notes: list[str]) -> list[str]:
+    vocab, tp = plan.model.vocab_size, plan.parallel.tp
+    d = vocab_divisor(vocab, tp)
+    if vocab % (d * tp):
+        padded = -(-vocab // tp) * tp
+        notes.append(f"Megatron pads the vocabulary to a multiple of tp={tp}: {padded} rows, not the plan's {vocab}")
+    # NullTokenizer's vocabulary is --vocab-size + 1 (its end-of-document token).
+    return ["--vocab-size", str(vocab - 1), "--make-vocab-size-divisible-by", str(d)]
+
+
+def parallel_args(plan: Plan, layouts: list[StageLayout]) -> list[str]:
     c = plan.parallel
     args = ["--tensor-model-parallel-size", str(c.tp), "--pipeline-model-parallel-size", str(c.pp),
             "--context-parallel-size", str(c.cp), "--micro-batch-size", str(c.mbs),
@@ -90,22 +142,20 @@ def parallel_args(plan: Plan, notes: list[str]) -> list[str]:
     if c.vpp > 1:
         args += ["--num-layers-per-virtual-pipeline-stage", str(plan.model.num_layers // (c.pp * c.vpp))]
     else:
-        args += split_args(plan)
-    if c.zero in (1, 2):
+        args += split_args(layouts)
+    if c.zero == 1:
         args.append("--use-distributed-optimizer")
-        if c.zero == 2:
-            notes.append("zero 2 runs as Megatron's distributed optimizer (optimizer state sharded, "
-                         "gradients reduce-scattered)")
-    elif c.zero == 3:
-        args += ["--use-distributed-optimizer", "--use-megatron-fsdp",
-                 "--data-parallel-sharding-strategy", "optim_grads_params"]
+    elif uses_fsdp(plan):
+        strategy = "optim_grads" if c.zero == 2 else "optim_grads_params"
+        args += ["--use-distributed-optimizer", "--use-megatron-fsdp", "--data-parallel-sharding-strategy", strategy,
+                 "--ckpt-format", "fsdp_dtensor"]
     return args
 
 
-def split_args(plan: Plan) -> list[str]:
-    """The plan's uneven split: first/last stage sizes when the middle stages are equal, else the
-    full `--pipeline-model-parallel-layout` (E embedding, t layer, L head; `|` between stages)."""
-    sizes = stage_sizes(plan)
+def split_args(layouts: list[StageLayout]) -> list[str]:
+    """An uneven split: first/last stage sizes when the middle stages are equal, else the full
+    `--pipeline-model-parallel-layout` (E embedding, t layer, L loss; `|` between stages)."""
+    sizes = stage_sizes(layouts)
     if len(sizes) == 1 or len(set(sizes)) == 1:
         return []
     middle = sizes[1:-1]
@@ -116,21 +166,20 @@ def split_args(plan: Plan) -> list[str]:
     return ["--pipeline-model-parallel-layout", "|".join(stages)]
 
 
-def recompute_args(plan: Plan, notes: list[str]) -> list[str]:
-    full = recompute_counts(plan, "full")
-    per_chunk = [-(-n // plan.parallel.vpp) for n in full]
+def recompute_args(plan: Plan, layouts: list[StageLayout]) -> list[str]:
+    """The split arrives as Megatron runs it: the same number of fully recomputed layers per chunk
+    (`block`), or every layer selective."""
+    full = recompute_counts(layouts, "full")
     if any(full):
-        if len(set(full)) > 1:
-            notes.append(f"the plan recomputes {full} layers per stage; Megatron's block method takes one "
-                         f"count for all stages: {max(per_chunk)} per {'chunk' if plan.parallel.vpp > 1 else 'stage'}")
+        per_chunk = max(-(-n // plan.parallel.vpp) for n in full)
         return ["--recompute-granularity", "full", "--recompute-method", "block",
-                "--recompute-num-layers", str(max(per_chunk))]
-    if any(recompute_counts(plan, "selective")):
+                "--recompute-num-layers", str(per_chunk)]
+    if any(recompute_counts(layouts, "selective")):
         return ["--recompute-granularity", "selective"]
     return []
 
 
 def run_args(plan: Plan) -> list[str]:
-    """Synthetic data with the model's vocabulary, so the script runs as exported."""
-    return ["--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", str(plan.model.vocab_size),
-            "--train-iters", "100", "--lr", "3.0e-4", "--log-interval", "1"]
+    """Synthetic data, so the script runs as exported."""
+    return ["--mock-data", "--tokenizer-type", "NullTokenizer", "--train-iters", "100", "--lr", "3.0e-4",
+            "--log-interval", "1"]

@@ -17,17 +17,24 @@ from __future__ import annotations
 
 import yaml
 
-from gplan.backends.exporters import Export, recompute_counts, stage_sizes, stamp
+from gplan.backends.exporters import Export, ExportContext, recompute_counts, stage_sizes, stamp
 from gplan.backends.mindspore.strategy import optimizer_parallel_note
-from gplan.plan import Plan
+from gplan.errors import InputError
+from gplan.plan import Plan, layouts_of
+from gplan.spec.parallel import StageLayout
+
+VERSIONS = {"2.1": "MindFormers 2.1 (LlamaConfig, TransformerOpParallelConfig) on MindSpore 2.10"}
+
+COMPUTE_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 SEMI_AUTO_PARALLEL = 1
 """MindFormers' `parallel_mode` code: 0 data, 1 semi-auto, 2 auto, 3 hybrid parallel."""
 
 
-def sections(plan: Plan) -> dict:
-    c = plan.parallel
-    sizes = stage_sizes(plan)
+def sections(plan: Plan, layouts: list[StageLayout] | None = None) -> dict:
+    c, m = plan.parallel, plan.model
+    layouts = layouts or layouts_of(plan)
+    sizes = stage_sizes(layouts)
     base = plan.model.num_layers // c.pp
     pipelined = c.pp > 1
     parallel_config = {
@@ -44,13 +51,20 @@ def sections(plan: Plan) -> dict:
     }
     if c.vpp > 1:
         parallel["pipeline_config"] = {"pipeline_interleave": True, "pipeline_scheduler": "1f1b"}
-    full, selective = recompute_counts(plan, "full"), recompute_counts(plan, "selective")
+    full, selective = recompute_counts(layouts, "full"), recompute_counts(layouts, "selective")
     recompute_config = {"recompute": full if any(full) else False,
                         "select_recompute": selective if any(selective) else False,
                         "parallel_optimizer_comm_recompute": False, "mp_comm_recompute": True,
                         "recompute_slice_activation": True}
-    model_config = {"num_layers": plan.model.num_layers, "offset": [n - base for n in sizes] if c.vpp == 1 else 0,
-                    "seq_length": plan.training.seq_length}
+    if m.head_dim:
+        raise InputError(f"MindFormers' LlamaConfig has no head_dim: it derives {m.hidden_size // m.num_attention_heads} "
+                         f"from hidden/heads, the model has {m.head_dim}", hint="export to megatron or torchtitan")
+    # The model's shape, so that MindFormers builds the plan's model whatever YAML it is merged into.
+    model_config = {"num_layers": m.num_layers, "offset": [n - base for n in sizes] if c.vpp == 1 else 0,
+                    "seq_length": plan.training.seq_length, "hidden_size": m.hidden_size,
+                    "num_heads": m.num_attention_heads, "n_kv_heads": m.kv_heads, "intermediate_size": m.ffn_size,
+                    "vocab_size": m.vocab_size, "theta": m.rope_theta,
+                    "compute_dtype": COMPUTE_DTYPE[plan.training.precision]}
     if c.vpp > 1:
         model_config["pp_interleave_num"] = c.vpp
     return {"run_mode": "train", "use_parallel": True, "micro_batch_interleave_num": 1,
@@ -60,10 +74,10 @@ def sections(plan: Plan) -> dict:
                               "gradient_accumulation_steps": 1 if pipelined else c.num_microbatches}}
 
 
-def notes(plan: Plan) -> list[str]:
+def notes(plan: Plan, layouts: list[StageLayout]) -> list[str]:
     """Where MindFormers runs something other than what the plan priced."""
     found = []
-    if any(recompute_counts(plan, "selective")):
+    if any(recompute_counts(layouts, "selective")):
         found.append("MindFormers' select_recompute recomputes its default operators (the FFN gate multiply and "
                      "activation), not Megatron's attention core that the plan priced; give select_recompute a "
                      "pattern dict to choose other operators")
@@ -71,8 +85,9 @@ def notes(plan: Plan) -> list[str]:
     return found + ([sharding] if sharding else [])
 
 
-def export(plan: Plan) -> Export:
-    found = notes(plan)
-    text = (stamp(plan) + "\n# Merge into your MindFormers training YAML (these sections replace yours).\n"
-            + "".join(f"# note: {n}\n" for n in found))
-    return Export({"mindformers_parallel.yaml": text + yaml.safe_dump(sections(plan), sort_keys=False)}, found)
+def export(plan: Plan, context: ExportContext) -> Export:
+    found = notes(plan, context.layouts)
+    text = (stamp(plan, context.version) + "\n# Merge into your MindFormers training YAML (these sections replace "
+            "yours).\n" + "".join(f"# note: {n}\n" for n in context.notes + found))
+    body = yaml.safe_dump(sections(plan, context.layouts), sort_keys=False)
+    return Export({"mindformers_parallel.yaml": text + body}, found)

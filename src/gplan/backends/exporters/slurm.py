@@ -1,15 +1,24 @@
-"""SLURM: the batch script `gplan launch --slurm` writes, as an export."""
+"""SLURM: the batch script `gplan launch --slurm` writes, as an export, pointing at the exported plan
+file by its absolute path (a batch script runs from SLURM's spool directory, not beside the plan)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from gplan.backends.exporters import Export, stamp
+from gplan.backends.exporters import Export, ExportContext, stamp
 from gplan.backends.launch import LaunchOptions
+from gplan.backends.torch.launcher import notes as launch_notes
 from gplan.backends.torch.launcher import slurm_script
+from gplan.errors import InputError
 from gplan.plan import Plan
 
+VERSIONS = {"slurm": "SLURM (sbatch, srun) with torchrun c10d rendezvous"}
 
-def export(plan: Plan) -> Export:
-    script = slurm_script(plan, Path("plan.json"), LaunchOptions(run_dir=Path("gplan-run")), header=[stamp(plan)])
-    return Export({"slurm_job.sh": script})
+
+def export(plan: Plan, context: ExportContext) -> Export:
+    if context.plan_path is None:
+        raise InputError("the SLURM export needs the plan file's path", hint="export from a plan.json file")
+    found = launch_notes(plan)
+    header = [stamp(plan, context.version), *[f"# note: {n}" for n in context.notes + found]]
+    script = slurm_script(plan, context.plan_path, LaunchOptions(run_dir=Path("gplan-run")), header=header)
+    return Export({"slurm_job.sh": script}, found)

@@ -1,69 +1,92 @@
-"""torchtitan (0.3): command-line overrides of its Trainer config, in a ready torchrun script.
+"""torchtitan: a config module (`gplan_torchtitan.py`) with the plan's model and stages, and a torchrun
+script that selects it (`--module gplan_torchtitan --config gplan_plan`) with command-line overrides.
 
-dp maps to FSDP sharding (`data_parallel_shard_degree`) for zero ≥ 1 — weights resharded after the
-forward only for zero 3 — and to replication (`data_parallel_replicate_degree`) for zero 0. What the
-command line cannot express: a per-stage list of modules (torchtitan's `module_fqns_per_model_part`
-takes a list of lists, set from a config function), so an uneven split is written into a note with
-the exact modules of every stage; recomputation is one policy for every layer: `full` when the plan
-recomputes any layer fully, else `selective` when it recomputes any selectively.
+torchtitan builds its Llama from a config function (`config_registry`), not from command-line
+dimensions, so the module builds the plan's model with torchtitan's own llama3 layer builder —
+dimensions, kv heads, MLP width, vocabulary, RoPE base — and starts from the registered `llama3_8b`
+trainer config for everything gplan does not plan (optimizer, data, checkpointing). It also lists
+every pipeline chunk's modules (`module_fqns_per_model_part`), so uneven and interleaved splits run
+exactly as planned, and sets one activation-checkpoint policy (torchtitan applies it to every block).
+
+Batch: torchtitan runs `global / (local × dp)` gradient-accumulation steps of `local` sequences, and
+with pipeline stages splits `local` into micro-batches of `pipeline_parallel_microbatch_size`. So
+without pp, local = mbs (m accumulation steps); with pp, local = m·mbs in micro-batches of mbs.
+dp maps to FSDP sharding (`data_parallel_shard_degree`) for zero ≥ 1, weights resharded after the
+forward only for zero 3, and to replication (`data_parallel_replicate_degree`, DDP) for zero 0.
 """
 
 from __future__ import annotations
 
-import json
-import shlex
-
-from gplan.backends.exporters import Export, recompute_counts, stage_sizes, stamp
+from gplan.backends.exporters import Export, ExportContext, flag_lines, recompute_counts, stamp
 from gplan.backends.launch import default_nodes, script_node_variables, script_torchrun_line
+from gplan.errors import InputError
 from gplan.plan import Plan
+from gplan.spec.parallel import StageLayout
+
+VERSIONS = {
+    "0.3": "torchtitan 0.3.0 (torchtitan.train, ConfigManager; checked by its own parser)",
+    "main": "torchtitan main after its token-count batch options (pull requests 4121 and 4326, Aug 2026); not "
+            "checked by torchtitan's parser here (only 0.3.0 installs)",
+}
 
 SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved_1f1b": "Interleaved1F1B"}
 """gplan schedule -> torch.distributed.pipelining's schedule name (what torchtitan takes)."""
 
+CONFIG_MODULE = "gplan_torchtitan"
+CONFIG_FUNCTION = "gplan_plan"
 
-def export(plan: Plan) -> Export:
-    args, notes = overrides(plan)
-    files = {}
-    if any("uneven split" in n for n in notes):
-        files["torchtitan_module_fqns.json"] = json.dumps(
-            {"_comment": stamp(plan, comment="").strip(), "module_fqns_per_model_part": module_fqns(plan)}, indent=1) + "\n"
+
+def export(plan: Plan, context: ExportContext) -> Export:
+    if plan.model.head_dim:
+        raise InputError("torchtitan's llama3 layers derive the head width from dim / n_heads; the model sets "
+                         f"head_dim {plan.model.head_dim}", hint="export to megatron")
+    main = context.version.startswith("torchtitan main")
+    args, notes = overrides(plan, main)
     nnodes, per_node = default_nodes(plan)
-    config = "llama3_8b"  # a registered config to start from; the overrides carry the plan
     lines = [
         "#!/bin/bash",
-        stamp(plan),
-        "# Run from a torchtitan (0.3) checkout or install, the same command on every node.",
-        *[f"# note: {n}" for n in notes],
+        stamp(plan, context.version),
+        "# Run from a torchtitan install, the same command on every node; gplan_torchtitan.py (beside this",
+        "# script) holds the model and the pipeline chunks.",
+        *[f"# note: {n}" for n in context.notes + notes],
         "set -euo pipefail",
         *script_node_variables(nnodes),
-        "MODULE=${MODULE:-llama3}",
-        f"CONFIG=${{CONFIG:-{config}}}",
+        'HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)',
+        'export PYTHONPATH="$HERE${PYTHONPATH:+:$PYTHONPATH}"',
         "OVERRIDES=(",
-        *[f"  {' '.join(shlex.quote(a) for a in pair)}" for pair in _pairs(args)],
+        *[f"  {line}" for line in flag_lines(args)],
         ")",
-        script_torchrun_line(per_node, ["-m", "torchtitan.train", "--module", "$MODULE", "--config", "$CONFIG", "${OVERRIDES[@]}", "$@"]),
+        script_torchrun_line(per_node, ["-m", "torchtitan.train", "--module", CONFIG_MODULE, "--config",
+                                        CONFIG_FUNCTION, "${OVERRIDES[@]}", "$@"]),
     ]
-    files["torchtitan_train.sh"] = "\n".join(lines) + "\n"
+    files = {"torchtitan_train.sh": "\n".join(lines) + "\n",
+             f"{CONFIG_MODULE}.py": config_module(plan, context, ac_policy(context.layouts))}
     return Export(files, notes)
 
 
-def _pairs(args: list[str]) -> list[list[str]]:
-    pairs: list[list[str]] = []
-    for arg in args:
-        if arg.startswith("--") or ":" in arg or not pairs:
-            pairs.append([arg])
-        else:
-            pairs[-1].append(arg)
-    return pairs
 
 
-def overrides(plan: Plan) -> tuple[list[str], list[str]]:
+def batch_args(plan: Plan, main: bool) -> list[str]:
+    """The batch in sequences (0.3) or in tokens (main): see the module docstring."""
+    c, t = plan.parallel, plan.training
+    local = c.mbs * (c.num_microbatches if c.pp > 1 else 1)
+    if main:
+        seq = t.seq_length
+        return ["--training.max_context_length", str(seq), "--training.num_tokens_per_train_step", str(t.gbs * seq),
+                "--training.num_tokens_per_dp_rank", str(local * seq),
+                "--training.num_tokens_per_microbatch_per_dp_rank", str(c.mbs * seq)]
+    args = ["--training.local_batch_size", str(local), "--training.global_batch_size", str(t.gbs),
+            "--training.seq_len", str(t.seq_length)]
+    return args + (["--parallelism.pipeline_parallel_microbatch_size", str(c.mbs)] if c.pp > 1 else [])
+
+
+def overrides(plan: Plan, main: bool = False) -> tuple[list[str], list[str]]:
     c, t = plan.parallel, plan.training
     notes: list[str] = []
     replicate, shard = (c.dp, 1) if c.zero == 0 else (1, c.dp)
-    args = [
-        "--training.global_batch_size", str(t.gbs), "--training.local_batch_size", str(t.gbs // c.dp),
-        "--training.seq_len", str(t.seq_length),
+    args = batch_args(plan, main) + [
+        "--training.steps", "100",
+        "--training.mixed_precision_param", "float32" if t.precision == "fp32" else "bfloat16",
         "--parallelism.data_parallel_replicate_degree", str(replicate),
         "--parallelism.data_parallel_shard_degree", str(shard),
         "--parallelism.fsdp_reshard_after_forward", "always" if c.zero == 3 else "never",
@@ -72,37 +95,92 @@ def overrides(plan: Plan) -> tuple[list[str], list[str]]:
         "--parallelism.context_parallel_degree", str(c.cp),
         "--parallelism.pipeline_parallel_degree", str(c.pp),
     ]
+    if t.precision == "fp16":
+        raise InputError("torchtitan trains in bf16 or fp32, not fp16", hint="plan with --precision bf16")
     if c.pp > 1:
-        args += ["--parallelism.pipeline_parallel_schedule", SCHEDULES[c.schedule],
-                 "--parallelism.pipeline_parallel_microbatch_size", str(c.mbs)]
-        sizes = stage_sizes(plan)
-        if c.vpp > 1 or len(set(sizes)) == 1:
-            args += ["--parallelism.pipeline_parallel_layers_per_stage", str(plan.model.num_layers // (c.pp * c.vpp))]
-        else:
-            notes.append(f"uneven split {'/'.join(map(str, sizes))}: torchtitan's command line cannot take "
-                         "parallelism.module_fqns_per_model_part; set it in a config function from "
-                         "torchtitan_module_fqns.json")
-    if c.zero in (1, 2):
+        # torchtitan captures CUDA graphs by default and refuses them with pipeline stages.
+        args += ["--parallelism.pipeline_parallel_schedule", SCHEDULES[c.schedule], "--training.disable_cuda_graphs"]
+    if c.zero in (1, 2) and c.dp > 1:
         notes.append(f"zero {c.zero} runs as FSDP without resharding after the forward (weights stay gathered "
                      "for the backward; optimizer state and gradients sharded)")
-    args.append(f"activation_checkpoint:{ac_mode(plan, notes)}")
     return args, notes
 
 
-def ac_mode(plan: Plan, notes: list[str]) -> str:
-    full, selective = recompute_counts(plan, "full"), recompute_counts(plan, "selective")
-    mode = "full" if any(full) else ("selective" if any(selective) else "none")
-    mixed = sum(full) + sum(selective)
-    if mode != "none" and mixed < plan.model.num_layers:
-        notes.append(f"the plan recomputes {mixed} of {plan.model.num_layers} layers; torchtitan applies "
-                     f"`{mode}` to every layer")
-    return mode
+def ac_policy(layouts: list[StageLayout]) -> str:
+    """torchtitan applies one policy to every block; the split arrives as torchtitan runs it."""
+    return "full" if any(recompute_counts(layouts, "full")) else "none"
 
 
-def module_fqns(plan: Plan) -> list[list[str]]:
-    """Module names of every pipeline stage, torchtitan's naming (tok_embeddings, layers.i, norm, output)."""
-    parts = []
-    for i, stage in enumerate(plan.stages):
-        names = (["tok_embeddings"] if i == 0 else []) + [f"layers.{j}" for j in range(stage.layer_start, stage.layer_end)]
-        parts.append(names + (["norm", "output"] if i == len(plan.stages) - 1 else []))
-    return parts
+def module_fqns(plan: Plan, layouts: list[StageLayout]) -> list[list[str]]:
+    """Module names of every pipeline chunk in virtual-stage order (chunk s on pp rank s mod pp, as
+    torchtitan's looped schedules place them), torchtitan's naming (tok_embeddings, layers.i, norm,
+    lm_head)."""
+    c = plan.parallel
+    if c.vpp == 1:
+        bounds, start = [], 0
+        for stage in layouts:
+            bounds.append((start, start + stage.num_layers))
+            start += stage.num_layers
+    else:
+        per_chunk = plan.model.num_layers // (c.pp * c.vpp)
+        bounds = [(s * per_chunk, (s + 1) * per_chunk) for s in range(c.pp * c.vpp)]
+    last = len(bounds) - 1
+    return [(["tok_embeddings"] if i == 0 else []) + [f"layers.{j}" for j in range(a, b)]
+            + (["norm", "lm_head"] if i == last else []) for i, (a, b) in enumerate(bounds)]
+
+
+def model_shape(plan: Plan) -> dict:
+    m = plan.model
+    return {"dim": m.hidden_size, "n_layers": m.num_layers, "n_heads": m.num_attention_heads,
+            "n_kv_heads": m.kv_heads, "hidden_dim": m.ffn_size, "vocab_size": m.vocab_size,
+            "rope_theta": m.rope_theta, "max_seq_len": max(plan.training.seq_length, m.seq_length),
+            "tie_embeddings": m.tie_embeddings}
+
+
+CONFIG_TEMPLATE = '''{stamp}
+"""The plan's model and pipeline chunks as a torchtitan config function: `--module {module} --config
+{function}`. Built with torchtitan's own llama3 layer builder, so the model is torchtitan's Llama with
+the plan's shape."""
+
+import dataclasses
+
+from torchtitan.distributed.activation_checkpoint import FullAC
+from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
+from torchtitan.models.llama3 import (_EMBEDDING_INIT, _NORM_INIT, Llama3Model, _build_llama3_layers,
+                                      _output_linear_init, model_registry)
+from torchtitan.models.llama3.config_registry import llama3_8b
+
+SHAPE = {shape}
+MODULE_FQNS_PER_MODEL_PART = {fqns}
+ACTIVATION_CHECKPOINT = {ac!r}
+
+
+def model_config() -> Llama3Model.Config:
+    s = SHAPE
+    dim, vocab = s["dim"], s["vocab_size"]
+    rope = ComplexRoPE.Config(dim=dim // s["n_heads"], max_seq_len=s["max_seq_len"], theta=s["rope_theta"])
+    return Llama3Model.Config(
+        dim=dim, vocab_size=vocab, enable_weight_tying=s["tie_embeddings"],
+        tok_embeddings=Embedding.Config(num_embeddings=vocab, embedding_dim=dim, param_init=_EMBEDDING_INIT),
+        norm=RMSNorm.Config(normalized_shape=dim, param_init=_NORM_INIT),
+        lm_head=Linear.Config(in_features=dim, out_features=vocab, param_init=_output_linear_init(dim)),
+        layers=_build_llama3_layers(n_layers=s["n_layers"], dim=dim, n_heads=s["n_heads"], n_kv_heads=s["n_kv_heads"],
+                                    hidden_dim=s["hidden_dim"], rope=rope, attn_backend="flex", fuse_qkv=True),
+    )
+
+
+def {function}():
+    config = llama3_8b()
+    config.model_spec = dataclasses.replace(model_registry("8B"), flavor="gplan", model=model_config())
+    config.loss.loss_fn.global_vocab_size = SHAPE["vocab_size"]
+    config.activation_checkpoint = FullAC.Config() if ACTIVATION_CHECKPOINT == "full" else None
+    if MODULE_FQNS_PER_MODEL_PART:
+        config.parallelism.module_fqns_per_model_part = MODULE_FQNS_PER_MODEL_PART
+    return config
+'''
+
+
+def config_module(plan: Plan, context: ExportContext, ac: str) -> str:
+    fqns = module_fqns(plan, context.layouts) if plan.parallel.pp > 1 else None
+    return CONFIG_TEMPLATE.format(stamp=stamp(plan, context.version), module=CONFIG_MODULE, function=CONFIG_FUNCTION,
+                                  shape=repr(model_shape(plan)), fqns=repr(fqns), ac=ac)

@@ -1,0 +1,161 @@
+"""The rules of Megatron-LM's `megatron/training/arguments.py` that gplan's Megatron export depends on.
+
+Megatron-LM's argument parser is not on the package index (only megatron-core is, without
+`megatron/training`), so the parts the export uses are written down here from the file as it stands on
+NVIDIA/Megatron-LM main at commit 000c4ac (2026): the argument definitions gplan emits, with their
+types and choices, and the checks of `validate_args` and of the vocabulary padding. Each check quotes
+the assertion message it mirrors so that it can be found in that file; a change there shows up as a
+difference in wording. Line numbers are not cited: the stored copy of the file is read by offset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+# ---- the arguments gplan emits: name -> (type, choices); None type = store_true switch ---------------
+ARGUMENTS: dict[str, tuple[object, tuple | None]] = {
+    # _add_network_size_args
+    "--num-layers": (int, None), "--hidden-size": (int, None), "--ffn-hidden-size": (int, None),
+    "--num-attention-heads": (int, None), "--kv-channels": (int, None), "--group-query-attention": (None, None),
+    "--num-query-groups": (int, None), "--max-position-embeddings": (int, None),
+    "--position-embedding-type": (str, ("learned_absolute", "rope", "mrope", "relative", "none")),
+    "--rotary-base": (int, None), "--make-vocab-size-divisible-by": (int, None),
+    "--normalization": (str, ("LayerNorm", "RMSNorm")), "--swiglu": (None, None),
+    "--untie-embeddings-and-output-weights": (None, None),
+    # _add_regularization_args
+    "--attention-dropout": (float, None), "--hidden-dropout": (float, None),
+    # _add_training_args
+    "--micro-batch-size": (int, None), "--global-batch-size": (int, None),
+    "--recompute-granularity": (str, ("full", "selective")), "--recompute-method": (str, ("uniform", "block")),
+    "--recompute-num-layers": (int, None), "--train-iters": (int, None), "--log-interval": (int, None),
+    "--disable-bias-linear": (None, None), "--sequence-parallel": (None, None),
+    # _add_learning_rate_args, _add_mixed_precision_args
+    "--lr": (float, None), "--bf16": (None, None), "--fp16": (None, None),
+    # _add_distributed_args
+    "--tensor-model-parallel-size": (int, None), "--pipeline-model-parallel-size": (int, None),
+    "--decoder-first-pipeline-num-layers": (int, None), "--decoder-last-pipeline-num-layers": (int, None),
+    "--pipeline-model-parallel-layout": (str, None), "--num-layers-per-virtual-pipeline-stage": (int, None),
+    "--use-distributed-optimizer": (None, None), "--use-megatron-fsdp": (None, None),
+    "--data-parallel-sharding-strategy": (str, ("no_shard", "optim", "optim_grads", "optim_grads_params")),
+    "--context-parallel-size": (int, None),
+    # _add_checkpointing_args
+    "--ckpt-format": (str, ("torch", "torch_dist", "zarr", "torch_dcp", "fsdp_dtensor")),
+    # _add_data_args, _add_tokenizer_args
+    "--mock-data": (None, None), "--tokenizer-type": (str, None), "--vocab-size": (int, None),
+    "--seq-length": (int, None),
+}
+
+DEFAULTS = {"pipeline_model_parallel_size": 1, "tensor_model_parallel_size": 1, "context_parallel_size": 1,
+            "make_vocab_size_divisible_by": 128, "rotary_base": 10000,
+            "data_parallel_sharding_strategy": "no_shard", "ckpt_format": "torch_dist", "num_query_groups": 1}
+"""Defaults of the arguments above that the rules read (their add_argument defaults)."""
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(allow_abbrev=False, exit_on_error=False)  # Megatron's parse_args: allow_abbrev=False
+    for flag, (kind, choices) in ARGUMENTS.items():
+        if kind is None:
+            p.add_argument(flag, action="store_true")
+        else:
+            p.add_argument(flag, type=kind, choices=choices)
+    p.set_defaults(**DEFAULTS)
+    return p
+
+
+class Violation(AssertionError):
+    pass
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise Violation(message)
+
+
+def padded_vocab_size(args: argparse.Namespace) -> int:
+    """`_vocab_size_with_padding` (megatron/training/tokenizer): the tokenizer's vocabulary padded to a
+    multiple of make_vocab_size_divisible_by × tp; NullTokenizer's vocabulary is --vocab-size + 1 (its
+    `vocab_size` property returns `_vocab_size_without_eod + 1`)."""
+    size = args.vocab_size + 1 if args.tokenizer_type == "NullTokenizer" else args.vocab_size
+    multiple = args.make_vocab_size_divisible_by * args.tensor_model_parallel_size
+    return math.ceil(size / multiple) * multiple
+
+
+def validate(argv: list[str], world_size: int, env: dict[str, str], device_arch: int) -> argparse.Namespace:
+    """Parse `argv` as Megatron does and apply the checks of validate_args the export relies on; raise
+    Violation with Megatron's message when one fails. `device_arch` is get_device_arch_version()
+    (9 Hopper, 10 Blackwell)."""
+    a = parser().parse_args(argv)
+    tp, pp, cp = a.tensor_model_parallel_size, a.pipeline_model_parallel_size, a.context_parallel_size
+    _check(world_size % (tp * pp * cp) == 0,
+           "world size ({world_size}) is not divisible by total_model_size ({total_model_size=})")
+    dp = world_size // (tp * pp * cp)
+    # "Uneven virtual pipeline parallelism"
+    _check(sum(x is not None for x in (a.num_layers_per_virtual_pipeline_stage, a.pipeline_model_parallel_layout)) <= 1,
+           "No more than one of the following arguments can be set at the same time: "
+           "--num-layers-per-virtual-pipeline-stage, --num-virtual-stages-per-pipeline-rank,"
+           "--pipeline-model-parallel-layout.")
+    vpp = None
+    if a.pipeline_model_parallel_layout is not None:
+        stages = a.pipeline_model_parallel_layout.count("|") + 1
+        _check(stages % pp == 0, "The length of pipeline_model_parallel_layout must be divisible by "
+                                 "pipeline_model_parallel_size")
+        vpp = stages // pp if stages // pp > 1 else None
+    elif a.num_layers_per_virtual_pipeline_stage is not None:
+        _check(a.decoder_first_pipeline_num_layers is None and a.decoder_last_pipeline_num_layers is None,
+               "please use --num-virtual-stages-per-pipeline-rank to specify virtual pipeline parallel degree "
+               "when enable uneven pipeline parallelism")
+        _check(a.num_layers % pp == 0, "number of layers of the model must be divisible pipeline model parallel size")
+        _check((a.num_layers // pp) % a.num_layers_per_virtual_pipeline_stage == 0,
+               "number of layers per pipeline stage must be divisible number of layers per virtual pipeline stage")
+        vpp = (a.num_layers // pp) // a.num_layers_per_virtual_pipeline_stage
+        vpp = vpp if vpp > 1 else None
+    elif a.decoder_first_pipeline_num_layers is None and a.decoder_last_pipeline_num_layers is None:
+        _check(a.num_layers % pp == 0, "Number of layers should be divisible by the pipeline-model-parallel size")
+    # overlap_p2p_comm defaults to True (--no-overlap-p2p-communication is store_false), so interleaving
+    # needs pp > 1 only: "When interleaved schedule is used, pipeline-model-parallel size should be greater than 1".
+    if vpp is not None:
+        _check(pp > 1, "When interleaved schedule is used, pipeline-model-parallel size should be greater than 1")
+    if a.use_megatron_fsdp:
+        _check(env.get("CUDA_DEVICE_MAX_CONNECTIONS") != "1",
+               "FSDP always requires CUDA_DEVICE_MAX_CONNECTIONS value large than one")
+        _check(a.ckpt_format == "fsdp_dtensor", "Megatron FSDP only supports fsdp_dtensor checkpoint format")
+    if a.ckpt_format == "fsdp_dtensor":
+        _check(a.use_megatron_fsdp, "--ckpt-format fsdp_dtensor is only tested with Megatron FSDP.")
+    _check(not (a.fp16 and a.bf16), "assert not args.bf16 (fp16 and bf16 are exclusive)")
+    if cp > 1:
+        _check(a.seq_length % (cp * 2) == 0,
+               "seq-length should be a multiple of 2 * context-parallel-size if context-parallel-size > 1.")
+    _check(a.max_position_embeddings >= a.seq_length,
+           f"max_position_embeddings ({a.max_position_embeddings}) must be greater than or equal to seq_length "
+           f"({a.seq_length}).")
+    if a.recompute_granularity == "selective":
+        _check(a.recompute_method is None, "recompute method is not yet supported for selective recomputing granularity")
+    if (tp > 1 or cp > 1) and device_arch < 10 and not a.use_megatron_fsdp:
+        _check(env.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1",
+               "Using tensor model parallelism or context parallelism require setting the environment variable "
+               "CUDA_DEVICE_MAX_CONNECTIONS to 1")
+    _check(int(a.mock_data) <= 1, "A single data source must be provided in training mode, else None")
+    # megatron/core/num_microbatches_calculator.py (ConstantNumMicroBatchesCalculator):
+    _check(a.global_batch_size % (a.micro_batch_size * dp) == 0,
+           "global batch size ({}) is not divisible by micro batch size ({}) times data parallel size ({})")
+    a.data_parallel_size, a.virtual_pipeline_model_parallel_size = dp, vpp
+    return a
+
+
+def recompute_per_stage(a: argparse.Namespace, stage_layers: list[int]) -> list[dict[str, int]]:
+    """What Megatron recomputes on each pipeline rank (TransformerBlock._checkpointed_forward): `block`
+    recomputes the first recompute_num_layers layers of every model chunk fully; `selective` recomputes
+    the core attention of every layer."""
+    vpp = a.virtual_pipeline_model_parallel_size or 1
+    out = []
+    for layers in stage_layers:
+        if a.recompute_granularity == "full" and a.recompute_method == "block":
+            per_chunk = layers // vpp
+            full = min(per_chunk, a.recompute_num_layers) * vpp
+            out.append({"full": full, "selective": 0, "none": layers - full})
+        elif a.recompute_granularity == "selective":
+            out.append({"full": 0, "selective": layers, "none": 0})
+        else:
+            out.append({"full": 0, "selective": 0, "none": layers})
+    return out
