@@ -64,6 +64,8 @@ PLANS = {
                                                 [("selective", 2)]]),
     "gpt_tp_pp_cp": lambda: plan_of(ParallelConfig(dp=1, tp=2, pp=2, cp=2, sp=True, zero=1, recompute="selective"),
                                     model=GPT),
+    "gpt_tp_pp_zero1_full": lambda: plan_of(ParallelConfig(dp=2, tp=2, pp=2, sp=True, zero=1, recompute="full"),
+                                            model=GPT),
 }
 
 
@@ -329,7 +331,7 @@ print(json.dumps({"stage": config.zero_optimization_stage, "train_batch_size": c
                   "checkpointing": config.activation_checkpointing_config.partition_activations}))
 """
 
-DEEPSPEED_PLANS = ["dp_only", "zero3_full_recompute", "uneven_first_last"]
+DEEPSPEED_PLANS = ["dp_only", "zero3_full_recompute", "uneven_first_last", "gpt_tp_pp_zero1_full"]
 
 
 @requires_engine("deepspeed", "dev")
@@ -383,7 +385,10 @@ def test_megatron_deepspeed_arguments_turn_on_zero_init_and_recompute(name):
     assert not (value.get("--recompute-granularity") == "selective" and "--recompute-method" in argv)
     if "--sequence-parallel" in argv:  # "Using sequence parallelism requires setting ... CUDA_DEVICE_MAX_CONNECTIONS to 1"
         assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in text
-    assert value["--rotary-position-embeddings-theta"] == str(int(plan.model.rope_theta))
+    if plan.model.position_embedding == "rope":
+        assert value["--rotary-position-embeddings-theta"] == str(int(plan.model.rope_theta))
+    else:
+        assert "--use-rotary-position-embeddings" not in argv
 
 
 def test_deepspeed_refuses_zero3_with_pipeline(gplan, tmp_path):
