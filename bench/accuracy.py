@@ -1,10 +1,12 @@
 """Accuracy of gplan's cost model against published training runs.
 
-Predicts every row of shared/reference/published_runs.csv whose configuration is complete, compares
-the predicted step time with the measured one, and prints per-row and aggregate errors (median and
-mean absolute percentage error, per source). `--fit` refits the per-hardware efficiencies (four
-knobs per hardware kind, never one per row, with `gplan.calibration`'s fitter) and prints them for profiles/data/hardware.yaml;
-`--readme` writes the tables into README.md between the accuracy markers.
+Predicts every row of shared/reference/published_runs.csv whose configuration is complete and the
+BLOOM sweep's step times (bloom_sweep_runs.csv, S12), compares the predicted step time with the
+measured one, and prints per-row and aggregate errors (median and mean absolute percentage error, per
+source) in-sample and leave-one-source-out, and the BLOOM sweep's rank correlation. `--fit` refits the
+per-hardware efficiencies (four knobs per hardware kind on Megatron's rows, never one per row, with
+`gplan.calibration`'s fitter) and one factor per other engine, and prints them for
+profiles/data/hardware.yaml; `--readme` writes the tables into README.md between the accuracy markers.
 
     python bench/accuracy.py [--csv PATH] [--fit] [--readme]
 """
@@ -26,7 +28,7 @@ from gplan.errors import GplanError
 from gplan.profiles.catalogue import load_cluster
 from gplan.profiles.schema import ClusterSpec, Efficiency
 from gplan.spec.model import ModelSpec
-from gplan.spec.parallel import ParallelConfig, check_config, uniform_layout
+from gplan.spec.parallel import ParallelConfig, check_config, layout_from_sizes, uniform_layout
 from gplan.spec.training import TrainingSpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,6 +45,9 @@ CLUSTERS = {
 }
 #: Sources whose stack runs fused (flash) attention; SC21 and the 2022 Megatron runs predate it.
 FLASH_SOURCES = {"S10", "S19", "S21"}
+#: The engine of each source (SOURCES.md): its memory accounting and, where fitted, its efficiency.
+ENGINE = {"S1": "megatron", "S3": "megatron", "S4": "megatron", "S19": "megatron", "S10": "torchtitan",
+          "S21": "llm-foundry"}
 
 
 @dataclass
@@ -56,6 +61,8 @@ class Case:
     cluster: ClusterSpec
     selective_layer: bool
     measured_step_s: float
+    layouts: list | None = None
+    """The run's own stage split where it is not Megatron's even one (BLOOM's pipeline partitions)."""
 
 
 def _int(value: str) -> int | None:
@@ -94,16 +101,20 @@ def _recompute(text: str) -> tuple[str, bool]:
     t = text.lower()
     if t.startswith("full"):
         return "full", False
-    if "selective layer" in t:
-        return "none", True  # torchtitan: full checkpointing of every other layer
+    if "selective layer" in t or "selective op" in t:
+        # torchtitan: layer SAC checkpoints every other layer fully; op SAC saves every other matmul
+        # output and recomputes the rest — priced alike, half the layers fully recomputed (approximate)
+        return "none", True
     if t.startswith("selective"):
         return "selective", False
     return "none", False
 
 
 #: Fields a source leaves empty but documents elsewhere: S3 trains Megatron's GPT with the same
-#: 51200-token vocabulary as S1 (SC21 §5.1; Korthikanti et al. 2022 reuse that setup).
-ASSUMED = {"S3": {"vocab_size": "51200"}}
+#: 51200-token vocabulary as S1 (SC21 §5.1; Korthikanti et al. 2022 reuse that setup); S19's NeMo
+#: recipes turn on sequence parallelism wherever tp > 1 (`sequence_parallel: True` in its GPT-3 and
+#: Nemotron recipes; it has no effect at tp = 1).
+ASSUMED = {"S3": {"vocab_size": "51200"}, "S19": {"sequence_parallel": "yes"}}
 
 
 def case_from_row(row: dict) -> Case | str:
@@ -148,7 +159,7 @@ def case_from_row(row: dict) -> Case | str:
                             zero=_zero(row["zero_or_fsdp"]) or (1 if src == "S19" else 0),
                             recompute=recompute)
     training = TrainingSpec(gbs=_int(row["global_batch_size"]), seq_length=_int(row["seq_len"]),
-                            precision=precision, flash_attention=src in FLASH_SOURCES)
+                            precision=precision, flash_attention=src in FLASH_SOURCES, engine=ENGINE.get(src))
     try:
         check_config(model, training, config, gpus)
     except GplanError as exc:
@@ -170,15 +181,29 @@ def load_cases(path: Path) -> tuple[list[Case], list[tuple[str, str, str]]]:
     return cases, skipped
 
 
-def predict_case(case: Case, eff: Efficiency | None = None) -> float:
+def case_layouts(case: Case):
+    """The run's split: its own where given, else the uniform one — with every other layer fully
+    recomputed for torchtitan's selective AC."""
+    if case.layouts is not None:
+        return case.layouts
+    if not case.selective_layer:
+        return None
+    layouts = uniform_layout(case.model, case.config.pp, "none")
+    return [s.model_copy(update={"layers": _half_full(s)}) for s in layouts]
+
+
+def predict_case(case: Case, eff: Efficiency | None = None, engines: dict[str, float] | None = None) -> float:
+    """Step time with the catalogue's knobs, or with fitted hardware knobs `eff` and engine factors."""
     cluster = apply(case.cluster, eff.model_dump()) if eff else case.cluster
-    step = StepModel(case.model, case.training, cluster, case.config)
-    layouts = None
-    if case.selective_layer:
-        # every other layer fully recomputed: per stage, half the layers "full", half "none"
-        layouts = uniform_layout(case.model, case.config.pp, "none")
-        layouts = [s.model_copy(update={"layers": _half_full(s)}) for s in layouts]
-    return step.predict(layouts).step_time_s
+    if engines is not None:
+        cluster = with_engine_factors(cluster, engines)
+    return StepModel(case.model, case.training, cluster, case.config).predict(case_layouts(case)).step_time_s
+
+
+def with_engine_factors(cluster: ClusterSpec, engines: dict[str, float]) -> ClusterSpec:
+    groups = [g.model_copy(update={"hardware": g.hardware.model_copy(update={"engine_efficiency": dict(engines)})})
+              for g in cluster.node_groups]
+    return cluster.model_copy(update={"node_groups": groups})
 
 
 def _half_full(stage):
@@ -231,6 +256,138 @@ def fit(cases: list[Case], hardware_names: set[str]) -> Efficiency:
     return efficiency(fit_log(misfit, start, prior_weight=1e-4, step=0.2))
 
 
+HARDWARE_GROUPS = ({"a100-80g", "a100-40g"}, {"h100-sxm"})
+REFERENCE_ENGINE = "megatron"
+"""The hardware knobs are fitted on this engine's rows; every other engine gets one factor on its
+compute efficiencies, fitted on its own rows with a prior toward 1 (the reference)."""
+PRIOR_ROWS = 5.0
+"""Strength of an engine factor's prior, in rows: with n rows its log is shrunk by n / (n + 5)."""
+
+
+@dataclass
+class Fit:
+    hardware: dict[str, Efficiency]
+    """Hardware name -> its fitted knobs (absent: the catalogue's)."""
+    engines: dict[str, float]
+
+    def predict(self, case: Case) -> float:
+        return predict_case(case, self.hardware.get(hardware_of(case)), self.engines)
+
+
+def fit_all(cases: list[Case]) -> Fit:
+    """Stage 1: per hardware kind, the four knobs on the reference engine's rows (`fit`); a kind with
+    none borrows another kind's fit. Stage 2: per other engine, the factor minimising the median absolute
+    log error of its rows, shrunk toward 1 by its number of rows (no rows: 1)."""
+    hardware: dict[str, Efficiency] = {}
+    missing = []
+    for names in HARDWARE_GROUPS:
+        reference = [c for c in cases if hardware_of(c) in names and c.training.engine == REFERENCE_ENGINE]
+        if reference:
+            eff = fit(reference, names)
+            hardware.update({n: eff for n in names})
+        else:
+            missing.append(names)
+    if hardware:
+        # A kind without reference rows borrows another kind's fitted knobs: never the catalogue's, which
+        # were fitted on the rows a leave-one-source-out run has just left out.
+        borrowed = next(iter(hardware.values()))
+        for names in missing:
+            hardware.update({n: borrowed for n in names})
+    engines: dict[str, float] = {}
+    for engine in sorted({c.training.engine for c in cases} - {REFERENCE_ENGINE, None}):
+        rows = [c for c in cases if c.training.engine == engine]
+        engines[engine] = _engine_factor(rows, hardware)
+    return Fit(hardware, engines)
+
+
+def _engine_factor(rows: list[Case], hardware: dict[str, Efficiency]) -> float:
+    engine = rows[0].training.engine
+    grid = [math.exp(x / 40) for x in range(-40, 41)]  # 0.37 … 2.7
+
+    def misfit(factor: float) -> float:
+        errs = [abs(math.log(predict_case(c, hardware.get(hardware_of(c)), {engine: factor}) / c.measured_step_s))
+                for c in rows]
+        return statistics.median(errs)
+
+    best = min(grid, key=misfit)
+    shrink = len(rows) / (len(rows) + PRIOR_ROWS)
+    return math.exp(math.log(best) * shrink)
+
+
+def leave_one_source_out(cases: list[Case]) -> dict[str, list[float]]:
+    """Per source: its errors when everything is fitted on the other sources (its engine's factor from
+    that engine's other sources, or the prior)."""
+    out = {}
+    for src in sorted({c.source for c in cases}, key=lambda s: int(s[1:])):
+        fitted = fit_all([c for c in cases if c.source != src])
+        out[src] = [error(fitted.predict(c), c.measured_step_s) for c in cases if c.source == src]
+    return out
+
+
+def spearman(xs: list[float], ys: list[float]) -> float:
+    """Rank correlation (average ranks for ties)."""
+    def ranks(v):
+        order = sorted(range(len(v)), key=v.__getitem__)
+        r = [0.0] * len(v)
+        i = 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                r[order[k]] = (i + j) / 2
+            i = j + 1
+        return r
+    rx, ry = ranks(xs), ranks(ys)
+    mx, my = statistics.fmean(rx), statistics.fmean(ry)
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    return cov / math.sqrt(sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry))
+
+
+# ---- the BLOOM sweep (S12) ------------------------------------------------------------------------
+
+BLOOM_CSV = ROOT.parent / "shared" / "reference" / "bloom_sweep_runs.csv"
+
+
+def bloom_partition(num_layers: int, pp: int, embedding_aware: bool) -> list[int]:
+    """Megatron-DeepSpeed's pipeline partition of the transformer layers. `type:transformer` (the
+    sweep's default) spreads them as DeepSpeed's `partition_uniform` does (the remainder on the last
+    stages); `type:transformer|embedding` (the 02-28 rows) counts each tied embedding copy as one more
+    layer, so the first and last stages hold one layer fewer."""
+    units = num_layers + 2 if embedding_aware else num_layers
+    sizes = [units // pp + (1 if i >= pp - units % pp else 0) for i in range(pp)]
+    if embedding_aware:
+        sizes[0] -= 1
+        sizes[-1] -= 1
+    return sizes
+
+
+def load_bloom_cases(path: Path = BLOOM_CSV) -> list[tuple[Case, dict]]:
+    """(case, row) for every BLOOM row with a configuration (measured step time, or 0 when it has none:
+    the out-of-memory rows): GPT-style (gelu 4h, LayerNorm, ALiBi, tied), Megatron-DeepSpeed ZeRO-1,
+    full recompute, its pipeline partition, no flash attention (2022)."""
+    out = []
+    for r in csv.DictReader(path.open()):
+        if not r["dp"] or not r["micro_batch_size"] or "no measurement" in r["status"]:
+            continue
+        L, h = int(r["num_layers"]), int(r["hidden_size"])
+        heads = int(r["num_heads"]) if r["num_heads"] else 64  # "all NHEADS=64" (the sweep's notes)
+        model = ModelSpec(name=r["model"], num_layers=L, hidden_size=h, num_attention_heads=heads,
+                          vocab_size=int(r["vocab_size"]), seq_length=int(r["seq_len"]), tie_embeddings=True,
+                          position_embedding="alibi", bias=True)
+        precision = "bf16" if r["precision"].upper().startswith("BF16") else "fp16"
+        config = ParallelConfig(dp=int(r["dp"]), tp=int(r["tp"]), pp=int(r["pp"]), mbs=int(r["micro_batch_size"]),
+                                zero=1, recompute="full")
+        training = TrainingSpec(gbs=int(r["global_batch_size"]), seq_length=int(r["seq_len"]), precision=precision,
+                                flash_attention=False, engine="deepspeed")
+        layouts = layout_from_sizes(model, bloom_partition(L, config.pp, "embedding" in r["notes"]), ["full"] * config.pp)
+        label = f"BLOOM {r['model'].split('(')[1].rstrip(')')} {config.label()} {precision}"
+        step = float(r["sec_per_iter"]) if r["sec_per_iter"] else 0.0
+        out.append((Case(r["row_id"], "S12", label, model, training, config,
+                         load_cluster("dgx-a100-80g", config.world_size), False, step, layouts), r))
+    return out
+
+
 # ---- reporting ----------------------------------------------------------------------------------
 
 def summarize(errors: list[float]) -> tuple[float, float]:
@@ -238,18 +395,34 @@ def summarize(errors: list[float]) -> tuple[float, float]:
     return statistics.median(absolute), statistics.fmean(absolute)
 
 
-def report(cases: list[Case], skipped: list) -> str:
+def report(cases: list[Case], skipped: list, fitted: Fit, loso: dict[str, list[float]]) -> str:
+    """In-sample (the catalogue's fitted knobs and engine factors) beside leave-one-source-out."""
     rows = [(c, predict_case(c)) for c in cases]
-    lines = [f"{len(cases)} rows predicted, {len(skipped)} skipped (incomplete configuration).", ""]
-    lines += ["| source | rows | median abs error | mean abs error |", "|---|---:|---:|---:|"]
     by_source: dict[str, list[float]] = {}
     for c, p in rows:
         by_source.setdefault(c.source, []).append(error(p, c.measured_step_s))
+    engines = {c.source: c.training.engine for c in cases}
+    lines = [f"{len(cases)} rows predicted, {len(skipped)} skipped (incomplete configuration). In-sample: the "
+             "catalogue's knobs (fitted on every source); leave-one-source-out: everything refitted without the "
+             "source, its engine's factor from that engine's other sources or, with none, the prior (1).", "",
+             "| source | engine | rows | in-sample median | in-sample mean | leave-one-source-out median | LOSO mean |",
+             "|---|---|---:|---:|---:|---:|---:|"]
     for src in sorted(by_source, key=lambda s: int(s[1:])):
         med, mean = summarize(by_source[src])
-        lines.append(f"| {src} | {len(by_source[src])} | {med:.1%} | {mean:.1%} |")
+        lmed, lmean = summarize(loso[src])
+        lines.append(f"| {src} | {engines[src]} | {len(by_source[src])} | {med:.1%} | {mean:.1%} | {lmed:.1%} | {lmean:.1%} |")
     med, mean = summarize([e for errs in by_source.values() for e in errs])
-    lines.append(f"| **all** | {len(rows)} | **{med:.1%}** | {mean:.1%} |")
+    lmed, lmean = summarize([e for errs in loso.values() for e in errs])
+    lines.append(f"| **all** | | {len(rows)} | **{med:.1%}** | {mean:.1%} | **{lmed:.1%}** | {lmean:.1%} |")
+    bloom = [(c, p) for c, p in rows if c.source == "S12"]
+    if bloom:
+        rho = spearman([p for _, p in bloom], [c.measured_step_s for c, _ in bloom])
+        rho_loso = spearman([c.measured_step_s * (1 + e) for (c, _), e in zip(bloom, loso["S12"])],
+                            [c.measured_step_s for c, _ in bloom])
+        lines += ["", f"Ranking within the BLOOM sweep (S12, {len(bloom)} runs of one cluster): Spearman "
+                  f"ρ = {rho:.2f} in-sample, {rho_loso:.2f} leave-one-source-out."]
+    lines += ["", "Engine factors on the compute efficiencies (fitted, prior 1): "
+              + ", ".join(f"{e} {f:.3f}" for e, f in sorted(fitted.engines.items())) + "."]
     lines += ["", "<details><summary>Per row (predicted vs measured step time)</summary>", "",
               "| row | source | run | measured s | predicted s | error |", "|---|---|---|---:|---:|---:|"]
     for c, p in rows:
@@ -272,22 +445,30 @@ def write_readme(table: str) -> None:
     README.write_text(text[:start] + "\n" + table + "\n" + text[end:])
 
 
+def all_cases(path: Path) -> tuple[list[Case], list]:
+    cases, skipped = load_cases(path)
+    if BLOOM_CSV.is_file():
+        cases += [c for c, _ in load_bloom_cases() if c.measured_step_s]
+    return cases, skipped
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--csv", type=Path, default=DEFAULT_CSV)
-    parser.add_argument("--fit", action="store_true", help="refit per-hardware efficiencies and print them")
+    parser.add_argument("--fit", action="store_true", help="refit the knobs and engine factors and print them")
     parser.add_argument("--readme", action="store_true", help="write the tables into README.md")
     args = parser.parse_args(argv)
     if not args.csv.is_file():
         sys.stderr.write(f"error: {args.csv}: no such file (pass --csv)\n")
         return 3
-    cases, skipped = load_cases(args.csv)
+    cases, skipped = all_cases(args.csv)
+    fitted = fit_all(cases)
     if args.fit:
-        for names in ({"a100-80g", "a100-40g"}, {"h100-sxm"}):
-            eff = fit(cases, names)
-            sys.stdout.write(f"{sorted(names)}: {eff.model_dump()}\n")
+        for name, eff in sorted(fitted.hardware.items()):
+            sys.stdout.write(f"{name}: {eff.model_dump()}\n")
+        sys.stdout.write(f"engine_efficiency: {fitted.engines}\n")
         return 0
-    table = report(cases, skipped)
+    table = report(cases, skipped, fitted, leave_one_source_out(cases))
     sys.stdout.write(table + "\n")
     if args.readme:
         write_readme(table)

@@ -79,12 +79,16 @@ JsonOpt = typer.Option(False, "--json", help="print one JSON document on stdout"
 ProfileOpt = typer.Option(None, "--profile", help="a measured profile (gplan profile / gplan calibrate) instead of --cluster")
 
 
+TargetOpt = typer.Option(None, "--target", help="the engine that runs it, whose memory accounting prices it: torch | "
+                         "mindspore | megatron | torchtitan | deepspeed | mindformers (default: the hardware's backend)")
+
+
 def _inputs(model: str, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, headroom,
-            profile: Optional[Path] = None):
+            profile: Optional[Path] = None, target: Optional[str] = None):
     from gplan.planner.inputs import resolve_inputs
 
     return resolve_inputs(model, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, headroom,
-                          str(profile) if profile else None)
+                          str(profile) if profile else None, target)
 
 
 # ---- commands ------------------------------------------------------------------------------------
@@ -100,7 +104,8 @@ def estimate(
     mbs: int = typer.Option(1, "--mbs"), recompute: str = typer.Option("none", "--recompute", help="none | selective | full"),
     zero: int = typer.Option(0, "--zero", help="0..3"), schedule: Optional[str] = typer.Option(None, "--schedule", help="gpipe | 1f1b | interleaved_1f1b"),
     gbs: Optional[int] = GbsOpt, seq_length: Optional[int] = SeqOpt, precision: Optional[str] = PrecisionOpt,
-    memory_headroom: float = HeadroomOpt, profile: Optional[Path] = ProfileOpt, as_json: bool = JsonOpt,
+    memory_headroom: float = HeadroomOpt, profile: Optional[Path] = ProfileOpt, target: Optional[str] = TargetOpt,
+    as_json: bool = JsonOpt,
 ) -> None:
     """Predict step time, throughput, MFU and memory of one configuration (no search).
 
@@ -120,7 +125,7 @@ def estimate(
             prediction_summary(err, f"{plan.model.name} from {model}", plan.parallel, prediction)
         return
     inputs = _inputs(model, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, memory_headroom,
-                     profile)
+                     profile, target)
     config = config_from_options(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, sp=sp, mbs=mbs, recompute=recompute, zero=zero,
                                  schedule=schedule)
     check_config(inputs.model, inputs.training, config, inputs.devices)
@@ -167,7 +172,7 @@ def search(
     if out.is_dir():
         raise InputError(f"--out {out}: is a directory", hint=f"name a file, e.g. --out {out / 'plan.json'}")
     inputs = _inputs(model, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, memory_headroom,
-                     profile)
+                     profile, target)
     limits = limits_from_options(tp, pp, dp, cp, mbs, vpp, zero, recompute, schedule, all_devices, target)
     with SearchProgress(err) as progress:
         planned = make_best_plan(inputs, limits, top=top, time_limit_s=time_limit, progress=progress)
@@ -187,7 +192,8 @@ def compare(
     config: list[str] = typer.Option([], "--config", help='a configuration, e.g. "tp=8,pp=4,mbs=1" (repeat)'),
     devices: Optional[int] = DevicesOpt, cluster: Optional[str] = ClusterOpt, hardware: Optional[str] = HardwareOpt,
     devices_per_node: Optional[int] = PerNodeOpt, gbs: Optional[int] = GbsOpt, seq_length: Optional[int] = SeqOpt,
-    precision: Optional[str] = PrecisionOpt, memory_headroom: float = HeadroomOpt, as_json: bool = JsonOpt,
+    precision: Optional[str] = PrecisionOpt, memory_headroom: float = HeadroomOpt, target: Optional[str] = TargetOpt,
+    as_json: bool = JsonOpt,
 ) -> None:
     """Compare plans (or configurations of one model) side by side; the best value of each row is
     highlighted and the term that grew most is named."""
@@ -199,7 +205,8 @@ def compare(
     if config:
         if len(items) != 1:
             raise InputError("--config compares configurations of one model", hint="pass exactly one MODEL")
-        inputs = _inputs(items[0], devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, memory_headroom)
+        inputs = _inputs(items[0], devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, memory_headroom,
+                         target=target)
         for text in config:
             cfg = parse_config_text(text, inputs.devices)
             check_config(inputs.model, inputs.training, cfg, inputs.devices)
@@ -423,6 +430,11 @@ def calibrate(
     if as_json:
         return emit_json({"profile": str(out), **c.profile.calibration})
     err.print(calibration_table(c.runs, c.fit, c.held, c.held_before, c.held_after))
+    kept = [k for k in c.fit.theta if k not in c.fit.fitted]
+    if kept:
+        err.print(f"[yellow]note:[/] {len(c.runs)} runs fit {len(c.fit.fitted)} of {len(c.fit.theta)} parameters "
+                  f"({', '.join(c.fit.fitted)}); kept at the catalogue's: {', '.join(kept)} — add runs to fit them",
+                  highlight=False)
     err.print(f"[green]wrote[/] {out}")
 
 

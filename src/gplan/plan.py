@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from gplan import __version__
 from gplan.errors import InputError
 from gplan.io import atomic_write_text
-from gplan.profiles.schema import ClusterSpec
+from gplan.profiles.schema import ClusterSpec, DeviceSpec
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import LayerCount, ParallelConfig, StageLayout, check_config
 from gplan.spec.training import TrainingSpec
@@ -38,14 +38,25 @@ class StageMemory(BaseModel):
     optimizer_bytes: float
     activations_bytes: float
     buffers_bytes: float
-    """Unsharded zero-3 layers and similar transient buffers."""
+    """Gathered zero-3 units (layers, embedding, head) and the engine's own buffers."""
     reserve_bytes: float
-    """Framework reserve from the hardware catalogue (context, communicators, fragmentation)."""
+    """The device's fixed reserve from the hardware catalogue (CUDA context, library workspaces)."""
+    transient_bytes: float = 0.0
+    """The largest working set of one step in the backward: a recomputed layer's activations, the
+    loss gradient over the vocabulary, the sequence-parallel re-gather."""
+    communicator_bytes: float = 0.0
+    """NCCL/HCCL buffers of the communicators this device belongs to."""
+    fragmentation_bytes: float = 0.0
+    """What the caching allocator holds beyond what is allocated (its fragmentation)."""
+
+    @property
+    def allocated_bytes(self) -> float:
+        return (self.weights_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes
+                + self.buffers_bytes + self.transient_bytes)
 
     @property
     def total_bytes(self) -> float:
-        return (self.weights_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes
-                + self.buffers_bytes + self.reserve_bytes)
+        return self.allocated_bytes + self.fragmentation_bytes + self.communicator_bytes + self.reserve_bytes
 
 
 class StagePrediction(BaseModel):
@@ -262,10 +273,20 @@ def layouts_of(plan: Plan) -> list[StageLayout]:
 
 
 def inputs_digest(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> str:
-    """sha256 of the canonical JSON of the resolved inputs (first 16 hex digits)."""
-    blob = json.dumps([model.digest_dump(), cluster.model_dump(mode="json"),
-                       training.model_dump(mode="json")], sort_keys=True)
+    """sha256 of the canonical JSON of the resolved inputs (first 16 hex digits). Fields added after
+    schema v1 plans were first written are left out while at their default (`DIGEST_OPTIONAL`), so
+    those plans keep their digest."""
+    blob = json.dumps([model.digest_dump(), _cluster_digest_dump(cluster), training.digest_dump()], sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _cluster_digest_dump(cluster: ClusterSpec) -> dict:
+    data = cluster.model_dump(mode="json")
+    for group in data["node_groups"]:
+        for name, default in DeviceSpec.DIGEST_OPTIONAL.items():
+            if group["hardware"].get(name) == default:
+                group["hardware"].pop(name)
+    return data
 
 
 def plan_json(plan: Plan) -> str:

@@ -32,7 +32,8 @@ def title(inputs) -> str:
     batch = f" ({inputs.gbs_note}; choose with --gbs)" if inputs.gbs_note else ""
     return (f"{inputs.model.name} on {inputs.devices} × {inputs.cluster.primary.hardware.name}, "
             f"cluster {inputs.cluster.name}{default}; gbs {t.gbs} × seq {t.seq_length} = "
-            f"{tokens(t.tokens_per_step)} tokens/step{batch}, {t.precision}")
+            f"{tokens(t.tokens_per_step)} tokens/step{batch}, {t.precision}"
+            + (f", priced as {t.engine} runs it (choose with --target)" if t.engine else ""))
 
 
 def tokens(count: float) -> str:

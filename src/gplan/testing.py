@@ -86,11 +86,15 @@ def random_table(rng: random.Random, layers: list[int], pp: int, groups: int = 1
     fixed_m = {(i, g): rng.uniform(0, 5) for i in range(pp) for g in G}
     loose = sum(layers) * (max(state) + pp * 9)
     budgets = [rng.uniform(0.15, 0.8) * loose for _ in G]
+    # backward working sets: full recompute recreates a layer's activations, the loss sits on the last stage
+    transient = {(q, k): rng.uniform(0, 2) * (1 + 2 * (k == 2)) for q in range(len(layers)) for k in range(3)}
+    loss = {i: rng.uniform(0, 4) * (i == pp - 1) for i in range(pp)}
     return CostTable(kinds=kinds, layers_per_kind=layers, options=OPTIONS, groups=G,
                      group_stage_capacity=[rng.randint(1, pp) if groups > 1 else pp for _ in G], pp=pp,
                      vpp=2 if equal else 1, num_microbatches=rng.randint(pp, 4 * pp), layer_time_s=time,
                      layer_state_bytes=state, layer_activation_bytes=act, in_flight=in_flight,
-                     fixed_time_s=fixed_t, fixed_memory_bytes=fixed_m, budget_bytes=budgets, equal_layers=equal)
+                     fixed_time_s=fixed_t, fixed_memory_bytes=fixed_m, budget_bytes=budgets, equal_layers=equal,
+                     layer_transient_bytes=transient, stage_transient_bytes=loss)
 
 
 # ---- optional engines ------------------------------------------------------------------------------

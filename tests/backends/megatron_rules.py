@@ -18,6 +18,7 @@ ARGUMENTS: dict[str, tuple[object, tuple | None]] = {
     # _add_network_size_args
     "--num-layers": (int, None), "--hidden-size": (int, None), "--ffn-hidden-size": (int, None),
     "--num-attention-heads": (int, None), "--kv-channels": (int, None), "--group-query-attention": (None, None),
+    "--window-size": (lambda x: tuple(int(i) for i in x.strip("()").split(",")), None),  # tuple_type
     "--num-query-groups": (int, None), "--max-position-embeddings": (int, None),
     "--position-embedding-type": (str, ("learned_absolute", "rope", "mrope", "relative", "none")),
     "--rotary-base": (int, None), "--make-vocab-size-divisible-by": (int, None),

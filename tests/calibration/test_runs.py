@@ -48,3 +48,14 @@ def test_apply_changes_only_what_it_fits():
     same = apply(cluster, theta)
     assert same.primary.hardware.efficiency == cluster.primary.hardware.efficiency
     assert same.primary.intra_node == cluster.primary.intra_node
+
+
+def test_two_runs_fit_two_parameters_and_keep_the_rest_at_the_catalogue():
+    """Each run is one equation: two runs cannot tell five parameters apart, so the fit takes the first
+    two by priority and says which it kept."""
+    runs = [synthetic_run(ParallelConfig()), synthetic_run(ParallelConfig(dp=2))]
+    fit = calibrate(runs)
+    assert fit.fitted == ("compute_scale", "layer_overhead_s")
+    start = prior(runs[0].plan.cluster)
+    assert all(fit.theta[k] == start[k] for k in ("step_overhead_s", "link_efficiency_scale", "link_latency_scale"))
+    assert max(abs(e) for e in fit.after) < max(abs(e) for e in fit.before)

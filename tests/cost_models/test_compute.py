@@ -12,17 +12,40 @@ from gplan.spec.model import ModelSpec
 from gplan.spec.training import TrainingSpec
 
 
-def sc21_flops(B: int, s: int, L: int, h: int, V: int) -> float:
-    """Narayanan et al. 2021, eq. 3 without recompute: 72·B·s·L·h²·(1 + s/(6h) + V/(12·L·h))."""
-    return 72 * B * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h))
+def sc21_flops(B: int, s: int, L: int, h: int, V: int, causal: bool = False) -> float:
+    """Narayanan et al. 2021, eq. 3 without recompute: 72·B·s·L·h²·(1 + s/(6h) + V/(12·L·h)); the
+    attention term `s/(6h)` is the full score matrix, `s/(12h)` its causal half."""
+    return 72 * B * s * L * h * h * (1 + s / ((12 if causal else 6) * h) + V / (12 * L * h))
 
 
 @pytest.mark.parametrize("L,h,a,V,s,B", [(96, 12288, 96, 51200, 2048, 1536), (24, 2304, 24, 51200, 2048, 512),
                                          (4, 64, 4, 512, 64, 8)])
-def test_model_flops_equal_sc21_for_gpt(L, h, a, V, s, B):
+def test_model_flops_equal_sc21_for_gpt_with_causal_attention_halved(L, h, a, V, s, B):
     model = ModelSpec(name="gpt", num_layers=L, hidden_size=h, num_attention_heads=a, vocab_size=V, seq_length=s)
     assert compute.model_flops_per_step(model, TrainingSpec(gbs=B, seq_length=s)) == pytest.approx(
-        sc21_flops(B, s, L, h, V), rel=1e-12)
+        sc21_flops(B, s, L, h, V, causal=True), rel=1e-12)
+
+
+def test_mfu_counts_no_flop_the_kernels_skip_at_128k():
+    """MFU counts FLOPs over step time × peak; the step takes at least each executed FLOP over its
+    kernel's efficiency × peak, so MFU ≤ counted / Σ(executed_i / efficiency_i). Counting the causal
+    half the kernels skip broke this at 128k (the issue's 87–89% MFU)."""
+    from gplan.cost_models.step import predict
+    from gplan.profiles.catalogue import load_cluster, load_model
+    from gplan.spec.parallel import ParallelConfig
+
+    model, training = load_model("llama3-8b"), TrainingSpec(gbs=64, seq_length=131072)
+    cluster = load_cluster("dgx-h100", 512)
+    prediction = predict(model, training, cluster, ParallelConfig(dp=4, tp=8, cp=16, sp=True, zero=1))
+    whole = Shard(batch=training.gbs, seq=training.seq_length, kv_seq=training.seq_length, tp=1, sp=False)
+    kind = model.layer_kinds()[0]
+    gemm = 3 * (kind.count * sum(g.flops for g in compute.layer_gemms(model, kind, whole))
+                + compute.head_gemm(model, whole).flops)
+    attention = 3 * kind.count * compute.attention_core_flops(model, kind, whole, causal_skip=True)
+    # the FLOPs MFU counts are the FLOPs the causal kernels execute — not the whole score matrix
+    assert compute.model_flops_per_step(model, training) == pytest.approx(gemm + attention, rel=1e-12)
+    eff = cluster.primary.hardware.efficiency
+    assert prediction.mfu <= (gemm + attention) / (gemm / eff.gemm + attention / eff.attention)
 
 
 def test_layer_flops_gqa_swiglu_by_hand():
@@ -96,3 +119,16 @@ def test_backward_is_twice_forward_for_gemms_and_recompute_adds_a_forward():
 def test_optimizer_time_is_bandwidth_bound():
     d = device(memory=0.5)
     assert compute.optimizer_time_s(d, 1e9) == pytest.approx(34e9 / (2039e9 * 0.5))
+
+
+def test_a_sliding_window_prices_the_keys_a_causal_kernel_visits():
+    """Σ_i min(i, w) keys over a 32k sequence with Mistral 7B v0.1's 4096-token window: 23.4% of the
+    causal score matrix."""
+    full = ModelSpec(name="m", num_layers=1, hidden_size=4096, num_attention_heads=32, vocab_size=32000)
+    windowed = full.model_copy(update={"sliding_window": 4096})
+    shard = Shard(batch=1, seq=32768, kv_seq=32768, tp=1, sp=False)
+    kind = full.layer_kinds()[0]
+    causal = compute.attention_core_flops(full, kind, shard, causal_skip=True)
+    exact = sum(min(i, 4096) for i in range(1, 32769)) / (32768 * 32769 / 2)
+    assert compute.attention_core_flops(windowed, kind, shard, causal_skip=True) / causal == pytest.approx(exact, rel=1e-3)
+    assert exact == pytest.approx(0.234, abs=1e-3)

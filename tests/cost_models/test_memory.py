@@ -142,3 +142,111 @@ def test_context_parallel_ranks_keep_only_their_own_keys_and_values(llama8b, a10
         step = StepModel(llama8b, training, a100_cluster, ParallelConfig(dp=64 // cp, cp=cp, mbs=1))
         per_cp.append(memory.layer_activation_bytes(llama8b, kind, step.shard, 2, True, "none"))
     assert per_cp[1] == pytest.approx(per_cp[0] / 16)
+
+
+# ---- what each engine keeps, the working sets, the buffers ------------------------------------------
+
+@pytest.mark.parametrize("engine, precision, zero, expected", [
+    ("deepspeed", "fp16", 1, 2 + 2 + 16 / 8),          # fp16 weights and grads; master, m, v, fp32 grad partition
+    ("deepspeed", "bf16", 1, 2 + (2 + 4) + 12 / 8),    # BF16 optimizer: full-size fp32 gradient accumulation
+    ("deepspeed", "fp16", 3, 2 / 8 + 2 / 8 + 16 / 8),
+    ("torch", "bf16", 0, 16),                          # fp32 weights under autocast, fp32 grads, m, v
+    ("torch", "bf16", 1, 2 + 16 / 8),                  # FSDP2 without resharding keeps the 16-bit weights gathered
+    ("torch", "bf16", 3, 16 / 8),
+    (None, "bf16", 1, 6 + 12 / 8),                     # Megatron-LM
+])
+def test_state_bytes_follow_each_engine(engine, precision, zero, expected):
+    element = 4 if precision == "fp32" else 2
+    states = memory.state_bytes_per_param(element, zero, 8, engine, bf16=precision == "bf16")
+    assert states.total == pytest.approx(expected)
+
+
+def test_full_recompute_recreates_one_layers_activations_in_its_backward():
+    m = ModelSpec(name="gpt", num_layers=1, hidden_size=1024, num_attention_heads=16, vocab_size=1000, dropout=0.1)
+    shard = Shard(batch=B, seq=S, kv_seq=S, tp=1, sp=False)
+    kind = m.layer_kinds()[0]
+    full = memory.recompute_working_bytes(m, kind, shard, 2, False, "full")
+    assert full == memory.layer_activation_bytes(m, kind, shard, 2, False, "none") == S * B * 1024 * (34 + 5 * 16 * S / 1024)
+    # selective recompute replays the scores (5·a·s²·b with dropout); fused attention has none to replay
+    assert memory.recompute_working_bytes(m, kind, shard, 2, False, "selective") == 5 * 16 * S * S * B
+    assert memory.recompute_working_bytes(m, kind, shard, 2, True, "selective") == 0
+
+
+def test_the_loss_backward_working_set_depends_on_the_engines_cross_entropy():
+    m = ModelSpec(name="llama", num_layers=1, hidden_size=4096, num_attention_heads=32, vocab_size=128256)
+    shard = Shard(batch=1, seq=8192, kv_seq=8192, tp=8, sp=True)
+    logits = 8192 * 128256 / 8
+    assert memory.loss_working_bytes(m, shard, 2, "megatron") == 2 * logits   # gradient in the softmax buffer
+    assert memory.loss_working_bytes(m, shard, 2, "torch") == 6 * logits      # F.cross_entropy: fp32 grad + copy
+    assert memory.loss_working_bytes(m, shard, 2, "llm-foundry") == 0          # fused, in place
+
+
+def test_zero3_gathers_a_large_vocabulary_embedding_not_just_a_layer():
+    """BLOOM's 250880 × 14336 embedding on tp=4 is ~0.9 B parameters, twice a layer's 0.6 B: FSDP gathers it
+    whole, and prefetches the next unit beside it."""
+    layer, embedding = 12 * 14336**2 / 4, 250880 * 14336 / 4
+    assert memory.zero3_gather_buffer_bytes([layer] * 6 + [embedding], 2) == (embedding + layer) * 2 + embedding * 4
+
+
+def test_a_plan_is_priced_with_its_targets_memory_accounting(tmp_path):
+    from gplan.planner import plan as best_plan
+    from gplan.planner.inputs import resolve_inputs
+    from gplan.planner.space import SearchLimits
+
+    inputs = resolve_inputs("llama3-8b", 8, "dgx-a100-80g")
+    assert inputs.training.engine == "torch"  # the cluster's backend, as search's --target defaults
+    planned = best_plan(inputs, SearchLimits(target="megatron", zero=[1], tp=[2], pp=[1]))
+    assert planned.plan.training.engine == "megatron" == planned.plan.target
+
+
+def test_stage_memory_itemises_communicators_and_fragmentation():
+    from gplan.cost_models.step import StepModel
+    from gplan.profiles.catalogue import load_cluster, load_model
+    from gplan.spec.parallel import ParallelConfig
+    from gplan.spec.training import TrainingSpec
+
+    config = ParallelConfig(dp=2, tp=2, pp=2, zero=1)
+    step = StepModel(load_model("llama3-8b"), TrainingSpec(gbs=32, seq_length=4096, engine="deepspeed"),
+                     load_cluster("dgx-a100-80g", 8), config)
+    stage = step.predict().stages[0]
+    device = step.cluster.primary.hardware
+    assert stage.memory.communicator_bytes == 4 * device.communicator_MiB * 2**20  # tp, dp, two pipeline peers
+    assert stage.memory.fragmentation_bytes == pytest.approx(stage.memory.allocated_bytes * memory.ENGINE_FRAGMENTATION["deepspeed"])
+    assert stage.memory_bytes == pytest.approx(stage.memory.allocated_bytes + stage.memory.fragmentation_bytes
+                                               + stage.memory.communicator_bytes + stage.memory.reserve_bytes)
+
+
+def test_zero3_pays_its_ring_latency_per_unit_and_micro_batch():
+    """ZeRO-3 at dp = 16384: every micro-batch, every layer all-gathers its weights twice and
+    reduce-scatters its gradients, each paying (n−1)·α — about 3 × 82 ms a layer, more than a llama3-8b
+    layer computes at mbs 1, so the step pays it (the old one-collective-per-stage pricing charged one
+    latency per pass)."""
+    from gplan.cost_models import communication as comm
+    from gplan.profiles.catalogue import load_cluster, load_model
+
+    model, n = load_model("llama3-8b"), 16384
+    config = ParallelConfig(dp=n, zero=3, recompute="full")
+    step = StepModel(model, TrainingSpec(gbs=n, seq_length=8192), load_cluster("dgx-h100", n), config)
+    prediction = step.predict()
+    link = comm.axis_link(step.group(0), config, "dp")
+    latency_per_layer = 3 * (n - 1) * link.latency_s
+    lt = step.layer_time("decoder", 0)
+    floor = model.num_layers * (latency_per_layer - lt.forward_s - lt.backward_s - lt.recompute_s("full"))
+    assert floor > 1.0  # seconds a micro-batch cannot hide
+    assert prediction.breakdown.dp_comm >= step.num_microbatches * floor
+
+
+def test_a_tied_embedding_across_stages_all_reduces_its_gradient():
+    from gplan.cost_models import communication as comm
+    from gplan.profiles.catalogue import load_cluster
+
+    gpt = ModelSpec(name="gpt", num_layers=8, hidden_size=1024, num_attention_heads=16, vocab_size=50304,
+                    tie_embeddings=True)
+    config = ParallelConfig(dp=1, pp=2)
+    step = StepModel(gpt, TrainingSpec(gbs=8, seq_length=1024), load_cluster("dgx-a100-80g", 2), config)
+    layouts = uniform_layout(gpt, 2, "none")
+    expected = comm.ring_allreduce_time_s(50304 * 1024 * 4, 2, comm.pipeline_link(step.group(0), config))
+    assert step.tied_embedding_s(layouts[0]) == step.tied_embedding_s(layouts[1]) == pytest.approx(expected)
+    assert step.predict().breakdown.dp_comm == pytest.approx(expected)
+    untied = StepModel(gpt.model_copy(update={"tie_embeddings": False}), step.training, step.cluster, config)
+    assert untied.predict().breakdown.dp_comm == 0

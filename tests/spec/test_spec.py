@@ -66,6 +66,23 @@ def test_hf_head_dim_and_rope_base_are_honoured(tmp_path):
     assert llama.head_dim is None
 
 
+def test_a_sliding_window_is_read_and_only_megatron_runs_it(tmp_path, gplan):
+    mistral = {"model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+               "num_hidden_layers": 32, "num_key_value_heads": 8, "vocab_size": 32000,
+               "max_position_embeddings": 32768, "sliding_window": 4096}
+    path = write(tmp_path, "config.json", mistral)
+    assert load_model(str(path)).sliding_window == 4096
+    qwen = {**LLAMA3_8B_HF, "model_type": "qwen2", "sliding_window": 4096, "use_sliding_window": False}
+    assert load_model(str(write(tmp_path, "q.json", qwen))).sliding_window is None
+    r = gplan("search", str(path), "--devices", "8", "--cluster", "dgx-h100", "--out", str(tmp_path / "p.json"))
+    assert r.code == 4 and "sliding window" in r.stderr and "--target megatron" in r.stderr
+    r = gplan("search", str(path), "--devices", "8", "--cluster", "dgx-h100", "--target", "megatron",
+              "--out", str(tmp_path / "p.json"))
+    assert r.code == 0, r.stderr
+    r = gplan("export", str(tmp_path / "p.json"), "--to", "megatron", "-o", str(tmp_path / "mg"))
+    assert r.code == 0 and "--window-size 4096,0" in (tmp_path / "mg" / "megatron_pretrain_gpt.sh").read_text()
+
+
 def test_added_fields_at_their_default_leave_the_inputs_digest_as_it_was():
     from gplan.spec.model import ModelSpec
 

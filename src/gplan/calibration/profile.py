@@ -121,14 +121,55 @@ def profile_layers(measurer: Measurer, profile: Profile, request: ProfileRequest
 
     def keep(result: LayerMeasurement) -> None:
         nonlocal profile
+        why = implausible(result, measured)
+        if why:
+            result = result.model_copy(update={"status": "error", "note": f"rejected: {why}"})
         measured.append(result)
         profile = with_layers(profile, measured)
         write_profile(profile, request.out)
-        progress(f"{result.part} tp={result.tp} mbs={result.mbs}: {result.status}")
+        progress(f"{result.part} tp={result.tp} mbs={result.mbs}: {result.status}" + (f" ({why})" if why else ""))
 
     measurer.measure_shapes(request.model, request.seq_length or request.model.seq_length, precision, request.mbs,
                             request.tp, device, done, keep)
-    return fit_efficiency(with_layers(profile, measured), precision)
+    fitted = fit_efficiency(with_layers(profile, measured), precision)
+    if fitted.node_groups[0].hardware.efficiency == profile.node_groups[0].hardware.efficiency:
+        progress("too few plausible layer measurements to fit the GEMM efficiency: the catalogue's is kept "
+                 "(measured shapes still price themselves)")
+    return fitted
+
+
+BACKWARD_RATIO = (0.5, 10.0)
+"""A layer's backward against its forward: a GEMM's backward does twice its forward's FLOPs and flash
+attention's 2.5× (Dao 2023); outside 0.5–10× a measurement is broken (an unsynchronised timer, a
+cached result), not a property of the layer."""
+OUTLIER_FACTOR = 10.0
+"""Time per sequence of one shape at different micro-batches: within this factor of the others'
+median, or an outlier (a 70× one was seen: a stray recompilation or a preempted device)."""
+
+
+def implausible(m: LayerMeasurement, others: list[LayerMeasurement]) -> str | None:
+    """Why a measurement cannot be right, or None: times must be positive; for layers (GEMM-bound), the
+    backward within BACKWARD_RATIO of the forward and the time per sequence within OUTLIER_FACTOR of
+    the same shape's at other micro-batches."""
+    if m.status != "ok":
+        return None
+    if not m.forward_s or m.forward_s <= 0 or m.backward_s is None or m.backward_s <= 0:
+        return f"forward_s {m.forward_s}, backward_s {m.backward_s}: times must be positive"
+    if m.part != "layer":
+        # the embedding's gather and scatter-add, and a small head, are launch-bound: no ratio to expect
+        return None
+    low, high = BACKWARD_RATIO
+    ratio = m.backward_s / m.forward_s
+    if not low <= ratio <= high:
+        return f"backward/forward = {ratio:.3g}, outside {low:g}–{high:g}"
+    siblings = [o.forward_s / o.mbs for o in others
+                if o.status == "ok" and o.shape_key() == m.shape_key() and o.mbs != m.mbs and o.forward_s]
+    if siblings:
+        median = sorted(siblings)[len(siblings) // 2]
+        per_sequence = m.forward_s / m.mbs
+        if not median / OUTLIER_FACTOR <= per_sequence <= median * OUTLIER_FACTOR:
+            return f"{per_sequence / median:.3g}× the time per sequence of the same shape at other micro-batches"
+    return None
 
 
 def fit_efficiency(profile: Profile, precision: str) -> Profile:

@@ -49,6 +49,19 @@ class Fit:
     """Relative error (pred/meas − 1) per run with the catalogue's values."""
     after: list[float]
     leave_one_out: list[float]
+    fitted: tuple[str, ...] = ()
+    """The parameters fitted; the others of PRIORITY kept their catalogue value (fewer runs than
+    parameters cannot tell more apart)."""
+
+
+PRIORITY = ("compute_scale", "layer_overhead_s", "step_overhead_s", "link_efficiency_scale", "link_latency_scale")
+"""Which parameters to fit first when there are fewer runs than parameters: compute moves every
+run's time, the overheads the small ones, the links only runs that communicate."""
+
+
+def fitted_names(runs: int) -> tuple[str, ...]:
+    """One parameter per run at most: each run is one equation."""
+    return PRIORITY[:max(1, min(len(PRIORITY), runs))]
 
 
 def prior(cluster: ClusterSpec) -> dict[str, float]:
@@ -69,24 +82,30 @@ def relative_error(run: Run, theta: dict[str, float]) -> float:
     return predict_s(run, theta) / run.measured_step_s - 1
 
 
-def fit(runs: list[Run], start: dict[str, float]) -> dict[str, float]:
-    def misfit(theta: dict[str, float]) -> float:
-        return sum((math.log(predict_s(r, theta)) - math.log(r.measured_step_s)) ** 2 for r in runs)
+def fit(runs: list[Run], start: dict[str, float], names: tuple[str, ...] | None = None) -> dict[str, float]:
+    """Fit `names` (default: as many as the runs allow, by PRIORITY); the rest stay at `start`."""
+    names = names or fitted_names(len(runs))
+    kept = {k: v for k, v in start.items() if k not in names}
 
-    return fit_log(misfit, start, PRIOR_WEIGHT)
+    def misfit(theta: dict[str, float]) -> float:
+        full = {**kept, **theta}
+        return sum((math.log(predict_s(r, full)) - math.log(r.measured_step_s)) ** 2 for r in runs)
+
+    return {**kept, **fit_log(misfit, {k: start[k] for k in names}, PRIOR_WEIGHT)}
 
 
 def calibrate(runs: list[Run]) -> Fit:
     start = prior(runs[0].plan.cluster)
-    theta = fit(runs, start)
+    names = fitted_names(len(runs))
+    theta = fit(runs, start, names)
     before = [relative_error(r, start) for r in runs]
     after = [relative_error(r, theta) for r in runs]
     loo = []
     if len(runs) > 2:
         for i, held in enumerate(runs):
             others = runs[:i] + runs[i + 1:]
-            loo.append(relative_error(held, fit(others, start)))
-    return Fit(theta, before, after, loo)
+            loo.append(relative_error(held, fit(others, start, fitted_names(len(others)))))
+    return Fit(theta, before, after, loo, names)
 
 
 def read_run(path: Path) -> Run:
@@ -145,6 +164,8 @@ def as_profile(plan: Plan, fit_result: Fit, runs: list[Run], held: list[Run], he
                                    created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     report = {
         "theta": fit_result.theta,
+        "fitted": list(fit_result.fitted),
+        "kept_at_catalogue": [k for k in fit_result.theta if k not in fit_result.fitted],
         "runs": [{"run": r.name, "measured_s": r.measured_step_s, "error_before": b, "error_after": a,
                   "error_leave_one_out": loo}
                  for r, b, a, loo in zip(runs, fit_result.before, fit_result.after,

@@ -72,12 +72,55 @@ def embedding_activation_bytes(model: ModelSpec, shard: Shard) -> float:
     return shard.seq * shard.batch * model.hidden_size / (shard.tp if shard.sp else 1) if model.dropout > 0 else 0.0
 
 
-def head_activation_bytes(model: ModelSpec, shard: Shard, element_bytes: int) -> float:
+def head_activation_bytes(model: ModelSpec, shard: Shard, element_bytes: int, engine: str | None = None) -> float:
     """Final norm input and logits-GEMM input (`2·e·s·b·h`), the 16-bit logits and their fp32 copy
-    for the loss (`(e + 4)·s·b·V / t`, vocab-parallel)."""
+    for the loss (`(e + 4)·s·b·V / t`, vocab-parallel) — only the 16-bit logits with llm-foundry's
+    fused cross-entropy, which keeps no fp32 copy."""
     s, b = shard.seq, shard.batch
     hidden = 2 * element_bytes * s * b * model.hidden_size / (shard.tp if shard.sp else 1)
-    return hidden + (element_bytes + 4) * s * b * model.vocab_size / shard.tp
+    per_logit = element_bytes + (0 if engine == "llm-foundry" else 4)
+    return hidden + per_logit * s * b * model.vocab_size / shard.tp
+
+
+# ---- working sets of the backward -------------------------------------------------------------
+
+def recompute_working_bytes(model: ModelSpec, kind: LayerKind, shard: Shard, element_bytes: int, flash: bool,
+                            recompute: str) -> float:
+    """What recomputation recreates for one layer while its backward runs (one micro-batch): full
+    recompute replays the whole forward, so the layer's full activations exist again beside the ones
+    kept; selective replays the attention scores (nothing to keep with fused attention). Checkmate
+    (Jain et al. 2020) and Megatron's `CheckpointFunction` hold exactly the recomputed segment."""
+    if recompute == "full":
+        return layer_activation_bytes(model, kind, shard, element_bytes, flash, "none")
+    if recompute == "selective" and not flash:
+        blocks = 2 if kind.cross_attention else 1
+        scores = (2 + (1 + 2 if model.dropout > 0 else 0)) * model.num_attention_heads * shard.seq * shard.kv_seq * shard.batch
+        return blocks * scores / shard.tp
+    return 0.0
+
+
+def gradient_working_bytes(model: ModelSpec, shard: Shard, element_bytes: int) -> float:
+    """The gradients in flight in one layer's backward: the incoming and outgoing activation gradients
+    (`2·e·s·b·h`, /t with sp) and the MLP's widest intermediate gradient (`2·e·s·b·f/t`, gate and up for
+    swiglu); with sequence parallelism, the layer input is all-gathered again for the weight gradients
+    (`e·s·b·h`, not divided: Korthikanti et al. 2022, §4.2.2)."""
+    e, s, b, t = element_bytes, shard.seq, shard.batch, shard.tp
+    h, f = model.hidden_size, model.ffn_size
+    hidden = 2 * e * s * b * h / (t if shard.sp else 1)
+    mlp = (3 if model.ffn_kind == "swiglu" else 2) * e * s * b * f / t
+    regather = e * s * b * h if shard.sp else 0.0
+    return hidden + mlp + regather
+
+
+def loss_working_bytes(model: ModelSpec, shard: Shard, element_bytes: int, engine: str | None = None) -> float:
+    """The loss backward over the vocabulary (vocab-parallel), beside the 16-bit logits and fp32
+    softmax the forward kept (head_activation_bytes), per logit: Megatron's vocab-parallel cross-entropy
+    (Megatron-LM, Megatron-DeepSpeed, MindSpore's stack) writes the gradient into its softmax buffer and
+    casts it to 16 bits for the head's backward: `e`; PyTorch's `F.cross_entropy` on fp32 logits (gplan's
+    worker, torchtitan) allocates the fp32 gradient and its 16-bit copy: `4 + e`; llm-foundry's fused
+    cross-entropy (flash-attn's, `inplace_backward`) works in place: nothing."""
+    per_logit = {"torch": 4 + element_bytes, "torchtitan": 4 + element_bytes, "llm-foundry": 0}.get(engine, element_bytes)
+    return per_logit * shard.seq * shard.batch * model.vocab_size / shard.tp
 
 
 # ---- model states ------------------------------------------------------------------------------
@@ -95,26 +138,89 @@ class StateBytes:
         return self.weights + self.grads + self.optimizer
 
 
-def state_bytes_per_param(element_bytes: int, zero: int, shard_ranks: int) -> StateBytes:
-    """Weights (16-bit, or fp32), fp32 gradients, and Adam states (fp32 master + m + v = 12 bytes in
-    mixed precision, m + v = 8 in fp32): 18 bytes unsharded in mixed precision (Megatron-LM's
-    theoretical_memory_usage), `6 + 12/d` with zero 1 (distributed optimizer), gradients sharded too
-    with zero 2, everything with zero 3 (FSDP full shard)."""
-    optimizer = 12.0 if element_bytes < 4 else 8.0
-    d = shard_ranks
+def state_bytes_per_param(element_bytes: int, zero: int, shard_ranks: int, engine: str | None = None,
+                          bf16: bool = False) -> StateBytes:
+    """What one parameter costs each device, as the engine keeps it (d = the sharding ranks).
+
+    Megatron-LM (and MindSpore's optimizer parallel, and plans with no engine): 16-bit weights, fp32
+    main gradients, fp32 master + Adam m, v — 18 bytes (Megatron's `theoretical_memory_usage`),
+    `6 + 12/d` with the distributed optimizer (zero 1), gradients sharded with zero 2, everything
+    with zero 3 (Megatron-FSDP); plain fp32 training keeps no master copy (8 bytes of optimizer).
+    torch (gplan's worker), torchtitan and llm-foundry: without FSDP the weights stay fp32 under autocast — fp32
+    weights, gradients, m, v: 16 bytes; FSDP2 with a 16-bit param dtype shards fp32 weights, fp32
+    gradients and m, v (16/d), and zero 1/2 (no resharding after the forward) also hold every 16-bit
+    weight gathered from the forward to the backward.
+    DeepSpeed: 16-bit weights and gradients; fp16 (and ZeRO ≥ 2) keeps fp32 master, m, v and an fp32
+    gradient partition per rank (`stage_1_and_2.py`: `single_partition_of_fp32_groups`) — 16/d bytes;
+    bf16 with ZeRO-1 runs the BF16 optimizer, which accumulates gradients in full-size fp32 buffers
+    (`bf16_optimizer.py`: `fp32_groups_gradients`) — 4 more bytes, unsharded."""
+    e, d = element_bytes, shard_ranks
+    if engine in ("torch", "torchtitan", "llm-foundry"):
+        if zero == 0 or d == 1:
+            return StateBytes(weights=4.0, grads=4.0, optimizer=8.0)
+        gathered = e if zero < 3 and e < 4 else 0.0
+        return StateBytes(weights=4.0 / d + gathered, grads=4.0 / d, optimizer=8.0 / d)
+    if engine == "deepspeed" and e < 4:
+        if bf16 and zero == 1:
+            return StateBytes(weights=e, grads=e + 4.0, optimizer=12.0 / d)
+        return StateBytes(weights=e / (d if zero >= 3 else 1), grads=e / (d if zero >= 2 else 1),
+                          optimizer=16.0 / (d if zero >= 1 else 1))
+    optimizer = 12.0 if e < 4 else 8.0
     return StateBytes(
-        weights=element_bytes / (d if zero >= 3 else 1),
+        weights=e / (d if zero >= 3 else 1),
         grads=GRAD_BYTES / (d if zero >= 2 else 1),
         optimizer=optimizer / (d if zero >= 1 else 1),
     )
 
 
-def zero3_gather_buffer_bytes(layer_params_per_rank: float, element_bytes: int) -> float:
-    """FSDP keeps the layer being computed and the prefetched next one unsharded (weights), plus one
-    layer's unsharded fp32 gradients before reduce-scatter."""
-    return layer_params_per_rank * (2 * element_bytes + GRAD_BYTES)
+def zero3_gather_buffer_bytes(unit_params: list[float], element_bytes: int) -> float:
+    """FSDP (and ZeRO-3) keep the unit being computed and the prefetched next one gathered (16-bit
+    weights), plus one unit's unsharded fp32 gradients before its reduce-scatter: the two largest units
+    of the stage (layers, the embedding, the head — a 250k vocabulary's embedding is larger than a
+    layer) and the largest one's gradients."""
+    largest = sorted(unit_params, reverse=True)[:2]
+    return sum(largest) * element_bytes + (largest[0] if largest else 0.0) * GRAD_BYTES
 
 
 def zero_shard_ranks(config: ParallelConfig) -> int:
     """Megatron's distributed optimizer and FSDP shard over the data-parallel ranks, cp included."""
     return config.dp * config.cp
+
+
+DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 5e8
+"""DeepSpeed's default `reduce_bucket_size` (elements) of ZeRO 1/2: the 16-bit gradient bucket it
+reduces from (`runtime/zero/config.py`)."""
+
+
+def engine_buffer_bytes(engine: str | None, zero: int, element_bytes: int, stage_params: float) -> float:
+    """Buffers an engine allocates besides the states: DeepSpeed's ZeRO 1/2 reduce bucket (at most the
+    stage's own gradients)."""
+    if engine == "deepspeed" and zero in (1, 2):
+        return min(DEEPSPEED_REDUCE_BUCKET_ELEMENTS, stage_params) * element_bytes
+    return 0.0
+
+
+def communicator_count(config: ParallelConfig, tied_pair: bool) -> int:
+    """NCCL communicators one device holds: one per group of more than one member it communicates in —
+    tp, cp, the data-parallel gradient group (dp·cp), the pipeline neighbours (one per direction; a
+    p2p pair is its own communicator), the tied embedding's first/last pair. ProcessGroupNCCL builds
+    each lazily at its first collective, so groups never used cost nothing."""
+    c = config
+    groups = [c.tp > 1, c.cp > 1, c.dp * c.cp > 1, c.pp > 1, c.pp > 1, tied_pair]
+    return sum(groups)
+
+
+ENGINE_FRAGMENTATION = {"deepspeed": 0.295}
+"""Allocator reserve beyond the allocated bytes where an engine's measured peaks show more than the
+device's default: Megatron-DeepSpeed (2022, PyTorch 1.11, no expandable segments; its pipeline
+engine's buffers not itemised here) — fitted by `bench/memory.py --fit` on the 32 measured peaks of the
+BLOOM sweep (S12); its leave-one-out error is in the README."""
+
+
+def fragmentation_fraction(device_fraction: float, engine: str | None) -> float:
+    return max(device_fraction, ENGINE_FRAGMENTATION.get(engine, 0.0))
+
+
+def fragmentation_bytes(allocated_bytes: float, fraction: float) -> float:
+    """The caching allocator's reserve beyond what is allocated: a fraction of it."""
+    return allocated_bytes * fraction

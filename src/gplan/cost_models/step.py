@@ -42,12 +42,16 @@ class StepModel:
     def group(self, index: int) -> NodeGroup:
         return self.cluster.node_groups[index]
 
+    def device(self, group: int):
+        """The group's device as this run's engine runs it (its engine factor applied)."""
+        return self.group(group).hardware.for_engine(self.training.engine)
+
     # ---- per layer ------------------------------------------------------------------------------
     def layer_time(self, kind: str, group: int) -> compute.LayerTime:
         key = (kind, group)
         if key not in self._layer_times:
             self._layer_times[key] = compute.layer_time(
-                self.model, self.kinds[kind], self.training, self.shard, self.group(group).hardware)
+                self.model, self.kinds[kind], self.training, self.shard, self.device(group))
         return self._layer_times[key]
 
     def activation_bytes_per_tensor(self) -> float:
@@ -125,7 +129,7 @@ class StepModel:
 
     def stage(self, index: int, layout: StageLayout) -> StagePrediction:
         g = layout.node_group
-        device = self.group(g).hardware
+        device = self.device(g)
         forward = backward = tp_s = cp_s = 0.0
         activations = 0.0
         for c in layout.layers:
@@ -148,10 +152,10 @@ class StepModel:
             tp_s += self.tp_allreduce_s(g) if self.config.tp > 1 else 0.0
             head_held = self.num_microbatches if self.config.schedule == "gpipe" else 1
             activations += head_held * memory.head_activation_bytes(self.model, self.shard,
-                                                                    self.training.element_bytes)
+                                                                    self.training.element_bytes, self.training.engine)
         pp_s = self.stage_sends(layout) * self.pp_send_s(g)
         params = self.stage_params(layout)
-        mem = self.stage_memory(layout, params, activations)
+        mem = self.stage_memory(index, layout, params, activations)
         return StagePrediction(
             index=index, num_layers=layout.num_layers, node_group=g,
             forward_s=forward, backward_s=backward, tp_comm_s=tp_s, cp_comm_s=cp_s, pp_comm_s=pp_s,
@@ -159,48 +163,126 @@ class StepModel:
             memory=mem, memory_bytes=mem.total_bytes, memory_budget_bytes=self.memory_budget(g),
         )
 
-    def stage_memory(self, layout: StageLayout, params: float, activations: float) -> StageMemory:
+    @cached_property
+    def state_bytes(self) -> memory.StateBytes:
+        c, t = self.config, self.training
+        return memory.state_bytes_per_param(t.element_bytes, c.zero, memory.zero_shard_ranks(c), t.engine,
+                                            bf16=t.precision == "bf16")
+
+    def layer_transient_bytes(self, kind: str, recompute: str) -> float:
+        """The working set while one layer of this kind runs its backward (recompute + gradients)."""
+        t = self.training
+        return (memory.recompute_working_bytes(self.model, self.kinds[kind], self.shard, t.element_bytes,
+                                               t.flash_attention, recompute)
+                + memory.gradient_working_bytes(self.model, self.shard, t.element_bytes))
+
+    def head_transient_bytes(self, layout: StageLayout) -> float:
+        t = self.training
+        return memory.loss_working_bytes(self.model, self.shard, t.element_bytes, t.engine) if layout.head else 0.0
+
+    def stage_transient_bytes(self, layout: StageLayout) -> float:
+        """The largest working set of the stage's backward: its heaviest layer's, or the loss's."""
+        layers = [self.layer_transient_bytes(c.kind, c.recompute) for c in layout.layers if c.count]
+        return max(layers + [self.head_transient_bytes(layout)])
+
+    def unit_params(self, layout: StageLayout) -> list[float]:
+        """The stage's zero-3 units: each layer, and the embedding and head where it holds them."""
+        units = [self.layer_params(c.kind) for c in layout.layers if c.count]
+        tp = self.config.tp
+        if layout.embedding:
+            units.append(self.model.embedding_params_per_rank(tp))
+        if layout.head:
+            units.append(self.stage_fixed_params(StageLayout(layers=[], embedding=False, head=True)))
+        return units
+
+    def fragmentation(self, group: int) -> float:
+        return memory.fragmentation_fraction(self.group(group).hardware.fragmentation, self.training.engine)
+
+    def communicator_bytes(self, group: int) -> float:
         c = self.config
-        per_param = memory.state_bytes_per_param(self.training.element_bytes, c.zero, memory.zero_shard_ranks(c))
-        buffers = 0.0
-        if c.zero >= 3 and layout.layers:
-            widest = max(self.layer_params(lc.kind) for lc in layout.layers)
-            buffers = memory.zero3_gather_buffer_bytes(widest, self.training.element_bytes)
+        tied_pair = self.model.tie_embeddings and c.pp > 1
+        return memory.communicator_count(c, tied_pair) * self.group(group).hardware.communicator_MiB * 2**20
+
+    def stage_memory(self, index: int, layout: StageLayout, params: float, activations: float) -> StageMemory:
+        c, t = self.config, self.training
+        device = self.group(layout.node_group).hardware
+        per_param = self.state_bytes
+        buffers = memory.engine_buffer_bytes(t.engine, c.zero, t.element_bytes, params)
+        if c.zero >= 3 and memory.zero_shard_ranks(c) > 1:
+            buffers += memory.zero3_gather_buffer_bytes(self.unit_params(layout), t.element_bytes)
+        transient = self.stage_transient_bytes(layout)
+        weights, grads, optimizer = params * per_param.weights, params * per_param.grads, params * per_param.optimizer
+        allocated = weights + grads + optimizer + activations + buffers + transient
         return StageMemory(
-            weights_bytes=params * per_param.weights, grads_bytes=params * per_param.grads,
-            optimizer_bytes=params * per_param.optimizer, activations_bytes=activations,
-            buffers_bytes=buffers, reserve_bytes=self.group(layout.node_group).hardware.reserve_GiB * 1024**3,
+            weights_bytes=weights, grads_bytes=grads, optimizer_bytes=optimizer, activations_bytes=activations,
+            buffers_bytes=buffers, reserve_bytes=device.reserve_GiB * 1024**3, transient_bytes=transient,
+            communicator_bytes=self.communicator_bytes(layout.node_group),
+            fragmentation_bytes=memory.fragmentation_bytes(allocated, self.fragmentation(layout.node_group)),
         )
 
     def memory_budget(self, group: int) -> float:
         return self.group(group).hardware.memory_bytes * (1 - self.training.memory_headroom)
 
     # ---- data parallel and optimizer --------------------------------------------------------------
-    def dp_exposed_s(self, stage: StagePrediction) -> float:
+    def dp_exposed_s(self, stage: StagePrediction, layout: StageLayout | None = None) -> float:
         """Gradient synchronisation of one stage's parameters over its dp·cp ranks, minus what hides
         behind compute. zero 0: all-reduce overlapped with the last micro-batch's backward; zero 1/2:
         reduce-scatter there, and the parameter all-gather behind the first forward; zero 3 (FSDP):
-        per micro-batch two all-gathers and a reduce-scatter behind that micro-batch's forward and
-        backward."""
+        `zero3_exposed_s`, unit by unit."""
         c = self.config
         ranks = memory.zero_shard_ranks(c)
+        tied = self.tied_embedding_s(layout) if layout is not None else 0.0
         if ranks == 1:
-            return 0.0
+            return tied
         link = comm.axis_link(self.group(stage.node_group), c, "dp")
         grad_bytes = stage.params * memory.GRAD_BYTES
         weight_bytes = stage.params * self.training.element_bytes
         if c.zero == 0:
-            return max(0.0, comm.ring_allreduce_time_s(grad_bytes, ranks, link) - stage.backward_s)
+            return max(0.0, comm.ring_allreduce_time_s(grad_bytes, ranks, link) - stage.backward_s) + tied
+        if c.zero >= 3 and layout is not None:
+            return self.zero3_exposed_s(layout, ranks, link) + self.tied_embedding_s(layout)
         gather = comm.allgather_time_s(weight_bytes, ranks, link)
         scatter = comm.reduce_scatter_time_s(grad_bytes, ranks, link)
         if c.zero < 3:
-            return max(0.0, scatter - stage.backward_s) + max(0.0, gather - stage.forward_s)
+            return max(0.0, scatter - stage.backward_s) + max(0.0, gather - stage.forward_s) + tied
         per_mb = max(0.0, gather - stage.forward_s) + max(0.0, gather + scatter - stage.backward_s)
         return self.num_microbatches * per_mb
 
+    def tied_embedding_s(self, layout: StageLayout) -> float:
+        """A tied embedding and head on different stages: their fp32 gradients (V·h/t) are all-reduced
+        between the first and the last stage after the backward, before the optimizer (Megatron's
+        embedding group, `_allreduce_word_embedding_grads`): not overlapped."""
+        c = self.config
+        if not (self.model.tie_embeddings and c.pp > 1 and (layout.embedding or layout.head)):
+            return 0.0
+        grad_bytes = self.model.vocab_size * self.model.hidden_size / c.tp * memory.GRAD_BYTES
+        return comm.ring_allreduce_time_s(grad_bytes, 2, comm.pipeline_link(self.group(layout.node_group), c))
+
+    def zero3_exposed_s(self, layout: StageLayout, ranks: int, link) -> float:
+        """FSDP / ZeRO-3, every micro-batch: each unit (layer, embedding, head) all-gathers its weights
+        before its forward and again before its backward, and reduce-scatters its gradients after it —
+        each a ring collective paying `(n−1)·α` of latency (NCCL has no tree for all-gather and
+        reduce-scatter). Prefetching hides a unit's collectives behind the compute of its neighbour,
+        so per unit only what exceeds one unit's forward (resp. backward) is exposed (FSDP2's
+        implicit prefetch; Zhao et al. 2023, PyTorch FSDP, §3.3)."""
+        e, g = self.training.element_bytes, layout.node_group
+        exposed = 0.0
+        for c in layout.layers:
+            lt = self.layer_time(c.kind, g)
+            params = self.layer_params(c.kind)
+            gather = comm.allgather_time_s(params * e, ranks, link)
+            scatter = comm.reduce_scatter_time_s(params * memory.GRAD_BYTES, ranks, link)
+            backward = lt.backward_s + lt.recompute_s(c.recompute)
+            exposed += c.count * (max(0.0, gather - lt.forward_s) + max(0.0, gather + scatter - backward))
+        fixed = self.stage_fixed_params(StageLayout(layers=[], embedding=layout.embedding, head=layout.head))
+        if fixed:
+            exposed += 2 * comm.allgather_time_s(fixed * e, ranks, link) + \
+                comm.reduce_scatter_time_s(fixed * memory.GRAD_BYTES, ranks, link)
+        return self.num_microbatches * exposed
+
     def optimizer_s(self, stage: StagePrediction) -> float:
         ranks = memory.zero_shard_ranks(self.config) if self.config.zero >= 1 else 1
-        return compute.optimizer_time_s(self.group(stage.node_group).hardware, stage.params / ranks)
+        return compute.optimizer_time_s(self.device(stage.node_group), stage.params / ranks)
 
     # ---- the step -----------------------------------------------------------------------------------
     def predict(self, layouts: list[StageLayout] | None = None) -> Prediction:
@@ -211,7 +293,7 @@ class StepModel:
         m = self.num_microbatches
         critical = max(stages, key=lambda s: s.time_s)
         bubble = pipeline.bubble_time_s(times, c.vpp)
-        dp_s = max(self.dp_exposed_s(s) for s in stages)
+        dp_s = max(self.dp_exposed_s(s, layout) for s, layout in zip(stages, layouts))
         optimizer_s = max(self.optimizer_s(s) for s in stages)
         overhead_s = max(self.group(s.node_group).hardware.efficiency.step_overhead_s for s in stages)
         breakdown = StepBreakdown(

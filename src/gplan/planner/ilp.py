@@ -9,12 +9,16 @@ Notation
     c_ig        fixed seconds of stage i on group g (embedding, head, pipeline sends)
     w_q         state bytes of one layer (weights, grads, optimizer) on one device
     a_qk        activation bytes of one layer per micro-batch in flight;  f_i in-flight micro-batches
-    M_ig        fixed bytes of stage i on group g (embedding/head, buffers, reserve);  B_g budget
+    M_ig        fixed allocated bytes of stage i on group g (embedding/head, buffers);  B_g the bytes a
+                device of group g can allocate (its budget less reserve and communicators, over 1 +
+                its allocator's fragmentation)
+    X_k         the working set of a layer with option k in its backward;  X⁰_i that of stage i's loss
     C_g         stages group g can host
 
 Variables
     n[i,q,k,g] ∈ ℤ≥0   layers;  u[i,g] ∈ {0,1} stage i runs on group g (fixed when G = 1)
     z[i,q] ∈ {0,1}     stage i may hold kind q (only when Q > 1);  T_i, T_max ≥ 0
+    y[i,k] ∈ {0,1}     stage i holds layers with option k;  W_i ≥ 0 its working set (when any X > 0)
 
 Objective
     minimise (m − 1/v)·T_max + (1/v)·Σ_i T_i       — the pipeline time of cost_models.pipeline;
@@ -24,7 +28,8 @@ Constraints
     (1) Σ_{i,k,g} n[i,q,k,g] = L_q                                  every layer placed
     (2) Σ_{q,k,g} n[i,q,k,g] ≥ 1  (= L/p when the schedule is interleaved)   no empty stage
     (3) T_i = Σ n[i,q,k,g]·t_qkg + Σ_g u[i,g]·c_ig ;  T_i ≤ T_max       stage time
-    (4) Σ n[i,q,k,g]·(w_q + f_i·a_qk) + Σ_g u[i,g]·(M_ig − B_g) ≤ 0    stage memory under budget
+    (4) Σ n[i,q,k,g]·(w_q + f_i·a_qk) + W_i + Σ_g u[i,g]·(M_ig − B_g) ≤ 0    stage memory under budget
+        W_i ≥ X⁰_i ;  W_i ≥ X_k·y[i,k] ;  Σ_{q,g} n[i,q,k,g] ≤ L·y[i,k]  the largest working set held
     (5) Σ_g u[i,g] = 1 ;  n[i,q,k,g] ≤ L_q·u[i,g] ;  Σ_i u[i,g] ≤ C_g    one group per stage, capacity
     (6) z[i,q] ≤ z[i+1,q] ;  n[i,q,·,·] ≤ L_q·z[i,q] ;  n[i,q,·,·] ≤ L_q·(1 − z[i−1,q+1])
                                                                      kinds stay contiguous, in order
@@ -115,9 +120,10 @@ def solve(table: CostTable, time_limit_s: float = 10.0, cutoff: float | None = N
                                    for q in range(Q) for k in range(K) for g in G) + \
             pulp.lpSum(u[i, g] * table.fixed_time_s[i, g] for g in G)
         prob += T[i] <= t_max
+        working = _working_set(prob, table, n, i, Q, K, G)
         prob += pulp.lpSum(  # (4)
             n[i, q, k, g] * (table.layer_state_bytes[q] + table.in_flight[i] * table.layer_activation_bytes[q, k])
-            for q in range(Q) for k in range(K) for g in G) + pulp.lpSum(
+            for q in range(Q) for k in range(K) for g in G) + working + pulp.lpSum(
             u[i, g] * (table.fixed_memory_bytes[i, g] - table.budget_bytes[g]) for g in G) <= 0
     if multi_group:  # (5)
         for i in range(p):
@@ -163,6 +169,22 @@ def solve(table: CostTable, time_limit_s: float = 10.0, cutoff: float | None = N
     if cutoff is not None and split.objective > cutoff:
         return SolveResult(None, name, "cutoff", float("inf"), elapsed)
     return SolveResult(split, name, "optimal" if optimal else "time_limit", gap, elapsed)
+
+
+def _working_set(prob: pulp.LpProblem, table: CostTable, n: dict, i: int, Q: int, K: int, G: list[int]):
+    """W_i of (4): the largest working set among the options stage i holds, and its loss's — a
+    constant when every option's is the same, else one binary per option."""
+    loss = table.stage_transient_bytes.get(i, 0.0)
+    per_option = [table.option_transient(k) for k in range(K)]
+    if len(set(per_option)) <= 1:
+        return max([loss] + per_option)
+    w = pulp.LpVariable(f"W_{i}", 0)
+    prob += w >= loss
+    for k in range(K):
+        y = pulp.LpVariable(f"y_{i}_{k}", cat="Binary")
+        prob += pulp.lpSum(n[i, q, k, g] for q in range(Q) for g in G) <= table.total_layers * y
+        prob += w >= per_option[k] * y
+    return w
 
 
 def _gap(prob: pulp.LpProblem, name: str) -> float:

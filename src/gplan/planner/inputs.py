@@ -94,10 +94,25 @@ def resolve_profile(path: str, devices: int | None, cluster: str | None,
     return spec.sized(devices), devices, f"{path} (sha256 {digest})"
 
 
+def check_profile_precision(spec: ClusterSpec, precision: str, path: str) -> None:
+    """A profile's measured layers price only runs of their precision: refuse one of another, rather than
+    silently pricing from the catalogue under a header that says "measured profile"."""
+    measured = {m.precision for g in spec.node_groups for m in g.hardware.measured if m.status == "ok"}
+    if measured and precision not in measured:
+        raise InputError(f"--profile {path} was measured at {', '.join(sorted(measured))}; this run is {precision}",
+                         hint=f"pass --precision {sorted(measured)[0]}, or profile again with --precision {precision}")
+
+
 def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | None = None,
                    hardware: str | None = None, devices_per_node: int | None = None,
                    gbs: int | None = None, seq_length: int | None = None, precision: str | None = None,
-                   memory_headroom: float = 0.1, profile: str | None = None) -> Inputs:
+                   memory_headroom: float = 0.1, profile: str | None = None, target: str | None = None) -> Inputs:
+    """`target` (a backend or export target) is the engine whose memory accounting prices the run;
+    default: the backend of the cluster's hardware, as `gplan search` defaults its --target."""
+    from gplan.planner.space import target_name
+    from gplan.spec.targets import default_target
+
+    target = target_name(target)
     model = load_model(model_ref)
     profile_ref = None
     if profile:
@@ -112,15 +127,18 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
         if precision not in group.hardware.peak_tflops:
             raise InputError(f"{group.hardware.name} does not support {precision}",
                              hint=f"use --precision {'/'.join(group.hardware.peak_tflops)}")
+    if profile:
+        check_profile_precision(spec, precision, profile)
     gbs_note = ""
     if gbs is None:
         cpu = all(g.hardware.kind == "cpu" for g in spec.node_groups)
-        target = DEFAULT_CPU_BATCH_TOKENS if cpu else DEFAULT_BATCH_TOKENS
-        gbs = default_gbs(devices, seq, target)
-        gbs_note = f"default: the ~{target / 2**20:g}M-token batch" if not cpu else f"default on CPUs: ~{target} tokens"
+        batch_tokens = DEFAULT_CPU_BATCH_TOKENS if cpu else DEFAULT_BATCH_TOKENS
+        gbs = default_gbs(devices, seq, batch_tokens)
+        gbs_note = (f"default: the ~{batch_tokens / 2**20:g}M-token batch" if not cpu
+                    else f"default on CPUs: ~{batch_tokens} tokens")
     try:
-        training = TrainingSpec(gbs=gbs, seq_length=seq,
-                                precision=precision, memory_headroom=memory_headroom)
+        training = TrainingSpec(gbs=gbs, seq_length=seq, precision=precision, memory_headroom=memory_headroom,
+                                engine=target or default_target(spec.primary.hardware.kind))
     except ValidationError as exc:
         err = exc.errors()[0]
         raise InputError(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}",

@@ -127,7 +127,7 @@ def memory_aware_bound_s(table: CostTable, work_s: float) -> float:
     for i in range(p):
         mu = [min(table.layer_state_bytes[q] + table.in_flight[i] * table.layer_activation_bytes[q, k]
                   for q in range(len(table.kinds))) for k in range(K)]
-        room = max(table.budget_bytes[g] - table.fixed_memory_bytes[i, g] for g in table.groups)
+        room = max(table.budget_bytes[g] - table.fixed_memory_bytes[i, g] for g in table.groups) - least_working(table, i)
         fixed = min(table.fixed_time_s[i, g] for g in table.groups)
         stages.append((mu, room, fixed))
     need = table.total_layers / p if table.equal_layers else None
@@ -148,13 +148,20 @@ def memory_aware_bound_s(table: CostTable, work_s: float) -> float:
     return pipeline_objective(hi, work_s, table.num_microbatches, table.vpp)
 
 
+def least_working(table: CostTable, i: int) -> float:
+    """The least working set stage i can have: it holds at least one layer, so at least the lightest
+    option's working set, and its loss's."""
+    return max(table.stage_transient_bytes.get(i, 0.0), min(table.option_transient(k) for k in range(len(table.options))))
+
+
 def stage_layer_capacity(table: CostTable, i: int) -> int:
-    """The most layers stage i can hold within its budget: a stage holding n layers needs at least
-    `M_i + n·μ_i` bytes, μ_i the lightest layer at its lightest option (state + in-flight activations),
-    on the node group that leaves it the most room. −1 when even its fixed bytes do not fit."""
+    """The most layers stage i can hold within its budget: a stage holding n ≥ 1 layers needs at least
+    `M_i + W_i + n·μ_i` bytes, μ_i the lightest layer at its lightest option (state + in-flight
+    activations) and W_i its least working set (`least_working`), on the node group that leaves it the
+    most room. −1 when even its fixed bytes do not fit."""
     lightest = min(table.layer_state_bytes[q] + table.in_flight[i] * table.layer_activation_bytes[q, k]
                    for q in range(len(table.kinds)) for k in range(len(table.options)))
-    room = max(table.budget_bytes[g] - table.fixed_memory_bytes[i, g] for g in table.groups)
+    room = max(table.budget_bytes[g] - table.fixed_memory_bytes[i, g] for g in table.groups) - least_working(table, i)
     if room < 0:
         return -1
     return int(room / lightest * (1 + 1e-9)) if lightest > 0 else table.total_layers

@@ -6,7 +6,8 @@ per-stage constants taken from the cost model (StepModel); solvers never call th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 from gplan.cost_models import memory
 from gplan.cost_models.pipeline import pipeline_time_s
@@ -38,11 +39,21 @@ class CostTable:
     fixed_time_s: dict[tuple[int, int], float]
     """(i, g) -> embedding/head time and p2p sends of stage i on group g."""
     fixed_memory_bytes: dict[tuple[int, int], float]
-    """(i, g) -> embedding/head states and activations, buffers and framework reserve."""
+    """(i, g) -> allocated bytes of stage i without layers: embedding/head states and activations,
+    gathered zero-3 units, the engine's buffers."""
     budget_bytes: list[float]
-    """g -> usable memory per device."""
+    """g -> bytes a device can allocate: its budget less the reserve and communicators, over
+    (1 + its allocator's fragmentation) — so that allocated ≤ this ⇔ the total fits the budget."""
     equal_layers: bool = False
     """Interleaved schedules need the same number of layers on every stage."""
+    layer_transient_bytes: dict[tuple[int, int], float] = field(default_factory=dict)
+    """(q, k) -> the working set while one such layer runs its backward (cost_models.memory)."""
+    stage_transient_bytes: dict[int, float] = field(default_factory=dict)
+    """i -> the working set of stage i's loss backward (the head's stage); the stage's transient is
+    the largest of this and those of the options it holds."""
+
+    def option_transient(self, k: int) -> float:
+        return max((v for (q, kk), v in self.layer_transient_bytes.items() if kk == k), default=0.0)
 
     @property
     def total_layers(self) -> int:
@@ -59,7 +70,7 @@ def build_table(step: StepModel, options: list[str], groups: list[int] | None = 
     kinds = [k.name for k in step.model.layer_kinds()]
     groups = groups if groups is not None else list(range(len(step.cluster.node_groups)))
     per_stage = step.devices_per_stage()
-    per_param = memory.state_bytes_per_param(step.training.element_bytes, c.zero, memory.zero_shard_ranks(c))
+    per_param = step.state_bytes
     layer_time, fixed_time, fixed_mem = {}, {}, {}
     for q, kind in enumerate(kinds):
         for k, opt in enumerate(options):
@@ -67,15 +78,25 @@ def build_table(step: StepModel, options: list[str], groups: list[int] | None = 
                 lt = step.layer_time(kind, g)
                 layer_time[q, k, g] = (lt.forward_s + lt.backward_s + lt.recompute_s(opt)
                                        + step.layer_tp_comm_s(kind, opt, g) + step.layer_cp_comm_s(kind, g))
-    buffer = 0.0
-    if c.zero >= 3:
-        buffer = memory.zero3_gather_buffer_bytes(max(step.layer_params(k) for k in kinds), step.training.element_bytes)
+    widest = max(step.layer_params(k) for k in kinds)
     for i in range(c.pp):
         for g in groups:
             empty = StageLayout(layers=[], embedding=i == 0, head=i == c.pp - 1, node_group=g)
             stage = step.stage(i, empty)
             fixed_time[i, g] = stage.time_s
-            fixed_mem[i, g] = stage.memory_bytes + buffer
+            # allocated bytes without layers; the engine's buffers at their largest and the zero-3 units
+            # as if the stage held the widest layers (both at least what any split allocates)
+            m = stage.memory
+            buffers = memory.engine_buffer_bytes(step.training.engine, c.zero, step.training.element_bytes, math.inf)
+            if c.zero >= 3 and memory.zero_shard_ranks(c) > 1:
+                units = step.unit_params(empty) + [widest, widest]
+                buffers = buffers + memory.zero3_gather_buffer_bytes(units, step.training.element_bytes)
+            fixed_mem[i, g] = m.weights_bytes + m.grads_bytes + m.optimizer_bytes + m.activations_bytes + buffers
+    budgets = []
+    for g, group in enumerate(step.cluster.node_groups):
+        device = group.hardware
+        usable = step.memory_budget(g) - device.reserve_GiB * 1024**3 - step.communicator_bytes(g)
+        budgets.append(usable / (1 + step.fragmentation(g)))
     return CostTable(
         kinds=kinds, layers_per_kind=[k.count for k in step.model.layer_kinds()], options=list(options),
         groups=groups,
@@ -85,8 +106,11 @@ def build_table(step: StepModel, options: list[str], groups: list[int] | None = 
         layer_activation_bytes={(q, k): step.layer_activation_bytes(kind, opt)
                                 for q, kind in enumerate(kinds) for k, opt in enumerate(options)},
         in_flight=[step.in_flight(i) for i in range(c.pp)], fixed_time_s=fixed_time,
-        fixed_memory_bytes=fixed_mem, budget_bytes=[step.memory_budget(g) for g in range(len(step.cluster.node_groups))],
-        equal_layers=c.vpp > 1,
+        fixed_memory_bytes=fixed_mem, budget_bytes=budgets, equal_layers=c.vpp > 1,
+        layer_transient_bytes={(q, k): step.layer_transient_bytes(kind, opt)
+                               for q, kind in enumerate(kinds) for k, opt in enumerate(options)},
+        stage_transient_bytes={i: step.head_transient_bytes(StageLayout(layers=[], embedding=i == 0,
+                                                                         head=i == c.pp - 1)) for i in range(c.pp)},
     )
 
 
@@ -114,7 +138,11 @@ def stage_time(table: CostTable, counts_i: list[list[int]], i: int, g: int) -> f
 
 
 def stage_memory(table: CostTable, counts_i: list[list[int]], i: int, g: int) -> float:
-    return table.fixed_memory_bytes[i, g] + sum(
+    """Allocated bytes of stage i on group g: fixed, per layer, and the largest working set of the
+    options it holds (or of its loss)."""
+    used = {k for per in counts_i for k, n in enumerate(per) if n > 0}
+    transient = max([table.stage_transient_bytes.get(i, 0.0)] + [table.option_transient(k) for k in used])
+    return table.fixed_memory_bytes[i, g] + transient + sum(
         n * (table.layer_state_bytes[q] + table.in_flight[i] * table.layer_activation_bytes[q, k])
         for q, per in enumerate(counts_i) for k, n in enumerate(per))
 

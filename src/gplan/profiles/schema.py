@@ -7,7 +7,7 @@ into full DeviceSpecs, so a plan file carries every number its prediction used.
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -62,6 +62,8 @@ class LayerMeasurement(BaseModel):
     """Backward with full recomputation (forward replayed), measured to check the model's sum."""
     activation_bytes: float | None = None
     """Bytes the forward saves for the backward (saved-tensor hooks), per micro-batch."""
+    note: str | None = None
+    """Why a measurement was rejected (status error): an impossible time, an outlier."""
 
     def shape_key(self) -> tuple:
         return (self.part, self.hidden_size, self.ffn_hidden_size, self.num_attention_heads, self.num_kv_heads,
@@ -80,8 +82,33 @@ class DeviceSpec(BaseModel):
     """Dense peak per precision (bf16, fp16, fp32); a missing precision is unsupported."""
     hbm_bandwidth_GBps: float = Field(gt=0)
     reserve_GiB: float = Field(default=0.0, ge=0)
-    """Memory the framework holds before the model: context, communicator buffers, fragmentation."""
+    """Memory held before the model: the CUDA (or CANN) context and library workspaces. (Plans written
+    before the next two fields existed folded communicators and fragmentation in here.)"""
+    communicator_MiB: float = Field(default=0.0, ge=0)
+    """Device memory of one NCCL/HCCL communicator (its channels' buffers); each group a device
+    communicates in holds one."""
+    fragmentation: float = Field(default=0.0, ge=0, lt=1)
+    """Memory the caching allocator reserves beyond what is allocated, as a fraction of the allocated."""
     efficiency: Efficiency
+    engine_efficiency: dict[str, float] = {}
+    """Engine -> factor on the compute efficiencies (GEMM, attention, element-wise) of runs that engine
+    trains: the same layout runs at different speeds in Megatron-LM, Megatron-DeepSpeed and FSDP stacks.
+    An engine not listed runs at `efficiency` (fitted on Megatron-LM's runs)."""
+
+    #: Fields added after schema v1 plans were first written, left out of the digest at their default.
+    DIGEST_OPTIONAL: ClassVar[dict[str, object]] = {"communicator_MiB": 0.0, "fragmentation": 0.0,
+                                                    "engine_efficiency": {}}
+
+    def for_engine(self, engine: str | None) -> "DeviceSpec":
+        """This device as `engine` runs it: its compute efficiencies scaled by the engine's factor
+        (capped at 1), the GEMM size at which efficiency halves divided by it."""
+        factor = self.engine_efficiency.get(engine or "", 1.0)
+        if factor == 1.0:
+            return self
+        e = self.efficiency
+        scaled = e.model_copy(update={"gemm": min(1.0, e.gemm * factor), "attention": min(1.0, e.attention * factor),
+                                      "memory": min(1.0, e.memory * factor), "gemm_half_gflop": e.gemm_half_gflop / factor})
+        return self.model_copy(update={"efficiency": scaled})
     measured: list[LayerMeasurement] = []
     """Measured layer times (`gplan profile`); the cost model uses them where a shape matches."""
 

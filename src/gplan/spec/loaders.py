@@ -49,10 +49,20 @@ def _head_dim(c: dict[str, Any]) -> int | None:
     return given if given and given * c["num_attention_heads"] != c["hidden_size"] else None
 
 
+def _sliding_window(c: dict[str, Any]) -> int | None:
+    """Mistral's `sliding_window` (null in its later releases); Qwen2 uses it only with
+    `use_sliding_window`."""
+    window = c.get("sliding_window")
+    if not window or (c.get("model_type") == "qwen2" and not c.get("use_sliding_window", False)):
+        return None
+    return int(window) if int(window) < c.get("max_position_embeddings", 1 << 62) else None
+
+
 def _from_llama_like(c: dict[str, Any]) -> dict[str, Any]:
     act = c.get("hidden_act", "silu")
     return {
         "head_dim": _head_dim(c),
+        "sliding_window": _sliding_window(c),
         "rope_theta": float(c.get("rope_theta", 10000.0)),
         "num_layers": c["num_hidden_layers"],
         "hidden_size": c["hidden_size"],

@@ -63,9 +63,13 @@ class ModelSpec(BaseModel):
     """RoPE base (Hugging Face `rope_theta`, Megatron `--rotary-base`): 10000 in the RoPE paper and
     Llama 2, 500000 in Llama 3. It changes no cost, but every engine must train with it."""
 
+    sliding_window: int | None = Field(default=None, gt=0)
+    """Sliding-window attention: each query attends to the last `sliding_window` tokens (Mistral 7B
+    v0.1's 4096; Hugging Face `sliding_window`); None: full attention."""
+
     #: Fields added after plans of schema v1 were first written: left out of the inputs digest while at
     #: their default, so that those plans keep their digest.
-    DIGEST_OPTIONAL: ClassVar[dict[str, object]] = {"head_dim": None, "rope_theta": 10000.0}
+    DIGEST_OPTIONAL: ClassVar[dict[str, object]] = {"head_dim": None, "rope_theta": 10000.0, "sliding_window": None}
 
     @model_validator(mode="after")
     def _check_shapes(self) -> "ModelSpec":

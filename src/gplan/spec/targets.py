@@ -42,6 +42,8 @@ class Capabilities:
     tied_embeddings: bool = False
     """With llama_family_only: whether its model may tie the head to the embedding (torchtitan's
     `enable_weight_tying`)."""
+    sliding_window: bool = False
+    """Sliding-window attention (Megatron's --window-size); gplan's workers run full attention."""
     selective: bool = True
     """Whether it recomputes the attention core alone (Megatron's selective recompute); torchtitan's
     selective AC is per-operator (every other matmul), not that, so its plans recompute fully."""
@@ -63,7 +65,7 @@ TARGETS: dict[str, Capabilities] = {
     # --recompute-granularity selective takes no method: every layer (validate_args).
     "megatron": Capabilities("megatron", frozenset({"1f1b", "interleaved_1f1b"}), microbatches_at_least_stages=False,
                              cp=True, tied_embeddings_across_stages=True, recompute="block", uneven_split=True,
-                             zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False),
+                             zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False, sliding_window=True),
     # torchtitan: one activation-checkpoint policy for all layers (apply_ac over every block); its llama3
     # module (swiglu, RMSNorm, RoPE); FSDP2 has no optimizer-only sharding, so zero 1 runs as zero 2
     # there (the export says so). Stages are exact: the export lists every chunk's modules.
@@ -124,6 +126,9 @@ def config_refusals(target: Capabilities, model: ModelSpec, config: ParallelConf
         allowed = sorted(target.zero_with_pp if c.pp > 1 else target.zero)
         found.append(Refusal("zero", f"{t} runs zero {allowed}{' with pipeline stages' if c.pp > 1 else ''}, "
                              f"not zero {c.zero}", "--zero " + ",".join(map(str, allowed))))
+    if model.sliding_window and not target.sliding_window:
+        found.append(Refusal("sliding_window", f"{t} runs full attention, not a {model.sliding_window}-token "
+                             "sliding window", "--target megatron"))
     if model.num_encoder_layers and not target.encoder_decoder:
         found.append(Refusal("encoder_decoder", f"{t} runs decoder-only models", "--target megatron (export)"))
     if target.llama_family_only and ((model.ffn_kind, model.norm, model.position_embedding) != ("swiglu", "rmsnorm", "rope")

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 Precision = Literal["bf16", "fp16", "fp32"]
+Engine = Literal["torch", "mindspore", "megatron", "torchtitan", "deepspeed", "mindformers", "llm-foundry"]
+"""The backends and export targets, and llm-foundry (MosaicML's FSDP stack): an engine gplan prices
+published runs of but neither launches nor exports to."""
 
 #: Bytes of one activation or weight element in each training precision.
 ELEMENT_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4}
@@ -28,6 +31,20 @@ class TrainingSpec(BaseModel):
     """Fraction of each device's memory kept free (fragmentation, spikes)."""
     flash_attention: bool = True
     """Fused attention: no s×s score matrix is stored, and causal masking halves its FLOPs."""
+    engine: Engine | None = None
+    """The software that trains it (a search's --target): what it keeps per parameter and its own
+    buffers (cost_models.memory). None — plans written before engines were priced — is Megatron-LM's
+    accounting."""
+
+    #: Fields added after schema v1 plans were first written, left out of the digest at their default.
+    DIGEST_OPTIONAL: ClassVar[dict[str, object]] = {"engine": None}
+
+    def digest_dump(self) -> dict:
+        data = self.model_dump(mode="json")
+        for name, default in self.DIGEST_OPTIONAL.items():
+            if data.get(name) == default:
+                data.pop(name)
+        return data
 
     @property
     def element_bytes(self) -> int:

@@ -90,6 +90,8 @@ def model_args(plan: Plan, notes: list[str]) -> list[str]:
             "--attention-dropout", str(m.dropout), "--hidden-dropout", str(m.dropout)]
     if m.head_dim:
         args += ["--kv-channels", str(m.kv_channels)]
+    if m.sliding_window:
+        args += ["--window-size", f"{m.sliding_window},0"]  # (left, right): causal
     if m.position_embedding == "rope":
         args += ["--rotary-base", rotary_base(m.rope_theta)]
     if m.kv_heads != m.num_attention_heads:

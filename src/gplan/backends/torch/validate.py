@@ -68,12 +68,24 @@ def _check_rank(plan: Plan, stage: int, rank: int) -> StageCheck:
         apply_pp.build_schedule(plan, built.stages, loss_fn=lambda logits, targets: logits.sum())
     optimizers = [torch.optim.AdamW(part.parameters(), lr=1e-3) for part in built.parts]
     checkpoint.local_save_plan(built.parts, optimizers, built.virtual_stages)
-    # Only zero 3 keeps weights sharded between steps; zero 1/2 gather them for the step (as priced).
-    sharded = c.zero >= 3 and c.dp * c.cp > 1
-    weights = sum(local_numel(part) for part in built.parts) if sharded else built.params_after_tp
     predicted = plan.prediction.stages[stage]
-    return StageCheck(stage, rank, built.params_after_tp, predicted.params, weights * plan.training.element_bytes,
+    return StageCheck(stage, rank, built.params_after_tp, predicted.params, weight_bytes(plan, built),
                       predicted.memory.weights_bytes)
+
+
+def weight_bytes(plan: Plan, built) -> float:
+    """The weight bytes this rank keeps, as the engine the plan was priced for keeps them. gplan's
+    worker (engine torch): fp32 weights without FSDP; with FSDP (zero ≥ 1) its fp32 shard, and for zero
+    1/2 (no resharding after the forward) the gathered 16-bit weights beside it. Plans priced with
+    another engine's accounting (Megatron's, or none): 16-bit weights, sharded only by zero 3."""
+    c, e = plan.parallel, plan.training.element_bytes
+    fsdp = c.zero >= 1 and c.dp * c.cp > 1
+    local = sum(local_numel(part) for part in built.parts)
+    if plan.training.engine in ("torch", "torchtitan"):
+        if not fsdp:
+            return built.params_after_tp * 4
+        return local * 4 + (built.params_after_tp * e if c.zero < 3 and e < 4 else 0)
+    return (local if c.zero >= 3 and fsdp else built.params_after_tp) * e
 
 
 def validation_report(plan: Plan) -> ValidationReport:

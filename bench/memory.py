@@ -1,0 +1,222 @@
+"""Memory of gplan's cost model against measured peaks and out-of-memory outcomes.
+
+The BigScience BLOOM sweep (S12, shared/reference/bloom_sweep_runs.csv) is the only published set of
+runs with the peak memory observed per GPU and runs that ran out of memory: ~176–206B GPT-style
+candidates on 384 A100-80GB under Megatron-DeepSpeed with ZeRO-1 and full activation checkpointing.
+Each row is priced as gplan would price that run (engine `deepspeed`, the row's precision and
+pipeline partitioning) and compared with the measured peak; out-of-memory rows must be predicted not
+to fit the device. Every completed run of published_runs.csv must be predicted within its device's
+physical memory (those runs did run).
+
+The allocator's fragmentation — the one memory knob the catalogue does not take from a datasheet — is
+reported in-sample and leave-one-out: fitted on the other rows, predicting the one left out.
+
+    python bench/memory.py [--fit] [--readme]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from accuracy import DEFAULT_CSV as PUBLISHED_CSV  # noqa: E402
+from accuracy import case_layouts, load_cases  # noqa: E402
+
+from gplan.cost_models import memory  # noqa: E402
+from gplan.cost_models.step import StepModel  # noqa: E402
+from gplan.profiles.catalogue import load_cluster  # noqa: E402
+from gplan.profiles.schema import ClusterSpec  # noqa: E402
+from gplan.spec.model import ModelSpec  # noqa: E402
+from gplan.spec.parallel import ParallelConfig, StageLayout, layout_from_sizes  # noqa: E402
+from gplan.spec.training import TrainingSpec  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+BLOOM_CSV = ROOT.parent / "shared" / "reference" / "bloom_sweep_runs.csv"
+README = ROOT / "README.md"
+BEGIN, END = "<!-- memory:begin -->", "<!-- memory:end -->"
+GIB = 1024**3
+
+
+@dataclass
+class Run:
+    row_id: str
+    label: str
+    step: StepModel
+    layouts: list[StageLayout]
+    measured_GiB: float | None
+    """nvidia-smi's peak as the log printed it (MiB / 1024: GiB)."""
+    oom: bool
+
+
+def partition(model: ModelSpec, pp: int, embedding_aware: bool) -> list[int]:
+    """Megatron-DeepSpeed's pipeline partition of the transformer layers. `type:transformer` (the
+    default of the sweep) spreads the layers as evenly as DeepSpeed's `partition_uniform` does (the
+    remainder on the last stages); `type:transformer|embedding` (the 02-28 rows) counts each tied
+    embedding copy as one more layer, so the first and last stages hold one layer fewer."""
+    L = model.num_layers
+    units = L + 2 if embedding_aware else L
+    sizes = [units // pp + (1 if i >= pp - units % pp else 0) for i in range(pp)]
+    if embedding_aware:
+        sizes[0] -= 1
+        sizes[-1] -= 1
+    return sizes
+
+
+def bloom_runs(path: Path = BLOOM_CSV, cluster: ClusterSpec | None = None) -> list[Run]:
+    runs = []
+    for r in csv.DictReader(path.open()):
+        if not r["dp"] or not r["micro_batch_size"] or "no measurement" in r["status"]:
+            continue
+        L, h = int(r["num_layers"]), int(r["hidden_size"])
+        heads = int(r["num_heads"]) if r["num_heads"] else 64  # "all NHEADS=64" (SOURCES.md notes)
+        model = ModelSpec(name=r["model"], num_layers=L, hidden_size=h, num_attention_heads=heads,
+                          vocab_size=int(r["vocab_size"]), seq_length=int(r["seq_len"]), tie_embeddings=True,
+                          position_embedding="alibi", bias=True)
+        precision = "bf16" if r["precision"].upper().startswith("BF16") else "fp16"
+        config = ParallelConfig(dp=int(r["dp"]), tp=int(r["tp"]), pp=int(r["pp"]), mbs=int(r["micro_batch_size"]),
+                                zero=1, recompute="full")
+        # Megatron-DeepSpeed's fused softmax keeps the scores; no flash attention in 2022
+        training = TrainingSpec(gbs=int(r["global_batch_size"]), seq_length=int(r["seq_len"]), precision=precision,
+                                flash_attention=False, engine="deepspeed")
+        sizes = partition(model, config.pp, "embedding" in r["notes"])
+        layouts = layout_from_sizes(model, sizes, ["full"] * config.pp)
+        step = StepModel(model, training, cluster or load_cluster("dgx-a100-80g", config.world_size), config)
+        measured = float(r["peak_mem_gb"]) if r["peak_mem_gb"] else None
+        label = f"{r['model'].split('(')[1].rstrip(')')} {config.label()} {precision}"
+        runs.append(Run(r["row_id"], label, step, layouts, measured, r["status"] == "OOM"))
+    return runs
+
+
+def predicted_GiB(run: Run, fragmentation: float | None = None) -> float:
+    """The run's predicted peak; with `fragmentation`, as if the engine's fitted fraction were that."""
+    if fragmentation is None:
+        return run.step.predict(run.layouts).memory_bytes_per_device_max / GIB
+    engine = run.step.training.engine
+    saved = memory.ENGINE_FRAGMENTATION.get(engine)
+    memory.ENGINE_FRAGMENTATION[engine] = fragmentation
+    try:
+        return run.step.predict(run.layouts).memory_bytes_per_device_max / GIB
+    finally:
+        memory.ENGINE_FRAGMENTATION[engine] = saved if saved is not None else 0.0
+
+
+def fit_fragmentation(runs: list[Run]) -> float:
+    """The fraction minimising the median absolute relative error over the measured rows (a grid: one
+    parameter needs no optimiser)."""
+    measured = [r for r in runs if r.measured_GiB]
+    grid = [i / 200 for i in range(0, 61)]
+    return min(grid, key=lambda f: statistics.median(abs(predicted_GiB(r, f) / r.measured_GiB - 1) for r in measured))
+
+
+def leave_one_out(runs: list[Run]) -> list[float]:
+    measured = [r for r in runs if r.measured_GiB]
+    errors = []
+    for i, held in enumerate(measured):
+        f = fit_fragmentation(measured[:i] + measured[i + 1:])
+        errors.append(predicted_GiB(held, f) / held.measured_GiB - 1)
+    return errors
+
+
+def published_over_physical() -> list[tuple[str, float, float]]:
+    """Completed runs of published_runs.csv gplan predicts above their device's physical memory."""
+    cases, _ = load_cases(PUBLISHED_CSV)
+    over = []
+    for c in cases:
+        prediction = StepModel(c.model, c.training, c.cluster, c.config).predict(case_layouts(c))
+        physical = c.cluster.primary.hardware.memory_bytes
+        if prediction.memory_bytes_per_device_max > physical:
+            over.append((c.label, prediction.memory_bytes_per_device_max / GIB, physical / GIB))
+    return over
+
+
+def published_oom() -> list[tuple[str, float, float]]:
+    """Runs a published source says ran out of memory: torchtitan's Llama 2 70B on 64 A100 with
+    selective AC "OOMs" at local batch 2 (S10, row 87's note)."""
+    cases, _ = load_cases(PUBLISHED_CSV)
+    found = []
+    for c in cases:
+        if c.row_id == "87":
+            config = c.config.model_copy(update={"mbs": 2})
+            training = c.training.model_copy(update={"gbs": c.training.gbs * 2})
+            prediction = StepModel(c.model, training, c.cluster, config).predict(case_layouts(c))
+            found.append((f"{c.label.replace('mbs=1', 'mbs=2')} (S10)", prediction.memory_bytes_per_device_max / GIB,
+                          c.cluster.primary.hardware.memory_GiB))
+    return found
+
+
+def report(do_fit: bool) -> str:
+    runs = bloom_runs()
+    measured = [r for r in runs if r.measured_GiB]
+    catalogue = memory.ENGINE_FRAGMENTATION["deepspeed"]
+    errors = [predicted_GiB(r) / r.measured_GiB - 1 for r in measured]
+    loo = leave_one_out(runs)
+    fitted = fit_fragmentation(runs) if do_fit else None
+    physical = runs[0].step.cluster.primary.hardware.memory_GiB
+    ooms = [(r, predicted_GiB(r)) for r in runs if r.oom]
+    lines = [
+        f"BLOOM sweep (S12): {len(measured)} runs with a measured peak, {len(ooms)} out-of-memory runs; "
+        f"Megatron-DeepSpeed's allocator fragmentation {catalogue:.3f} (cost_models.memory)"
+        + (f", refit here {fitted:.3f}" if fitted is not None else "") + ".", "",
+        "| | median abs error | mean abs error | worst |", "|---|---:|---:|---:|",
+        f"| in-sample (fitted on every row) | {_median(errors):.1%} | {_mean(errors):.1%} | {_worst(errors):+.1%} |",
+        f"| leave-one-out (fragmentation refit without the row) | {_median(loo):.1%} | {_mean(loo):.1%} | {_worst(loo):+.1%} |",
+        "", "| out-of-memory run | predicted peak | device |", "|---|---:|---:|",
+        *[f"| row {r.row_id}: {r.label} | {p:.1f} GiB {'✓ does not fit' if p > physical else '✗ predicted to fit'} | "
+          f"{physical:g} GiB |" for r, p in ooms],
+        *[f"| {label} | {p:.1f} GiB {'✓ does not fit' if p > m else '✗ predicted to fit'} | {m:g} GiB |"
+          for label, p, m in published_oom()],
+    ]
+    over = published_over_physical()
+    lines += ["", f"Completed runs of published_runs.csv predicted above their device's physical memory: {len(over)}"
+              + "".join(f"\n- {label}: {p:.1f} of {m:g} GiB" for label, p, m in over)]
+    lines += ["", "<details><summary>Per row (predicted vs measured peak)</summary>", "",
+              "| row | run | measured GiB | predicted GiB | error |", "|---|---|---:|---:|---:|"]
+    for r in measured:
+        p = predicted_GiB(r)
+        lines.append(f"| {r.row_id} | {r.label} | {r.measured_GiB:g} | {p:.1f} | {p / r.measured_GiB - 1:+.1%} |")
+    lines += ["", "</details>"]
+    return "\n".join(lines)
+
+
+def _median(errors):
+    return statistics.median(abs(e) for e in errors)
+
+
+def _mean(errors):
+    return statistics.fmean(abs(e) for e in errors)
+
+
+def _worst(errors):
+    return max(errors, key=abs)
+
+
+def write_readme(table: str) -> None:
+    text = README.read_text()
+    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
+    README.write_text(text[:start] + "\n" + table + "\n" + text[end:])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fit", action="store_true", help="also refit the fragmentation on every row")
+    parser.add_argument("--readme", action="store_true", help="write the tables into README.md")
+    args = parser.parse_args(argv)
+    for path in (BLOOM_CSV, PUBLISHED_CSV):
+        if not path.is_file():
+            sys.stderr.write(f"error: {path}: no such file\n")
+            return 3
+    table = report(args.fit)
+    sys.stdout.write(table + "\n")
+    if args.readme:
+        write_readme(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""`gplan profile` rejects measurements that cannot be right instead of pricing with them, and a profile
+measured at another precision is refused by the commands that price with it."""
+
+from __future__ import annotations
+
+import pytest
+
+from gplan.calibration.profile import implausible
+from gplan.profiles.schema import LayerMeasurement
+
+
+def measurement(mbs: int = 2, forward_s: float = 0.010, backward_s: float | None = 0.020, **kw) -> LayerMeasurement:
+    return LayerMeasurement(part="layer", hidden_size=256, ffn_hidden_size=688, num_attention_heads=8, num_kv_heads=4,
+                            ffn_kind="swiglu", vocab_size=1024, seq_length=128, mbs=mbs, tp=1, precision="fp32",
+                            forward_s=forward_s, backward_s=backward_s, **kw)
+
+
+def test_a_plausible_layer_passes():
+    assert implausible(measurement(), [measurement(mbs=1, forward_s=0.005)]) is None
+
+
+@pytest.mark.parametrize("bad, fragment", [
+    (measurement(backward_s=0.0), "times must be positive"),
+    (measurement(backward_s=0.001), "backward/forward = 0.1"),
+    (measurement(forward_s=0.7, backward_s=1.4), "70× the time per sequence"),
+])
+def test_impossible_measurements_are_rejected_with_the_reason(bad, fragment):
+    others = [measurement(mbs=1, forward_s=0.005, backward_s=0.010), measurement(mbs=4, forward_s=0.020, backward_s=0.040)]
+    assert fragment in implausible(bad, others)
+
+
+def test_profiling_records_a_rejected_measurement_as_an_error(monkeypatch, tmp_path):
+    from gplan.calibration import profile as profiling
+    from gplan.profiles.files import read_profile
+
+    class Broken:
+        def measure_shapes(self, spec, seq, precision, mbs_list, tp_list, device, done, keep):
+            keep(measurement(mbs=1, forward_s=0.005, backward_s=0.010))
+            keep(measurement(mbs=2, backward_s=0.0))
+
+    from gplan.profiles.catalogue import load_model
+
+    request = profiling.ProfileRequest(model=load_model("tiny-llama"), out=tmp_path / "p.yaml", nproc=1, nnodes=1,
+                                       node_rank=0, rdzv_endpoint=None, mbs=[1, 2], tp=[1], seq_length=128,
+                                       precision="fp32", max_bytes=None, device="cpu")
+    start = profiling.start_profile(tmp_path / "p.yaml", "cpu", 1, 1, "cpu", "torch")
+    messages = []
+    profiled = profiling.profile_layers(Broken(), start, request, "fp32", None, messages.append)
+    kept = profiled.node_groups[0].hardware.measured
+    assert [m.status for m in kept] == ["ok", "error"] and "times must be positive" in kept[1].note
+    assert any("catalogue's is kept" in m for m in messages)
+    assert [m.status for m in read_profile(tmp_path / "p.yaml").node_groups[0].hardware.measured] == ["ok", "error"]
+
+
+def test_a_profile_of_another_precision_is_refused(gplan, tmp_path):
+    from gplan.calibration.profile import start_profile, with_layers
+    from gplan.profiles.files import write_profile
+
+    path = tmp_path / "p.yaml"
+    write_profile(with_layers(start_profile(path, "cpu", 2, 1, "cpu", "torch"), [measurement(mbs=1)]), path)
+    r = gplan("estimate", "tiny-llama", "--profile", str(path), "--devices", "1", "--precision", "bf16")
+    assert r.code == 3 and "measured at fp32; this run is bf16" in r.stderr and "--precision fp32" in r.stderr
+    assert gplan("estimate", "tiny-llama", "--profile", str(path), "--devices", "1", "--precision", "fp32").code == 0
