@@ -467,12 +467,138 @@ def main(argv: list[str] | None = None) -> int:
         for name, eff in sorted(fitted.hardware.items()):
             sys.stdout.write(f"{name}: {eff.model_dump()}\n")
         sys.stdout.write(f"engine_efficiency: {fitted.engines}\n")
+        if BRIDGE_CSV.is_file():
+            factors = fit_precision_factors(load_bridge_cases()[0])
+            sys.stdout.write(f"precision_efficiency: { {f'{k[0]}/{k[1]}': round(v, 3) for k, v in factors.items()} }\n")
         return 0
     table = report(cases, skipped, fitted, leave_one_source_out(cases))
+    if BRIDGE_CSV.is_file():
+        table += "\n\n" + bridge_report()
     sys.stdout.write(table + "\n")
     if args.readme:
         write_readme(table)
     return 0
+
+
+
+# ---- Megatron-Bridge's dense rows (megatron_bridge_perf.csv): FP8 recipes on H100 and Blackwell ----------
+
+BRIDGE_CSV = ROOT.parent / "shared" / "reference" / "megatron_bridge_perf.csv"
+BRIDGE_MODELS = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b", "LLAMA3.1_405B": "llama3-405b"}
+BRIDGE_SYSTEMS = {"H100": "dgx-h100", "B200": "dgx-b200", "B300": "dgx-b300", "GB200": "gb200-nvl72",
+                  "GB300": "gb300-nvl72"}
+BRIDGE_PRECISION = {"FP8": "fp8", "FP8-CS": "fp8", "FP8-MX": "mxfp8", "MXFP8": "mxfp8", "NVFP4": "nvfp4", "BF16": "bf16"}
+
+
+@dataclass
+class BridgeCase:
+    case: Case
+    release: str
+    system: str
+
+
+def load_bridge_cases(path: Path = BRIDGE_CSV) -> tuple[list[BridgeCase], list[tuple[str, str]]]:
+    """The dense rows: the bundled Llama 3 shapes, Megatron-Core (distributed optimizer; Megatron-FSDP
+    where the row gives an FSDP degree), sequence parallelism with tp > 1 (the recipes' setting), flash
+    attention; step time = gbs·seq / (tokens/s/GPU · GPUs)."""
+    from gplan.profiles.catalogue import load_model
+
+    out, skipped = [], []
+    for r in csv.DictReader(path.open()):
+        if r["is_moe"] == "true":
+            continue
+        if not r["precision"]:
+            skipped.append((r["row_id"], "precision not stated (25.09 tables)"))
+            continue
+        model = load_model(BRIDGE_MODELS[r["model"]])
+        gpus, tp, pp, cp = int(r["num_gpus"]), int(r["tp"]), int(r["pp"]), int(r["cp"])
+        vpp = int(r["vp"]) if r["vp"] not in ("", "n/a") else 1
+        dp = gpus // (tp * pp * cp)
+        fsdp = int(r["fsdp"]) if r["fsdp"] else 0
+        config = ParallelConfig(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, mbs=int(r["micro_batch_size"]), sp=tp > 1,
+                                zero=3 if fsdp else 1)
+        training = TrainingSpec(gbs=int(r["global_batch_size"]), seq_length=int(r["seq_len"]),
+                                precision=BRIDGE_PRECISION[r["precision"]], engine="megatron")
+        try:
+            check_config(model, training, config, gpus)
+        except GplanError as exc:
+            skipped.append((r["row_id"], f"not expressible yet: {exc.message}"))
+            continue
+        step = training.gbs * training.seq_length / (float(r["tokens_per_sec_per_gpu"]) * gpus)
+        label = f"{r['model']} {gpus}×{r['system']} {r['precision']} {config.label()} ({r['release']})"
+        cluster = load_cluster(BRIDGE_SYSTEMS[r["system"]], gpus)
+        out.append(BridgeCase(Case(r["row_id"], "MB", label, model, training, config, cluster, False, step),
+                              r["release"], r["system"]))
+    return out, skipped
+
+
+PRECISION_PRIOR_ROWS = 2.0
+"""A (system, precision) factor's prior strength in rows (toward the H100 FP8 factor)."""
+
+
+def fit_precision_factors(rows: list[BridgeCase]) -> dict[tuple[str, str], float]:
+    """One factor on the GEMM efficiency per (system, precision), fitted on its rows (median absolute log
+    error, a grid) and shrunk toward the H100 FP8 factor — itself shrunk toward 1 — by its row count."""
+    def best(group: list[BridgeCase], prior: float) -> float:
+        grid = [prior * math.exp(x / 40) for x in range(-60, 41)]
+
+        def misfit(f: float) -> float:
+            return statistics.median(abs(math.log(_bridge_predict(b, f) / b.case.measured_step_s)) for b in group)
+
+        shrink = len(group) / (len(group) + PRECISION_PRIOR_ROWS)
+        return prior * math.exp(math.log(min(grid, key=misfit) / prior) * shrink)
+
+    groups: dict[tuple[str, str], list[BridgeCase]] = {}
+    for b in rows:
+        groups.setdefault((b.system, b.case.training.precision), []).append(b)
+    reference = best(groups[("H100", "fp8")], 1.0) if ("H100", "fp8") in groups else 1.0
+    return {key: best(group, reference) for key, group in groups.items()} | {("*", "*"): reference}
+
+
+def _bridge_predict(b: BridgeCase, factor: float) -> float:
+    precision = b.case.training.precision
+    groups = [g.model_copy(update={"hardware": g.hardware.model_copy(update={
+        "precision_efficiency": {**g.hardware.precision_efficiency, precision: factor}})}) for g in b.case.cluster.node_groups]
+    cluster = b.case.cluster.model_copy(update={"node_groups": groups})
+    return StepModel(b.case.model, b.case.training, cluster, b.case.config).predict().step_time_s
+
+
+def bridge_errors(rows: list[BridgeCase], factors: dict[tuple[str, str], float]) -> list[float]:
+    return [error(_bridge_predict(b, factors.get((b.system, b.case.training.precision), factors[("*", "*")])),
+                  b.case.measured_step_s) for b in rows]
+
+
+def bridge_report(path: Path = BRIDGE_CSV) -> str:
+    rows, skipped = load_bridge_cases(path)
+    factors = fit_precision_factors(rows)
+    in_sample = bridge_errors(rows, factors)
+    by_release, by_model = {}, {}
+    for key_of, store in ((lambda b: b.release, by_release), (lambda b: b.case.model.name, by_model)):
+        for key in sorted({key_of(b) for b in rows}):
+            held = [b for b in rows if key_of(b) == key]
+            store[key] = bridge_errors(held, fit_precision_factors([b for b in rows if key_of(b) != key]))
+    lines = [f"Megatron-Bridge's dense rows: {len(rows)} priced, {len(skipped)} skipped "
+             f"({'; '.join(sorted({why.split(':')[0] for _, why in skipped}))}).", "",
+             "| system | precision | rows | factor | in-sample median | leave-one-release-out | leave-one-model-out |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    loro = {b.case.row_id: e for key, errs in by_release.items()
+            for b, e in zip([b for b in rows if b.release == key], errs)}
+    lomo = {b.case.row_id: e for key, errs in by_model.items()
+            for b, e in zip([b for b in rows if b.case.model.name == key], errs)}
+    for key in sorted({(b.system, b.case.training.precision) for b in rows}):
+        idx = [i for i, b in enumerate(rows) if (b.system, b.case.training.precision) == key]
+        ins = [in_sample[i] for i in idx]
+        lr = [loro[rows[i].case.row_id] for i in idx]
+        lm = [lomo[rows[i].case.row_id] for i in idx]
+        lines.append(f"| {key[0]} | {key[1]} | {len(idx)} | {factors[key]:.3f} | {summarize(ins)[0]:.1%} | "
+                     f"{summarize(lr)[0]:.1%} | {summarize(lm)[0]:.1%} |")
+    lines.append(f"| **all** | | {len(rows)} | | **{summarize(in_sample)[0]:.1%}** | "
+                 f"{summarize(list(loro.values()))[0]:.1%} | {summarize(list(lomo.values()))[0]:.1%} |")
+    lines += ["", "<details><summary>Per row</summary>", "", "| row | run | measured s | in-sample error |",
+              "|---|---|---:|---:|"]
+    lines += [f"| {b.case.row_id} | {b.case.label} | {b.case.measured_step_s:.3g} | {e:+.1%} |" for b, e in zip(rows, in_sample)]
+    lines += ["", "Skipped: " + "; ".join(f"row {rid} ({why})" for rid, why in skipped), "", "</details>"]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

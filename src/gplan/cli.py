@@ -73,7 +73,8 @@ HardwareOpt = typer.Option(None, "--hardware", help="bundled hardware name; link
 PerNodeOpt = typer.Option(None, "--devices-per-node", help="with --hardware: devices per node")
 GbsOpt = typer.Option(None, "--gbs", help="global batch in sequences (default: ~4M tokens)")
 SeqOpt = typer.Option(None, "--seq-length", help="tokens per sequence (default: the model's)")
-PrecisionOpt = typer.Option(None, "--precision", help="bf16 | fp16 | fp32 (default: bf16 where supported)")
+PrecisionOpt = typer.Option(None, "--precision", help="bf16 | fp16 | fp32 | fp8 | mxfp8 | nvfp4 (default: bf16 where "
+                            "supported); FP8 recipes keep BF16 weights, attention and the loss")
 HeadroomOpt = typer.Option(0.1, "--memory-headroom", help="fraction of device memory kept free")
 JsonOpt = typer.Option(False, "--json", help="print one JSON document on stdout")
 ProfileOpt = typer.Option(None, "--profile", help="a measured profile (gplan profile / gplan calibrate) instead of --cluster")

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from gplan import __version__
 from gplan.errors import InputError
 from gplan.io import atomic_write_text
-from gplan.profiles.schema import ClusterSpec, DeviceSpec
+from gplan.profiles.schema import ClusterSpec, DeviceSpec, NodeGroup
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import LayerCount, ParallelConfig, StageLayout, check_config
 from gplan.spec.training import TrainingSpec
@@ -286,6 +286,9 @@ def _cluster_digest_dump(cluster: ClusterSpec) -> dict:
         for name, default in DeviceSpec.DIGEST_OPTIONAL.items():
             if group["hardware"].get(name) == default:
                 group["hardware"].pop(name)
+        for name, default in NodeGroup.DIGEST_OPTIONAL.items():
+            if group.get(name) == default:
+                group.pop(name)
     return data
 
 

@@ -40,6 +40,9 @@ ARGUMENTS: dict[str, tuple[object, tuple | None]] = {
     "--use-distributed-optimizer": (None, None), "--use-megatron-fsdp": (None, None),
     "--data-parallel-sharding-strategy": (str, ("no_shard", "optim", "optim_grads", "optim_grads_params")),
     "--context-parallel-size": (int, None),
+    # _add_transformer_engine_args
+    "--fp8-format": (str, ("e4m3", "hybrid")), "--fp8-recipe": (str, ("tensorwise", "delayed", "mxfp8", "blockwise", "custom")),
+    "--fp4-format": (str, ("e2m1",)), "--fp4-recipe": (str, ("nvfp4", "custom")),
     # _add_checkpointing_args
     "--ckpt-format": (str, ("torch", "torch_dist", "zarr", "torch_dcp", "fsdp_dtensor")),
     # _add_data_args, _add_tokenizer_args
@@ -124,6 +127,8 @@ def validate(argv: list[str], world_size: int, env: dict[str, str], device_arch:
     if a.ckpt_format == "fsdp_dtensor":
         _check(a.use_megatron_fsdp, "--ckpt-format fsdp_dtensor is only tested with Megatron FSDP.")
     _check(not (a.fp16 and a.bf16), "assert not args.bf16 (fp16 and bf16 are exclusive)")
+    _check(not (a.fp4_format and a.fp8_format), "--fp4-format and --fp8-format cannot be used simultaneously. "
+           "Please choose one.")
     if cp > 1:
         _check(a.seq_length % (cp * 2) == 0,
                "seq-length should be a multiple of 2 * context-parallel-size if context-parallel-size > 1.")

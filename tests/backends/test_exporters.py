@@ -573,3 +573,21 @@ def test_exports_refuse_what_their_engine_cannot_run_and_note_what_it_runs_diffe
     mixed = tiny_plan(tmp_path / "mixed.json", TINY_LLAMA, [[("full", 1)], [("none", 3)]], pp=2)
     r = gplan("export", str(mixed), "--to", "megatron", "-o", str(tmp_path / "mg"), "--json")
     assert r.code == 0 and any("re-priced as megatron runs it" in n for n in r.json()["notes"])
+
+
+@pytest.mark.parametrize("precision, flags", [("fp8", ["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"]),
+                                              ("mxfp8", ["--fp8-format", "e4m3", "--fp8-recipe", "mxfp8"]),
+                                              ("nvfp4", ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"])])
+def test_megatron_carries_the_fp8_recipe_and_the_torch_backend_refuses_it(precision, flags, gplan, tmp_path):
+    cluster = "dgx-h100" if precision == "fp8" else "dgx-b200"
+    training = TRAINING.model_copy(update={"precision": precision, "engine": "megatron"})
+    config = ParallelConfig(dp=2, tp=2, pp=2, sp=True, zero=1)
+    plan = make_plan(LLAMA, training, load_cluster(cluster, 8), config)
+    text = export(plan, "megatron").files["megatron_pretrain_gpt.sh"]
+    argv = script_args(text, "MEGATRON_ARGS")
+    args = megatron_rules.validate(argv, 8, script_env(text), device_arch=9 if precision == "fp8" else 10)
+    assert args.bf16 and " ".join(flags) in " ".join(argv)
+    path = tmp_path / "plan.json"
+    write_plan(plan, path)
+    r = gplan("launch", str(path), "--dry-run")
+    assert r.code == 3 and "(precision)" in r.stderr and "not " + precision in r.stderr

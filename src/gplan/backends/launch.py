@@ -89,7 +89,8 @@ class JobRecipe:
 def refuse_unsupported(plan: Plan, target: str) -> None:
     """Exit 3 before anything starts when the target cannot run the plan as priced, naming the
     capability and the search option that avoids it."""
-    found = refusals(TARGETS[target], plan.model, plan.parallel, plan.parallel.num_microbatches, layouts_of(plan))
+    found = refusals(TARGETS[target], plan.model, plan.parallel, plan.parallel.num_microbatches, layouts_of(plan),
+                     plan.training.precision)
     if found:
         raise InputError(f"the {target} backend cannot run this plan ({found[0].capability}): {found[0].detail}",
                          hint=found[0].hint(target))

@@ -1,6 +1,6 @@
 """Communication: alpha–beta times of collectives and point-to-point sends (docs/design.md, "Cost model").
 
-A group inside one node runs at the intra-node bandwidth. A group that spans nodes is bounded by the
+A group inside one scale-up domain (a node; a whole rack on an NVL72) runs at the intra-node bandwidth. A group that spans nodes is bounded by the
 NICs: with k members per node, NCCL/HCCL run k rings (one per NIC) that each carry 1/k of the data,
 so the group sees `min(intra, k × inter)` per device — an FSDP group over whole 8-GPU nodes is eight
 times faster than a dp group of one GPU per node (the placement effect veGiantModel reports). Rank layout:
@@ -58,17 +58,20 @@ def axis_stride(config: ParallelConfig, axis: str) -> int:
 
 
 def members_per_node(config: ParallelConfig, axis: str, devices_per_node: int) -> int:
-    """How many devices of one `axis` group share a node (1 when the stride is a node or more)."""
+    """How many devices of one `axis` group share a node — or a scale-up domain, when passed its size
+    (1 when the stride is that or more)."""
     stride = axis_stride(config, axis)
     size = axis_span(config, axis) // stride
     return max(1, min(size, devices_per_node // stride))
 
 
 def axis_link(group: NodeGroup, config: ParallelConfig, axis: str) -> LinkSpec:
-    """The link class that bounds a group of `axis` (see the module docstring)."""
-    if axis_span(config, axis) <= group.devices_per_node:
+    """The link class that bounds a group of `axis` (see the module docstring). "Inside" is the scale-up
+    domain — a node of a DGX, the whole 72-GPU rack of an NVL72 — whose links are `intra_node`."""
+    domain = group.domain_devices
+    if axis_span(config, axis) <= domain:
         return group.intra_node
-    k = members_per_node(config, axis, group.devices_per_node)
+    k = members_per_node(config, axis, domain)
     inter = group.inter_node
     if k == 1:
         return inter
@@ -77,6 +80,6 @@ def axis_link(group: NodeGroup, config: ParallelConfig, axis: str) -> LinkSpec:
 
 
 def pipeline_link(group: NodeGroup, config: ParallelConfig) -> LinkSpec:
-    """Stage boundaries cross nodes as soon as the whole pipeline does not fit in one node; each
+    """Stage boundaries cross scale-up domains as soon as the whole pipeline does not fit in one; each
     device sends its own slice through its own NIC."""
-    return group.intra_node if axis_span(config, "pp") <= group.devices_per_node else group.inter_node
+    return group.intra_node if axis_span(config, "pp") <= group.domain_devices else group.inter_node

@@ -123,7 +123,10 @@ def gemm_efficiency(device: DeviceSpec, gemm: Gemm) -> float:
 
 
 def gemm_time_s(device: DeviceSpec, precision: str, gemm: Gemm) -> float:
-    return gemm.flops / (device.peak_flops(precision) * gemm_efficiency(device, gemm))
+    """At the peak of the GEMM's precision and the efficiency of its size, times the device's factor for
+    that precision (FP8's scaling and casts)."""
+    factor = device.precision_efficiency.get(precision, 1.0)
+    return gemm.flops / (device.peak_flops(precision) * min(1.0, gemm_efficiency(device, gemm) * factor))
 
 
 def memory_time_s(device: DeviceSpec, moved_bytes: float) -> float:
@@ -200,8 +203,10 @@ def layer_time(model: ModelSpec, kind: LayerKind, training: TrainingSpec, shard:
     measured = measured_times(device, "layer", model, training, shard) if kind.name == "decoder" else None
     if measured:
         return LayerTime(*measured)
-    precision = training.precision
-    gemm_s = sum(gemm_time_s(device, precision, g) for g in layer_gemms(model, kind, shard))
+    # the layers' GEMMs at the training precision (FP8 recipes quantise exactly these); attention,
+    # norms and the rest at the base precision (BF16 for FP8 recipes)
+    precision = training.base_precision
+    gemm_s = sum(gemm_time_s(device, training.precision, g) for g in layer_gemms(model, kind, shard))
     flash = training.flash_attention
     core_flops = attention_core_flops(model, kind, shard, causal_skip=flash)
     if flash:
@@ -233,7 +238,7 @@ def head_time(model: ModelSpec, training: TrainingSpec, shard: Shard, device: De
     measured = measured_times(device, "head", model, training, shard)
     if measured:
         return measured[0], measured[1]
-    gemm_s = gemm_time_s(device, training.precision, head_gemm(model, shard))
+    gemm_s = gemm_time_s(device, training.base_precision, head_gemm(model, shard))  # the output layer stays BF16
     logits = shard.tokens * model.vocab_size / shard.tp
     loss_s = memory_time_s(device, logits * CROSS_ENTROPY_BYTES_PER_LOGIT)
     norm_s = memory_time_s(device, 4 * shard.tokens * model.hidden_size * training.element_bytes)

@@ -173,6 +173,15 @@ def state_bytes_per_param(element_bytes: int, zero: int, shard_ranks: int, engin
     )
 
 
+def low_precision_weight_bytes(precision: str) -> float:
+    """Per parameter of a layer: the quantised copies Transformer Engine keeps of every layer weight for
+    its GEMMs, beside the BF16 weight — FP8 with current scaling a row-wise copy and its transpose for the
+    backward (1 + 1 bytes); MXFP8 row- and column-wise copies, each with a one-byte scale per 32 elements
+    (2 + 2/32); NVFP4 two half-byte copies, each with an FP8 scale per 16 (1 + 2/16). The embedding and
+    the output layer stay BF16 (TE `Float8Tensor`, `MXFP8Tensor`, `NVFP4Tensor` layouts)."""
+    return {"fp8": 2.0, "mxfp8": 2 + 2 / 32, "nvfp4": 1 + 2 / 16}.get(precision, 0.0)
+
+
 def zero3_gather_buffer_bytes(unit_params: list[float], element_bytes: int) -> float:
     """FSDP (and ZeRO-3) keep the unit being computed and the prefetched next one gathered (16-bit
     weights), plus one unit's unsharded fp32 gradients before its reduce-scatter: the two largest units

@@ -169,6 +169,12 @@ class StepModel:
         return memory.state_bytes_per_param(t.element_bytes, c.zero, memory.zero_shard_ranks(c), t.engine,
                                             bf16=t.precision == "bf16")
 
+    def layer_state_bytes(self, kind: str) -> float:
+        """Weights, gradients and optimizer state of one layer on one device, with the quantised weight
+        copies of an FP8 recipe."""
+        return self.layer_params(kind) * (self.state_bytes.total
+                                          + memory.low_precision_weight_bytes(self.training.precision))
+
     def layer_transient_bytes(self, kind: str, recompute: str) -> float:
         """The working set while one layer of this kind runs its backward (recompute + gradients)."""
         t = self.training
@@ -212,6 +218,8 @@ class StepModel:
             buffers += memory.zero3_gather_buffer_bytes(self.unit_params(layout), t.element_bytes)
         transient = self.stage_transient_bytes(layout)
         weights, grads, optimizer = params * per_param.weights, params * per_param.grads, params * per_param.optimizer
+        layer_params = sum(c.count * self.layer_params(c.kind) for c in layout.layers)
+        weights += layer_params * memory.low_precision_weight_bytes(t.precision)
         allocated = weights + grads + optimizer + activations + buffers + transient
         return StageMemory(
             weights_bytes=weights, grads_bytes=grads, optimizer_bytes=optimizer, activations_bytes=activations,
@@ -310,7 +318,8 @@ class StepModel:
     def _prediction(self, step_s: float, breakdown: StepBreakdown, stages: list[StagePrediction]) -> Prediction:
         flops = compute.model_flops_per_step(self.model, self.training)
         per_stage = self.devices_per_stage()
-        peak = sum(per_stage * self.group(s.node_group).hardware.peak_flops(self.training.precision)
+        # MFU against the base (BF16) peak for FP8 recipes: the published tables' convention
+        peak = sum(per_stage * self.group(s.node_group).hardware.peak_flops(self.training.base_precision)
                    for s in stages)
         world = per_stage * len(stages)
         return Prediction(

@@ -34,7 +34,8 @@ def plan(inputs: Inputs, limits: SearchLimits | None = None, top: int = 5, time_
 
     limits = limits or SearchLimits()
     if limits.target is None:
-        limits = replace(limits, target=inputs.training.engine or default_target(inputs.cluster.primary.hardware.kind))
+        limits = replace(limits, target=inputs.training.engine or default_target(inputs.cluster.primary.hardware.kind,
+                                                                                        inputs.training.precision))
     if inputs.training.engine != limits.target:  # the engine that runs the plan prices its memory
         inputs = replace(inputs, training=inputs.training.model_copy(update={"engine": limits.target}))
     result = search(inputs.model, inputs.training, inputs.cluster, inputs.devices, limits, top=top,

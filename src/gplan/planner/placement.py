@@ -74,22 +74,29 @@ def _free_devices(cluster: ClusterSpec) -> list[list[DeviceRef]]:
 # ---- topology -----------------------------------------------------------------------------------
 
 def topology(cluster: ClusterSpec) -> "nx.Graph":
-    """Devices as `(node, local)` vertices; an edge per device pair in a node (intra-node link), and
-    each device to its node's switch port and the switch to the fabric (inter-node link)."""
+    """Devices as `(node, local)` vertices; an edge per device pair in a node (intra-node link); the
+    devices of a scale-up domain larger than a node (an NVL72 rack) also meet at its switch (intra-node
+    link); each device reaches the fabric (inter-node link). Edges cost 1/bandwidth, so a path takes the
+    fastest links."""
     import networkx as nx  # only `explain` and `validate` walk the graph; search stays quick to start
 
     graph = nx.Graph()
     node = 0
-    for group in cluster.node_groups:
-        for _ in range(group.nodes):
+
+    def link(a, b, kind: str, bandwidth: float) -> None:
+        graph.add_edge(a, b, link=kind, bandwidth_GBps=bandwidth, cost=1.0 / bandwidth)
+
+    for g, group in enumerate(cluster.node_groups):
+        for n in range(group.nodes):
             devices = [(node, i) for i in range(group.devices_per_node)]
             graph.add_nodes_from(devices, kind="device")
             for a in range(len(devices)):
                 for b in range(a + 1, len(devices)):
-                    graph.add_edge(devices[a], devices[b], link="intra",
-                                   bandwidth_GBps=group.intra_node.bandwidth_GBps)
+                    link(devices[a], devices[b], "intra", group.intra_node.bandwidth_GBps)
             for d in devices:
-                graph.add_edge(d, "fabric", link="inter", bandwidth_GBps=group.inter_node.bandwidth_GBps)
+                link(d, "fabric", "inter", group.inter_node.bandwidth_GBps)
+                if group.nodes_per_domain > 1:
+                    link(d, ("domain", g, n // group.nodes_per_domain), "intra", group.intra_node.bandwidth_GBps)
             node += 1
     return graph
 
@@ -114,4 +121,4 @@ def group_link(graph: "nx.Graph", devices: list[DeviceRef]) -> tuple[str, float]
 def _shortest_path(graph: "nx.Graph", a, b) -> list:
     import networkx as nx
 
-    return nx.shortest_path(graph, a, b)
+    return nx.shortest_path(graph, a, b, weight="cost")

@@ -289,7 +289,8 @@ def _no_candidate(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec
     refused = next(candidates(model, training, cluster, devices, replace(limits, target=None)), None) \
         if limits.target else None
     if refused is not None:  # there are configurations; the target runs none of them
-        why = config_refusals(TARGETS[limits.target], model, refused, refused.microbatches_for(training.gbs))[0]
+        why = config_refusals(TARGETS[limits.target], model, refused, refused.microbatches_for(training.gbs),
+                               training.precision)[0]
         return InfeasibleError(f"no configuration of {devices} devices that {limits.target} runs as priced: "
                                f"{why.detail}", hint=f"{why.avoid}, or another --target")
     return InfeasibleError(_no_candidate_message(model, training, devices, limits),

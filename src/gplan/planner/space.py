@@ -155,6 +155,6 @@ def _per_degrees(model: ModelSpec, training: TrainingSpec, limits: SearchLimits,
                     continue
                 config = ParallelConfig(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, mbs=mbs, sp=tp > 1, zero=zero,
                                         schedule=schedule, recompute="none")
-                if limits.target and config_refusals(TARGETS[limits.target], model, config, m):
+                if limits.target and config_refusals(TARGETS[limits.target], model, config, m, training.precision):
                     continue
                 yield config

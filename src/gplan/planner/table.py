@@ -70,7 +70,6 @@ def build_table(step: StepModel, options: list[str], groups: list[int] | None = 
     kinds = [k.name for k in step.model.layer_kinds()]
     groups = groups if groups is not None else list(range(len(step.cluster.node_groups)))
     per_stage = step.devices_per_stage()
-    per_param = step.state_bytes
     layer_time, fixed_time, fixed_mem = {}, {}, {}
     for q, kind in enumerate(kinds):
         for k, opt in enumerate(options):
@@ -102,7 +101,7 @@ def build_table(step: StepModel, options: list[str], groups: list[int] | None = 
         groups=groups,
         group_stage_capacity=[step.cluster.node_groups[g].devices // per_stage for g in groups],
         pp=c.pp, vpp=c.vpp, num_microbatches=step.num_microbatches, layer_time_s=layer_time,
-        layer_state_bytes=[step.layer_params(k) * per_param.total for k in kinds],
+        layer_state_bytes=[step.layer_state_bytes(k) for k in kinds],
         layer_activation_bytes={(q, k): step.layer_activation_bytes(kind, opt)
                                 for q, kind in enumerate(kinds) for k, opt in enumerate(options)},
         in_flight=[step.in_flight(i) for i in range(c.pp)], fixed_time_s=fixed_time,

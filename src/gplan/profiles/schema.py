@@ -90,6 +90,9 @@ class DeviceSpec(BaseModel):
     fragmentation: float = Field(default=0.0, ge=0, lt=1)
     """Memory the caching allocator reserves beyond what is allocated, as a fraction of the allocated."""
     efficiency: Efficiency
+    precision_efficiency: dict[str, float] = {}
+    """Precision -> factor on the GEMM efficiency of GEMMs run at that precision (FP8 with its scaling
+    and casts reaches a different fraction of its peak than BF16 of its own)."""
     engine_efficiency: dict[str, float] = {}
     """Engine -> factor on the compute efficiencies (GEMM, attention, element-wise) of runs that engine
     trains: the same layout runs at different speeds in Megatron-LM, Megatron-DeepSpeed and FSDP stacks.
@@ -97,7 +100,7 @@ class DeviceSpec(BaseModel):
 
     #: Fields added after schema v1 plans were first written, left out of the digest at their default.
     DIGEST_OPTIONAL: ClassVar[dict[str, object]] = {"communicator_MiB": 0.0, "fragmentation": 0.0,
-                                                    "engine_efficiency": {}}
+                                                    "engine_efficiency": {}, "precision_efficiency": {}}
 
     def for_engine(self, engine: str | None) -> "DeviceSpec":
         """This device as `engine` runs it: its compute efficiencies scaled by the engine's factor
@@ -150,12 +153,26 @@ class NodeGroup(BaseModel):
     resolves before validation (a schema never reads package data)."""
     nodes: int = Field(default=1, gt=0)
     devices_per_node: int = Field(gt=0)
+    """Devices of one host (one torchrun per node)."""
+    nodes_per_domain: int = Field(default=1, gt=0)
+    """Nodes sharing one scale-up domain whose links are `intra_node`: 1 for a DGX (NVLink inside the
+    box), 18 for an NVL72 rack (18 trays of 4 GPUs on one NVLink Switch System)."""
     intra_node: LinkSpec
+    """The scale-up link (NVLink, HCCS) between devices of one domain."""
     inter_node: LinkSpec
+    """The scale-out link (InfiniBand, RoCE) between domains."""
+
+    #: Fields added after schema v1 plans were first written, left out of the digest at their default.
+    DIGEST_OPTIONAL: ClassVar[dict[str, object]] = {"nodes_per_domain": 1}
 
     @property
     def devices(self) -> int:
         return self.nodes * self.devices_per_node
+
+    @property
+    def domain_devices(self) -> int:
+        """Devices of one scale-up domain (never more than the group has)."""
+        return min(self.devices, self.devices_per_node * self.nodes_per_domain)
 
 
 MAX_DEVICES = 2**20

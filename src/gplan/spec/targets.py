@@ -42,6 +42,8 @@ class Capabilities:
     tied_embeddings: bool = False
     """With llama_family_only: whether its model may tie the head to the embedding (torchtitan's
     `enable_weight_tying`)."""
+    precisions: frozenset[str] = frozenset({"bf16", "fp16", "fp32"})
+    """Training precisions it runs (FP8 recipes need Transformer Engine or torchao's kernels)."""
     sliding_window: bool = False
     """Sliding-window attention (Megatron's --window-size); gplan's workers run full attention."""
     selective: bool = True
@@ -65,7 +67,8 @@ TARGETS: dict[str, Capabilities] = {
     # --recompute-granularity selective takes no method: every layer (validate_args).
     "megatron": Capabilities("megatron", frozenset({"1f1b", "interleaved_1f1b"}), microbatches_at_least_stages=False,
                              cp=True, tied_embeddings_across_stages=True, recompute="block", uneven_split=True,
-                             zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False, sliding_window=True),
+                             zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False, sliding_window=True,
+                             precisions=frozenset({"bf16", "fp16", "fp32", "fp8", "mxfp8", "nvfp4"})),
     # torchtitan: one activation-checkpoint policy for all layers (apply_ac over every block); its llama3
     # module (swiglu, RMSNorm, RoPE); FSDP2 has no optimizer-only sharding, so zero 1 runs as zero 2
     # there (the export says so). Stages are exact: the export lists every chunk's modules.
@@ -100,15 +103,21 @@ class Refusal:
         return f"search again with --target {target}{also}"
 
 
-def default_target(hardware_kind: str) -> str:
-    """The backend of the cluster's hardware: MindSpore on Ascend NPUs, torch elsewhere."""
-    return "mindspore" if hardware_kind == "npu" else "torch"
+def default_target(hardware_kind: str, precision: str | None = None) -> str:
+    """The backend of the cluster's hardware: MindSpore on Ascend NPUs, torch elsewhere — Megatron-LM
+    for FP8 recipes on GPUs (Transformer Engine runs them; gplan's torch worker does not)."""
+    if hardware_kind == "npu":
+        return "mindspore"
+    return "megatron" if precision in ("fp8", "mxfp8", "nvfp4") else "torch"
 
 
 def config_refusals(target: Capabilities, model: ModelSpec, config: ParallelConfig,
-                    num_microbatches: int) -> list[Refusal]:
+                    num_microbatches: int, precision: str | None = None) -> list[Refusal]:
     """What `target` cannot run in a configuration, before any stage split."""
     t, c, found = target.name, config, []
+    if precision is not None and precision not in target.precisions:
+        found.append(Refusal("precision", f"{t} trains {', '.join(sorted(target.precisions))}, not {precision}",
+                             "--target megatron, or --precision bf16"))
     if c.pp > 1 and c.schedule not in target.schedules:
         found.append(Refusal("schedule", f"{t} runs {', '.join(sorted(target.schedules))}, not {c.schedule}",
                              f"--target {t}"))
@@ -244,5 +253,6 @@ def _describe(layouts: list[StageLayout]) -> str:
 
 
 def refusals(target: Capabilities, model: ModelSpec, config: ParallelConfig, num_microbatches: int,
-             layouts: list[StageLayout]) -> list[Refusal]:
-    return config_refusals(target, model, config, num_microbatches) + split_refusals(target, model, config, layouts)
+             layouts: list[StageLayout], precision: str | None = None) -> list[Refusal]:
+    return (config_refusals(target, model, config, num_microbatches, precision)
+            + split_refusals(target, model, config, layouts))

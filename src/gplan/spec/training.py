@@ -6,13 +6,17 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Precision = Literal["bf16", "fp16", "fp32"]
+Precision = Literal["bf16", "fp16", "fp32", "fp8", "mxfp8", "nvfp4"]
+"""fp8: FP8 GEMMs with per-tensor current scaling (Transformer Engine's `tensorwise`, Megatron-Bridge's
+FP8-CS); mxfp8: FP8 with 32-element block scales (Blackwell); nvfp4: FP4 with 16-element block scales
+(Blackwell). All three keep BF16 activations, weights, attention, norms, softmax and the loss."""
+LOW_PRECISION = ("fp8", "mxfp8", "nvfp4")
 Engine = Literal["torch", "mindspore", "megatron", "torchtitan", "deepspeed", "mindformers", "llm-foundry"]
 """The backends and export targets, and llm-foundry (MosaicML's FSDP stack): an engine gplan prices
 published runs of but neither launches nor exports to."""
 
 #: Bytes of one activation or weight element in each training precision.
-ELEMENT_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4}
+ELEMENT_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 2, "mxfp8": 2, "nvfp4": 2}
 
 
 class TrainingSpec(BaseModel):
@@ -49,6 +53,12 @@ class TrainingSpec(BaseModel):
     @property
     def element_bytes(self) -> int:
         return ELEMENT_BYTES[self.precision]
+
+    @property
+    def base_precision(self) -> str:
+        """The precision of everything but the layers' GEMMs (attention, the head, element-wise work) —
+        and the peak MFU is reported against (the convention of the published tables)."""
+        return "bf16" if self.precision in LOW_PRECISION else self.precision
 
     @property
     def tokens_per_step(self) -> int:

@@ -115,7 +115,7 @@ def engine_split(plan: Plan, engine: str, reprice: Reprice | None) -> tuple[list
     from gplan.spec.targets import TARGETS, config_refusals, same_split, split_refusals, runs_as
 
     caps = TARGETS[engine]
-    found = config_refusals(caps, plan.model, plan.parallel, plan.parallel.num_microbatches)
+    found = config_refusals(caps, plan.model, plan.parallel, plan.parallel.num_microbatches, plan.training.precision)
     if found:
         raise InputError(f"{engine} cannot run this plan ({found[0].capability}): {found[0].detail}",
                          hint=found[0].hint(engine))

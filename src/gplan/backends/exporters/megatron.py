@@ -104,7 +104,17 @@ def model_args(plan: Plan, notes: list[str]) -> list[str]:
         args.append("--disable-bias-linear")
     if t.precision in ("bf16", "fp16"):
         args.append(f"--{t.precision}")
+    elif t.precision in LOW_PRECISION_ARGS:
+        args += ["--bf16", *LOW_PRECISION_ARGS[t.precision]]
     return args + vocab_args(plan, notes)
+
+
+LOW_PRECISION_ARGS = {
+    "fp8": ["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"],   # current (per-tensor) scaling: FP8-CS
+    "mxfp8": ["--fp8-format", "e4m3", "--fp8-recipe", "mxfp8"],       # 32-element block scales (Blackwell)
+    "nvfp4": ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"],       # Transformer Engine ≥ 2.7
+}
+"""FP8 recipes on Megatron's command line (_add_transformer_engine_args), over BF16 weights and the rest."""
 
 
 def rotary_base(theta: float) -> str:
