@@ -30,10 +30,17 @@ def title(inputs) -> str:
         default = f" (measured profile {inputs.profile})"
     t = inputs.training
     batch = f" ({inputs.gbs_note}; choose with --gbs)" if inputs.gbs_note else ""
-    return (f"{inputs.model.name} on {inputs.devices} × {inputs.cluster.primary.hardware.name}, "
+    return (f"{inputs.model.name} on {devices_label(inputs.cluster, inputs.devices)}, "
             f"cluster {inputs.cluster.name}{default}; gbs {t.gbs} × seq {t.seq_length} = "
             f"{tokens(t.tokens_per_step)} tokens/step{batch}, {t.precision}"
             + (f", priced as {t.engine} runs it (choose with --target)" if t.engine else ""))
+
+
+def devices_label(cluster, devices: int) -> str:
+    """`64 × h100-sxm`, or every node group of a heterogeneous cluster: `32 × a100-80g + 32 × v100-32g`."""
+    if cluster.is_heterogeneous:
+        return " + ".join(f"{g.devices} × {g.hardware.name}" for g in cluster.node_groups)
+    return f"{devices} × {cluster.primary.hardware.name}"
 
 
 def tokens(count: float) -> str:

@@ -591,3 +591,20 @@ def test_megatron_carries_the_fp8_recipe_and_the_torch_backend_refuses_it(precis
     write_plan(plan, path)
     r = gplan("launch", str(path), "--dry-run")
     assert r.code == 3 and "(precision)" in r.stderr and "not " + precision in r.stderr
+
+
+def test_slurm_and_kubernetes_refuse_a_plan_whose_stages_need_different_hardware(gplan, tmp_path):
+    cluster = tmp_path / "mixed.yaml"
+    cluster.write_text("""
+name: mixed
+node_groups:
+  - {hardware: a100-80g, nodes: 1, devices_per_node: 8, intra_node: {bandwidth_GBps: 300}, inter_node: {bandwidth_GBps: 25}}
+  - {hardware: v100-32g, nodes: 1, devices_per_node: 8, intra_node: {bandwidth_GBps: 150}, inter_node: {bandwidth_GBps: 12.5}}
+""")
+    plan = tmp_path / "p.json"
+    assert gplan("search", "llama2-7b", "--cluster", str(cluster), "--gbs", "64", "--precision", "fp16", "--pp", "2",
+                 "--out", str(plan)).code == 0
+    for target in ("slurm", "k8s"):
+        r = gplan("export", str(plan), "--to", target, "-o", str(tmp_path / target), "--image", "reg/g:1")
+        assert r.code == 3 and "different hardware" in r.stderr and "--node-rank" in r.stderr
+        assert not (tmp_path / target).exists()

@@ -107,3 +107,5 @@ node_groups:
     devices = plan["placement"]["rank_to_device"]
     for s in plan["stages"]:
         assert {devices[r]["node_group"] for r in s["ranks"]} == {s["node_group"]}
+    # the header names both kinds of device, not "64 × a100-80g"
+    assert "32 × a100-80g + 32 × v100-32g" in " ".join(r.stderr.split())
