@@ -17,7 +17,6 @@ reported in-sample and leave-one-out: fitted on the other rows, predicting the o
 from __future__ import annotations
 
 import argparse
-import csv
 import statistics
 import sys
 from dataclasses import dataclass
@@ -26,15 +25,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from accuracy import DEFAULT_CSV as PUBLISHED_CSV  # noqa: E402
-from accuracy import case_layouts, load_cases  # noqa: E402
+from accuracy import case_layouts, load_bloom_cases, load_cases  # noqa: E402
 
 from gplan.cost_models import memory  # noqa: E402
 from gplan.cost_models.step import StepModel  # noqa: E402
-from gplan.profiles.catalogue import load_cluster  # noqa: E402
-from gplan.profiles.schema import ClusterSpec  # noqa: E402
-from gplan.spec.model import ModelSpec  # noqa: E402
-from gplan.spec.parallel import ParallelConfig, StageLayout, layout_from_sizes  # noqa: E402
-from gplan.spec.training import TrainingSpec  # noqa: E402
+from gplan.spec.parallel import StageLayout  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOOM_CSV = ROOT.parent / "shared" / "reference" / "bloom_sweep_runs.csv"
@@ -54,42 +49,15 @@ class Run:
     oom: bool
 
 
-def partition(model: ModelSpec, pp: int, embedding_aware: bool) -> list[int]:
-    """Megatron-DeepSpeed's pipeline partition of the transformer layers. `type:transformer` (the
-    default of the sweep) spreads the layers as evenly as DeepSpeed's `partition_uniform` does (the
-    remainder on the last stages); `type:transformer|embedding` (the 02-28 rows) counts each tied
-    embedding copy as one more layer, so the first and last stages hold one layer fewer."""
-    L = model.num_layers
-    units = L + 2 if embedding_aware else L
-    sizes = [units // pp + (1 if i >= pp - units % pp else 0) for i in range(pp)]
-    if embedding_aware:
-        sizes[0] -= 1
-        sizes[-1] -= 1
-    return sizes
-
-
-def bloom_runs(path: Path = BLOOM_CSV, cluster: ClusterSpec | None = None) -> list[Run]:
+def bloom_runs() -> list[Run]:
+    """The BLOOM rows as bench/accuracy.py prices them (`load_bloom_cases`: engine deepspeed, the
+    row's precision and pipeline partition), with their measured peak and outcome."""
     runs = []
-    for r in csv.DictReader(path.open()):
-        if not r["dp"] or not r["micro_batch_size"] or "no measurement" in r["status"]:
-            continue
-        L, h = int(r["num_layers"]), int(r["hidden_size"])
-        heads = int(r["num_heads"]) if r["num_heads"] else 64  # "all NHEADS=64" (SOURCES.md notes)
-        model = ModelSpec(name=r["model"], num_layers=L, hidden_size=h, num_attention_heads=heads,
-                          vocab_size=int(r["vocab_size"]), seq_length=int(r["seq_len"]), tie_embeddings=True,
-                          position_embedding="alibi", bias=True)
-        precision = "bf16" if r["precision"].upper().startswith("BF16") else "fp16"
-        config = ParallelConfig(dp=int(r["dp"]), tp=int(r["tp"]), pp=int(r["pp"]), mbs=int(r["micro_batch_size"]),
-                                zero=1, recompute="full")
-        # Megatron-DeepSpeed's fused softmax keeps the scores; no flash attention in 2022
-        training = TrainingSpec(gbs=int(r["global_batch_size"]), seq_length=int(r["seq_len"]), precision=precision,
-                                flash_attention=False, engine="deepspeed")
-        sizes = partition(model, config.pp, "embedding" in r["notes"])
-        layouts = layout_from_sizes(model, sizes, ["full"] * config.pp)
-        step = StepModel(model, training, cluster or load_cluster("dgx-a100-80g", config.world_size), config)
+    for case, r in load_bloom_cases(BLOOM_CSV):
         measured = float(r["peak_mem_gb"]) if r["peak_mem_gb"] else None
-        label = f"{r['model'].split('(')[1].rstrip(')')} {config.label()} {precision}"
-        runs.append(Run(r["row_id"], label, step, layouts, measured, r["status"] == "OOM"))
+        step = StepModel(case.model, case.training, case.cluster, case.config)
+        runs.append(Run(case.row_id, case.label.removeprefix("BLOOM "), step, case.layouts, measured,
+                        r["status"] == "OOM"))
     return runs
 
 

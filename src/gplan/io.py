@@ -99,3 +99,9 @@ def _input_error(exc: ValidationError, model_cls: type[BaseModel], source: str) 
     if not loc:
         return InputError(f"{source}: {message}", hint="correct the file; `gplan validate FILE` checks it again")
     return InputError(f"{source}: '{loc}': {message}", hint=f"{model_cls.__name__} keys: {', '.join(known)}")
+
+
+def drop_defaults(data: dict, optional: dict[str, object]) -> dict:
+    """`data` without the `optional` fields that hold their default: the canonical form a digest hashes,
+    so that fields added after a file format was first written leave old files' digests as they were."""
+    return {k: v for k, v in data.items() if not (k in optional and v == optional[k])}

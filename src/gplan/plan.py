@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gplan import __version__
 from gplan.errors import InputError
-from gplan.io import atomic_write_text
+from gplan.io import atomic_write_text, drop_defaults
 from gplan.profiles.schema import ClusterSpec, DeviceSpec, NodeGroup
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import LayerCount, ParallelConfig, StageLayout, check_config
@@ -282,13 +282,8 @@ def inputs_digest(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
 
 def _cluster_digest_dump(cluster: ClusterSpec) -> dict:
     data = cluster.model_dump(mode="json")
-    for group in data["node_groups"]:
-        for name, default in DeviceSpec.DIGEST_OPTIONAL.items():
-            if group["hardware"].get(name) == default:
-                group["hardware"].pop(name)
-        for name, default in NodeGroup.DIGEST_OPTIONAL.items():
-            if group.get(name) == default:
-                group.pop(name)
+    data["node_groups"] = [drop_defaults({**g, "hardware": drop_defaults(g["hardware"], DeviceSpec.DIGEST_OPTIONAL)},
+                                         NodeGroup.DIGEST_OPTIONAL) for g in data["node_groups"]]
     return data
 
 

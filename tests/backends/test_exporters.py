@@ -69,6 +69,14 @@ PLANS = {
 }
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def export(plan: Plan, target: str, **kw) -> Export:
     return render_export(plan, target, reprice=reprice_split, **kw)
 
@@ -340,7 +348,7 @@ def test_deepspeed_config_passes_deepspeeds_own_validation(name, tmp_path):
     plan = PLANS[name]()
     files = export(plan, "deepspeed").files
     (tmp_path / "ds_config.json").write_text(files["ds_config.json"])
-    port = str(29600 + DEEPSPEED_PLANS.index(name))
+    port = str(free_port())  # a fixed port collides with any other job on the machine
     done = subprocess.run([sys.executable, "-c", DEEPSPEED_CHECK, str(tmp_path / "ds_config.json"), str(plan.parallel.dp), port],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -13,6 +13,7 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gplan.errors import InputError
+from gplan.io import drop_defaults
 
 
 @dataclass(frozen=True)
@@ -111,11 +112,7 @@ class ModelSpec(BaseModel):
 
     def digest_dump(self) -> dict:
         """The JSON the inputs digest hashes: every field, but those of DIGEST_OPTIONAL at their default."""
-        data = self.model_dump(mode="json")
-        for name, default in self.DIGEST_OPTIONAL.items():
-            if data.get(name) == default:
-                data.pop(name)
-        return data
+        return drop_defaults(self.model_dump(mode="json"), self.DIGEST_OPTIONAL)
 
     @property
     def total_layers(self) -> int:

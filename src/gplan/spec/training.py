@@ -6,6 +6,8 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gplan.io import drop_defaults
+
 Precision = Literal["bf16", "fp16", "fp32", "fp8", "mxfp8", "nvfp4"]
 """fp8: FP8 GEMMs with per-tensor current scaling (Transformer Engine's `tensorwise`, Megatron-Bridge's
 FP8-CS); mxfp8: FP8 with 32-element block scales (Blackwell); nvfp4: FP4 with 16-element block scales
@@ -44,11 +46,7 @@ class TrainingSpec(BaseModel):
     DIGEST_OPTIONAL: ClassVar[dict[str, object]] = {"engine": None}
 
     def digest_dump(self) -> dict:
-        data = self.model_dump(mode="json")
-        for name, default in self.DIGEST_OPTIONAL.items():
-            if data.get(name) == default:
-                data.pop(name)
-        return data
+        return drop_defaults(self.model_dump(mode="json"), self.DIGEST_OPTIONAL)
 
     @property
     def element_bytes(self) -> int:

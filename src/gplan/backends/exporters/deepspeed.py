@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from gplan.backends.exporters import Export, ExportContext, flag_lines, recompute_counts, stamp
-from gplan.backends.exporters.megatron import rotary_base, vocab_divisor
+from gplan.backends.exporters.megatron import rotary_base, switch_args, vocab_divisor
 from gplan.backends.launch import default_nodes, script_node_variables, script_torchrun_line
 from gplan.errors import InputError
 from gplan.plan import Plan
@@ -90,14 +90,7 @@ def megatron_deepspeed_args(plan: Plan, layouts: list[StageLayout], notes: list[
     if m.position_embedding == "rope":
         args += ["--use-rotary-position-embeddings", "--no-position-embedding",
                  "--rotary-position-embeddings-theta", rotary_base(m.rope_theta)]
-    if m.ffn_kind == "swiglu":
-        args.append("--swiglu")
-    if not m.tie_embeddings:
-        args.append("--untie-embeddings-and-output-weights")
-    if not m.bias:
-        args.append("--disable-bias-linear")
-    if t.precision in ("bf16", "fp16"):
-        args.append(f"--{t.precision}")
+    args += switch_args(plan)
     d = vocab_divisor(m.vocab_size, c.tp)
     if m.vocab_size % (d * c.tp):
         notes.append(f"Megatron-DeepSpeed pads the vocabulary to a multiple of tp={c.tp}")

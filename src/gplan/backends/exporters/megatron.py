@@ -96,17 +96,20 @@ def model_args(plan: Plan, notes: list[str]) -> list[str]:
         args += ["--rotary-base", rotary_base(m.rope_theta)]
     if m.kv_heads != m.num_attention_heads:
         args += ["--group-query-attention", "--num-query-groups", str(m.kv_heads)]
-    if m.ffn_kind == "swiglu":
-        args.append("--swiglu")
-    if not m.tie_embeddings:
-        args.append("--untie-embeddings-and-output-weights")
-    if not m.bias:
-        args.append("--disable-bias-linear")
-    if t.precision in ("bf16", "fp16"):
-        args.append(f"--{t.precision}")
-    elif t.precision in LOW_PRECISION_ARGS:
+    args += switch_args(plan)
+    if t.precision in LOW_PRECISION_ARGS:
         args += ["--bf16", *LOW_PRECISION_ARGS[t.precision]]
     return args + vocab_args(plan, notes)
+
+
+def switch_args(plan: Plan) -> list[str]:
+    """The model switches Megatron-LM and its fork Megatron-DeepSpeed spell alike: swiglu, untied head,
+    no biases, 16-bit training."""
+    m, t = plan.model, plan.training
+    args = ["--swiglu"] if m.ffn_kind == "swiglu" else []
+    args += [] if m.tie_embeddings else ["--untie-embeddings-and-output-weights"]
+    args += [] if m.bias else ["--disable-bias-linear"]
+    return args + ([f"--{t.precision}"] if t.precision in ("bf16", "fp16") else [])
 
 
 LOW_PRECISION_ARGS = {
