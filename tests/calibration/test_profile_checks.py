@@ -34,9 +34,14 @@ def test_profiling_records_a_rejected_measurement_as_an_error(monkeypatch, tmp_p
     from gplan.profiles.files import read_profile
 
     class Broken:
+        """Measures mbs 2 as impossible every time: measured again twice, then recorded as an error."""
+        calls = 0
+
         def measure_shapes(self, spec, seq, precision, mbs_list, tp_list, device, done, keep):
-            keep(measurement(mbs=1, forward_s=0.005, backward_s=0.010))
-            keep(measurement(mbs=2, backward_s=0.0))
+            Broken.calls += 1
+            for m in (measurement(mbs=1, forward_s=0.005, backward_s=0.010), measurement(mbs=2, backward_s=0.0)):
+                if profiling.key_of(m) not in done:
+                    keep(m)
 
     from gplan.profiles.catalogue import load_model
 
@@ -48,6 +53,7 @@ def test_profiling_records_a_rejected_measurement_as_an_error(monkeypatch, tmp_p
     profiled = profiling.profile_layers(Broken(), start, request, "fp32", None, messages.append)
     kept = profiled.node_groups[0].hardware.measured
     assert [m.status for m in kept] == ["ok", "error"] and "times must be positive" in kept[1].note
+    assert Broken.calls == 1 + profiling.REMEASURE and any("measuring 1 rejected shape(s) again" in m for m in messages)
     assert any("catalogue's is kept" in m for m in messages)
     assert [m.status for m in read_profile(tmp_path / "p.yaml").node_groups[0].hardware.measured] == ["ok", "error"]
 
@@ -61,3 +67,26 @@ def test_a_profile_of_another_precision_is_refused(gplan, tmp_path):
     r = gplan("estimate", "tiny-llama", "--profile", str(path), "--devices", "1", "--precision", "bf16")
     assert r.code == 3 and "measured at fp32; this run is bf16" in r.stderr and "--precision fp32" in r.stderr
     assert gplan("estimate", "tiny-llama", "--profile", str(path), "--devices", "1", "--precision", "fp32").code == 0
+
+
+def test_a_shape_rejected_once_and_measured_well_again_is_kept(tmp_path):
+    from gplan.calibration import profile as profiling
+    from gplan.profiles.catalogue import load_model
+
+    class FirstCallCompiles:
+        calls = 0
+
+        def measure_shapes(self, spec, seq, precision, mbs_list, tp_list, device, done, keep):
+            FirstCallCompiles.calls += 1
+            backward = 0.0 if FirstCallCompiles.calls == 1 else 0.010  # the first call's forward held the compile
+            for m in (measurement(mbs=1, forward_s=0.005, backward_s=backward), measurement(mbs=2)):
+                if profiling.key_of(m) not in done:
+                    keep(m)
+
+    request = profiling.ProfileRequest(model=load_model("tiny-llama"), out=tmp_path / "p.yaml", nproc=1, nnodes=1,
+                                       node_rank=0, rdzv_endpoint=None, mbs=[1, 2], tp=[1], seq_length=128,
+                                       precision="fp32", max_bytes=None, device="cpu")
+    start = profiling.start_profile(tmp_path / "p.yaml", "cpu", 1, 1, "cpu", "torch")
+    profiled = profiling.profile_layers(FirstCallCompiles(), start, request, "fp32", None, lambda m: None)
+    assert sorted((m.mbs, m.status) for m in profiled.node_groups[0].hardware.measured) == [(1, "ok"), (2, "ok")]
+    assert FirstCallCompiles.calls == 2

@@ -129,8 +129,15 @@ def profile_layers(measurer: Measurer, profile: Profile, request: ProfileRequest
         write_profile(profile, request.out)
         progress(f"{result.part} tp={result.tp} mbs={result.mbs}: {result.status}" + (f" ({why})" if why else ""))
 
-    measurer.measure_shapes(request.model, request.seq_length or request.model.seq_length, precision, request.mbs,
-                            request.tp, device, done, keep)
+    seq = request.seq_length or request.model.seq_length
+    for attempt in range(REMEASURE + 1):
+        measurer.measure_shapes(request.model, seq, precision, request.mbs, request.tp, device, done, keep)
+        rejected = [m for m in measured if m.status == "error" and (m.note or "").startswith("rejected")]
+        if not rejected or attempt == REMEASURE:
+            break
+        progress(f"measuring {len(rejected)} rejected shape(s) again")
+        measured[:] = [m for m in measured if m not in rejected]
+        done = {key_of(m) for m in measured}
     fitted = fit_efficiency(with_layers(profile, measured), precision)
     if fitted.node_groups[0].hardware.efficiency == profile.node_groups[0].hardware.efficiency:
         progress("too few plausible layer measurements to fit the GEMM efficiency: the catalogue's is kept "
@@ -138,6 +145,9 @@ def profile_layers(measurer: Measurer, profile: Profile, request: ProfileRequest
     return fitted
 
 
+REMEASURE = 2
+"""How many more times a rejected shape is measured before it is recorded as an error (the first call of
+a shape can carry a compilation, and CPU timings swing)."""
 BACKWARD_RATIO = (0.25, 20.0)
 """A layer's backward against its forward: a GEMM's backward does twice its forward's FLOPs and flash
 attention's 2.5× (Dao 2023); outside 0.25–20× (wide: CPU timings on small shapes swing several-fold) a
