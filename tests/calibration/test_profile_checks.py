@@ -15,6 +15,18 @@ def measurement(mbs: int = 2, forward_s: float = 0.010, backward_s: float | None
                             forward_s=forward_s, backward_s=backward_s, **kw)
 
 
+def profile_tiny_llama(measurer, tmp_path, say):
+    """Profiles tiny-llama at mbs 1 and 2 with `measurer` standing in for the framework's measuring step."""
+    from gplan.calibration import profile as profiling
+    from gplan.profiles.catalogue import load_model
+
+    request = profiling.ProfileRequest(model=load_model("tiny-llama"), out=tmp_path / "p.yaml", nproc=1, nnodes=1,
+                                       node_rank=0, rdzv_endpoint=None, mbs=[1, 2], tp=[1], seq_length=128,
+                                       precision="fp32", max_bytes=None, device="cpu")
+    start = profiling.start_profile(tmp_path / "p.yaml", "cpu", 1, 1, "cpu", "torch")
+    return profiling.profile_layers(measurer, start, request, "fp32", None, say)
+
+
 def test_a_plausible_layer_passes():
     assert implausible(measurement(), [measurement(mbs=1, forward_s=0.005)]) is None
 
@@ -43,14 +55,8 @@ def test_profiling_records_a_rejected_measurement_as_an_error(monkeypatch, tmp_p
                 if profiling.key_of(m) not in done:
                     keep(m)
 
-    from gplan.profiles.catalogue import load_model
-
-    request = profiling.ProfileRequest(model=load_model("tiny-llama"), out=tmp_path / "p.yaml", nproc=1, nnodes=1,
-                                       node_rank=0, rdzv_endpoint=None, mbs=[1, 2], tp=[1], seq_length=128,
-                                       precision="fp32", max_bytes=None, device="cpu")
-    start = profiling.start_profile(tmp_path / "p.yaml", "cpu", 1, 1, "cpu", "torch")
     messages = []
-    profiled = profiling.profile_layers(Broken(), start, request, "fp32", None, messages.append)
+    profiled = profile_tiny_llama(Broken(), tmp_path, messages.append)
     kept = profiled.node_groups[0].hardware.measured
     assert [m.status for m in kept] == ["ok", "error"] and "times must be positive" in kept[1].note
     assert Broken.calls == 1 + profiling.REMEASURE and any("measuring 1 rejected shape(s) again" in m for m in messages)
@@ -71,7 +77,6 @@ def test_a_profile_of_another_precision_is_refused(gplan, tmp_path):
 
 def test_a_shape_rejected_once_and_measured_well_again_is_kept(tmp_path):
     from gplan.calibration import profile as profiling
-    from gplan.profiles.catalogue import load_model
 
     class FirstCallCompiles:
         calls = 0
@@ -83,10 +88,6 @@ def test_a_shape_rejected_once_and_measured_well_again_is_kept(tmp_path):
                 if profiling.key_of(m) not in done:
                     keep(m)
 
-    request = profiling.ProfileRequest(model=load_model("tiny-llama"), out=tmp_path / "p.yaml", nproc=1, nnodes=1,
-                                       node_rank=0, rdzv_endpoint=None, mbs=[1, 2], tp=[1], seq_length=128,
-                                       precision="fp32", max_bytes=None, device="cpu")
-    start = profiling.start_profile(tmp_path / "p.yaml", "cpu", 1, 1, "cpu", "torch")
-    profiled = profiling.profile_layers(FirstCallCompiles(), start, request, "fp32", None, lambda m: None)
+    profiled = profile_tiny_llama(FirstCallCompiles(), tmp_path, lambda m: None)
     assert sorted((m.mbs, m.status) for m in profiled.node_groups[0].hardware.measured) == [(1, "ok"), (2, "ok")]
     assert FirstCallCompiles.calls == 2
