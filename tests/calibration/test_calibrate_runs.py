@@ -22,15 +22,21 @@ HELD_OUT = {"dp2_mbs2": dict(dp=2, mbs=2)}
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory):
+    """Each plan launched twice, the rounds interleaved, and the faster launch kept: on two shared CPU cores a
+    background burst during one launch would otherwise read as a property of that plan's layout."""
     root = tmp_path_factory.mktemp("runs")
-    paths = {}
-    for name, degrees in {**FIT, **HELD_OUT}.items():
-        plan = tiny_plan(root / f"{name}.json", SMALL_LLAMA, None, TRAINING, **degrees)
-        r = CliRunner().invoke(app, ["launch", str(plan), "--run-dir", str(root / name), "--steps", "14",
-                                     "--warmup-steps", "3", "--device", "cpu"])
-        assert r.exit_code == 0, r.stderr[-2000:]
-        paths[name] = root / name / "run_report.json"
-    return paths
+    plans = {name: tiny_plan(root / f"{name}.json", SMALL_LLAMA, None, TRAINING, **degrees)
+             for name, degrees in {**FIT, **HELD_OUT}.items()}
+    launches = {name: [] for name in plans}
+    for round_ in range(2):
+        for name, plan in plans.items():
+            run_dir = root / f"{name}-{round_}"
+            r = CliRunner().invoke(app, ["launch", str(plan), "--run-dir", str(run_dir), "--steps", "14",
+                                         "--warmup-steps", "3", "--device", "cpu"])
+            assert r.exit_code == 0, r.stderr[-2000:]
+            launches[name].append(run_dir / "run_report.json")
+    return {name: min(paths, key=lambda p: json.loads(p.read_text())["step_time_s"])
+            for name, paths in launches.items()}
 
 
 def test_calibration_predicts_a_held_out_plan_within_15_percent(gplan, reports, tmp_path):
