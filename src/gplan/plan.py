@@ -208,6 +208,9 @@ class RunnerUp(BaseModel):
     step_time_s: float
     memory_bytes_per_device_max: float
     breakdown: StepBreakdown
+    solver: SolverInfo | None = None
+    """Where its split came from: the ILP, or the even split ("uniform") of a configuration whose ILP the
+    bound showed could not beat the winner. None in plans written before this was kept."""
 
 
 class SearchRecord(BaseModel):
@@ -219,15 +222,18 @@ class SearchRecord(BaseModel):
     """The search limits (SearchLimits fields) the user gave."""
     candidates: int
     ilps_solved: int
+    ilps_answered: int = 0
+    """ILPs settled without solving, by one of the same stage times and looser memory (planner.reuse)."""
     time_s: float
     runner_ups: list[RunnerUp] = []
     ilp_outcomes: dict[str, int] = {}
-    """ILPs by outcome: optimal, infeasible (no split fits), cutoff (cannot enter the top K: a valid
+    """ILPs by outcome: optimal, infeasible (no split fits), cutoff (cannot beat the best plan: a valid
     bound), time_limit (stopped with a solution, optimality not proven), unsolved (error or no solution
     within the limit, after a retry with the other solver)."""
     proven_optimal: bool | None = None
     """True only when every candidate was solved to optimality, shown infeasible, or cut off by a valid
-    bound — then the plan is the best under gplan's model. None in plans written before this was kept."""
+    bound — then the plan is the best under gplan's model (the runner-ups are not proven second to
+    fifth: the bound proves the winner). None in plans written before this was kept."""
     worst_gap: float = 0.0
     """The largest relative MIP gap of an ILP stopped at its time limit."""
 

@@ -370,6 +370,7 @@ def explain_json(plan_file, e, svg) -> dict:
 
 def search_json(out, result) -> dict:
     return {"plan": str(out), "candidates": result.candidates, "ilps_solved": result.solved,
+            "ilps_answered": result.answered,
             "search_time_s": result.time_s,
             "ranked": [{"parallel": c.config.model_dump(mode="json"),
                         "stage_layers": [[lc.model_dump() for lc in s.layers] for s in c.layouts],
@@ -383,7 +384,8 @@ def search_summary(result, devices: int) -> list[str]:
     if best.config.world_size < devices:
         lines.append(f"[yellow]note:[/] the best plan uses {best.config.world_size} of the {devices} devices "
                      "(faster than any layout of all of them)")
-    lines.append(f"searched {result.candidates} configurations, solved {result.solved} ILPs "
+    answered = f", {result.answered} more answered by a solved one" if result.answered else ""
+    lines.append(f"searched {result.candidates} configurations, solved {result.solved} ILPs{answered} "
                  f"({result.pruned} pruned by bounds) in {result.time_s:.2f} s; "
                  f"best split from {best.solver.name} ({best.solver.status}); {result.provenance_text()}")
     return lines

@@ -8,14 +8,17 @@ import random
 import pytest
 
 from gplan.errors import InfeasibleError
-from gplan.planner.search import memory_admits_a_split, search
-from gplan.planner.space import SearchLimits
+from gplan.cost_models.pipeline import pipeline_time_s
+from gplan.planner import ilp
+from gplan.planner.reuse import SolvedPool
+from gplan.planner.search import lower_bound_s, memory_admits_a_split, search
+from gplan.planner.space import SearchLimits, candidates
 from gplan.planner.table import build_table
 from gplan.profiles.catalogue import load_cluster
 from gplan.spec.model import ModelSpec
 from gplan.spec.training import TrainingSpec
 from gplan.cost_models.step import StepModel
-from gplan.spec.parallel import ParallelConfig
+from gplan.spec.parallel import LayerCount, ParallelConfig, StageLayout
 
 
 def random_instance(rng: random.Random):
@@ -37,8 +40,10 @@ def random_instance(rng: random.Random):
 
 @pytest.mark.parametrize("seed", range(10))
 def test_the_bounded_search_finds_the_unbounded_best(seed):
+    """The default space (every vpp chunking, cp, zero 0-3) with the bounds, the floor outside the
+    pipeline and the answers from solved ILPs (planner.reuse) against every ILP solved with none."""
     model, training, cluster, devices = random_instance(random.Random(seed))
-    limits = SearchLimits(mbs=[1, 2], vpp=[1], zero=[0, 1, 3], allow_fewer_devices=False)
+    limits = SearchLimits(mbs=[1, 2], allow_fewer_devices=False)
     try:
         unbounded = search(model, training, cluster, devices, limits, top=1, bounds=False).best
     except InfeasibleError:
@@ -47,6 +52,72 @@ def test_the_bounded_search_finds_the_unbounded_best(seed):
         return
     bounded = search(model, training, cluster, devices, limits, top=1).best
     assert bounded.prediction.step_time_s == pytest.approx(unbounded.prediction.step_time_s, rel=1e-6)
+
+
+def random_split(rng: random.Random, table, options: list[str]) -> list[StageLayout]:
+    """Any split of the table's layers (interleaved: equal counts), each stage with random options."""
+    total, p = table.total_layers, table.pp
+    if table.equal_layers:
+        sizes = [total // p] * p
+    else:
+        cuts = sorted(rng.sample(range(1, total), p - 1))
+        sizes = [b - a for a, b in zip([0] + cuts, cuts + [total])]
+    layouts = []
+    for i, size in enumerate(sizes):
+        counts = {}
+        for _ in range(size):
+            option = rng.choice(options)
+            counts[option] = counts.get(option, 0) + 1
+        layouts.append(StageLayout(layers=[LayerCount(kind="decoder", recompute=o, count=n) for o, n in counts.items()],
+                                   embedding=i == 0, head=i == p - 1))
+    return layouts
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_floor_outside_the_pipeline_is_below_every_splits(seed):
+    """`off_pipeline_floor_s` (optimizer, overhead, data-parallel exposure) is at most what the cost model
+    adds to the pipeline time for any split, and `lower_bound_s` at most the step time: random
+    configurations of the default space, random splits and recompute mixes."""
+    rng = random.Random(seed)
+    model, training, cluster, devices = random_instance(rng)
+    options = ["none", "selective", "full"]
+    configs = list(candidates(model, training, cluster, devices, SearchLimits(allow_fewer_devices=False)))
+    for config in rng.sample(configs, min(25, len(configs))):
+        step = StepModel(model, training, cluster.sized(config.world_size), config)
+        table = build_table(step, options)
+        for _ in range(4):
+            layouts = random_split(rng, table, options)
+            predicted = step.predict(layouts)
+            pipeline = pipeline_time_s([s.time_s for s in predicted.stages], step.num_microbatches, config.vpp)
+            assert predicted.step_time_s - pipeline >= table.outside_pipeline_floor_s * (1 - 1e-9), config.label()
+            assert lower_bound_s(table) <= predicted.step_time_s * (1 + 1e-9), config.label()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_an_answer_from_a_solved_ilp_equals_solving_it(seed):
+    """planner.reuse: the zero levels of one layout share their stage times; what the pool answers for one
+    from another's solved ILP is what its own ILP gives (same status; same objective when optimal)."""
+    rng = random.Random(seed)
+    model, training, cluster, devices = random_instance(rng)
+    configs = list(candidates(model, training, cluster, devices, SearchLimits(allow_fewer_devices=False)))
+    answered = 0
+    for config in rng.sample(configs, min(30, len(configs))):
+        pool = SolvedPool()
+        tables = [build_table(StepModel(model, training, cluster.sized(config.world_size),
+                                        config.model_copy(update={"zero": z})), ["none", "selective", "full"])
+                  for z in (3, 2, 1, 0) if z == 0 or config.dp * config.cp > 1]
+        cutoff = rng.choice([None, ilp.solve(tables[-1]).split.objective * rng.uniform(0.97, 1.05)
+                             if ilp.solve(tables[-1]).split else None])
+        for table in tables:
+            own = ilp.solve(table, cutoff=cutoff)
+            answer = pool.answer(table, cutoff)
+            if answer is not None:
+                answered += 1
+                assert answer.status == own.status
+                if own.status == "optimal":
+                    assert answer.split.objective == pytest.approx(own.split.objective, rel=1e-6)
+            pool.add(table, own, cutoff)
+    assert answered > 0
 
 
 def test_the_stage_holding_the_head_may_take_fewer_layers():

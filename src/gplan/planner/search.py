@@ -11,14 +11,16 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass, field, replace
+from functools import cached_property
 
 from gplan.cost_models.pipeline import pipeline_objective
 from gplan.cost_models.step import Prediction, StepModel
 from gplan.errors import InfeasibleError
 from gplan.plan import RunnerUp, SearchRecord, SolverInfo
 from gplan.planner import ilp
+from gplan.planner.reuse import SolvedPool
 from gplan.planner.space import SearchLimits, candidates
-from gplan.planner.table import CostTable, build_table, uniform_split
+from gplan.planner.table import CostTable, Split, build_table, uniform_split
 from gplan.profiles.schema import ClusterSpec
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import ParallelConfig, StageLayout
@@ -41,6 +43,8 @@ class SearchResult:
     ranked: list[Candidate]
     candidates: int = 0
     solved: int = 0
+    answered: int = 0
+    """ILPs settled by one solved before with the same stage times and looser memory (planner.reuse)."""
     pruned: int = 0
     memory_infeasible: int = 0
     time_s: float = 0.0
@@ -72,6 +76,7 @@ class SearchResult:
 def search_record(result: SearchResult, limits: SearchLimits) -> SearchRecord:
     """What the plan keeps of its search: the limits asked and the runner-ups."""
     return SearchRecord(limits=asdict(limits), candidates=result.candidates, ilps_solved=result.solved,
+                        ilps_answered=result.answered,
                         time_s=result.time_s, runner_ups=[runner_up(c) for c in result.ranked[1:]],
                         ilp_outcomes=dict(result.statuses), proven_optimal=result.proven_optimal,
                         worst_gap=result.worst_gap)
@@ -80,16 +85,30 @@ def search_record(result: SearchResult, limits: SearchLimits) -> SearchRecord:
 def runner_up(candidate: "Candidate") -> RunnerUp:
     """What a plan keeps of a candidate it beat."""
     p = candidate.prediction
-    return RunnerUp(parallel=candidate.config, stage_layers=[s.layers for s in candidate.layouts],
+    return RunnerUp(parallel=candidate.config, stage_layers=[s.layers for s in candidate.layouts], solver=candidate.solver,
                     step_time_s=p.step_time_s, memory_bytes_per_device_max=p.memory_bytes_per_device_max,
                     breakdown=p.breakdown)
 
 
 def lower_bound_s(table: CostTable) -> float:
-    """`(m − 1/v)·W/p + W/v` with W the work at the cheapest option on the fastest group: a valid
-    bound since T_max ≥ Σ T_i / p."""
+    """`(m − 1/v)·W/p + W/v + F` with W the work at the cheapest option on the fastest group and F the
+    step's floor outside the pipeline (`table.outside_pipeline_floor_s`): a valid bound on the step
+    time since T_max ≥ Σ T_i / p."""
     work = work_s(table)
-    return pipeline_objective(work / table.pp, work, table.num_microbatches, table.vpp)
+    t_max = max(work / table.pp, slot_bound_s(table))
+    return pipeline_objective(t_max, work, table.num_microbatches, table.vpp) + table.outside_pipeline_floor_s
+
+
+def slot_bound_s(table: CostTable) -> float:
+    """T_max on node groups of different speeds: stage i on group g holds n_i ≤ T_max / t_g layers (t_g a
+    layer's least time there), so L ≤ T_max · Σ_i 1/t_{g_i} ≤ T_max · R, R the sum over the p fastest
+    stage slots the groups' capacities allow. Without it a cluster half of V100s is bounded as if every
+    stage ran on an A100."""
+    per_group = {g: min(table.layer_time_s[q, k, g] for q in range(len(table.kinds)) for k in range(len(table.options)))
+                 for g in table.groups}
+    slots = sorted((1 / per_group[g] for g, cap in zip(table.groups, table.group_stage_capacity) for _ in range(cap)),
+                   reverse=True)[:table.pp]
+    return table.total_layers / sum(slots) if slots and len(slots) == table.pp else 0.0
 
 
 def work_s(table: CostTable) -> float:
@@ -120,7 +139,7 @@ def _stage_capacity(t: list[float], mu: list[float], time_s: float, memory_bytes
 def memory_aware_bound_s(table: CostTable, work_s: float) -> float:
     """A tighter bound: the least T_max at which every stage, limited by both T_max and its memory,
     can hold all layers between them (each layer priced at the most favourable kind and group);
-    then `(m − 1/v)·T_max + W/v`."""
+    then `(m − 1/v)·T_max + W/v + F`."""
     K, p = len(table.options), table.pp
     t = [min(table.layer_time_s[q, k, g] for q in range(len(table.kinds)) for g in table.groups) for k in range(K)]
     stages = []
@@ -138,14 +157,14 @@ def memory_aware_bound_s(table: CostTable, work_s: float) -> float:
             return min(caps) >= need - 1e-9
         return sum(min(c, table.total_layers) for c in caps) >= table.total_layers - 1e-9
 
-    lo = max(fixed for _, _, fixed in stages)
+    lo = max(fixed for _, _, fixed in stages)  # T_max ≥ every stage's fixed time
     hi = lo + table.total_layers * max(t)
     if not holds(hi):
         return math.inf
-    for _ in range(30):
+    while hi - lo > 1e-4 * hi:  # lo never holds, so the least T_max lies above it: lo is the bound
         mid = (lo + hi) / 2
         lo, hi = (lo, mid) if holds(mid) else (mid, hi)
-    return pipeline_objective(hi, work_s, table.num_microbatches, table.vpp)
+    return pipeline_objective(lo, work_s, table.num_microbatches, table.vpp) + table.outside_pipeline_floor_s
 
 
 def least_working(table: CostTable, i: int) -> float:
@@ -185,8 +204,11 @@ def search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devic
     """Best configurations by predicted step time, fitting memory; raises InfeasibleError.
 
     1. Price every candidate's cost table; drop those no split can fit (`memory_admits_a_split`).
-    2. Seed the ranking with the best uniform (Megatron) split of the most promising candidates.
-    3. Visit candidates by lower bound; solve the ILP while the bound beats the top-K step time.
+    2. Seed the ranking with the even (Megatron) splits of the first candidates by bound.
+    3. Visit candidates by lower bound; solve the ILP while the bound beats the best step time found.
+       Proving the top K instead (K − 1 more near-ties solved to optimality) cost 5× the ILPs for
+       runner-ups the table shows side by side; they are the best other configurations found, each
+       with the split its solver gave (`RunnerUp.solver`).
 
     `bounds=False` solves every candidate's ILP with no bound and no cut-off: the reference the tests
     hold the bounded search to (same best plan), far too slow for real use."""
@@ -202,33 +224,39 @@ def search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devic
         if bounds and not memory_admits_a_split(table):
             result.memory_infeasible += 1
             continue
-        uniform = [u for k in range(len(table.options)) if (u := uniform_split(table, k))]
-        best_uniform = min(uniform, key=lambda u: u.objective) if uniform else None
-        scored.append(_Scored(lower_bound_s(table), result.candidates, step, table, best_uniform))
+        scored.append(_Scored(lower_bound_s(table), result.candidates, step, table))
     if not result.candidates:
         raise _no_candidate(model, training, cluster, devices, limits)
     found: dict[ParallelConfig, Candidate] = {}
-    seeds = sorted((s for s in scored if s.uniform), key=lambda s: s.uniform.objective)[:2 * top]
-    for s in seeds:
-        _keep(found, s.step, s.uniform.layouts(s.table), SolverInfo(name="uniform", status="none"), target=limits.target)
+    pool = SolvedPool()
     scored.sort(key=lambda item: (item.bound, item.order))
+    # seeds: the even splits of the first candidates by bound, so that the bound prunes from the start
+    for s in [s for s in scored[:SEED_WINDOW] if s.uniform][:2 * top]:
+        _keep(found, s.step, s.uniform.layouts(s.table), SolverInfo(name="uniform", status="none"), target=limits.target)
     for index, s in enumerate(scored):
         if progress:
             progress(index + 1, len(scored), result.solved, min((c.prediction.step_time_s for c in found.values()),
                                                                 default=None))
-        incumbent = _kth_best(found, top) if bounds else math.inf
+        # the bound proves the best plan only: runner-ups are the best other configurations found
+        incumbent = _kth_best(found, 1) if bounds else math.inf
         if s.bound >= incumbent:
             result.pruned += len(scored) - index
             break
         if bounds and memory_aware_bound_s(s.table, work_s(s.table)) >= incumbent:
             result.pruned += 1
             continue
-        cutoff = incumbent if bounds else None
-        solved = ilp.solve(s.table, time_limit_s, cutoff=cutoff)
-        if solved.status == "unsolved":  # one retry with the other solver before giving up on it
-            solved = ilp.solve(s.table, time_limit_s, cutoff=cutoff, solver="cbc")
-        result.solved += 1
-        result.solver_time_s += solved.time_s
+        # the ILP optimises the pipeline time: a split must beat the incumbent less the step's floor
+        cutoff = incumbent - s.table.outside_pipeline_floor_s if bounds else None
+        solved = pool.answer(s.table, cutoff) if bounds else None
+        if solved is not None:
+            result.answered += 1
+        else:
+            solved = ilp.solve(s.table, time_limit_s, cutoff=cutoff)
+            if solved.status == "unsolved":  # one retry with the other solver before giving up on it
+                solved = ilp.solve(s.table, time_limit_s, cutoff=cutoff, solver="cbc")
+            pool.add(s.table, solved, cutoff)
+            result.solved += 1
+            result.solver_time_s += solved.time_s
         result.statuses[solved.status] = result.statuses.get(solved.status, 0) + 1
         if solved.status == "time_limit":
             result.worst_gap = max(result.worst_gap, solved.gap if solved.gap == solved.gap else 1.0)
@@ -252,13 +280,22 @@ def search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devic
     return result
 
 
+#: Candidates, first by bound, whose even splits seed the ranking.
+SEED_WINDOW = 64
+
+
 @dataclass
 class _Scored:
     bound: float
     order: int
     step: StepModel
     table: CostTable
-    uniform: object
+
+    @cached_property
+    def uniform(self) -> Split | None:
+        """The best even split (one recompute option for every layer) that fits, or None."""
+        splits = [u for k in range(len(self.table.options)) if (u := uniform_split(self.table, k))]
+        return min(splits, key=lambda u: u.objective) if splits else None
 
 
 def _keep(found: dict, step: StepModel, layouts: list[StageLayout], info: SolverInfo, replace: bool = False,

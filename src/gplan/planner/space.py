@@ -22,13 +22,15 @@ class SearchLimits:
     pp: list[int] | None = None
     dp: list[int] | None = None
     cp: list[int] | None = None
-    """Default: 1, and 2/4/8 for sequences of 32k tokens and more."""
+    """Default: every power of two that leaves each cp rank at least `MIN_CP_CHUNK_TOKENS` tokens and
+    splits the sequence into 2·cp causal chunks; the bounds prune those that cannot pay."""
     mbs: list[int] | None = None
     """Default: 1, 2, 4, 8."""
     vpp: list[int] | None = None
-    """Default: 1, 2, 4 (interleaving when the layers and micro-batches divide)."""
+    """Default: every chunking of a stage's layers (each v dividing L/pp), when the micro-batches divide
+    into pp."""
     zero: list[int] | None = None
-    """Default: 0, 1, 3."""
+    """Default: 0, 1, 2, 3."""
     recompute: list[str] = field(default_factory=lambda: list(RECOMPUTE_OPTIONS))
     """Options the ILP may give each layer."""
     schedule: list[str] | None = None
@@ -105,10 +107,29 @@ def tp_options(model: ModelSpec, cluster: ClusterSpec, limits: SearchLimits) -> 
     return [t for t in pool if model.tp_divides(t)]
 
 
+#: Below this many tokens per cp rank the attention block is too small for the ring's exchange to hide
+#: behind it (Megatron's own cp runs start at 2·4096-token sequences); a stated cut of the default space.
+MIN_CP_CHUNK_TOKENS = 1024
+
+
 def cp_options(training: TrainingSpec, limits: SearchLimits) -> list[int]:
+    """The user's cp list, else every power of two cp with seq/cp ≥ MIN_CP_CHUNK_TOKENS and 2·cp | seq."""
     if limits.cp:
         return limits.cp
-    return [1, 2, 4, 8] if training.seq_length >= 32768 else [1]
+    out, cp = [1], 2
+    while training.seq_length // cp >= MIN_CP_CHUNK_TOKENS and training.seq_length % (2 * cp) == 0:
+        out.append(cp)
+        cp *= 2
+    return out
+
+
+def vpp_options(layers: int, pp: int, limits: SearchLimits) -> list[int]:
+    """The user's vpp list, else 1 and every v > 1 that divides each stage's L/pp layers into equal chunks."""
+    if limits.vpp:
+        return limits.vpp
+    if pp == 1 or layers % pp:
+        return [1]
+    return divisors(layers // pp)
 
 
 def candidates(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devices: int,
@@ -142,7 +163,7 @@ def _per_degrees(model: ModelSpec, training: TrainingSpec, limits: SearchLimits,
         if per_replica % mbs:
             continue
         m = per_replica // mbs
-        for vpp in limits.vpp or [1, 2, 4]:
+        for vpp in vpp_options(model.total_layers, pp, limits):
             if vpp > 1 and (pp == 1 or model.total_layers % (pp * vpp) or m % pp):
                 continue
             schedule = "interleaved_1f1b" if vpp > 1 else "1f1b"
@@ -150,7 +171,7 @@ def _per_degrees(model: ModelSpec, training: TrainingSpec, limits: SearchLimits,
                 if not (vpp == 1 and "gpipe" in limits.schedule):
                     continue
                 schedule = "gpipe"
-            for zero in limits.zero or [0, 1, 3]:
+            for zero in limits.zero or [0, 1, 2, 3]:
                 if zero > 0 and dp * cp == 1:
                     continue
                 config = ParallelConfig(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, mbs=mbs, sp=tp > 1, zero=zero,

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 
-from gplan.cost_models import memory
+from gplan.cost_models import communication as comm
+from gplan.cost_models import compute, memory
 from gplan.cost_models.pipeline import pipeline_time_s
 from gplan.cost_models.step import StepModel
 from gplan.spec.parallel import LayerCount, StageLayout, even_sizes
@@ -51,9 +53,16 @@ class CostTable:
     stage_transient_bytes: dict[int, float] = field(default_factory=dict)
     """i -> the working set of stage i's loss backward (the head's stage); the stage's transient is
     the largest of this and those of the options it holds."""
+    outside_pipeline_floor_s: float = 0.0
+    """A lower bound, over every split, of what the step adds to the pipeline time (`off_pipeline_floor_s`)."""
 
     def option_transient(self, k: int) -> float:
-        return max((v for (q, kk), v in self.layer_transient_bytes.items() if kk == k), default=0.0)
+        return self._option_transients[k]
+
+    @cached_property
+    def _option_transients(self) -> list[float]:
+        return [max((v for (q, kk), v in self.layer_transient_bytes.items() if kk == k), default=0.0)
+                for k in range(len(self.options))]
 
     @property
     def total_layers(self) -> int:
@@ -79,7 +88,13 @@ def build_table(step: StepModel, options: list[str], groups: list[int] | None = 
                                        + step.layer_tp_comm_s(kind, opt, g) + step.layer_cp_comm_s(kind, g))
     widest = max(step.layer_params(k) for k in kinds)
     for i in range(c.pp):
+        # an empty stage without embedding or head has no activations, so every middle stage is the
+        # same (its in-flight count multiplies nothing): price the first one and copy it
+        middle = 0 < i < c.pp - 1
         for g in groups:
+            if middle and i > 1:
+                fixed_time[i, g], fixed_mem[i, g] = fixed_time[1, g], fixed_mem[1, g]
+                continue
             empty = StageLayout(layers=[], embedding=i == 0, head=i == c.pp - 1, node_group=g)
             stage = step.stage(i, empty)
             fixed_time[i, g] = stage.time_s
@@ -92,6 +107,9 @@ def build_table(step: StepModel, options: list[str], groups: list[int] | None = 
                 buffers = buffers + memory.zero3_gather_buffer_bytes(units, step.training.element_bytes)
             fixed_mem[i, g] = m.weights_bytes + m.grads_bytes + m.optimizer_bytes + m.activations_bytes + buffers
     budgets = []
+    floor_s = off_pipeline_floor_s(step, groups, [step.stage_params(StageLayout(layers=[], embedding=i == 0,
+                                                                                    head=i == c.pp - 1))
+                                                  for i in range(c.pp)], options)
     for g, group in enumerate(step.cluster.node_groups):
         device = group.hardware
         usable = step.memory_budget(g) - device.reserve_GiB * 1024**3 - step.communicator_bytes(g)
@@ -110,7 +128,64 @@ def build_table(step: StepModel, options: list[str], groups: list[int] | None = 
                                for q, kind in enumerate(kinds) for k, opt in enumerate(options)},
         stage_transient_bytes={i: step.head_transient_bytes(StageLayout(layers=[], embedding=i == 0,
                                                                          head=i == c.pp - 1)) for i in range(c.pp)},
+        outside_pipeline_floor_s=floor_s,
     )
+
+
+def off_pipeline_floor_s(step: StepModel, groups: list[int], fixed_params: list[float], options: list[str]) -> float:
+    """The least the step adds to the pipeline time whatever the split (StepModel.predict: pipeline +
+    max_i dp_i + max_i optimizer_i + overhead). Each max is at least the mean over the p stages, and
+    what the means need — Σ params, Σ forward, Σ backward — does not depend on the split (each layer
+    sits on one stage), except the backward's recompute, taken at its most. The optimizer's time and
+    the ring collectives are affine in the bytes of a non-empty stage, so their mean is their value at
+    the mean stage; mean(max(0, x_i)) ≥ max(0, mean x_i). The data-parallel term counts 0 on a
+    heterogeneous cluster (its stages' links differ)."""
+    c = step.config
+    total = sum(fixed_params) + sum(k.count * step.layer_params(k.name) for k in step.model.layer_kinds())
+    ranks = memory.zero_shard_ranks(c) if c.zero >= 1 else 1
+    optimizer = min(compute.optimizer_time_s(step.device(g), total / c.pp / ranks) for g in groups)
+    overhead = min(step.cluster.node_groups[g].hardware.efficiency.step_overhead_s for g in groups)
+    dp = dp_floor_s(step, groups[0], total, fixed_params, options) if len(groups) == 1 else 0.0
+    return optimizer + overhead + dp
+
+
+def dp_floor_s(step: StepModel, g: int, total_params: float, fixed_params: list[float], options: list[str]) -> float:
+    """Mean over stages of StepModel.dp_exposed_s (tied-embedding all-reduce counted 0), the argument of
+    `off_pipeline_floor_s`. zero 3's exposure is a sum over units, so its mean is exact up to recompute."""
+    c, e = step.config, step.training.element_bytes
+    ranks = memory.zero_shard_ranks(c)
+    if ranks == 1:
+        return 0.0
+    link = comm.axis_link(step.group(g), c, "dp")
+    p = c.pp
+    kinds = step.model.layer_kinds()
+    times = {k.name: step.layer_time(k.name, g) for k in kinds}
+    if c.zero >= 3:
+        exposed = 0.0
+        for k in kinds:
+            lt, params = times[k.name], step.layer_params(k.name)
+            gather = comm.allgather_time_s(params * e, ranks, link)
+            scatter = comm.reduce_scatter_time_s(params * memory.GRAD_BYTES, ranks, link)
+            backward = lt.backward_s + max(lt.recompute_s(o) for o in options)
+            exposed += k.count * (max(0.0, gather - lt.forward_s) + max(0.0, gather + scatter - backward))
+        for fixed in fixed_params:
+            if fixed:
+                exposed += 2 * comm.allgather_time_s(fixed * e, ranks, link) + \
+                    comm.reduce_scatter_time_s(fixed * memory.GRAD_BYTES, ranks, link)
+        return step.num_microbatches * exposed / p
+    forward = sum(k.count * times[k.name].forward_s for k in kinds)
+    backward = sum(k.count * (times[k.name].backward_s + max(times[k.name].recompute_s(o) for o in options))
+                   for k in kinds)
+    device = step.device(g)
+    for f, b in (compute.embedding_time(step.model, step.training, step.shard, device),
+                 compute.head_time(step.model, step.training, step.shard, device)):
+        forward, backward = forward + f, backward + b
+    mean_params = total_params / p
+    if c.zero == 0:
+        return max(0.0, comm.ring_allreduce_time_s(mean_params * memory.GRAD_BYTES, ranks, link) - backward / p)
+    scatter = comm.reduce_scatter_time_s(mean_params * memory.GRAD_BYTES, ranks, link)
+    gather = comm.allgather_time_s(mean_params * e, ranks, link)
+    return max(0.0, scatter - backward / p) + max(0.0, gather - forward / p)
 
 
 @dataclass(frozen=True)
@@ -147,11 +222,9 @@ def stage_memory(table: CostTable, counts_i: list[list[int]], i: int, g: int) ->
 
 
 def uniform_split(table: CostTable, option: int) -> Split | None:
-    """Megatron's even split, every layer with one recompute option, stages on the first groups with
-    room; None when it does not fit or the kinds would need per-stage groups (heterogeneous)."""
-    if len(table.groups) > 1:
-        return None
-    g = table.groups[0]
+    """Megatron's even split, every layer with one recompute option; on several node groups the stages
+    fill the groups in order (then in reverse order), as many as each group hosts. None when nothing
+    fits."""
     sizes = even_sizes(table.total_layers, table.pp)
     sequence = [q for q, count in enumerate(table.layers_per_kind) for _ in range(count)]
     counts, start = [], 0
@@ -160,8 +233,16 @@ def uniform_split(table: CostTable, option: int) -> Split | None:
         start += size
         counts.append([[chunk.count(q) if k == option else 0 for k in range(len(table.options))]
                        for q in range(len(table.kinds))])
-    for i, c in enumerate(counts):
-        if stage_memory(table, c, i, g) > table.budget_bytes[g]:
-            return None
-    times = [stage_time(table, c, i, g) for i, c in enumerate(counts)]
-    return Split(counts=counts, stage_groups=[g] * table.pp, objective=table.objective(times))
+    best = None
+    for order in ([table.groups] if len(table.groups) == 1 else [table.groups, table.groups[::-1]]):
+        slots = [g for g in order for _ in range(table.group_stage_capacity[table.groups.index(g)])]
+        if len(slots) < table.pp:
+            continue
+        stage_groups = slots[:table.pp]
+        if any(stage_memory(table, c, i, g) > table.budget_bytes[g] for i, (c, g) in enumerate(zip(counts, stage_groups))):
+            continue
+        times = [stage_time(table, c, i, g) for i, (c, g) in enumerate(zip(counts, stage_groups))]
+        split = Split(counts=counts, stage_groups=stage_groups, objective=table.objective(times))
+        if best is None or split.objective < best.objective:
+            best = split
+    return best

@@ -1,0 +1,102 @@
+"""Published layouts against gplan's search, under gplan's own model and at the same memory allowance.
+
+For each layout NVIDIA published for Megatron-LM on H100 (mbs 1, distributed optimizer, sequence
+parallelism; issue 18's list), price it with the cost model as Megatron runs it; give the devices the
+memory that layout needs under the model (when that is more than an H100 has, so the comparison is at
+the published layout's allowance, not a smaller one); search the same devices, batch and sequence for
+Megatron-LM; report both step times.
+
+    python bench/published_layouts.py [--readme]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from gplan.cost_models.step import StepModel
+from gplan.planner import plan as best_plan
+from gplan.planner.inputs import resolve_inputs
+from gplan.planner.space import SearchLimits
+from gplan.spec.parallel import ParallelConfig, uniform_layout
+from gplan.spec.targets import TARGETS, runs_as
+
+ROOT = Path(__file__).resolve().parents[1]
+BEGIN, END = "<!-- published-layouts:begin -->", "<!-- published-layouts:end -->"
+
+
+@dataclass(frozen=True)
+class Published:
+    model: str
+    devices: int
+    gbs: int
+    seq_length: int
+    tp: int
+    pp: int
+    vpp: int
+    cp: int
+
+    @property
+    def config(self) -> ParallelConfig:
+        dp = self.devices // (self.tp * self.pp * self.cp)
+        return ParallelConfig(dp=dp, tp=self.tp, pp=self.pp, vpp=self.vpp, cp=self.cp, mbs=1, sp=True, zero=1,
+                              schedule="interleaved_1f1b" if self.vpp > 1 else "1f1b")
+
+
+#: Megatron-LM's published H100 layouts (NVIDIA Megatron-LM performance tables), as quoted in issue 18.
+LAYOUTS = [Published("llama3-70b", 512, 1024, 8192, 4, 4, 5, 2), Published("llama3-405b", 2304, 1008, 8192, 8, 9, 7, 2),
+           Published("gpt3-175b", 1024, 1024, 2048, 4, 8, 12, 1)]
+
+
+def compare(case: Published) -> dict:
+    inputs = resolve_inputs(case.model, case.devices, "dgx-h100", gbs=case.gbs, seq_length=case.seq_length,
+                            target="megatron")
+    config = case.config
+    layouts = runs_as(TARGETS["megatron"], inputs.model, config, uniform_layout(inputs.model, config.pp, "none"))
+    published = StepModel(inputs.model, inputs.training, inputs.cluster, config).predict(layouts)
+    allowance = max(s.memory_bytes for s in published.stages) / (1 - inputs.training.memory_headroom)
+    cluster = inputs.cluster
+    if not published.fits:  # raise every device's memory to what the published layout needs
+        gib = math.ceil(allowance / 2**30)
+        groups = [g.model_copy(update={"hardware": g.hardware.model_copy(update={"memory_GiB": gib})})
+                  for g in cluster.node_groups]
+        cluster = cluster.model_copy(update={"node_groups": groups})
+        inputs = replace(inputs, cluster=cluster)
+        published = StepModel(inputs.model, inputs.training, cluster, config).predict(layouts)
+    planned = best_plan(inputs, SearchLimits(target="megatron", allow_fewer_devices=False), top=1)
+    return {"case": case, "published_s": published.step_time_s, "published_fits": published.fits,
+            "memory_GiB": cluster.primary.hardware.memory_GiB, "search_s": planned.plan.prediction.step_time_s,
+            "search": planned.plan.parallel.label(), "proven": planned.search.proven_optimal}
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| model | H100s | gbs × seq | published layout | its step (model) | memory allowance | gplan search | "
+             "its step | speed-up |", "|---|---:|---|---|---:|---:|---|---:|---:|"]
+    for r in rows:
+        c = r["case"]
+        lines.append(f"| {c.model} | {c.devices} | {c.gbs} × {c.seq_length} | tp{c.tp} pp{c.pp} vpp{c.vpp} cp{c.cp} | "
+                     f"{r['published_s']:.2f} s | {r['memory_GiB']:g} GiB | {r['search']} | {r['search_s']:.2f} s | "
+                     f"{r['published_s'] / r['search_s']:.3f}× |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--readme", action="store_true", help="rewrite the README's table")
+    args = parser.parse_args()
+    rows = [compare(c) for c in LAYOUTS]
+    text = table(rows)
+    print(text)
+    if args.readme:
+        readme = ROOT / "README.md"
+        s = readme.read_text()
+        start, end = s.index(BEGIN) + len(BEGIN), s.index(END)
+        readme.write_text(s[:start] + "\n" + text + "\n" + s[end:])
+    return 0 if all(r["search_s"] <= r["published_s"] * (1 + 1e-9) for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
