@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gplan import __version__
 from gplan.errors import InputError
@@ -149,11 +150,31 @@ class StagePlan(BaseModel):
     embedding: bool
     head: bool
     node_group: int
-    ranks: list[int]
+    first_rank: int = Field(ge=0)
+    num_ranks: int = Field(ge=1)
+    """The stage's ranks are first_rank … first_rank + num_ranks − 1 (the rank grid's stage slice)."""
     time_s: float
     """Forward + backward + communication of one micro-batch."""
     memory_bytes: float
     memory: StageMemory
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_rank_list(cls, data):
+        """Plans written before listed every rank of a stage: read a consecutive list as its range (a
+        list with gaps keeps its shape wrong, and the plan check names `ranks`)."""
+        if isinstance(data, dict) and "ranks" in data and "first_rank" not in data:
+            ranks = data["ranks"]
+            data = {k: v for k, v in data.items() if k != "ranks"}
+            if ranks and ranks == list(range(ranks[0], ranks[0] + len(ranks))):
+                data.update(first_rank=ranks[0], num_ranks=len(ranks))
+            else:
+                raise ValueError("ranks: not one consecutive range (the rank grid's stage slice)")
+        return data
+
+    @property
+    def ranks(self) -> range:
+        return range(self.first_rank, self.first_rank + self.num_ranks)
 
 
 class DeviceRef(BaseModel):
@@ -166,14 +187,30 @@ class DeviceRef(BaseModel):
     """Device index inside its node (CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES order)."""
 
 
+class DeviceRange(BaseModel):
+    """`count` consecutive devices of one node group, counted node by node from the group's first
+    device: device j of the group is local device j mod D of the group's node j div D."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    node_group: int
+    first: int = Field(ge=0)
+    count: int = Field(ge=1)
+
+
 class Placement(BaseModel):
-    """The rank grid (axes outermost first, tp innermost) and the device of every rank."""
+    """The rank grid (axes outermost first, tp innermost) and the devices of every stage: a rule, not a
+    list, so that a plan of a million ranks stays a few kilobytes. pp is the outermost axis, so stage i
+    holds ranks i·S … (i+1)·S − 1 (S = dp·cp·tp), and they run in rank order on `stage_devices[i]`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     axis_order: list[str]
     mesh_shape: list[int]
-    rank_to_device: list[DeviceRef]
+    stage_devices: list[DeviceRange]
+
+    def stage_size(self) -> int:
+        return math.prod(self.mesh_shape) // self.mesh_shape[self.axis_order.index("pp")]
 
 
 class SolverInfo(BaseModel):
@@ -257,9 +294,33 @@ class Plan(BaseModel):
     """The backend or export target the search bounded its space by (spec.targets); None in plans
     written before targets existed, or built by hand."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _from_rank_list(cls, data):
+        """Plans written before the rule listed every rank's device: read them as ranges when they are
+        ranges (what gplan always wrote)."""
+        placement = data.get("placement") if isinstance(data, dict) else None
+        if isinstance(placement, dict) and "rank_to_device" in placement and "stage_devices" not in placement:
+            placement = dict(placement)
+            placement["stage_devices"] = _ranges_of(placement.pop("rank_to_device"), placement, data.get("cluster"))
+            data = {**data, "placement": placement}
+        return data
+
     @property
     def world_size(self) -> int:
         return self.parallel.world_size
+
+    def device_of(self, rank: int) -> DeviceRef:
+        """The device rank `rank` runs on, from the placement's rule."""
+        p = self.placement
+        size = p.stage_size()
+        stage, offset = divmod(rank, size)
+        r = p.stage_devices[stage]
+        return _group_device(self.cluster, r.node_group, r.first + offset)
+
+    def rank_devices(self) -> list[DeviceRef]:
+        """Every rank's device, in rank order (O(world size): for explain and small plans)."""
+        return placement_devices(self.cluster, self.placement)
 
     @property
     def layout_digest(self) -> str:
@@ -270,6 +331,38 @@ class Plan(BaseModel):
                            [[lc.model_dump() for lc in s.layers] for s in self.stages],
                            self.placement.model_dump(mode="json")], sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def placement_devices(cluster: ClusterSpec, placement: Placement) -> list[DeviceRef]:
+    """Every rank's device under a placement's rule, in rank order."""
+    return [_group_device(cluster, r.node_group, r.first + k) for r in placement.stage_devices for k in range(r.count)]
+
+
+def _group_device(cluster: ClusterSpec, group: int, index: int) -> DeviceRef:
+    """Device `index` of node group `group`, counted node by node."""
+    first_node = sum(g.nodes for g in cluster.node_groups[:group])
+    per_node = cluster.node_groups[group].devices_per_node
+    return DeviceRef(node_group=group, node=first_node + index // per_node, local=index % per_node)
+
+
+def _ranges_of(devices: list, placement: dict, cluster: dict | None) -> list[dict]:
+    """An old plan's rank list as one device range per stage; ValueError when it is not one."""
+    shape, order = placement.get("mesh_shape") or [], placement.get("axis_order") or []
+    if not cluster or "pp" not in order or not shape:
+        raise ValueError("placement: rank_to_device without a mesh or cluster")
+    groups = cluster["node_groups"]
+    pp = shape[order.index("pp")]
+    size = len(devices) // max(pp, 1)
+    ranges = []
+    for stage in range(pp):
+        chunk = devices[stage * size:(stage + 1) * size]
+        g = chunk[0]["node_group"]
+        first_node = sum(x["nodes"] for x in groups[:g])
+        index = [(d["node"] - first_node) * groups[g]["devices_per_node"] + d["local"] for d in chunk]
+        if any(d["node_group"] != g for d in chunk) or index != list(range(index[0], index[0] + size)):
+            raise ValueError(f"placement: stage {stage}'s devices are not consecutive devices of one node group")
+        ranges.append({"node_group": g, "first": index[0], "count": size})
+    return ranges
 
 
 def layouts_of(plan: Plan) -> list[StageLayout]:
@@ -383,7 +476,6 @@ def _check_stages(plan: Plan, bad) -> None:
     if len(stages) != c.pp:
         raise bad("stages", f"{len(stages)} stages for pp={c.pp}")
     start, per_stage = 0, c.world_size // c.pp
-    seen: set[int] = set()
     for i, s in enumerate(stages):
         where = f"stages[{i}]"
         if s.index != i:
@@ -398,10 +490,9 @@ def _check_stages(plan: Plan, bad) -> None:
             raise bad(f"{where}", "the embedding belongs to the first stage and the head to the last")
         if s.node_group >= len(plan.cluster.node_groups):
             raise bad(f"{where}.node_group", f"{s.node_group} is not a node group of the cluster")
-        expected = list(range(i * per_stage, (i + 1) * per_stage))
-        if sorted(s.ranks) != expected:
-            raise bad(f"{where}.ranks", f"must be ranks {expected[0]}..{expected[-1]} (the rank grid's stage slice)")
-        seen |= set(s.ranks)
+        if (s.first_rank, s.num_ranks) != (i * per_stage, per_stage):
+            raise bad(f"{where}.{'num_ranks' if s.num_ranks != per_stage else 'first_rank'}",
+                      f"must be ranks {i * per_stage}..{(i + 1) * per_stage - 1} (the rank grid's stage slice)")
         start = s.layer_end
     if start != plan.model.total_layers:
         raise bad("stages", f"cover {start} of the model's {plan.model.total_layers} layers")
@@ -417,14 +508,18 @@ def _check_placement(plan: Plan, bad) -> None:
     expected_shape = [getattr(c, axis) for axis in p.axis_order]
     if sorted(p.axis_order) != sorted(["pp", "dp", "cp", "tp"]) or p.mesh_shape != expected_shape:
         raise bad("placement.mesh_shape", f"{p.mesh_shape} over {p.axis_order} does not match the degrees")
-    if len(p.rank_to_device) != c.world_size:
-        raise bad("placement.rank_to_device", f"{len(p.rank_to_device)} ranks, world size {c.world_size}")
-    devices = [(d.node, d.local) for d in p.rank_to_device]
-    if len(set(devices)) != len(devices):
-        node, local = next(d for d in devices if devices.count(d) > 1)
-        raise bad("placement.rank_to_device", f"two ranks on one device (node {node}, device {local})")
+    size = p.stage_size()
+    if len(p.stage_devices) != c.pp or any(r.count != size for r in p.stage_devices):
+        raise bad("placement.stage_devices", f"{len(p.stage_devices)} ranges for pp={c.pp}, each of {size} devices")
     groups = plan.cluster.node_groups
-    for rank, d in enumerate(p.rank_to_device):
-        if d.node_group >= len(groups) or not 0 <= d.local < groups[d.node_group].devices_per_node:
-            raise bad(f"placement.rank_to_device[{rank}]", f"device {d.local} of node group {d.node_group} "
-                                                           "is not in the cluster")
+    for stage, r in enumerate(p.stage_devices):
+        if r.node_group >= len(groups) or r.first + r.count > groups[r.node_group].devices:
+            raise bad(f"placement.stage_devices[{stage}]", f"devices {r.first}…{r.first + r.count - 1} of node group "
+                                                           f"{r.node_group} are not in the cluster")
+        if r.node_group != plan.stages[stage].node_group:
+            raise bad(f"placement.stage_devices[{stage}]", f"node group {r.node_group}, the stage's is "
+                                                           f"{plan.stages[stage].node_group}")
+    spans = sorted((r.node_group, r.first, r.first + r.count, stage) for stage, r in enumerate(p.stage_devices))
+    for (g, _, end, s1), (g2, start, _, s2) in zip(spans, spans[1:]):
+        if g == g2 and start < end:
+            raise bad("placement.stage_devices", f"stages {s1} and {s2} share devices of node group {g}")

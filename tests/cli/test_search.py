@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from gplan.plan import read_plan
+
 import pytest
 
 
@@ -16,7 +18,7 @@ def test_search_writes_a_plan_that_validates_and_estimate_reproduces(gplan, tmp_
     plan = json.loads(out.read_text())
     par = plan["parallel"]
     assert plan["provenance"]["solver"]["status"] in ("optimal", "none")
-    assert par["dp"] * par["tp"] * par["pp"] * par["cp"] == len(plan["placement"]["rank_to_device"])
+    assert par["dp"] * par["tp"] * par["pp"] * par["cp"] == sum(r["count"] for r in plan["placement"]["stage_devices"])
     reproduced = gplan("estimate", str(out), "--json").json()
     assert reproduced == plan["prediction"]
 
@@ -27,7 +29,7 @@ def test_estimate_with_the_plans_flags_reproduces_a_uniform_plan(gplan, tmp_path
     plan = json.loads(out.read_text())
     par = plan["parallel"]
     flags = [f"--{k}={par[k]}" for k in ("dp", "tp", "pp", "vpp", "cp", "mbs", "zero")] + (["--sp"] if par["sp"] else [])
-    est = gplan("estimate", "llama3-8b", "--devices", str(len(plan["placement"]["rank_to_device"])),
+    est = gplan("estimate", "llama3-8b", "--devices", str(sum(r["count"] for r in plan["placement"]["stage_devices"])),
                 "--gbs", str(plan["training"]["gbs"]), *flags, "--json").json()
     assert est["step_time_s"] == pytest.approx(plan["prediction"]["step_time_s"], rel=1e-12)
 
@@ -104,8 +106,9 @@ node_groups:
     per_group = {g: sum(s["layer_end"] - s["layer_start"] for s in plan["stages"] if s["node_group"] == g) /
                  groups.count(g) for g in (0, 1)}
     assert per_group[0] > per_group[1]  # the A100 stages carry more layers each
-    devices = plan["placement"]["rank_to_device"]
+    devices = read_plan(out).rank_devices()
     for s in plan["stages"]:
-        assert {devices[r]["node_group"] for r in s["ranks"]} == {s["node_group"]}
+        ranks = range(s["first_rank"], s["first_rank"] + s["num_ranks"])
+        assert {devices[r].node_group for r in ranks} == {s["node_group"]}
     # the header names both kinds of device, not "64 × a100-80g"
     assert "32 × a100-80g + 32 × v100-32g" in " ".join(r.stderr.split())

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from gplan.plan import plan_json, read_plan
+
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden_plan.json"
 
 
@@ -19,9 +21,9 @@ def edit(data: dict, change: str) -> None:
     elif change == "recompute_entries":
         data["stages"][0]["layers"][0]["count"] = 16
     elif change == "two_ranks_one_device":
-        data["placement"]["rank_to_device"][1] = data["placement"]["rank_to_device"][0]
+        data["placement"]["stage_devices"][1]["first"] = data["placement"]["stage_devices"][0]["first"]
     elif change == "stage_missing_a_rank":
-        data["stages"][0]["ranks"] = data["stages"][0]["ranks"][:-1]
+        data["stages"][0]["num_ranks"] -= 1
     elif change == "num_microbatches":
         data["parallel"]["num_microbatches"] = 16
     elif change == "dp_without_its_ranks":
@@ -31,21 +33,21 @@ def edit(data: dict, change: str) -> None:
     elif change == "head_on_the_first_stage":
         data["stages"][0]["head"] = True
     elif change == "device_outside_its_node":
-        data["placement"]["rank_to_device"][3]["local"] = 8
+        data["placement"]["stage_devices"][0]["first"] = 10**6
 
 
 FIELDS = {
     "overlapping_stages": "stages[1].layer_start", "uncovered_layers": "stages[1].layers",
-    "recompute_entries": "stages[0].layers", "two_ranks_one_device": "placement.rank_to_device",
-    "stage_missing_a_rank": "stages[0].ranks", "num_microbatches": "parallel.num_microbatches",
+    "recompute_entries": "stages[0].layers", "two_ranks_one_device": "placement.stage_devices",
+    "stage_missing_a_rank": "stages[0].num_ranks", "num_microbatches": "parallel.num_microbatches",
     "dp_without_its_ranks": "parallel.num_microbatches", "gbs_edited": "digest",
-    "head_on_the_first_stage": "stages[0]", "device_outside_its_node": "placement.rank_to_device[3]",
+    "head_on_the_first_stage": "stages[0]", "device_outside_its_node": "placement.stage_devices[0]",
 }
 
 
 @pytest.fixture(params=sorted(FIELDS))
 def corrupted(request, tmp_path):
-    data = json.loads(GOLDEN.read_text())
+    data = json.loads(plan_json(read_plan(GOLDEN)))  # the golden plan as this gplan writes it
     edit(data, request.param)
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(data))

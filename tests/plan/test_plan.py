@@ -31,10 +31,10 @@ def test_round_trip_is_exact(plan, tmp_path):
 
 
 def test_plan_shape(plan):
-    assert plan.world_size == 16 and len(plan.placement.rank_to_device) == 16
+    assert plan.world_size == 16 and len(plan.rank_devices()) == 16
     assert [s.layer_start for s in plan.stages] == [0, 16] and plan.stages[-1].layer_end == 32
     assert plan.stages[0].embedding and plan.stages[1].head
-    assert plan.stages[1].ranks == list(range(8, 16))
+    assert list(plan.stages[1].ranks) == list(range(8, 16))
     assert plan.parallel.num_microbatches == 32
 
 

@@ -7,6 +7,8 @@ import itertools
 
 import pytest
 
+from gplan.plan import placement_devices
+
 from gplan.planner.placement import axis_groups, group_link, place, rank_grid, topology
 from gplan.profiles.catalogue import load_cluster
 from gplan.spec.parallel import ParallelConfig
@@ -50,7 +52,7 @@ def test_tp_stays_in_a_node_and_stages_cross_nodes():
     cluster = load_cluster("dgx-a100-80g", 64)
     config = ParallelConfig(dp=2, tp=8, pp=4)
     placement = place(cluster, config, [0] * 4)
-    devices = placement.rank_to_device
+    devices = placement_devices(cluster, placement)
     assert len({(d.node, d.local) for d in devices}) == 64
     graph = topology(cluster)
     for group in axis_groups(config, "tp"):
@@ -65,7 +67,7 @@ def test_tp_stays_in_a_node_and_stages_cross_nodes():
 def test_dp_rides_the_fast_link_when_it_fits_in_a_node():
     cluster = load_cluster("dgx-a100-80g", 16)
     config = ParallelConfig(dp=4, tp=2, pp=2)
-    devices = place(cluster, config, [0, 0]).rank_to_device
+    devices = placement_devices(cluster, place(cluster, config, [0, 0]))
     graph = topology(cluster)
     for group in axis_groups(config, "dp"):
         assert group_link(graph, [devices[r] for r in group])[0] == "intra"
@@ -81,7 +83,7 @@ def test_heterogeneous_stages_take_devices_of_their_group(tmp_path):
         "  - {hardware: v100-32g, nodes: 1, devices_per_node: 8, intra_node: {bandwidth_GBps: 150}, inter_node: {bandwidth_GBps: 12.5}}\n")
     cluster = load(str(path))
     config = ParallelConfig(dp=2, tp=4, pp=2)
-    devices = place(cluster, config, [1, 0]).rank_to_device
+    devices = placement_devices(cluster, place(cluster, config, [1, 0]))
     for stage, group in enumerate([1, 0]):
         ranks = [int(r) for r in itertools.chain.from_iterable(rank_grid(config)[stage].reshape(-1, 1))]
         assert {devices[r].node_group for r in ranks} == {group}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gplan.cost_models.step import StepModel
 from gplan.plan import ParallelPlan, layouts_of, Plan, Provenance, SearchRecord, SolverInfo, StagePlan, inputs_digest
-from gplan.planner.placement import place, stage_ranks
+from gplan.planner.placement import place
 from gplan.profiles.schema import ClusterSpec
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import ParallelConfig, StageLayout, uniform_layout
@@ -23,7 +23,8 @@ def make_plan(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, co
         stages.append(StagePlan(
             index=i, layer_start=start, layer_end=start + layout.num_layers, layers=layout.layers,
             embedding=layout.embedding, head=layout.head, node_group=layout.node_group,
-            ranks=stage_ranks(config, i), time_s=pred.time_s, memory_bytes=pred.memory_bytes,
+            first_rank=i * (config.world_size // config.pp),
+            num_ranks=config.world_size // config.pp, time_s=pred.time_s, memory_bytes=pred.memory_bytes,
             memory=pred.memory,
         ))
         start += layout.num_layers

@@ -94,7 +94,7 @@ def axis_links(plan: Plan) -> dict[str, str]:
     """The link class (`intra`, `inter`) the slowest group of each parallel axis rides, from the
     plan's placement on the cluster's topology."""
     graph = topology(plan.cluster)
-    devices = plan.placement.rank_to_device
+    devices = plan.rank_devices()
     rides = {}
     for axis in plan.placement.axis_order:
         if getattr(plan.parallel, axis) < 2:

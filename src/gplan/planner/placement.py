@@ -17,7 +17,7 @@ import numpy as np
 
 from gplan.cost_models.communication import AXIS_ORDER
 from gplan.errors import InputError
-from gplan.plan import DeviceRef, Placement
+from gplan.plan import DeviceRange, DeviceRef, Placement
 from gplan.profiles.schema import ClusterSpec
 from gplan.spec.parallel import ParallelConfig
 
@@ -44,31 +44,21 @@ def stage_ranks(config: ParallelConfig, stage: int) -> list[int]:
 
 def place(cluster: ClusterSpec, config: ParallelConfig, stage_groups: list[int]) -> Placement:
     """Assign devices to ranks: stage i takes the next free devices of node group `stage_groups[i]`,
-    node by node."""
-    free = _free_devices(cluster)
+    node by node — one range per stage, whatever the world size."""
+    used = [0] * len(cluster.node_groups)
     per_stage = config.dp * config.cp * config.tp
-    rank_to_device: list[DeviceRef] = []
+    ranges = []
     for stage, group in enumerate(stage_groups):
-        if len(free[group]) < per_stage:
+        left = cluster.node_groups[group].devices - used[group]
+        if left < per_stage:
             raise InputError(
-                f"stage {stage} needs {per_stage} devices of node group {group}, {len(free[group])} left",
+                f"stage {stage} needs {per_stage} devices of node group {group}, {left} left",
                 hint="use fewer devices per stage or add nodes to that group",
             )
-        rank_to_device += free[group][:per_stage]
-        free[group] = free[group][per_stage:]
+        ranges.append(DeviceRange(node_group=group, first=used[group], count=per_stage))
+        used[group] += per_stage
     return Placement(axis_order=list(AXIS_ORDER), mesh_shape=[getattr(config, a) for a in AXIS_ORDER],
-                     rank_to_device=rank_to_device)
-
-
-def _free_devices(cluster: ClusterSpec) -> list[list[DeviceRef]]:
-    free, node = [], 0
-    for g, group in enumerate(cluster.node_groups):
-        devices = []
-        for _ in range(group.nodes):
-            devices += [DeviceRef(node_group=g, node=node, local=i) for i in range(group.devices_per_node)]
-            node += 1
-        free.append(devices)
-    return free
+                     stage_devices=ranges)
 
 
 # ---- topology -----------------------------------------------------------------------------------
