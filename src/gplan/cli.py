@@ -448,7 +448,8 @@ def models(as_json: bool = JsonOpt) -> None:
 
     specs = [load_model(name) for name in bundled_models()]
     if as_json:
-        return emit_json([{"name": m.name, "params": m.total_params(), **m.model_dump(mode="json")} for m in specs])
+        return emit_json([{"name": m.name, "params": m.total_params(), "active_params": m.active_params(),
+                           **m.model_dump(mode="json")} for m in specs])
     err.print(models_table(specs))
 
 

@@ -63,9 +63,7 @@ def read_data_file(path: Path) -> Any:
 
 #: Keys gplan knows it does not model yet; a clearer message than "unknown key".
 UNSUPPORTED_KEYS = {
-    "num_experts": "mixture-of-experts models are not modelled yet",
-    "top_k": "mixture-of-experts models are not modelled yet",
-    "moe_layer_freq": "mixture-of-experts models are not modelled yet",
+    "moe_layer_freq": "MoE layers between dense ones are not modelled: dense layers come first (first_dense_layers)",
 }
 
 

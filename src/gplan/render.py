@@ -272,14 +272,31 @@ def validation_table(report) -> Table:
 
 def models_table(specs) -> Table:
     table = Table(title="bundled models", title_justify="left")
-    for col in ("name", "params", "layers", "hidden", "heads (kv)", "ffn", "vocab", "seq"):
+    for col in ("name", "params", "active", "layers", "hidden", "heads (kv)", "ffn", "experts", "vocab", "seq"):
         table.add_column(col, justify="right" if col != "name" else "left")
     for m in specs:
         layers = f"{m.num_encoder_layers}+{m.num_layers}" if m.is_encoder_decoder else str(m.num_layers)
-        table.add_row(m.name, f"{m.total_params() / 1e9:.2f} B", layers, str(m.hidden_size),
-                      f"{m.num_attention_heads} ({m.kv_heads})", f"{m.ffn_size} {m.ffn_kind}",
+        heads = f"{m.num_attention_heads} MLA" if m.is_mla else f"{m.num_attention_heads} ({m.kv_heads})"
+        table.add_row(m.name, f"{m.total_params() / 1e9:.2f} B", f"{m.active_params() / 1e9:.2f} B", layers,
+                      str(m.hidden_size), heads, ffn_text(m), experts_text(m),
                       str(m.vocab_size), str(m.seq_length))
     return table
+
+
+def ffn_text(m) -> str:
+    """The dense MLP's width; `— swiglu` when every layer is an MoE layer (its dense width unused)."""
+    unused = m.is_moe and not m.first_dense_layers
+    return f"{'—' if unused else m.ffn_size} {m.ffn_kind}"
+
+
+def experts_text(m) -> str:
+    """`256×2048 top 8 +1 shared, 3 dense first` for a mixture of experts; `—` for a dense model."""
+    if not m.is_moe:
+        return "—"
+    text = f"{m.num_experts}×{m.expert_ffn_size} top {m.top_k}"
+    if m.num_shared_experts or m.shared_expert_ffn_hidden_size:
+        text += f" +{m.num_shared_experts or 1} shared"
+    return text + (f", {m.first_dense_layers} dense first" if m.first_dense_layers else "")
 
 
 def hardware_tables(devices, clusters: dict) -> list[Table]:

@@ -113,7 +113,7 @@ def test_every_bundled_model_loads():
     ("num_layers: -2\nhidden_size: 64\nnum_attention_heads: 4\nvocab_size: 10\n", "'num_layers'"),
     ("num_layers: 2\nhidden_size: 64\nnum_attention_heads: 5\nvocab_size: 10\n", "not divisible"),
     ("num_layers: [2\n", "malformed YAML"),
-    ("num_layers: 2\nhidden_size: 64\nnum_attention_heads: 4\nvocab_size: 10\nnum_experts: 8\n", "mixture-of-experts"),
+    ("num_layers: 2\nhidden_size: 64\nnum_attention_heads: 4\nvocab_size: 10\nnum_experts: 8\n", "top_k must be given"),
 ])
 def test_bad_model_files_name_the_problem(tmp_path, text, fragment):
     with pytest.raises(InputError, match=fragment.replace("[", r"\[")) as info:

@@ -9,6 +9,7 @@ from functools import cached_property
 
 from gplan.cost_models import communication as comm
 from gplan.cost_models import compute, memory, pipeline
+from gplan.errors import InputError
 from gplan.plan import Prediction, StageMemory, StagePrediction, StepBreakdown
 from gplan.profiles.schema import ClusterSpec, NodeGroup
 from gplan.spec.model import LayerKind, ModelSpec
@@ -26,6 +27,13 @@ class StepModel:
     cluster: ClusterSpec
     config: ParallelConfig
     _layer_times: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        # pricing an MoE layer as a dense one would be a silently wrong answer: refuse until priced
+        if self.model.is_moe:
+            raise InputError(f"{self.model.name}: the cost model does not price mixture-of-experts layers yet "
+                             "(routed experts, all-to-all, expert parallelism)",
+                             hint="gplan models shows its shape and parameters; estimate and search plan dense models")
 
     @cached_property
     def shard(self) -> compute.Shard:

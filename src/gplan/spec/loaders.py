@@ -15,8 +15,9 @@ from gplan.spec.model import ModelSpec
 
 # ---- Hugging Face config.json ------------------------------------------------------------------
 
-_LLAMA_LIKE = {"llama", "mistral", "qwen2"}
-_SUPPORTED_HF = sorted(_LLAMA_LIKE | {"gpt2", "gpt_neox"})
+_LLAMA_LIKE = {"llama", "mistral", "qwen2", "qwen3"}
+_MOE = {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3"}
+_SUPPORTED_HF = sorted(_LLAMA_LIKE | _MOE | {"gpt2", "gpt_neox"})
 #: HF configs give the longest supported context, not a training length; cap the default there.
 _DEFAULT_SEQ_CAP = 8192
 
@@ -27,6 +28,8 @@ def model_from_hf_config(config: dict[str, Any], source: str) -> ModelSpec:
     try:
         if model_type in _LLAMA_LIKE:
             data = _from_llama_like(config)
+        elif model_type in _MOE:
+            data = {**_from_llama_like(config), **_experts(config, source)}
         elif model_type == "gpt2":
             data = _from_gpt2(config)
         elif model_type == "gpt_neox":
@@ -75,8 +78,37 @@ def _from_llama_like(c: dict[str, Any]) -> dict[str, Any]:
         "tie_embeddings": bool(c.get("tie_word_embeddings", False)),
         "norm": "rmsnorm",
         "position_embedding": "rope",
-        "bias": c.get("model_type") == "qwen2" or bool(c.get("attention_bias", False)),
+        "bias": c.get("model_type") in ("qwen2", "qwen2_moe") or bool(c.get("attention_bias", False)),
+        "qk_norm": c.get("model_type") in ("qwen3", "qwen3_moe"),
     }
+
+
+def _experts(c: dict[str, Any], source: str) -> dict[str, Any]:
+    """The mixture-of-experts (and DeepSeek's latent attention) fields of Mixtral, Qwen2/Qwen3-MoE and
+    DeepSeek-V3 configs. Every layer after the leading dense ones must be an MoE layer (the stack's
+    layer kinds are contiguous); DeepSeek's multi-token-prediction layers are not modelled."""
+    kind = c["model_type"]
+    if kind == "mixtral":
+        return {"num_experts": c["num_local_experts"], "top_k": c["num_experts_per_tok"]}
+    if kind in ("qwen2_moe", "qwen3_moe"):
+        if c.get("decoder_sparse_step", 1) != 1 or c.get("mlp_only_layers"):
+            raise InputError(f"{source}: {kind} with dense layers between MoE layers (decoder_sparse_step "
+                             f"{c.get('decoder_sparse_step', 1)}, mlp_only_layers {c.get('mlp_only_layers')})",
+                             hint="gplan models dense layers only before the MoE layers; write a model.yaml")
+        shared = c.get("shared_expert_intermediate_size") or None
+        return {"num_experts": c["num_experts"], "top_k": c["num_experts_per_tok"],
+                "moe_ffn_hidden_size": c["moe_intermediate_size"], "shared_expert_ffn_hidden_size": shared,
+                "num_shared_experts": 1 if shared else 0}
+    if c.get("moe_layer_freq", 1) != 1:
+        raise InputError(f"{source}: deepseek_v3 with moe_layer_freq {c['moe_layer_freq']}",
+                         hint="gplan models dense layers only before the MoE layers (first_k_dense_replace)")
+    return {"num_experts": c["n_routed_experts"], "top_k": c["num_experts_per_tok"],
+            "moe_ffn_hidden_size": c["moe_intermediate_size"], "num_shared_experts": c.get("n_shared_experts") or 0,
+            "first_dense_layers": c.get("first_k_dense_replace", 0),
+            "router": "sigmoid" if c.get("scoring_func") == "sigmoid" else "softmax",
+            "q_lora_rank": c.get("q_lora_rank"), "kv_lora_rank": c["kv_lora_rank"],
+            "qk_rope_head_dim": c["qk_rope_head_dim"], "v_head_dim": c["v_head_dim"],
+            "head_dim": c["qk_nope_head_dim"]}
 
 
 def _from_gpt2(c: dict[str, Any]) -> dict[str, Any]:

@@ -21,11 +21,14 @@ class LayerKind:
     """One kind of repeated transformer layer."""
 
     name: str
-    """`decoder` (causal self-attention), `encoder` (bidirectional) or `cross_decoder`
-    (causal self-attention plus cross-attention over the encoder output)."""
+    """`decoder` (causal self-attention), `encoder` (bidirectional), `cross_decoder`
+    (causal self-attention plus cross-attention over the encoder output) or `moe_decoder` (causal
+    self-attention and a mixture of experts)."""
     count: int
     causal: bool
     cross_attention: bool
+    moe: bool = False
+    """Its MLP is a router and experts (ModelSpec.num_experts) rather than one dense MLP."""
 
 
 class ModelSpec(BaseModel):
@@ -68,9 +71,51 @@ class ModelSpec(BaseModel):
     """Sliding-window attention: each query attends to the last `sliding_window` tokens (Mistral 7B
     v0.1's 4096; Hugging Face `sliding_window`); None: full attention."""
 
+    qk_norm: bool = False
+    """A norm over each head's queries and keys before RoPE (Qwen3; Hugging Face Qwen3 `q_norm`/`k_norm`)."""
+
+    # ---- mixture of experts (Shazeer et al. 2017; GShard; Megatron-core's MoE layer) --------------------
+    num_experts: int | None = Field(default=None, gt=1)
+    """Routed experts of every MoE layer (Hugging Face `num_local_experts` / `num_experts` /
+    `n_routed_experts`); None: a dense model."""
+    top_k: int | None = Field(default=None, gt=0)
+    """Experts each token is routed to (`num_experts_per_tok`); required with num_experts."""
+    moe_ffn_hidden_size: int | None = Field(default=None, gt=0)
+    """One routed expert's FFN width (`moe_intermediate_size`); defaults to ffn_hidden_size (Mixtral's
+    experts are full-width MLPs)."""
+    num_shared_experts: int = Field(default=0, ge=0)
+    """Experts every token passes through besides its routed ones (DeepSeek `n_shared_experts`)."""
+    shared_expert_ffn_hidden_size: int | None = Field(default=None, gt=0)
+    """Width of the shared experts together (Qwen2-MoE `shared_expert_intermediate_size`); defaults to
+    num_shared_experts × moe_ffn_hidden_size (DeepSeek's shared experts are routed-expert-sized)."""
+    first_dense_layers: int = Field(default=0, ge=0)
+    """Leading layers with a dense MLP of ffn_hidden_size (DeepSeek `first_k_dense_replace`); every
+    later layer is an MoE layer."""
+    capacity_factor: float | None = Field(default=None, gt=0)
+    """Tokens an expert takes, as a multiple of its balanced share; beyond it tokens are dropped
+    (GShard). None: dropless (Megatron-core's default; every published 2026 run)."""
+    router: Literal["softmax", "sigmoid"] = "softmax"
+    """Top-k over softmax scores (Mixtral, Qwen) or over sigmoid scores with a per-expert bias for
+    auxiliary-loss-free balancing (DeepSeek-V3 `scoring_func: sigmoid`, `e_score_correction_bias`)."""
+
+    # ---- multi-head latent attention (DeepSeek-V2 §2.1) --------------------------------------------------
+    q_lora_rank: int | None = Field(default=None, gt=0)
+    """Rank of the query's down-projection; None: queries projected directly from the hidden state."""
+    kv_lora_rank: int | None = Field(default=None, gt=0)
+    """Rank of the joint key/value compression; set: the model uses MLA, and `head_dim` is the
+    non-rotary part of a query/key head (`qk_nope_head_dim`)."""
+    qk_rope_head_dim: int | None = Field(default=None, gt=0)
+    """The rotary part of each query/key head (shared over heads for keys); with kv_lora_rank."""
+    v_head_dim: int | None = Field(default=None, gt=0)
+    """Width of one value head under MLA; defaults to head_dim."""
+
     #: Fields added after plans of schema v1 were first written: left out of the inputs digest while at
     #: their default, so that those plans keep their digest.
-    DIGEST_OPTIONAL: ClassVar[dict[str, object]] = {"head_dim": None, "rope_theta": 10000.0, "sliding_window": None}
+    DIGEST_OPTIONAL: ClassVar[dict[str, object]] = {
+        "head_dim": None, "rope_theta": 10000.0, "sliding_window": None, "qk_norm": False, "num_experts": None,
+        "top_k": None, "moe_ffn_hidden_size": None, "num_shared_experts": 0, "shared_expert_ffn_hidden_size": None,
+        "first_dense_layers": 0, "capacity_factor": None, "router": "softmax", "q_lora_rank": None,
+        "kv_lora_rank": None, "qk_rope_head_dim": None, "v_head_dim": None}
 
     @model_validator(mode="after")
     def _check_shapes(self) -> "ModelSpec":
@@ -84,7 +129,35 @@ class ModelSpec(BaseModel):
                 f"num_attention_heads {self.num_attention_heads} is not a multiple of num_kv_heads "
                 f"{self.kv_heads}"
             )
+        self._check_experts()
+        self._check_latent_attention()
         return self
+
+    def _check_experts(self) -> None:
+        moe_only = {"top_k": self.top_k, "moe_ffn_hidden_size": self.moe_ffn_hidden_size,
+                    "num_shared_experts": self.num_shared_experts or None,
+                    "shared_expert_ffn_hidden_size": self.shared_expert_ffn_hidden_size,
+                    "first_dense_layers": self.first_dense_layers or None, "capacity_factor": self.capacity_factor}
+        if self.num_experts is None:
+            given = next((k for k, v in moe_only.items() if v is not None), None)
+            if given:
+                raise ValueError(f"{given} needs num_experts (the routed experts of a mixture-of-experts model)")
+            return
+        if self.top_k is None or self.top_k > self.num_experts:
+            raise ValueError(f"top_k must be given and at most num_experts {self.num_experts} (the experts a "
+                             "token is routed to)")
+        if self.first_dense_layers >= self.num_layers or self.is_encoder_decoder:
+            raise ValueError("a mixture-of-experts model is decoder-only with at least one MoE layer "
+                             f"(first_dense_layers {self.first_dense_layers} of {self.num_layers})")
+
+    def _check_latent_attention(self) -> None:
+        mla = {"q_lora_rank": self.q_lora_rank, "qk_rope_head_dim": self.qk_rope_head_dim, "v_head_dim": self.v_head_dim}
+        if self.kv_lora_rank is None:
+            given = next((k for k, v in mla.items() if v is not None), None)
+            if given:
+                raise ValueError(f"{given} needs kv_lora_rank (multi-head latent attention)")
+        elif self.qk_rope_head_dim is None:
+            raise ValueError("multi-head latent attention needs qk_rope_head_dim with kv_lora_rank")
 
     # ---- derived sizes -------------------------------------------------------------------------
     @property
@@ -122,8 +195,30 @@ class ModelSpec(BaseModel):
     def is_encoder_decoder(self) -> bool:
         return self.num_encoder_layers > 0
 
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts is not None
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank is not None
+
+    @property
+    def expert_ffn_size(self) -> int:
+        return self.moe_ffn_hidden_size or self.ffn_size
+
+    @property
+    def shared_expert_ffn_size(self) -> int:
+        return self.shared_expert_ffn_hidden_size or self.num_shared_experts * self.expert_ffn_size
+
     def layer_kinds(self) -> list[LayerKind]:
-        """The stack in execution order: encoder layers first, then decoder layers."""
+        """The stack in execution order: encoder layers first, then decoder layers; a mixture of experts
+        has its leading dense layers (`decoder`), then its MoE layers (`moe_decoder`)."""
+        if self.is_moe:
+            moe = LayerKind("moe_decoder", self.num_layers - self.first_dense_layers, causal=True,
+                            cross_attention=False, moe=True)
+            dense = [LayerKind("decoder", self.first_dense_layers, causal=True, cross_attention=False)]
+            return (dense if self.first_dense_layers else []) + [moe]
         if not self.is_encoder_decoder:
             return [LayerKind("decoder", self.num_layers, causal=True, cross_attention=False)]
         return [
@@ -134,10 +229,26 @@ class ModelSpec(BaseModel):
     # ---- parameter counts ----------------------------------------------------------------------
     def attention_params(self) -> int:
         """Q, K, V and output projections: h·(h_q + 2·h_kv) + h_q·h (+ biases), with h_q = a·d the
-        heads' width (h unless head_dim says otherwise)."""
+        heads' width (h unless head_dim says otherwise); MLA as `latent_attention_params`; a QK norm
+        adds one scale of d for queries and one for keys."""
+        if self.is_mla:
+            return self.latent_attention_params()
         h, hq, hkv = self.hidden_size, self.q_hidden_size, self.kv_hidden_size
         weights = h * (hq + 2 * hkv) + hq * h
-        return weights + ((hq + 2 * hkv) + h if self.bias else 0)
+        qk_norm = 2 * self.kv_channels if self.qk_norm else 0
+        return weights + ((hq + 2 * hkv) + h if self.bias else 0) + qk_norm
+
+    def latent_attention_params(self) -> int:
+        """MLA (DeepSeek-V2 §2.1, eqs. 9-14; DeepSeek-V3's `modeling_deepseek.py`), a heads of
+        d_nope + d_rope query/key width and d_v value width:
+        queries h·r_q + r_q (norm) + r_q·a·(d_nope + d_rope)   (h·a·(d_nope + d_rope) without r_q);
+        keys/values h·(r_kv + d_rope) + r_kv (norm) + r_kv·a·(d_nope + d_v);  output a·d_v·h."""
+        h, a = self.hidden_size, self.num_attention_heads
+        nope, rope, v = self.kv_channels, self.qk_rope_head_dim, self.v_head_dim or self.kv_channels
+        r_q, r_kv = self.q_lora_rank, self.kv_lora_rank
+        queries = h * r_q + r_q + r_q * a * (nope + rope) if r_q else h * a * (nope + rope)
+        keys_values = h * (r_kv + rope) + r_kv + r_kv * a * (nope + v)
+        return queries + keys_values + a * v * h
 
     def mlp_params(self) -> int:
         """gelu/relu: up and down (2·h·f); swiglu: gate, up and down (3·h·f)."""
@@ -151,9 +262,41 @@ class ModelSpec(BaseModel):
         return self.hidden_size * (2 if self.norm == "layernorm" and self.bias else 1)
 
     def layer_params(self, kind: LayerKind) -> int:
-        """One transformer layer: attention (+ cross-attention) + MLP + its norms."""
+        """One transformer layer: attention (+ cross-attention) + MLP (or router and experts) + its norms."""
         blocks = 2 if kind.cross_attention else 1
-        return blocks * self.attention_params() + self.mlp_params() + (blocks + 1) * self.norm_params()
+        mlp = self.moe_params() if kind.moe else self.mlp_params()
+        return blocks * self.attention_params() + mlp + (blocks + 1) * self.norm_params()
+
+    def ffn_params(self, width: int) -> int:
+        """One MLP of inner width f: 2·h·f (gelu/relu) or 3·h·f (swiglu), without biases."""
+        return (3 if self.ffn_kind == "swiglu" else 2) * self.hidden_size * width
+
+    def router_params(self) -> int:
+        """The router's h × E scores, and DeepSeek-V3's E load-balancing biases with a sigmoid router."""
+        return self.hidden_size * self.num_experts + (self.num_experts if self.router == "sigmoid" else 0)
+
+    def expert_params(self) -> int:
+        """One routed expert."""
+        return self.ffn_params(self.expert_ffn_size)
+
+    def shared_expert_params(self) -> int:
+        return self.ffn_params(self.shared_expert_ffn_size) if self.shared_expert_ffn_size else 0
+
+    def moe_params(self) -> int:
+        """An MoE layer's MLP part: router, E routed experts and the shared experts."""
+        return self.router_params() + self.num_experts * self.expert_params() + self.shared_expert_params()
+
+    def active_params(self, input_embedding: bool = True) -> int:
+        """Parameters a token passes through: every layer's attention and norms, the dense MLPs, and
+        in MoE layers the router, top_k routed experts and the shared experts, with the head; the
+        input embedding counted as Mistral and Qwen count it ("12.9B" of Mixtral 8x7B, "3.3B" of
+        Qwen3-30B-A3B), or left out as DeepSeek counts (`input_embedding=False`: "37B" of DeepSeek-V3,
+        "2.4B" of DeepSeek-V2-Lite) — a lookup, not a matrix product."""
+        unused = 0
+        if self.is_moe:
+            unused = (self.num_layers - self.first_dense_layers) * (self.num_experts - self.top_k) * self.expert_params()
+        lookup = 0 if input_embedding else self.vocab_size * self.hidden_size
+        return self.total_params() - unused - lookup
 
     def layer_params_per_rank(self, kind: LayerKind, tp: int) -> float:
         """One layer on one of tp ranks, as Megatron splits it: the weight matrices and the
