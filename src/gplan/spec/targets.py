@@ -120,10 +120,10 @@ def config_refusals(target: Capabilities, model: ModelSpec, config: ParallelConf
                              "--target megatron, or --precision bf16"))
     if c.pp > 1 and c.schedule not in target.schedules:
         found.append(Refusal("schedule", f"{t} runs {', '.join(sorted(target.schedules))}, not {c.schedule}",
-                             f"--target {t}"))
+                             "--schedule " + ",".join(sorted(target.schedules))))
     if c.pp > 1 and target.microbatches_at_least_stages and num_microbatches < c.pp:
         found.append(Refusal("microbatches", f"{t}'s pipeline schedule needs at least pp={c.pp} micro-batches, the "
-                             f"plan has {num_microbatches}", "a larger --gbs or smaller --mbs, or --target " + t))
+                             f"plan has {num_microbatches}", "a larger --gbs or smaller --mbs"))
     if c.cp > 1 and not target.cp:
         found.append(Refusal("cp", f"{t} does not run context parallelism (cp={c.cp})", "--cp 1"))
     if c.ep > 1:
