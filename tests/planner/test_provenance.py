@@ -35,11 +35,14 @@ def test_a_search_cut_by_its_time_limit_says_best_found(gplan, tmp_path):
 
 
 def test_an_unsolved_ilp_is_not_counted_as_infeasible():
-    inputs = resolve_inputs("llama3-70b", 64, "dgx-h100")
-    result = search(inputs.model, inputs.training, inputs.cluster, 64, SearchLimits(), time_limit_s=0.0001)
+    """Every candidate a time-limited search counts infeasible is infeasible: at most as many as solving
+    every candidate's ILP to the end, with no bound, finds (`bounds=False`)."""
+    inputs = resolve_inputs("llama3-70b", 16, "dgx-a100-80g")
+    limits = SearchLimits(mbs=[1, 2], allow_fewer_devices=False)
+    result = search(inputs.model, inputs.training, inputs.cluster, 16, limits, time_limit_s=0.0001)
     assert result.statuses.get("unsolved", 0) > 0
-    full = search(inputs.model, inputs.training, inputs.cluster, 64, SearchLimits())
-    assert result.memory_infeasible <= full.memory_infeasible
+    full = search(inputs.model, inputs.training, inputs.cluster, 16, limits, bounds=False)
+    assert 0 < result.memory_infeasible <= full.memory_infeasible
 
 
 @pytest.mark.parametrize("model, cluster, devices", [("llama3-8b", "dgx-a100-40g", 8), ("llama3-70b", "dgx-h100", 64),

@@ -135,33 +135,36 @@ class StepModel:
         c = self.config
         return pipeline.in_flight_microbatches(index, c.pp, self.num_microbatches, c.schedule, c.vpp)
 
-    def stage(self, index: int, layout: StageLayout) -> StagePrediction:
+    def stage_times(self, layout: StageLayout) -> tuple[float, float, float, float, float]:
+        """(forward, backward incl. recompute, tp, cp, pp communication) seconds of one micro-batch."""
         g = layout.node_group
         device = self.device(g)
         forward = backward = tp_s = cp_s = 0.0
-        activations = 0.0
         for c in layout.layers:
             lt = self.layer_time(c.kind, g)
             forward += c.count * lt.forward_s
             backward += c.count * (lt.backward_s + lt.recompute_s(c.recompute))
             tp_s += c.count * self.layer_tp_comm_s(c.kind, c.recompute, g)
             cp_s += c.count * self.layer_cp_comm_s(c.kind, g)
-            activations += c.count * self.layer_activation_bytes(c.kind, c.recompute)
+        for held, time_of in ((layout.embedding, compute.embedding_time), (layout.head, compute.head_time)):
+            if held:
+                f, b = time_of(self.model, self.training, self.shard, device)
+                forward, backward = forward + f, backward + b
+                tp_s += self.tp_allreduce_s(g) if self.config.tp > 1 else 0.0
+        return forward, backward, tp_s, cp_s, self.stage_sends(layout) * self.pp_send_s(g)
+
+    def stage(self, index: int, layout: StageLayout) -> StagePrediction:
+        g = layout.node_group
+        forward, backward, tp_s, cp_s, pp_s = self.stage_times(layout)
+        activations = sum(c.count * self.layer_activation_bytes(c.kind, c.recompute) for c in layout.layers)
         in_flight = self.in_flight(index)
         activations *= in_flight
         if layout.embedding:
-            f, b = compute.embedding_time(self.model, self.training, self.shard, device)
-            forward, backward = forward + f, backward + b
-            tp_s += self.tp_allreduce_s(g) if self.config.tp > 1 else 0.0
             activations += in_flight * memory.embedding_activation_bytes(self.model, self.shard)
         if layout.head:
-            f, b = compute.head_time(self.model, self.training, self.shard, device)
-            forward, backward = forward + f, backward + b
-            tp_s += self.tp_allreduce_s(g) if self.config.tp > 1 else 0.0
             head_held = self.num_microbatches if self.config.schedule == "gpipe" else 1
             activations += head_held * memory.head_activation_bytes(self.model, self.shard,
                                                                     self.training.element_bytes, self.training.engine)
-        pp_s = self.stage_sends(layout) * self.pp_send_s(g)
         params = self.stage_params(layout)
         mem = self.stage_memory(index, layout, params, activations)
         return StagePrediction(

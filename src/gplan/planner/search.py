@@ -14,13 +14,14 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 
 from gplan.cost_models.pipeline import pipeline_objective
+from gplan.cost_models.compute import shard_of
 from gplan.cost_models.step import Prediction, StepModel
 from gplan.errors import InfeasibleError
 from gplan.plan import RunnerUp, SearchRecord, SolverInfo
 from gplan.planner import ilp
 from gplan.planner.reuse import SolvedPool
 from gplan.planner.space import SearchLimits, candidates
-from gplan.planner.table import CostTable, Split, build_table, uniform_split
+from gplan.planner.table import CostTable, Split, build_table, time_table, uniform_split
 from gplan.profiles.schema import ClusterSpec
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import ParallelConfig, StageLayout
@@ -203,9 +204,10 @@ def search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devic
            progress=None, bounds: bool = True) -> SearchResult:
     """Best configurations by predicted step time, fitting memory; raises InfeasibleError.
 
-    1. Price every candidate's cost table; drop those no split can fit (`memory_admits_a_split`).
+    1. Price every candidate's stage times (`time_table`) for its lower bound.
     2. Seed the ranking with the even (Megatron) splits of the first candidates by bound.
-    3. Visit candidates by lower bound; solve the ILP while the bound beats the best step time found.
+    3. Visit candidates by lower bound, pricing their memory (`build_table`): drop those no split can
+       fit (`memory_admits_a_split`); solve the ILP while the bound beats the best step time found.
        Proving the top K instead (K − 1 more near-ties solved to optimality) cost 5× the ILPs for
        runner-ups the table shows side by side; they are the best other configurations found, each
        with the split its solver gave (`RunnerUp.solver`).
@@ -215,16 +217,16 @@ def search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devic
     limits = limits or SearchLimits()
     start = time.perf_counter()
     result = SearchResult(ranked=[])
-    scored = []
+    scored, layer_times = [], {}
     for config in candidates(model, training, cluster, devices, limits):
         result.candidates += 1
         step_cluster = cluster if cluster.is_heterogeneous else cluster.sized(config.world_size)
-        step = StepModel(model, training, step_cluster, config)
-        table = build_table(step, limits.recompute)
-        if bounds and not memory_admits_a_split(table):
-            result.memory_infeasible += 1
-            continue
-        scored.append(_Scored(lower_bound_s(table), result.candidates, step, table))
+        # layer times depend on the shard (mbs, cp, tp, sp) and the device, not on dp, pp or zero: shared
+        shared = layer_times.setdefault(shard_of(training, config), {})
+        step = StepModel(model, training, step_cluster, config, _layer_times=shared)
+        # the bound needs times only: memory is priced for the candidates the bound lets through
+        scored.append(_Scored(lower_bound_s(time_table(step, limits.recompute)), result.candidates, step,
+                              limits.recompute))
     if not result.candidates:
         raise _no_candidate(model, training, cluster, devices, limits)
     found: dict[ParallelConfig, Candidate] = {}
@@ -242,6 +244,9 @@ def search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devic
         if s.bound >= incumbent:
             result.pruned += len(scored) - index
             break
+        if bounds and not memory_admits_a_split(s.table):
+            result.memory_infeasible += 1
+            continue
         if bounds and memory_aware_bound_s(s.table, work_s(s.table)) >= incumbent:
             result.pruned += 1
             continue
@@ -289,7 +294,11 @@ class _Scored:
     bound: float
     order: int
     step: StepModel
-    table: CostTable
+    options: list[str]
+
+    @cached_property
+    def table(self) -> CostTable:
+        return build_table(self.step, self.options)
 
     @cached_property
     def uniform(self) -> Split | None:

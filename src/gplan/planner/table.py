@@ -55,6 +55,8 @@ class CostTable:
     the largest of this and those of the options it holds."""
     outside_pipeline_floor_s: float = 0.0
     """A lower bound, over every split, of what the step adds to the pipeline time (`off_pipeline_floor_s`)."""
+    memory_priced: bool = True
+    """False for a `time_table`: its memory fields are empty."""
 
     def option_transient(self, k: int) -> float:
         return self._option_transients[k]
@@ -73,19 +75,59 @@ class CostTable:
         return pipeline_time_s(stage_times, self.num_microbatches, self.vpp)
 
 
+def time_table(step: StepModel, options: list[str], groups: list[int] | None = None) -> CostTable:
+    """The time half of `build_table` (layer and stage times, the floor outside the pipeline): all the
+    search's first bound needs, so a candidate that bound prunes never prices its memory. Its memory
+    fields are empty (`memory_priced` False)."""
+    c = step.config
+    kinds = [k.name for k in step.model.layer_kinds()]
+    groups = groups if groups is not None else list(range(len(step.cluster.node_groups)))
+    layer_time = _layer_times(step, kinds, options, groups)
+    fixed_time = {}
+    for i in range(c.pp):
+        for g in groups:
+            if 1 < i < c.pp - 1:  # every middle stage is the same
+                fixed_time[i, g] = fixed_time[1, g]
+                continue
+            f, b, tp_s, cp_s, pp_s = step.stage_times(StageLayout(layers=[], embedding=i == 0, head=i == c.pp - 1,
+                                                                  node_group=g))
+            fixed_time[i, g] = f + b + tp_s + cp_s + pp_s
+    floor_s = off_pipeline_floor_s(step, groups, _fixed_params(step), options)
+    return CostTable(
+        kinds=kinds, layers_per_kind=[k.count for k in step.model.layer_kinds()], options=list(options),
+        groups=groups, group_stage_capacity=[step.cluster.node_groups[g].devices // step.devices_per_stage()
+                                             for g in groups],
+        pp=c.pp, vpp=c.vpp, num_microbatches=step.num_microbatches, layer_time_s=layer_time,
+        layer_state_bytes=[], layer_activation_bytes={}, in_flight=[], fixed_time_s=fixed_time,
+        fixed_memory_bytes={}, budget_bytes=[], equal_layers=c.vpp > 1, outside_pipeline_floor_s=floor_s,
+        memory_priced=False)
+
+
+def _layer_times(step: StepModel, kinds: list[str], options: list[str], groups: list[int]) -> dict:
+    """(q, k, g) -> forward + backward + recompute + tp/cp communication of one layer per micro-batch."""
+    out = {}
+    for q, kind in enumerate(kinds):
+        for k, opt in enumerate(options):
+            for g in groups:
+                lt = step.layer_time(kind, g)
+                out[q, k, g] = (lt.forward_s + lt.backward_s + lt.recompute_s(opt)
+                                + step.layer_tp_comm_s(kind, opt, g) + step.layer_cp_comm_s(kind, g))
+    return out
+
+
+def _fixed_params(step: StepModel) -> list[float]:
+    pp = step.config.pp
+    return [step.stage_params(StageLayout(layers=[], embedding=i == 0, head=i == pp - 1)) for i in range(pp)]
+
+
 def build_table(step: StepModel, options: list[str], groups: list[int] | None = None) -> CostTable:
     """Price one configuration's layers and stages on each allowed node group."""
     c = step.config
     kinds = [k.name for k in step.model.layer_kinds()]
     groups = groups if groups is not None else list(range(len(step.cluster.node_groups)))
     per_stage = step.devices_per_stage()
-    layer_time, fixed_time, fixed_mem = {}, {}, {}
-    for q, kind in enumerate(kinds):
-        for k, opt in enumerate(options):
-            for g in groups:
-                lt = step.layer_time(kind, g)
-                layer_time[q, k, g] = (lt.forward_s + lt.backward_s + lt.recompute_s(opt)
-                                       + step.layer_tp_comm_s(kind, opt, g) + step.layer_cp_comm_s(kind, g))
+    fixed_time, fixed_mem = {}, {}
+    layer_time = _layer_times(step, kinds, options, groups)
     widest = max(step.layer_params(k) for k in kinds)
     for i in range(c.pp):
         # an empty stage without embedding or head has no activations, so every middle stage is the
@@ -107,9 +149,7 @@ def build_table(step: StepModel, options: list[str], groups: list[int] | None = 
                 buffers = buffers + memory.zero3_gather_buffer_bytes(units, step.training.element_bytes)
             fixed_mem[i, g] = m.weights_bytes + m.grads_bytes + m.optimizer_bytes + m.activations_bytes + buffers
     budgets = []
-    floor_s = off_pipeline_floor_s(step, groups, [step.stage_params(StageLayout(layers=[], embedding=i == 0,
-                                                                                    head=i == c.pp - 1))
-                                                  for i in range(c.pp)], options)
+    floor_s = off_pipeline_floor_s(step, groups, _fixed_params(step), options)
     for g, group in enumerate(step.cluster.node_groups):
         device = group.hardware
         usable = step.memory_budget(g) - device.reserve_GiB * 1024**3 - step.communicator_bytes(g)
