@@ -167,7 +167,10 @@ def solve(table: CostTable, time_limit_s: float = 10.0, cutoff: float | None = N
     stage_times = [stage_time(table, counts[i], i, groups[i]) for i in range(p)]
     split = Split(counts=counts, stage_groups=groups, objective=table.objective(stage_times))
     if cutoff is not None and split.objective > cutoff:
-        return SolveResult(None, name, "cutoff", float("inf"), elapsed)
+        # proven above the cut-off only when optimal; a time-limited incumbent above it proves nothing
+        if optimal:
+            return SolveResult(None, name, "cutoff", float("inf"), elapsed)
+        return SolveResult(None, name, "time_limit", gap, elapsed)
     return SolveResult(split, name, "optimal" if optimal else "time_limit", gap, elapsed)
 
 
