@@ -266,7 +266,8 @@ def launch(
     nnodes: Optional[int] = typer.Option(None, "--nnodes", help="nodes (default: world size / processes per node)"),
     node_rank: int = typer.Option(0, "--node-rank", help="this node's rank (several nodes)"),
     rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT of node 0 (several nodes)"),
-    rdzv_id: str = typer.Option("gplan", "--rdzv-id", help="rendezvous id shared by the nodes of one job"),
+    rdzv_id: str = typer.Option("gplan", "--rdzv-id", help="rendezvous id of a c10d launch (--slurm uses the job id; "
+                                "--node-rank launches use the static rendezvous, which has none)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print every node's command and exit"),
     slurm: Optional[Path] = typer.Option(None, "--slurm", help="write a SLURM batch script to this file and exit"),
     validate_only: bool = typer.Option(False, "--validate", help="build the layout without running a step (torch: the "
@@ -339,7 +340,14 @@ def launch(
     options.run_dir.mkdir(parents=True, exist_ok=True)
     write_plan(plan, plan_path)
     impl.run(spec, options, echo=lambda line: sys.stderr.write(line + "\n"))
-    result = read_report(options.run_dir / "run_report.json")
+    report_path = options.run_dir / "run_report.json"
+    if spec.nnodes > 1 and options.node_rank != 0 and not report_path.exists():
+        # rank 0 gathers every rank and writes the report on node 0 (here only if the run dir is shared)
+        if as_json:
+            return emit_json({"node_rank": options.node_rank, "finished": True, "run_report": None})
+        err.print(f"[green]node {options.node_rank} finished[/]; node 0 writes run_report.json into its run directory")
+        return
+    result = read_report(report_path)
     if as_json:
         return emit_json(result.model_dump(mode="json"))
     err.print(run_report_table(result, plan))

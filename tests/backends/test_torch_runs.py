@@ -171,3 +171,25 @@ def test_token_file_feeds_every_layout_the_same_batches(tmp_path):
     synthetic = launch(tiny_plan(tmp_path / "syn.json", TINY_LLAMA), tmp_path / "syn")
     assert split["losses"] == pytest.approx(single["losses"], abs=1e-5)
     assert single["losses"] != pytest.approx(synthetic["losses"], abs=1e-3)
+
+
+def test_two_nodes_keep_their_node_ranks_and_match_single_process(reference, tmp_path):
+    """Two `gplan launch --node-rank` processes on this host, one rank each: the static rendezvous keeps
+    each node's rank (c10d would number them by host name and ignore --node-rank), so node 1 runs the
+    plan's rank 1 — here the last pipeline stage — and the losses equal one process's."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    plan = tiny_plan(tmp_path / "plan.json", TINY_LLAMA, None, pp=2)
+    procs = [subprocess.Popen([sys.executable, "-m", "gplan.cli", "launch", str(plan), "--run-dir",
+                               str(tmp_path / f"node{r}"), "--steps", str(STEPS), "--device", "cpu", "--nnodes", "2",
+                               "--nproc-per-node", "1", "--node-rank", str(r), "--rdzv-endpoint", f"127.0.0.1:{port}"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in (1, 0)]
+    outputs = [p.communicate(timeout=240) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outputs]
+    assert {p.name for p in (tmp_path / "node1" / "logs").glob("rank*.log")} == {"rank1.log"}
+    assert {p.name for p in (tmp_path / "node0" / "logs").glob("rank*.log")} == {"rank0.log"}
+    report = json.loads((tmp_path / "node0" / "run_report.json").read_text())
+    assert report["losses"] == pytest.approx(reference[TINY_LLAMA.name], abs=1e-5)

@@ -120,17 +120,23 @@ def node_layout(plan: Plan, options: LaunchOptions) -> tuple[int, int]:
 
 def torchrun_argv(job: JobRecipe, node_rank: str | None = None, endpoint: str | None = None,
                   rdzv_id: str | None = None, separator: str = " ") -> list[str]:
-    """`torchrun` for one node of `job`. One node without an endpoint: `--standalone`. Otherwise c10d
-    rendezvous at `endpoint`; `node_rank` None lets the rendezvous number the nodes (SLURM, Kubernetes).
-    `separator="="` writes `--flag=value` words (what Kubernetes manifests conventionally carry)."""
+    """`torchrun` for one node of `job`. One node without an endpoint: `--standalone`. A given `node_rank`:
+    the static rendezvous at `endpoint` (node 0's address), the only one that keeps a node rank — c10d
+    numbers the nodes by sorted host name and ignores `--node-rank` (torch's dynamic_rendezvous assigns
+    ranks over `sorted(participants)`), so ranks 0… of the plan could land on any node, and on a
+    heterogeneous cluster on the wrong hardware. `node_rank` None: c10d rendezvous, numbering the nodes
+    itself (SLURM, Kubernetes: identical nodes). `separator="="` writes `--flag=value` words (what
+    Kubernetes manifests conventionally carry)."""
     def opt(flag: str, value: object) -> list[str]:
         return [f"{flag}={value}"] if separator == "=" else [flag, str(value)]
 
     if job.nnodes == 1 and endpoint is None:
         head = ["--standalone", *opt("--nnodes", 1), *opt("--nproc-per-node", job.nproc_per_node)]
+    elif node_rank is not None:
+        head = [*opt("--nnodes", job.nnodes), *opt("--node-rank", node_rank), *opt("--nproc-per-node", job.nproc_per_node),
+                *opt("--rdzv-backend", "static"), *opt("--rdzv-endpoint", endpoint)]
     else:
-        head = [*opt("--nnodes", job.nnodes), *(opt("--node-rank", node_rank) if node_rank is not None else []),
-                *opt("--nproc-per-node", job.nproc_per_node), *opt("--rdzv-backend", "c10d"),
+        head = [*opt("--nnodes", job.nnodes), *opt("--nproc-per-node", job.nproc_per_node), *opt("--rdzv-backend", "c10d"),
                 *opt("--rdzv-endpoint", endpoint), *(opt("--rdzv-id", rdzv_id) if rdzv_id else [])]
     # No restarts: a failed rank ends the job (gplan names it); a quick monitor notices it within 0.5 s.
     return ["torchrun", *head, *opt("--max-restarts", 0), *opt("--monitor-interval", 0.5), *job.program]

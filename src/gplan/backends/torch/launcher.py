@@ -2,8 +2,8 @@
 
 `render` turns a plan and options into argv lists and environment — never a shell string. One node:
 `torchrun --standalone --nproc-per-node K`. Several: every node runs `torchrun --nnodes N
---node-rank R --rdzv-backend c10d --rdzv-endpoint HOST:PORT --rdzv-id ID`, or one SLURM batch
-script starts them all (`srun` one task per node). `run` starts this node's command, streams its
+--node-rank R --rdzv-backend static --rdzv-endpoint HOST:PORT` (static: node R gets the plan's ranks
+R·K…, as placed), or one SLURM batch script starts them all (`srun` one task per node, c10d). `run` starts this node's command, streams its
 output, and when a rank fails names it with its last log lines (exit 5); every process it started
 is gone when it returns.
 """
