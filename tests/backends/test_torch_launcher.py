@@ -188,3 +188,25 @@ def test_launch_says_what_precision_it_runs(gplan, tmp_path):
         plan = tiny_plan(tmp_path / f"zero{zero}.json", TINY_LLAMA, None, bf16, dp=2, zero=zero)
         notes = gplan("launch", str(plan), "--dry-run", "--json", "--device", "cuda").json()["notes"]
         assert any("stay fp32 under bf16 autocast" in n for n in notes) == fp32_weights
+
+
+def test_a_rank_on_a_smaller_gpu_than_planned_is_refused_before_training(tmp_path):
+    """The worker's device check (backends.common.device_mismatch): on the README's A100+V100 cluster a
+    V100 node started under an A100 node's rank is named, with the node group it should have been; the
+    runtime's 79.2 GiB of an "80 GB" A100 is its kind."""
+    from gplan.backends.common import device_mismatch
+    from gplan.planner.build import make_plan
+    from gplan.profiles.catalogue import load_cluster, load_model
+    from gplan.spec.parallel import LayerCount, ParallelConfig, StageLayout
+    from gplan.spec.training import TrainingSpec
+
+    cluster = load_cluster(str(Path(__file__).resolve().parents[2] / "bench" / "data" / "mixed-a100-v100.yaml"))
+    model = load_model("llama3-8b")
+    layouts = [StageLayout(layers=[LayerCount(kind="decoder", recompute="none", count=n)], embedding=i == 0,
+                           head=i == 1, node_group=g) for i, (n, g) in enumerate([(20, 0), (12, 1)])]
+    plan = make_plan(model, TrainingSpec(gbs=64, seq_length=4096, precision="fp16"), cluster, ParallelConfig(dp=32, pp=2),
+                     layouts)
+    assert device_mismatch(plan, 0, "NVIDIA A100-SXM4-80GB", 85.0e9) is None
+    problem = device_mismatch(plan, 0, "Tesla V100-SXM2-32GB", 34.1e9)
+    assert "rank 0" in problem and "a100-80g" in problem and "node group 0" in problem
+    assert device_mismatch(plan, 63, "Tesla V100-SXM2-32GB", 34.1e9) is None  # stage 1 is on the V100s

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from gplan.plan import Plan
+
 
 def add_worker_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The options every worker takes (what `worker_argv` writes)."""
@@ -52,3 +54,20 @@ def global_batch(step: int, vocab_size: int, seq_length: int, gbs: int, seed: in
         raise ValueError(f"{path}: {len(array)} tokens, fewer than one sequence of {width}")
     span = len(array) - width + 1
     return np.stack([np.asarray(array[((step * gbs + i) * width) % span:][:width], dtype=np.int64) for i in range(gbs)])
+
+
+#: Vendors sell "80 GB" that the runtime reports as 79.2 GiB: a device this much below the plan's is its kind.
+DEVICE_MEMORY_TOLERANCE = 0.05
+
+
+def device_mismatch(plan: Plan, rank: int, device_name: str, total_bytes: float) -> str | None:
+    """Why the device rank `rank` found cannot run the plan's part for it, or None: less memory than the
+    hardware of its node group (by the placement rule) means the run would run out of memory after it
+    started — on a heterogeneous cluster, a node started under the wrong node rank."""
+    group = plan.device_of(rank).node_group
+    planned = plan.cluster.node_groups[group].hardware
+    if total_bytes >= planned.memory_bytes * (1 - DEVICE_MEMORY_TOLERANCE):
+        return None
+    return (f"rank {rank} runs on {device_name} with {total_bytes / 2**30:.1f} GiB; the plan put it on "
+            f"{planned.name} ({planned.memory_GiB:g} GiB) of node group {group} — start each node under the node "
+            "rank of its hardware, or re-plan for these devices")

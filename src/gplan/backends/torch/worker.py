@@ -28,7 +28,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor, Shard
 from torch.distributed.tensor.parallel import loss_parallel
 
-from gplan.backends.common import add_worker_options, global_batch
+from gplan.backends.common import add_worker_options, device_mismatch, global_batch
 from gplan.backends.torch import apply_pp, checkpoint, launcher
 from gplan.backends.torch.apply_cp import load_balanced_positions
 from gplan.backends.torch.apply_dp import average_gradients
@@ -95,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         plan = read_plan(args.plan)
         device = pick_device(args.device, local_rank)
+        check_device(plan, rank, device)
         init_distributed(device)
         job = build_job(plan, device, args, log)
         first_step = resume(job, args)
@@ -117,6 +118,16 @@ def pick_device(choice: str, local_rank: int) -> torch.device:
         torch.cuda.set_device(local_rank)
         return torch.device("cuda", local_rank)
     return torch.device("cpu")
+
+
+def check_device(plan: Plan, rank: int, device: torch.device) -> None:
+    """Refuse, before any collective, a GPU smaller than the one the plan priced this rank on."""
+    if device.type != "cuda":
+        return
+    problem = device_mismatch(plan, rank, torch.cuda.get_device_name(device),
+                              torch.cuda.get_device_properties(device).total_memory)
+    if problem:
+        raise RuntimeError(problem)
 
 
 def init_distributed(device: torch.device) -> None:
