@@ -114,3 +114,10 @@ def test_gplan_models_lists_experts_and_active_parameters(gplan):
     models = {m["name"]: m for m in gplan("models", "--json").json()}
     assert models["deepseek-v3"]["num_experts"] == 256
     assert models["deepseek-v3"]["active_params"] < models["deepseek-v3"]["params"] / 10
+
+
+def test_profile_refuses_a_model_its_workers_would_build_dense(gplan, tmp_path):
+    """The workers build dense layers with standard attention: measuring deepseek-v3 with them would record
+    numbers of another model."""
+    r = gplan("profile", "--model", "deepseek-v3", "--out", str(tmp_path / "p.yaml"), "--device", "cpu")
+    assert r.code == 3 and "routed experts" in r.stderr and not (tmp_path / "p.yaml").exists()

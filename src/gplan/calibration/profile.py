@@ -70,6 +70,10 @@ class ProfileRequest:
 
 def check_request(request: ProfileRequest) -> None:
     spec = request.model
+    if spec.is_moe or spec.is_mla:  # the workers build dense layers with standard attention only
+        raise InputError(f"{spec.name}: gplan profile measures dense layers with standard attention; this model has "
+                         f"{'routed experts' if spec.is_moe else 'latent attention'}",
+                         hint="profile a dense model of the same widths, or estimate from the catalogue")
     bad = [t for t in request.tp if not spec.tp_divides(t)]
     if bad:
         raise InputError(f"--tp {bad[0]} does not divide the heads, kv heads and MLP width of {spec.name}",
