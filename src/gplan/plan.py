@@ -458,6 +458,9 @@ def check_plan(plan: Plan, source: str = "plan") -> None:
 
     if inputs_digest(plan.model, plan.cluster, plan.training) != plan.digest:
         raise bad("digest", "does not match the plan's model, cluster and training (edited since it was written?)")
+    if plan.model.is_moe or plan.model.is_mla:  # nothing prices or runs them yet (the workers would build dense)
+        raise InputError(f"{source}: model: {plan.model.name} has routed experts or latent attention, which this gplan "
+                         "does not price or run yet", hint="plan a dense model")
     c, t = plan.parallel, plan.training
     if c.num_microbatches * c.mbs * c.dp != t.gbs:
         raise bad("parallel.num_microbatches", f"m·mbs·dp = {c.num_microbatches}·{c.mbs}·{c.dp} ≠ gbs {t.gbs}")

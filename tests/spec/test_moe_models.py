@@ -4,6 +4,7 @@ and active parameter counts against the published ones (to the precision they ar
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -121,3 +122,20 @@ def test_profile_refuses_a_model_its_workers_would_build_dense(gplan, tmp_path):
     numbers of another model."""
     r = gplan("profile", "--model", "deepseek-v3", "--out", str(tmp_path / "p.yaml"), "--device", "cpu")
     assert r.code == 3 and "routed experts" in r.stderr and not (tmp_path / "p.yaml").exists()
+
+
+def test_a_hand_made_plan_of_a_moe_model_is_refused_by_every_reader(gplan, tmp_path):
+    """No plan of a mixture of experts can be written by search; one edited by hand must not launch dense."""
+    from gplan.plan import inputs_digest, read_plan
+
+    golden = Path(__file__).resolve().parents[1] / "data" / "golden_plan.json"
+    data = json.loads(golden.read_text())
+    plan = read_plan(golden)
+    moe = plan.model.model_copy(update={"num_experts": 8, "top_k": 2})
+    data["model"] = moe.model_dump(mode="json")
+    data["digest"] = inputs_digest(moe, plan.cluster, plan.training)
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(data))
+    for command in (["validate"], ["estimate"], ["launch", "--dry-run"]):
+        r = gplan(command[0], str(path), *command[1:])
+        assert r.code == 3 and "routed experts" in r.stderr, (command, r.stderr)
