@@ -54,6 +54,41 @@ def test_the_bounded_search_finds_the_unbounded_best(seed):
     assert bounded.prediction.step_time_s == pytest.approx(unbounded.prediction.step_time_s, rel=1e-6)
 
 
+def random_mixed_instance(rng: random.Random, tmp_path):
+    """Two node groups of different speed and memory (A100-80GB and V100-32GB), small enough that every
+    ILP solves without a bound."""
+    heads = rng.choice([8, 16])
+    model = ModelSpec(name="r", num_layers=rng.choice([6, 8, 12]), hidden_size=heads * 128, num_attention_heads=heads,
+                      num_kv_heads=8, ffn_hidden_size=3 * heads * 128, ffn_kind="swiglu",
+                      vocab_size=rng.choice([32000, 256000]), seq_length=2048, norm="rmsnorm", position_embedding="rope")
+    path = tmp_path / "mixed.yaml"
+    memory = rng.uniform(0.3, 1.0)
+    path.write_text(
+        "name: mixed\nnode_groups:\n"
+        f"  - {{hardware: a100-80g, nodes: 1, devices_per_node: 4, intra_node: {{bandwidth_GBps: 300}}, inter_node: {{bandwidth_GBps: 25}}}}\n"
+        f"  - {{hardware: v100-32g, nodes: 1, devices_per_node: 4, intra_node: {{bandwidth_GBps: 150}}, inter_node: {{bandwidth_GBps: 12.5}}}}\n")
+    cluster = load_cluster(str(path))
+    groups = [g.model_copy(update={"hardware": g.hardware.model_copy(update={"memory_GiB": g.hardware.memory_GiB * memory})})
+              for g in cluster.node_groups]
+    training = TrainingSpec(gbs=rng.choice([8, 16]), seq_length=2048, precision="fp16")
+    return model, training, cluster.model_copy(update={"node_groups": groups}), 8
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_bounded_search_finds_the_unbounded_best_on_two_node_groups(seed, tmp_path):
+    """The slot bound and the two-group memory-aware bound (`_most_layers`) against every ILP solved."""
+    model, training, cluster, devices = random_mixed_instance(random.Random(seed), tmp_path)
+    limits = SearchLimits(mbs=[1], zero=[0, 1], cp=[1], allow_fewer_devices=False)
+    try:
+        unbounded = search(model, training, cluster, devices, limits, top=1, bounds=False).best
+    except InfeasibleError:
+        with pytest.raises(InfeasibleError):
+            search(model, training, cluster, devices, limits, top=1)
+        return
+    bounded = search(model, training, cluster, devices, limits, top=1).best
+    assert bounded.prediction.step_time_s == pytest.approx(unbounded.prediction.step_time_s, rel=1e-6)
+
+
 def random_split(rng: random.Random, table, options: list[str]) -> list[StageLayout]:
     """Any split of the table's layers (interleaved: equal counts), each stage with random options."""
     total, p = table.total_layers, table.pp

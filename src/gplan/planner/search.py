@@ -138,34 +138,65 @@ def _stage_capacity(t: list[float], mu: list[float], time_s: float, memory_bytes
 
 
 def memory_aware_bound_s(table: CostTable, work_s: float) -> float:
-    """A tighter bound: the least T_max at which every stage, limited by both T_max and its memory,
-    can hold all layers between them (each layer priced at the most favourable kind and group);
-    then `(m − 1/v)·T_max + W/v + F`."""
+    """A tighter bound: the least T_max at which the stages, each limited by both T_max and its memory
+    on the node group it runs on, can hold all layers between them (each layer priced at the most
+    favourable kind); then `(m − 1/v)·T_max + W/v + F`. On two node groups the stages are assigned to
+    the groups as the groups' capacities allow (`_most_layers`); on more, each stage takes its best group."""
     K, p = len(table.options), table.pp
-    t = [min(table.layer_time_s[q, k, g] for q in range(len(table.kinds)) for g in table.groups) for k in range(K)]
+    t = {g: [min(table.layer_time_s[q, k, g] for q in range(len(table.kinds))) for k in range(K)] for g in table.groups}
     stages = []
     for i in range(p):
         mu = [min(table.layer_state_bytes[q] + table.in_flight[i] * table.layer_activation_bytes[q, k]
                   for q in range(len(table.kinds))) for k in range(K)]
-        room = max(table.budget_bytes[g] - table.fixed_memory_bytes[i, g] for g in table.groups) - least_working(table, i)
-        fixed = min(table.fixed_time_s[i, g] for g in table.groups)
-        stages.append((mu, room, fixed))
+        per_group = {g: (table.budget_bytes[g] - table.fixed_memory_bytes[i, g] - least_working(table, i),
+                         table.fixed_time_s[i, g]) for g in table.groups}
+        stages.append((mu, per_group))
     need = table.total_layers / p if table.equal_layers else None
 
     def holds(t_max: float) -> bool:
-        caps = [_stage_capacity(t, mu, t_max - fixed, room) for mu, room, fixed in stages]
-        if need is not None:
-            return min(caps) >= need - 1e-9
-        return sum(min(c, table.total_layers) for c in caps) >= table.total_layers - 1e-9
+        caps = [{g: min(_stage_capacity(t[g], mu, t_max - fixed, room), table.total_layers)
+                 for g, (room, fixed) in per_group.items()} for mu, per_group in stages]
+        return _most_layers(caps, table, need) >= table.total_layers - 1e-9
 
-    lo = max(fixed for _, _, fixed in stages)  # T_max ≥ every stage's fixed time
-    hi = lo + table.total_layers * max(t)
+    lo = max(min(fixed for _, fixed in per_group.values()) for _, per_group in stages)  # T_max ≥ each T_i
+    hi = lo + table.total_layers * max(max(ts) for ts in t.values())
     if not holds(hi):
         return math.inf
     while hi - lo > 1e-4 * hi:  # lo never holds, so the least T_max lies above it: lo is the bound
         mid = (lo + hi) / 2
         lo, hi = (lo, mid) if holds(mid) else (mid, hi)
     return pipeline_objective(lo, work_s, table.num_microbatches, table.vpp) + table.outside_pipeline_floor_s
+
+
+def _most_layers(caps: list[dict[int, float]], table: CostTable, need: float | None) -> float:
+    """The most layers the stages can hold (caps[i][g]: stage i on group g), every stage on one group and
+    group g hosting at most its capacity C_g of them; with `need` (interleaving: L/p on every stage), L
+    when such an assignment gives every stage its need, else 0. Exact for one or two groups (two: the
+    stages that gain most from the first group take it, between p − C_b and C_a of them); an upper
+    bound — still a valid relaxation — for more."""
+    groups, capacity = table.groups, dict(zip(table.groups, table.group_stage_capacity))
+    if need is not None:
+        ok = [{g for g, c in cap.items() if c >= need - 1e-9} for cap in caps]
+        if any(not o for o in ok):
+            return 0.0
+        if len(groups) == 2:
+            a, b = groups
+            only_a, only_b = sum(o == {a} for o in ok), sum(o == {b} for o in ok)
+            if only_a > capacity[a] or only_b > capacity[b] or len(caps) > capacity[a] + capacity[b]:
+                return 0.0
+        return table.total_layers
+    if len(groups) == 1:
+        return sum(cap[groups[0]] for cap in caps)
+    if len(groups) == 2:
+        a, b = groups
+        gains = sorted((cap[a] - cap[b] for cap in caps), reverse=True)
+        base = sum(cap[b] for cap in caps)
+        least, most = max(0, len(caps) - capacity[b]), min(len(caps), capacity[a])
+        if least > most:
+            return 0.0
+        taken = sum(gains[:least]) + sum(x for x in gains[least:most] if x > 0)
+        return base + taken
+    return sum(max(cap.values()) for cap in caps)
 
 
 def least_working(table: CostTable, i: int) -> float:
