@@ -402,8 +402,10 @@ def search_summary(result, devices: int) -> list[str]:
         lines.append(f"[yellow]note:[/] the best plan uses {best.config.world_size} of the {devices} devices "
                      "(faster than any layout of all of them)")
     answered = f", {result.answered} more answered by a solved one" if result.answered else ""
-    lines.append(f"searched {result.candidates} configurations, solved {result.solved} ILPs{answered} "
-                 f"({result.pruned} pruned by bounds) in {result.time_s:.2f} s; "
+    cut = result.statuses.get("cutoff", 0)
+    lines.append(f"searched {result.candidates} configurations ({result.pruned} pruned by bounds, "
+                 f"{result.memory_infeasible} cannot fit), solved {result.solved} ILPs{answered}"
+                 f"{f' ({cut} cut off by the best plan)' if cut else ''} in {result.time_s:.2f} s; "
                  f"best split from {best.solver.name} ({best.solver.status}); {result.provenance_text()}")
     return lines
 

@@ -47,6 +47,7 @@ class SearchResult:
     answered: int = 0
     """ILPs settled by one solved before with the same stage times and looser memory (planner.reuse)."""
     pruned: int = 0
+    """Candidates whose ILP never ran: their bound could not beat the best plan."""
     memory_infeasible: int = 0
     time_s: float = 0.0
     solver_time_s: float = 0.0
@@ -296,8 +297,7 @@ def search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devic
         result.statuses[solved.status] = result.statuses.get(solved.status, 0) + 1
         if solved.status == "time_limit":
             result.worst_gap = max(result.worst_gap, solved.gap if solved.gap == solved.gap else 1.0)
-        if solved.status == "cutoff":
-            result.pruned += 1
+        if solved.status == "cutoff":  # counted with the ILPs solved (statuses), not again as pruned
             continue
         if solved.status == "infeasible":
             result.memory_infeasible += 1
