@@ -133,3 +133,27 @@ def test_cutoff_keeps_the_optimum_above_it_and_reports_none_below(seed):
     assert above.split is not None and above.split.objective == pytest.approx(free.split.objective)
     below = ilp.solve(table, cutoff=free.split.objective * 0.99)
     assert below.split is None and below.status == "cutoff"
+
+
+def test_a_time_limited_incumbent_above_the_cutoff_proves_nothing(monkeypatch):
+    """HiGHS stopped at its time limit holding a split above the cut-off has not shown that nothing lies below
+    it: the result is `time_limit` (the plan says "best found"), never `cutoff` (read as a proof). Simulated:
+    the solver ignores the cut-off and reports its (optimal) split as merely feasible."""
+    import pulp
+
+    table = random_table(random.Random(3), [8], 3)
+    exact = ilp.solve(table)
+    assert exact.status == "optimal"
+    real_solver, real_solve = ilp._solver, pulp.LpProblem.solve
+
+    def stopped(self, solver=None, **kwargs):
+        status = real_solve(self, solver, **kwargs)
+        self.sol_status = pulp.LpSolutionIntegerFeasible
+        return status
+
+    monkeypatch.setattr(ilp, "_solver", lambda time_limit_s, cutoff, prefer="highs": real_solver(time_limit_s, None, prefer))
+    monkeypatch.setattr(pulp.LpProblem, "solve", stopped)
+    below = ilp.solve(table, cutoff=exact.split.objective * 0.99)
+    assert below.status == "time_limit" and below.split is None
+    above = ilp.solve(table, cutoff=exact.split.objective * 1.01)
+    assert above.status == "time_limit" and above.split is not None
