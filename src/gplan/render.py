@@ -50,8 +50,18 @@ def tokens(count: float) -> str:
     return f"{count:g}"
 
 
+def memory_text(p: Prediction) -> str:
+    """The fullest stage against its own device's budget: stages on different hardware have different
+    budgets, and the largest memory beside the smallest budget would read as not fitting."""
+    budgets = {s.memory_budget_bytes for s in p.stages}
+    if len(budgets) == 1:
+        return f"{gib(p.memory_bytes_per_device_max)} max of {gib(budgets.pop())} budget"
+    fullest = max(p.stages, key=lambda s: s.memory_bytes / s.memory_budget_bytes)
+    return (f"{fullest.memory_bytes / fullest.memory_budget_bytes:.0%} of its budget at most (stage {fullest.index}: "
+            f"{gib(fullest.memory_bytes)} of {gib(fullest.memory_budget_bytes)})")
+
+
 def prediction_summary(console: Console, title: str, config: ParallelConfig, p: Prediction, stages: bool = True) -> None:
-    budget = min(s.memory_budget_bytes for s in p.stages)
     fits = "[green]fits[/]" if p.fits else "[red]does not fit[/]"
     table = Table(title=title, show_header=False, title_justify="left")
     table.add_column("what", style="bold")
@@ -60,7 +70,7 @@ def prediction_summary(console: Console, title: str, config: ParallelConfig, p: 
     table.add_row("step time", seconds(p.step_time_s))
     table.add_row("throughput", f"{p.tokens_per_s:,.0f} tokens/s   {p.samples_per_s:,.2f} samples/s")
     table.add_row("per device", f"{p.model_tflops_per_device:.1f} model TFLOP/s   MFU {p.mfu:.1%}")
-    table.add_row("memory", f"{gib(p.memory_bytes_per_device_max)} max of {gib(budget)} budget — {fits}")
+    table.add_row("memory", memory_text(p) + f" — {fits}")
     b = p.breakdown
     parts = [(k, v) for k, v in b.model_dump().items() if v > 0]
     table.add_row("step breakdown", "   ".join(f"{k} {v / p.step_time_s:.1%}" for k, v in parts))

@@ -112,3 +112,6 @@ node_groups:
         assert {devices[r].node_group for r in ranks} == {s["node_group"]}
     # the header names both kinds of device, not "64 × a100-80g"
     assert "32 × a100-80g + 32 × v100-32g" in " ".join(r.stderr.split())
+    # memory against each stage's own budget, not the largest stage beside the V100's smaller budget
+    said = " ".join(gplan("estimate", str(out)).stderr.split())
+    assert "of its budget at most" in said and "— fits" in said
