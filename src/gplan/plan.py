@@ -161,8 +161,8 @@ class StagePlan(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _from_rank_list(cls, data):
-        """Plans written before listed every rank of a stage: read a consecutive list as its range (a
-        list with gaps keeps its shape wrong, and the plan check names `ranks`)."""
+        """Plans written before listed every rank of a stage: read a consecutive list as its range; a
+        list that is not one range is refused (an invalid plan at that stage)."""
         if isinstance(data, dict) and "ranks" in data and "first_rank" not in data:
             ranks = data["ranks"]
             data = {k: v for k, v in data.items() if k != "ranks"}

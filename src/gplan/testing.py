@@ -29,6 +29,18 @@ SMALL_LLAMA = ModelSpec(name="small-llama", num_layers=4, hidden_size=256, num_a
 TRAINING = TrainingSpec(gbs=8, seq_length=32, precision="fp32")
 
 
+def mixed_cluster_file(path: Path, nodes: int, devices_per_node: int = 8) -> Path:
+    """The README's two-group cluster (A100-80GB and V100-32GB nodes, their NVLink and network links),
+    `nodes` of each, written to `path`."""
+    path.write_text(
+        "name: mixed\nnode_groups:\n"
+        f"  - {{hardware: a100-80g, nodes: {nodes}, devices_per_node: {devices_per_node}, "
+        "intra_node: {bandwidth_GBps: 300}, inter_node: {bandwidth_GBps: 25}}\n"
+        f"  - {{hardware: v100-32g, nodes: {nodes}, devices_per_node: {devices_per_node}, "
+        "intra_node: {bandwidth_GBps: 150}, inter_node: {bandwidth_GBps: 12.5}}\n")
+    return path
+
+
 def tiny_plan(path: Path, model: ModelSpec = TINY_LLAMA, stages: list[list[tuple[str, int]]] | None = None,
               training: TrainingSpec = TRAINING, **degrees) -> Path:
     """Write a plan; `stages` gives each stage's (recompute, layers) in order, e.g. [[("none", 1)],

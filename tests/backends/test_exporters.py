@@ -29,7 +29,7 @@ from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import LayerCount, ParallelConfig, StageLayout
 from gplan.spec.targets import TARGETS, runs_as, same_split
 from gplan.spec.training import TrainingSpec
-from gplan.testing import requires_engine, requires_program
+from gplan.testing import mixed_cluster_file, requires_engine, requires_program
 
 LLAMA = ModelSpec(name="llama-mini", num_layers=8, hidden_size=512, num_attention_heads=8, num_kv_heads=4,
                   ffn_hidden_size=1376, ffn_kind="swiglu", vocab_size=32000, seq_length=1024, norm="rmsnorm",
@@ -602,13 +602,7 @@ def test_megatron_carries_the_fp8_recipe_and_the_torch_backend_refuses_it(precis
 
 
 def test_slurm_and_kubernetes_refuse_a_plan_whose_stages_need_different_hardware(gplan, tmp_path):
-    cluster = tmp_path / "mixed.yaml"
-    cluster.write_text("""
-name: mixed
-node_groups:
-  - {hardware: a100-80g, nodes: 1, devices_per_node: 8, intra_node: {bandwidth_GBps: 300}, inter_node: {bandwidth_GBps: 25}}
-  - {hardware: v100-32g, nodes: 1, devices_per_node: 8, intra_node: {bandwidth_GBps: 150}, inter_node: {bandwidth_GBps: 12.5}}
-""")
+    cluster = mixed_cluster_file(tmp_path / "mixed.yaml", nodes=1)
     plan = tmp_path / "p.json"
     assert gplan("search", "llama2-7b", "--cluster", str(cluster), "--gbs", "64", "--precision", "fp16", "--pp", "2",
                  "--out", str(plan)).code == 0

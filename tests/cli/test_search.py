@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 
-from gplan.plan import read_plan
-
 import pytest
+
+from gplan.plan import read_plan
+from gplan.testing import mixed_cluster_file
 
 
 def test_search_writes_a_plan_that_validates_and_estimate_reproduces(gplan, tmp_path):
@@ -89,13 +90,7 @@ def test_bad_limit_syntax_exit_3(gplan, tmp_path):
 
 
 def test_heterogeneous_cluster_file_uses_both_groups(gplan, tmp_path):
-    cluster = tmp_path / "mixed.yaml"
-    cluster.write_text("""
-name: mixed
-node_groups:
-  - {hardware: a100-80g, nodes: 4, devices_per_node: 8, intra_node: {bandwidth_GBps: 300}, inter_node: {bandwidth_GBps: 25}}
-  - {hardware: v100-32g, nodes: 4, devices_per_node: 8, intra_node: {bandwidth_GBps: 150}, inter_node: {bandwidth_GBps: 12.5}}
-""")
+    cluster = mixed_cluster_file(tmp_path / "mixed.yaml", nodes=4)
     out = tmp_path / "p.json"
     r = gplan("search", "llama2-13b", "--cluster", str(cluster), "--gbs", "256", "--precision", "fp16",
               "--pp", "2,4", "--out", str(out))

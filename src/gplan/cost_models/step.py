@@ -245,26 +245,34 @@ class StepModel:
     # ---- data parallel and optimizer --------------------------------------------------------------
     def dp_exposed_s(self, stage: StagePrediction, layout: StageLayout | None = None) -> float:
         """Gradient synchronisation of one stage's parameters over its dp·cp ranks, minus what hides
-        behind compute. zero 0: all-reduce overlapped with the last micro-batch's backward; zero 1/2:
-        reduce-scatter there, and the parameter all-gather behind the first forward; zero 3 (FSDP):
-        `zero3_exposed_s`, unit by unit."""
+        behind compute (`dp_sync_exposed_s`; zero 3 (FSDP) with a layout: `zero3_exposed_s`, unit by
+        unit), and the tied embedding's all-reduce."""
+        c = self.config
+        tied = self.tied_embedding_s(layout) if layout is not None else 0.0
+        ranks = memory.zero_shard_ranks(c)
+        if c.zero >= 3 and layout is not None and ranks > 1:
+            link = comm.axis_link(self.group(stage.node_group), c, "dp")
+            return self.zero3_exposed_s(layout, ranks, link) + tied
+        return self.dp_sync_exposed_s(stage.params, stage.forward_s, stage.backward_s, stage.node_group) + tied
+
+    def dp_sync_exposed_s(self, params: float, forward_s: float, backward_s: float, group: int) -> float:
+        """What of a stage's data-parallel synchronisation (its params, its forward and backward per
+        micro-batch) compute does not hide. zero 0: the all-reduce overlapped with the last micro-batch's
+        backward; zero 1/2: the reduce-scatter there, and the parameter all-gather behind the first
+        forward; zero 3 as one unit per micro-batch."""
         c = self.config
         ranks = memory.zero_shard_ranks(c)
-        tied = self.tied_embedding_s(layout) if layout is not None else 0.0
         if ranks == 1:
-            return tied
-        link = comm.axis_link(self.group(stage.node_group), c, "dp")
-        grad_bytes = stage.params * memory.GRAD_BYTES
-        weight_bytes = stage.params * self.training.element_bytes
+            return 0.0
+        link = comm.axis_link(self.group(group), c, "dp")
+        grad_bytes = params * memory.GRAD_BYTES
         if c.zero == 0:
-            return max(0.0, comm.ring_allreduce_time_s(grad_bytes, ranks, link) - stage.backward_s) + tied
-        if c.zero >= 3 and layout is not None:
-            return self.zero3_exposed_s(layout, ranks, link) + self.tied_embedding_s(layout)
-        gather = comm.allgather_time_s(weight_bytes, ranks, link)
+            return max(0.0, comm.ring_allreduce_time_s(grad_bytes, ranks, link) - backward_s)
+        gather = comm.allgather_time_s(params * self.training.element_bytes, ranks, link)
         scatter = comm.reduce_scatter_time_s(grad_bytes, ranks, link)
         if c.zero < 3:
-            return max(0.0, scatter - stage.backward_s) + max(0.0, gather - stage.forward_s) + tied
-        per_mb = max(0.0, gather - stage.forward_s) + max(0.0, gather + scatter - stage.backward_s)
+            return max(0.0, scatter - backward_s) + max(0.0, gather - forward_s)
+        per_mb = max(0.0, gather - forward_s) + max(0.0, gather + scatter - backward_s)
         return self.num_microbatches * per_mb
 
     def tied_embedding_s(self, layout: StageLayout) -> float:

@@ -38,10 +38,6 @@ def axis_groups(config: ParallelConfig, axis: str) -> list[list[int]]:
     return [list(map(int, line)) for line in moved.reshape(-1, moved.shape[-1])]
 
 
-def stage_ranks(config: ParallelConfig, stage: int) -> list[int]:
-    return list(map(int, rank_grid(config)[stage].ravel()))
-
-
 def place(cluster: ClusterSpec, config: ParallelConfig, stage_groups: list[int]) -> Placement:
     """Assign devices to ranks: stage i takes the next free devices of node group `stage_groups[i]`,
     node by node — one range per stage, whatever the world size."""

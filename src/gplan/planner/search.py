@@ -257,8 +257,8 @@ def search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devic
         shared = layer_times.setdefault(shard_of(training, config), {})
         step = StepModel(model, training, step_cluster, config, _layer_times=shared)
         # the bound needs times only: memory is priced for the candidates the bound lets through
-        scored.append(_Scored(lower_bound_s(time_table(step, limits.recompute)), result.candidates, step,
-                              limits.recompute))
+        times = time_table(step, limits.recompute)
+        scored.append(_Scored(lower_bound_s(times), result.candidates, step, times))
     if not result.candidates:
         raise _no_candidate(model, training, cluster, devices, limits)
     found: dict[ParallelConfig, Candidate] = {}
@@ -325,11 +325,12 @@ class _Scored:
     bound: float
     order: int
     step: StepModel
-    options: list[str]
+    times: CostTable
+    """Its time table; `table` adds the memory terms when the search visits it."""
 
     @cached_property
     def table(self) -> CostTable:
-        return build_table(self.step, self.options)
+        return build_table(self.step, self.times.options, times=self.times)
 
     @cached_property
     def uniform(self) -> Split | None:

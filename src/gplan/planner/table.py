@@ -7,7 +7,7 @@ per-stage constants taken from the cost model (StepModel); solvers never call th
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from gplan.cost_models import communication as comm
@@ -55,8 +55,6 @@ class CostTable:
     the largest of this and those of the options it holds."""
     outside_pipeline_floor_s: float = 0.0
     """A lower bound, over every split, of what the step adds to the pipeline time (`off_pipeline_floor_s`)."""
-    memory_priced: bool = True
-    """False for a `time_table`: its memory fields are empty."""
 
     def option_transient(self, k: int) -> float:
         return self._option_transients[k]
@@ -78,7 +76,7 @@ class CostTable:
 def time_table(step: StepModel, options: list[str], groups: list[int] | None = None) -> CostTable:
     """The time half of `build_table` (layer and stage times, the floor outside the pipeline): all the
     search's first bound needs, so a candidate that bound prunes never prices its memory. Its memory
-    fields are empty (`memory_priced` False)."""
+    fields are empty until `build_table` fills them."""
     c = step.config
     kinds = [k.name for k in step.model.layer_kinds()]
     groups = groups if groups is not None else list(range(len(step.cluster.node_groups)))
@@ -99,8 +97,7 @@ def time_table(step: StepModel, options: list[str], groups: list[int] | None = N
                                              for g in groups],
         pp=c.pp, vpp=c.vpp, num_microbatches=step.num_microbatches, layer_time_s=layer_time,
         layer_state_bytes=[], layer_activation_bytes={}, in_flight=[], fixed_time_s=fixed_time,
-        fixed_memory_bytes={}, budget_bytes=[], equal_layers=c.vpp > 1, outside_pipeline_floor_s=floor_s,
-        memory_priced=False)
+        fixed_memory_bytes={}, budget_bytes=[], equal_layers=c.vpp > 1, outside_pipeline_floor_s=floor_s)
 
 
 def _layer_times(step: StepModel, kinds: list[str], options: list[str], groups: list[int]) -> dict:
@@ -120,55 +117,44 @@ def _fixed_params(step: StepModel) -> list[float]:
     return [step.stage_params(StageLayout(layers=[], embedding=i == 0, head=i == pp - 1)) for i in range(pp)]
 
 
-def build_table(step: StepModel, options: list[str], groups: list[int] | None = None) -> CostTable:
-    """Price one configuration's layers and stages on each allowed node group."""
-    c = step.config
-    kinds = [k.name for k in step.model.layer_kinds()]
-    groups = groups if groups is not None else list(range(len(step.cluster.node_groups)))
-    per_stage = step.devices_per_stage()
-    fixed_time, fixed_mem = {}, {}
-    layer_time = _layer_times(step, kinds, options, groups)
+def build_table(step: StepModel, options: list[str], groups: list[int] | None = None,
+                times: CostTable | None = None) -> CostTable:
+    """Price one configuration's layers and stages on each allowed node group: its `time_table` (given,
+    or priced here) with the memory terms added."""
+    times = times or time_table(step, options, groups)
+    c, kinds, groups = step.config, times.kinds, times.groups
+    fixed_mem = {}
     widest = max(step.layer_params(k) for k in kinds)
     for i in range(c.pp):
-        # an empty stage without embedding or head has no activations, so every middle stage is the
-        # same (its in-flight count multiplies nothing): price the first one and copy it
-        middle = 0 < i < c.pp - 1
         for g in groups:
-            if middle and i > 1:
-                fixed_time[i, g], fixed_mem[i, g] = fixed_time[1, g], fixed_mem[1, g]
+            # an empty middle stage has no activations (its in-flight count multiplies nothing): all alike
+            if 1 < i < c.pp - 1:
+                fixed_mem[i, g] = fixed_mem[1, g]
                 continue
             empty = StageLayout(layers=[], embedding=i == 0, head=i == c.pp - 1, node_group=g)
-            stage = step.stage(i, empty)
-            fixed_time[i, g] = stage.time_s
             # allocated bytes without layers; the engine's buffers at their largest and the zero-3 units
             # as if the stage held the widest layers (both at least what any split allocates)
-            m = stage.memory
+            m = step.stage(i, empty).memory
             buffers = memory.engine_buffer_bytes(step.training.engine, c.zero, step.training.element_bytes, math.inf)
             if c.zero >= 3 and memory.zero_shard_ranks(c) > 1:
                 units = step.unit_params(empty) + [widest, widest]
                 buffers = buffers + memory.zero3_gather_buffer_bytes(units, step.training.element_bytes)
             fixed_mem[i, g] = m.weights_bytes + m.grads_bytes + m.optimizer_bytes + m.activations_bytes + buffers
     budgets = []
-    floor_s = off_pipeline_floor_s(step, groups, _fixed_params(step), options)
     for g, group in enumerate(step.cluster.node_groups):
         device = group.hardware
         usable = step.memory_budget(g) - device.reserve_GiB * 1024**3 - step.communicator_bytes(g)
         budgets.append(usable / (1 + step.fragmentation(g)))
-    return CostTable(
-        kinds=kinds, layers_per_kind=[k.count for k in step.model.layer_kinds()], options=list(options),
-        groups=groups,
-        group_stage_capacity=[step.cluster.node_groups[g].devices // per_stage for g in groups],
-        pp=c.pp, vpp=c.vpp, num_microbatches=step.num_microbatches, layer_time_s=layer_time,
+    return replace(
+        times,
         layer_state_bytes=[step.layer_state_bytes(k) for k in kinds],
         layer_activation_bytes={(q, k): step.layer_activation_bytes(kind, opt)
-                                for q, kind in enumerate(kinds) for k, opt in enumerate(options)},
-        in_flight=[step.in_flight(i) for i in range(c.pp)], fixed_time_s=fixed_time,
-        fixed_memory_bytes=fixed_mem, budget_bytes=budgets, equal_layers=c.vpp > 1,
+                                for q, kind in enumerate(kinds) for k, opt in enumerate(times.options)},
+        in_flight=[step.in_flight(i) for i in range(c.pp)], fixed_memory_bytes=fixed_mem, budget_bytes=budgets,
         layer_transient_bytes={(q, k): step.layer_transient_bytes(kind, opt)
-                               for q, kind in enumerate(kinds) for k, opt in enumerate(options)},
+                               for q, kind in enumerate(kinds) for k, opt in enumerate(times.options)},
         stage_transient_bytes={i: step.head_transient_bytes(StageLayout(layers=[], embedding=i == 0,
                                                                          head=i == c.pp - 1)) for i in range(c.pp)},
-        outside_pipeline_floor_s=floor_s,
     )
 
 
@@ -191,41 +177,25 @@ def off_pipeline_floor_s(step: StepModel, groups: list[int], fixed_params: list[
 
 def dp_floor_s(step: StepModel, g: int, total_params: float, fixed_params: list[float], options: list[str]) -> float:
     """Mean over stages of StepModel.dp_exposed_s (tied-embedding all-reduce counted 0), the argument of
-    `off_pipeline_floor_s`. zero 3's exposure is a sum over units, so its mean is exact up to recompute."""
-    c, e = step.config, step.training.element_bytes
+    `off_pipeline_floor_s`: the cost model's own terms at the whole model's sums. zero 3's exposure is a
+    sum over units (every layer, each stage's embedding or head), so its mean is exact up to recompute."""
+    c, p = step.config, step.config.pp
     ranks = memory.zero_shard_ranks(c)
     if ranks == 1:
         return 0.0
-    link = comm.axis_link(step.group(g), c, "dp")
-    p = c.pp
     kinds = step.model.layer_kinds()
-    times = {k.name: step.layer_time(k.name, g) for k in kinds}
+    # every layer at its heaviest recompute: the most backward, so the least exposure
+    layers = [LayerCount(kind=k.name, count=k.count,
+                         recompute=max(options, key=lambda o, k=k: step.layer_time(k.name, g).recompute_s(o)))
+              for k in kinds]
     if c.zero >= 3:
-        exposed = 0.0
-        for k in kinds:
-            lt, params = times[k.name], step.layer_params(k.name)
-            gather = comm.allgather_time_s(params * e, ranks, link)
-            scatter = comm.reduce_scatter_time_s(params * memory.GRAD_BYTES, ranks, link)
-            backward = lt.backward_s + max(lt.recompute_s(o) for o in options)
-            exposed += k.count * (max(0.0, gather - lt.forward_s) + max(0.0, gather + scatter - backward))
-        for fixed in fixed_params:
-            if fixed:
-                exposed += 2 * comm.allgather_time_s(fixed * e, ranks, link) + \
-                    comm.reduce_scatter_time_s(fixed * memory.GRAD_BYTES, ranks, link)
-        return step.num_microbatches * exposed / p
-    forward = sum(k.count * times[k.name].forward_s for k in kinds)
-    backward = sum(k.count * (times[k.name].backward_s + max(times[k.name].recompute_s(o) for o in options))
-                   for k in kinds)
-    device = step.device(g)
-    for f, b in (compute.embedding_time(step.model, step.training, step.shard, device),
-                 compute.head_time(step.model, step.training, step.shard, device)):
-        forward, backward = forward + f, backward + b
-    mean_params = total_params / p
-    if c.zero == 0:
-        return max(0.0, comm.ring_allreduce_time_s(mean_params * memory.GRAD_BYTES, ranks, link) - backward / p)
-    scatter = comm.reduce_scatter_time_s(mean_params * memory.GRAD_BYTES, ranks, link)
-    gather = comm.allgather_time_s(mean_params * e, ranks, link)
-    return max(0.0, scatter - backward / p) + max(0.0, gather - forward / p)
+        link = comm.axis_link(step.group(g), c, "dp")
+        units = [StageLayout(layers=layers, embedding=False, head=False, node_group=g)]
+        units += [StageLayout(layers=[], embedding=i == 0, head=i == p - 1, node_group=g)
+                  for i, fixed in enumerate(fixed_params) if fixed]
+        return sum(step.zero3_exposed_s(u, ranks, link) for u in units) / p
+    forward, backward, *_ = step.stage_times(StageLayout(layers=layers, embedding=True, head=True, node_group=g))
+    return step.dp_sync_exposed_s(total_params / p, forward / p, backward / p, g)
 
 
 @dataclass(frozen=True)
