@@ -92,6 +92,20 @@ def _inputs(model: str, devices, cluster, hardware, devices_per_node, gbs, seq_l
                           str(profile) if profile else None, target)
 
 
+def stage_layouts_option(model, config, text: Optional[str]):
+    """`--stages 7,8,8,...`: one layer count per pipeline stage (None: the even split)."""
+    from gplan.spec.parallel import layout_from_sizes
+    from gplan.planner.space import int_list
+
+    sizes = int_list(text, "--stages")
+    if sizes is None:
+        return None
+    hint = f"give pp={config.pp} counts summing to {model.total_layers}, each ≥ vpp={config.vpp}"
+    if len(sizes) != config.pp or sum(sizes) != model.total_layers or min(sizes) < config.vpp:
+        raise InputError(f"--stages {text!r}: {len(sizes)} stages of {sum(sizes)} layers", hint=hint)
+    return layout_from_sizes(model, sizes, [config.recompute] * config.pp)
+
+
 # ---- commands ------------------------------------------------------------------------------------
 
 @app.command()
@@ -101,9 +115,13 @@ def estimate(
     hardware: Optional[str] = HardwareOpt, devices_per_node: Optional[int] = PerNodeOpt,
     dp: int = typer.Option(1, "--dp"), tp: int = typer.Option(1, "--tp"), pp: int = typer.Option(1, "--pp"),
     vpp: int = typer.Option(1, "--vpp"), cp: int = typer.Option(1, "--cp"),
+    ep: int = typer.Option(1, "--ep", help="expert parallelism (MoE models)"),
+    etp: int = typer.Option(1, "--etp", help="expert tensor parallelism (MoE models)"),
     sp: bool = typer.Option(False, "--sp", help="Megatron sequence parallelism in the tp group"),
     mbs: int = typer.Option(1, "--mbs"), recompute: str = typer.Option("none", "--recompute", help="none | selective | full"),
     zero: int = typer.Option(0, "--zero", help="0..3"), schedule: Optional[str] = typer.Option(None, "--schedule", help="gpipe | 1f1b | interleaved_1f1b"),
+    stages: Optional[str] = typer.Option(None, "--stages", help="layers per pipeline stage, e.g. 7,8,8,8,8,8,8,6 "
+                                         "(default: Megatron's even split)"),
     gbs: Optional[int] = GbsOpt, seq_length: Optional[int] = SeqOpt, precision: Optional[str] = PrecisionOpt,
     memory_headroom: float = HeadroomOpt, profile: Optional[Path] = ProfileOpt, target: Optional[str] = TargetOpt,
     as_json: bool = JsonOpt,
@@ -127,10 +145,11 @@ def estimate(
         return
     inputs = _inputs(model, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, memory_headroom,
                      profile, target)
-    config = config_from_options(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, sp=sp, mbs=mbs, recompute=recompute, zero=zero,
-                                 schedule=schedule)
+    config = config_from_options(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, sp=sp, mbs=mbs,
+                                 recompute=recompute, zero=zero, schedule=schedule)
     check_config(inputs.model, inputs.training, config, inputs.devices)
-    prediction = predict(inputs.model, inputs.training, inputs.cluster, config)
+    layouts = stage_layouts_option(inputs.model, config, stages)
+    prediction = predict(inputs.model, inputs.training, inputs.cluster, config, layouts)
     if as_json:
         return emit_json({**prediction.model_dump(mode="json"), "profile": inputs.profile})
     prediction_summary(err, title(inputs), config, prediction)
@@ -147,6 +166,9 @@ def search(
     pp: Optional[str] = typer.Option(None, "--pp", help="allowed pp degrees"),
     dp: Optional[str] = typer.Option(None, "--dp", help="allowed dp degrees"),
     cp: Optional[str] = typer.Option(None, "--cp", help="allowed cp degrees"),
+    ep: Optional[str] = typer.Option(None, "--ep", help="allowed expert-parallel degrees (MoE; default: powers of "
+                                     "two dividing the experts)"),
+    etp: Optional[str] = typer.Option(None, "--etp", help="allowed expert tensor-parallel degrees (MoE; default 1)"),
     mbs: Optional[str] = typer.Option(None, "--mbs", help="allowed micro-batch sizes (default 1,2,4,8)"),
     vpp: Optional[str] = typer.Option(None, "--vpp", help="allowed virtual stages per rank (default 1,2,4)"),
     zero: Optional[str] = typer.Option(None, "--zero", help="allowed optimizer sharding levels (default 0,1,3)"),
@@ -174,7 +196,9 @@ def search(
         raise InputError(f"--out {out}: is a directory", hint=f"name a file, e.g. --out {out / 'plan.json'}")
     inputs = _inputs(model, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, memory_headroom,
                      profile, target)
-    limits = limits_from_options(tp, pp, dp, cp, mbs, vpp, zero, recompute, schedule, all_devices, target)
+    if target is None and (inputs.model.is_moe or inputs.model.is_mla):
+        target = inputs.training.engine  # only Megatron runs experts here: search what it runs (the header says so)
+    limits = limits_from_options(tp, pp, dp, cp, mbs, vpp, zero, recompute, schedule, all_devices, target, ep, etp)
     with SearchProgress(err) as progress:
         planned = make_best_plan(inputs, limits, top=top, time_limit_s=time_limit, progress=progress)
     write_plan(planned.plan, out)

@@ -74,11 +74,15 @@ class StagePrediction(BaseModel):
     tp_comm_s: float
     cp_comm_s: float
     pp_comm_s: float
+    ep_comm_s: float = 0.0
+    """An MoE stage's all-to-all dispatch and combine (and etp gathers) per micro-batch."""
     time_s: float
     """T_i: forward + backward + communication of one micro-batch."""
     in_flight: float
     params: float
-    """Parameters held by one device of this stage (after tp)."""
+    """Parameters held by one device of this stage (after tp; routed experts after ep and etp)."""
+    expert_params: float = 0.0
+    """Of `params`, the routed experts' (sharded and reduced over the expert data-parallel ranks)."""
     memory: StageMemory
     memory_bytes: float
     memory_budget_bytes: float
@@ -94,6 +98,7 @@ class StepBreakdown(BaseModel):
     cp_comm: float
     pp_comm: float
     dp_comm: float
+    ep_comm: float = 0.0
     bubble: float
     optimizer: float
     overhead: float
@@ -109,7 +114,8 @@ class Prediction(BaseModel):
     samples_per_s: float
     model_tflops_per_device: float
     mfu: float
-    """Model FLOPs (SC21 convention: no recompute, attention without causal halving) / peak."""
+    """Model FLOPs (no recompute, causal attention as half the scores, MoE at the top-k routed experts:
+    Megatron-Bridge's convention, `compute.model_flops_per_step`) / the base-precision peak."""
     memory_bytes_per_device_max: float
     fits: bool
     num_microbatches: int
@@ -123,7 +129,7 @@ class Prediction(BaseModel):
     @property
     def comm_fraction(self) -> float:
         b = self.breakdown
-        return (b.tp_comm + b.cp_comm + b.pp_comm + b.dp_comm) / self.step_time_s
+        return (b.tp_comm + b.cp_comm + b.ep_comm + b.pp_comm + b.dp_comm) / self.step_time_s
 
 
 
@@ -327,7 +333,8 @@ class Plan(BaseModel):
         """sha256 (16 hex digits) of what the plan runs: its inputs' digest, the configuration, the
         stages' layers and the placement — different for every plan, where `digest` (the inputs) is
         shared by all plans of one model, cluster and batch."""
-        blob = json.dumps([self.digest, self.parallel.model_dump(mode="json"),
+        parallel = {k: v for k, v in self.parallel.model_dump(mode="json").items() if not (k == "etp" and v == 1)}
+        blob = json.dumps([self.digest, parallel,
                            [[lc.model_dump() for lc in s.layers] for s in self.stages],
                            self.placement.model_dump(mode="json")], sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -458,9 +465,6 @@ def check_plan(plan: Plan, source: str = "plan") -> None:
 
     if inputs_digest(plan.model, plan.cluster, plan.training) != plan.digest:
         raise bad("digest", "does not match the plan's model, cluster and training (edited since it was written?)")
-    if plan.model.is_moe or plan.model.is_mla:  # nothing prices or runs them yet (the workers would build dense)
-        raise InputError(f"{source}: model: {plan.model.name} has routed experts or latent attention, which this gplan "
-                         "does not price or run yet", hint="plan a dense model")
     c, t = plan.parallel, plan.training
     if c.num_microbatches * c.mbs * c.dp != t.gbs:
         raise bad("parallel.num_microbatches", f"m·mbs·dp = {c.num_microbatches}·{c.mbs}·{c.dp} ≠ gbs {t.gbs}")
@@ -489,6 +493,8 @@ def _check_stages(plan: Plan, bad) -> None:
         if sum(lc.count for lc in s.layers) != s.layer_end - s.layer_start:
             raise bad(f"{where}.layers", f"recompute entries cover {sum(lc.count for lc in s.layers)} layers, "
                                          f"the range {s.layer_end - s.layer_start}")
+        if s.layer_end - s.layer_start < c.vpp:
+            raise bad(f"{where}.layer_end", f"{s.layer_end - s.layer_start} layers do not fill vpp={c.vpp} chunks")
         if s.embedding != (i == 0) or s.head != (i == c.pp - 1):
             raise bad(f"{where}", "the embedding belongs to the first stage and the head to the last")
         if s.node_group >= len(plan.cluster.node_groups):

@@ -116,15 +116,17 @@ def split_text(layouts) -> str:
 
 def search_table(title: str, result) -> Table:
     table = Table(title=title, title_justify="left")
-    cols = ("#", "dp", "tp", "pp", "vpp", "cp", "mbs", "zero", "recompute", "split", "step", "tokens/s", "MFU",
-            "mem/dev", "bubble", "comm")
+    experts = any(c.config.ep > 1 or c.config.etp > 1 for c in result.ranked)
+    cols = ("#", "dp", "tp", "pp", "vpp", "cp") + (("ep", "etp") if experts else ()) + (
+        "mbs", "zero", "recompute", "split", "step", "tokens/s", "MFU", "mem/dev", "bubble", "comm")
     for col in cols:
         table.add_column(col, justify="left" if col in ("recompute", "split") else "right")
     for rank, c in enumerate(result.ranked, 1):
         cfg, p = c.config, c.prediction
         style = "bold green" if rank == 1 else None
+        expert_cells = (str(cfg.ep), str(cfg.etp)) if experts else ()
         table.add_row(str(rank), str(cfg.dp), str(cfg.tp) + ("+sp" if cfg.sp else ""), str(cfg.pp), str(cfg.vpp),
-                      str(cfg.cp), str(cfg.mbs), str(cfg.zero), recompute_mix(c.layouts), split_text(c.layouts),
+                      str(cfg.cp), *expert_cells, str(cfg.mbs), str(cfg.zero), recompute_mix(c.layouts), split_text(c.layouts),
                       seconds(p.step_time_s), f"{p.tokens_per_s:,.0f}", f"{p.mfu:.1%}",
                       gib(p.memory_bytes_per_device_max), f"{p.bubble_fraction:.1%}", f"{p.comm_fraction:.1%}",
                       style=style)

@@ -45,6 +45,18 @@ ARGUMENTS: dict[str, tuple[object, tuple | None]] = {
     "--fp4-format": (str, ("e2m1",)), "--fp4-recipe": (str, ("nvfp4", "custom")),
     # _add_checkpointing_args
     "--ckpt-format": (str, ("torch", "torch_dist", "zarr", "torch_dcp", "fsdp_dtensor")),
+    # _add_moe_args
+    "--num-experts": (int, None), "--moe-router-topk": (int, None), "--moe-ffn-hidden-size": (int, None),
+    "--moe-shared-expert-intermediate-size": (int, None), "--moe-layer-freq": (str, None),  # moe_freq_type
+    "--moe-grouped-gemm": (None, None),
+    "--moe-token-dispatcher-type": (str, ("allgather", "alltoall", "flex")),
+    "--moe-router-score-function": (str, ("softmax", "sigmoid")), "--moe-router-enable-expert-bias": (None, None),
+    "--moe-expert-capacity-factor": (float, None), "--moe-token-drop-policy": (str, ("probs", "position")),
+    "--expert-model-parallel-size": (int, None), "--expert-tensor-parallel-size": (int, None),
+    # _add_network_size_args (MLA) and the QK norm
+    "--multi-latent-attention": (None, None), "--q-lora-rank": (int, None), "--kv-lora-rank": (int, None),
+    "--qk-head-dim": (int, None), "--qk-pos-emb-head-dim": (int, None), "--v-head-dim": (int, None),
+    "--qk-layernorm": (None, None),
     # _add_data_args, _add_tokenizer_args
     "--mock-data": (None, None), "--tokenizer-type": (str, None), "--vocab-size": (int, None),
     "--seq-length": (int, None),
@@ -52,7 +64,8 @@ ARGUMENTS: dict[str, tuple[object, tuple | None]] = {
 
 DEFAULTS = {"pipeline_model_parallel_size": 1, "tensor_model_parallel_size": 1, "context_parallel_size": 1,
             "make_vocab_size_divisible_by": 128, "rotary_base": 10000,
-            "data_parallel_sharding_strategy": "no_shard", "ckpt_format": "torch_dist", "num_query_groups": 1}
+            "data_parallel_sharding_strategy": "no_shard", "ckpt_format": "torch_dist", "num_query_groups": 1,
+            "expert_model_parallel_size": 1, "moe_layer_freq": "1"}
 """Defaults of the arguments above that the rules read (their add_argument defaults)."""
 
 
@@ -142,11 +155,47 @@ def validate(argv: list[str], world_size: int, env: dict[str, str], device_arch:
                "Using tensor model parallelism or context parallelism require setting the environment variable "
                "CUDA_DEVICE_MAX_CONNECTIONS to 1")
     _check(int(a.mock_data) <= 1, "A single data source must be provided in training mode, else None")
+    _validate_experts(a, world_size)
     # megatron/core/num_microbatches_calculator.py (ConstantNumMicroBatchesCalculator):
     _check(a.global_batch_size % (a.micro_batch_size * dp) == 0,
            "global batch size ({}) is not divisible by micro batch size ({}) times data parallel size ({})")
     a.data_parallel_size, a.virtual_pipeline_model_parallel_size = dp, vpp
     return a
+
+
+def moe_layer_pattern(a: argparse.Namespace) -> list[int]:
+    """`moe_freq_type`: an int N (one MoE layer every N) or a Python list expression such as
+    "([0]*3+[1]*58)"; Megatron asserts the pattern's length equals num_layers."""
+    text = str(a.moe_layer_freq)
+    if text.lstrip("-").isdigit():
+        n = int(text)
+        return [1 if i % n == 0 else 0 for i in range(a.num_layers)]
+    pattern = eval(text, {"__builtins__": {}})  # the expression Megatron itself evaluates
+    _check(len(pattern) == a.num_layers, f"Invalid length of moe_layer_pattern: {len(pattern)}, expected "
+                                         f"{a.num_layers}, current moe layer pattern: {text}")
+    return pattern
+
+
+def _validate_experts(a: argparse.Namespace, world_size: int) -> None:
+    """validate_args' expert checks, and the expert grid of initialize_model_parallel."""
+    tp, pp, cp = a.tensor_model_parallel_size, a.pipeline_model_parallel_size, a.context_parallel_size
+    ep = a.expert_model_parallel_size
+    etp = a.expert_tensor_parallel_size if a.expert_tensor_parallel_size is not None else tp
+    if ep > 1:
+        _check(a.num_experts is not None, "num_experts must be non None to use expert model parallelism")
+        _check(a.num_experts % ep == 0, "Number of experts should be a multiple of expert model parallel_size.")
+        _check(not a.fp16, "Expert parallelism is not supported with fp16 training.")
+    if a.num_experts is not None and tp > 1:
+        _check(a.sequence_parallel, "When using MoE and tensor parallelism, sequence parallelism must be used.")
+    if a.num_experts is not None:
+        moe_layer_pattern(a)
+    # parallel_state.initialize_model_parallel: the expert grid etp·ep·edp·pp over the world
+    _check(world_size % (etp * ep * pp) == 0,
+           f"world_size ({world_size}) is not divisible by expert_tensor_model_pipeline_parallel size "
+           f"({etp * ep * pp})")
+    a.expert_tensor_parallel_size = etp
+    a.expert_data_parallel_size = world_size // (etp * ep * pp)
+    del cp
 
 
 def recompute_per_stage(a: argparse.Namespace, stage_layers: list[int]) -> list[dict[str, int]]:

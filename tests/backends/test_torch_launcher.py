@@ -110,7 +110,7 @@ def test_scaled_plan_keeps_layout_and_proportions(plan_factory):
 
 def test_scaling_that_breaks_the_layout_is_refused(plan_factory):
     plan = read_plan(plan_factory(pp=2, vpp=2))
-    with pytest.raises(InputError, match="4 equal chunks"):
+    with pytest.raises(InputError, match="does not fit pp=2 × vpp=2"):
         scaled_plan(plan, layers=6)
     with pytest.raises(InputError, match="not divisible"):
         scaled_plan(plan, hidden=30)

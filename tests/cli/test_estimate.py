@@ -19,7 +19,8 @@ def test_estimate_json_is_the_prediction_block(gplan):
     for key in ("step_time_s", "tokens_per_s", "samples_per_s", "model_tflops_per_device", "mfu",
                 "memory_bytes_per_device_max", "fits", "breakdown"):
         assert key in p
-    assert set(p["breakdown"]) == {"compute", "tp_comm", "cp_comm", "pp_comm", "dp_comm", "bubble", "optimizer", "overhead"}
+    assert set(p["breakdown"]) == {"compute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble", "optimizer",
+                                  "overhead"}
     assert sum(p["breakdown"].values()) == pytest.approx(p["step_time_s"])
     flops = model_flops_per_step(load_model("gpt3-175b"), TrainingSpec(gbs=1536, seq_length=2048))
     assert p["model_tflops_per_device"] == pytest.approx(flops / p["step_time_s"] / 1024 / 1e12)

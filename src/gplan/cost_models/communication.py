@@ -83,3 +83,48 @@ def pipeline_link(group: NodeGroup, config: ParallelConfig) -> LinkSpec:
     """Stage boundaries cross scale-up domains as soon as the whole pipeline does not fit in one; each
     device sends its own slice through its own NIC."""
     return group.intra_node if axis_span(config, "pp") <= group.domain_devices else group.inter_node
+
+
+# ---- the expert side (MoE parallel folding) ----------------------------------------------------------
+# A stage's dp·tp·cp ranks are regrouped as etp × ep × edp, etp innermost (Megatron-core's expert
+# RankGenerator order tp-ep-dp): an ep group covers etp·ep consecutive ranks at stride etp, an edp group
+# the whole stage block at stride etp·ep. Stage blocks are contiguous (pp outermost).
+
+def expert_group(config: ParallelConfig, axis: str) -> tuple[int, int]:
+    """(size, stride) of one group of the expert grid's `axis` ("etp", "ep" or "edp")."""
+    c = config
+    return {"etp": (c.etp, 1), "ep": (c.ep, c.etp), "edp": (c.edp, c.etp * c.ep)}[axis]
+
+
+def expert_members_per_domain(config: ParallelConfig, axis: str, domain_devices: int) -> int:
+    """Members of one expert-grid group inside one scale-up domain."""
+    size, stride = expert_group(config, axis)
+    return max(1, min(size, domain_devices // stride))
+
+
+def expert_axis_link(group: NodeGroup, config: ParallelConfig, axis: str) -> LinkSpec:
+    """The link class bounding a collective over an expert-grid group, as `axis_link` for the attention
+    side's axes."""
+    size, stride = expert_group(config, axis)
+    domain = group.domain_devices
+    if size * stride <= domain:
+        return group.intra_node
+    k = expert_members_per_domain(config, axis, domain)
+    if k == 1:
+        return group.inter_node
+    bandwidth = min(group.intra_node.bandwidth_GBps, k * group.inter_node.bandwidth_GBps)
+    return group.inter_node.model_copy(update={"bandwidth_GBps": bandwidth})
+
+
+def alltoall_time_s(size_bytes: float, n: int, members_inside: int, intra: LinkSpec, inter: LinkSpec) -> float:
+    """All-to-all of the S bytes each of n devices sends, 1/n of it to each member (itself included):
+    the `m − 1` members inside its scale-up domain over its intra-domain links and the `n − m` outside
+    through its own NIC, both at once, so the slower part bounds it — `max((m−1)/n · S/B_intra,
+    (n−m)/n · S/B_inter)` — plus one latency of the link it crosses (the n − 1 sends are posted together,
+    NCCL's grouped send/recv). Balanced; an imbalance scales S."""
+    if n <= 1 or size_bytes <= 0:
+        return 0.0
+    m = min(members_inside, n)
+    inside = (m - 1) / n * size_bytes / intra.bytes_per_s
+    outside = (n - m) / n * size_bytes / inter.bytes_per_s
+    return max(inside, outside) + (inter.latency_s if n > m else intra.latency_s)

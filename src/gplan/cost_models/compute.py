@@ -64,23 +64,72 @@ def shard_of(training: TrainingSpec, config: ParallelConfig) -> Shard:
 def layer_gemms(model: ModelSpec, kind: LayerKind, shard: Shard) -> list[Gemm]:
     """The weight GEMMs of one layer on one tp rank (Megatron column/row split):
     QKV `2·b·s·h·(h_q + 2·h_kv)`, output `2·b·s·h_q·h` (h_q = h unless head_dim says otherwise), MLP
-    `2·b·s·h·f·k` (k = 2 gelu/relu, 3 swiglu)."""
-    h, hq, hkv, f, t, n = (model.hidden_size, model.q_hidden_size, model.kv_hidden_size, model.ffn_size,
-                           shard.tp, shard.tokens)
-    attention = [Gemm(n, (hq + 2 * hkv) // t, h), Gemm(n, h, hq // t)]
-    up_width = 2 * f if model.ffn_kind == "swiglu" else f
-    mlp = [Gemm(n, up_width // t, h), Gemm(n, h, f // t)]
+    `2·b·s·h·f·k` (k = 2 gelu/relu, 3 swiglu). MLA: `latent_attention_gemms`. An MoE layer's MLP is its
+    router and shared experts here; its routed experts are `cost_models.experts`' grouped GEMMs."""
+    attention = latent_attention_gemms(model, shard) if model.is_mla else dense_attention_gemms(model, shard)
+    mlp = moe_dense_gemms(model, shard) if kind.moe else mlp_gemms(model, model.ffn_size, shard)
     return attention * (2 if kind.cross_attention else 1) + mlp
 
 
+def dense_attention_gemms(model: ModelSpec, shard: Shard) -> list[Gemm]:
+    h, hq, hkv, t, n = model.hidden_size, model.q_hidden_size, model.kv_hidden_size, shard.tp, shard.tokens
+    return [Gemm(n, (hq + 2 * hkv) // t, h), Gemm(n, h, hq // t)]
+
+
+def latent_attention_gemms(model: ModelSpec, shard: Shard) -> list[Gemm]:
+    """MLA (DeepSeek-V2 §2.1): the down-projections to the query rank r_q and to the joint key/value
+    rank r_kv (+ the shared rotary key) are replicated on every tp rank (Megatron-core's MLA keeps them
+    duplicated); the up-projections to a heads of d_nope + d_rope (queries) and d_nope + d_v (keys and
+    values) and the output projection from a·d_v are split over tp."""
+    h, a, t, n = model.hidden_size, model.num_attention_heads, shard.tp, shard.tokens
+    nope, rope, v = model.kv_channels, model.qk_rope_head_dim, model.v_head_dim or model.kv_channels
+    r_q, r_kv = model.q_lora_rank, model.kv_lora_rank
+    queries = [Gemm(n, r_q, h), Gemm(n, a * (nope + rope) // t, r_q)] if r_q else [Gemm(n, a * (nope + rope) // t, h)]
+    keys_values = [Gemm(n, r_kv + rope, h), Gemm(n, a * (nope + v) // t, r_kv)]
+    return queries + keys_values + [Gemm(n, h, a * v // t)]
+
+
+def mlp_gemms(model: ModelSpec, width: int, shard: Shard) -> list[Gemm]:
+    """A dense MLP of inner width f, column- then row-parallel over tp."""
+    up_width = 2 * width if model.ffn_kind == "swiglu" else width
+    return [Gemm(shard.tokens, up_width // shard.tp, model.hidden_size),
+            Gemm(shard.tokens, model.hidden_size, width // shard.tp)]
+
+
+def moe_dense_gemms(model: ModelSpec, shard: Shard) -> list[Gemm]:
+    """The router's `h × E` scores over the device's own tokens (replicated weights; with sequence
+    parallelism each tp rank routes its slice), and the shared experts as one tp-split MLP of their
+    joint width."""
+    routed_from = shard.tokens // (shard.tp if shard.sp else 1)
+    router = [Gemm(routed_from, model.num_experts, model.hidden_size)]
+    shared = mlp_gemms(model, model.shared_expert_ffn_size, shard) if model.shared_expert_ffn_size else []
+    return router + shared
+
+
+def routed_expert_flops(model: ModelSpec, shard: Shard) -> float:
+    """Forward FLOPs of an MoE layer's routed experts on one device, balanced: `2·k·(b·s/cp)·P_e/tp`,
+    P_e one expert's weights — ep and etp move the work, not its amount (`cost_models.experts`)."""
+    return 2.0 * model.top_k * shard.tokens * model.expert_params() / shard.tp
+
+
+def score_context_width(model: ModelSpec) -> int:
+    """Σ over heads of the query/key width plus the value width: `2·h_q` for standard attention;
+    `a·(d_nope + d_rope + d_v)` for MLA."""
+    if model.is_mla:
+        v = model.v_head_dim or model.kv_channels
+        return model.num_attention_heads * (model.kv_channels + model.qk_rope_head_dim + v)
+    return 2 * model.q_hidden_size
+
+
 def attention_core_flops(model: ModelSpec, kind: LayerKind, shard: Shard, causal_skip: bool) -> float:
-    """Scores and context `4·b·s·s_kv·h_q / t` forward (h_q = heads × head width); causal flash
+    """Scores and context `4·b·s·s_kv·h_q / t` forward (h_q = heads × head width; `2·b·s·s_kv` times
+    `score_context_width` in general, MLA's a·(d_qk + d_v)); causal flash
     attention skips half (`causal_skip`). With a sliding window w < s_kv, a causal fused kernel visits
     `w − w²/(2·s_kv)` keys per query on average (Σ_i min(i, w) over the sequence: the full window but
     for the first w tokens) — Mistral 7B's 4096-token window at 32k does 23% of the causal work.
     Cross-attention is never causal."""
     def core(causal: bool) -> float:
-        full = 4.0 * shard.batch * shard.seq * shard.kv_seq * model.q_hidden_size / shard.tp
+        full = 2.0 * shard.batch * shard.seq * shard.kv_seq * score_context_width(model) / shard.tp
         if not (causal and causal_skip):
             return full
         w, kv = model.sliding_window, shard.kv_seq
@@ -97,7 +146,8 @@ def head_gemm(model: ModelSpec, shard: Shard) -> Gemm:
 
 
 def layer_forward_flops(model: ModelSpec, kind: LayerKind, shard: Shard, causal_skip: bool = False) -> float:
-    return sum(g.flops for g in layer_gemms(model, kind, shard)) + attention_core_flops(
+    routed = routed_expert_flops(model, shard) if kind.moe else 0.0
+    return sum(g.flops for g in layer_gemms(model, kind, shard)) + routed + attention_core_flops(
         model, kind, shard, causal_skip)
 
 
@@ -140,8 +190,10 @@ def layer_elementwise_elements(model: ModelSpec, kind: LayerKind, shard: Shard) 
     Norms (read + write h, twice), residual adds (read 2h, write h, twice), the MLP activation
     (gelu/relu: read + write f; swiglu: read 2f, write f), rotary embedding on q and k, dropout
     (read + write + mask, twice) — from the layer's dataflow (Korthikanti et al. 2022, Fig. 4 and 5).
-    Norms and residuals are split over tp only with sequence parallelism."""
-    h, f, t = model.hidden_size, model.ffn_size, shard.tp
+    Norms and residuals are split over tp only with sequence parallelism. An MoE layer's MLP here is
+    its shared experts (the routed side: `cost_models.experts.routed_elementwise_elements`)."""
+    h, t = model.hidden_size, shard.tp
+    f = model.shared_expert_ffn_size if kind.moe else model.ffn_size
     blocks = 2 if kind.cross_attention else 1
     replicated = (blocks + 1) * (4 * h + 6 * h) / 2
     if model.dropout > 0:

@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from gplan.cost_models import communication as comm
-from gplan.cost_models import compute, memory, pipeline
-from gplan.errors import InputError
+from gplan.cost_models import compute, experts, memory, pipeline
 from gplan.plan import Prediction, StageMemory, StagePrediction, StepBreakdown
 from gplan.profiles.schema import ClusterSpec, NodeGroup
 from gplan.spec.model import LayerKind, ModelSpec
@@ -27,13 +26,6 @@ class StepModel:
     cluster: ClusterSpec
     config: ParallelConfig
     _layer_times: dict = field(default_factory=dict, repr=False)
-
-    def __post_init__(self) -> None:
-        # pricing an MoE layer as a dense one would be a silently wrong answer: refuse until priced
-        if self.model.is_moe:
-            raise InputError(f"{self.model.name}: the cost model does not price mixture-of-experts layers yet "
-                             "(routed experts, all-to-all, expert parallelism)",
-                             hint="gplan models shows its shape and parameters; estimate and search plan dense models")
 
     @cached_property
     def shard(self) -> compute.Shard:
@@ -56,10 +48,15 @@ class StepModel:
 
     # ---- per layer ------------------------------------------------------------------------------
     def layer_time(self, kind: str, group: int) -> compute.LayerTime:
+        """The layer's compute; an MoE layer's routed experts added on its busiest device."""
         key = (kind, group)
         if key not in self._layer_times:
-            self._layer_times[key] = compute.layer_time(
-                self.model, self.kinds[kind], self.training, self.shard, self.device(group))
+            lt = compute.layer_time(self.model, self.kinds[kind], self.training, self.shard, self.device(group))
+            if self.kinds[kind].moe:
+                f, b = experts.routed_time_s(self.model, self.training, self.shard, self.config, self.device(group))
+                lt = compute.LayerTime(forward_s=lt.forward_s + f, backward_s=lt.backward_s + b,
+                                       attention_forward_s=lt.attention_forward_s)
+            self._layer_times[key] = lt
         return self._layer_times[key]
 
     def activation_bytes_per_tensor(self) -> float:
@@ -93,13 +90,51 @@ class StepModel:
         overlap_s = lt.attention_forward_s * (1 + compute.FLASH_BACKWARD_FLOP_RATIO)
         return max(0.0, send_s - overlap_s)
 
+    def layer_ep_comm_s(self, kind: str, recompute: str, group: int) -> float:
+        """An MoE layer's token traffic: dispatch and combine, each an all-to-all over ep (and with etp an
+        all-gather, resp. reduce-scatter, over etp), in the forward and again in the backward; full
+        recompute replays the forward's. Not overlapped with compute (Megatron's `moe_a2a_overlap`
+        hides part of it behind another micro-batch: not priced), scaled by the routing imbalance."""
+        if not self.kinds[kind].moe:
+            return 0.0
+        c, g, e = self.config, self.group(group), self.training.element_bytes
+        sent = experts.dispatch_bytes(self.model, self.shard, e) * self.training.expert_imbalance
+        inside = comm.expert_members_per_domain(c, "ep", g.domain_devices)
+        a2a = comm.alltoall_time_s(sent, c.ep, inside, g.intra_node, g.inter_node)
+        gathered = experts.etp_gather_bytes(self.model, self.shard, c, e) * self.training.expert_imbalance
+        etp_s = comm.allgather_time_s(gathered, c.etp, comm.expert_axis_link(g, c, "etp"))
+        passes = 3 if recompute == "full" else 2
+        return passes * 2 * (a2a + etp_s)
+
     def layer_params(self, kind: str) -> float:
-        return self.model.layer_params_per_rank(self.kinds[kind], self.config.tp)
+        """One layer's parameters on one device: attention, norms, router and shared experts after tp;
+        an MoE layer's routed experts after ep and etp."""
+        k = self.kinds[kind]
+        if not k.moe:
+            return self.model.layer_params_per_rank(k, self.config.tp)
+        return self.model.layer_params_per_rank(k, self.config.tp) - self.routed_params_after_tp(kind) \
+            + self.layer_expert_params(kind)
+
+    def routed_params_after_tp(self, kind: str) -> float:
+        return self.model.num_experts * self.model.expert_params() / self.config.tp
+
+    def layer_expert_params(self, kind: str) -> float:
+        """The routed-expert part of `layer_params`: sharded for the optimizer over edp, not dp·cp."""
+        return experts.expert_params_per_device(self.model, self.config) if self.kinds[kind].moe else 0.0
+
+    def stage_expert_params(self, stage: StageLayout) -> float:
+        return sum(c.count * self.layer_expert_params(c.kind) for c in stage.layers)
 
     def layer_activation_bytes(self, kind: str, recompute: str) -> float:
-        return memory.layer_activation_bytes(self.model, self.kinds[kind], self.shard,
-                                             self.training.element_bytes, self.training.flash_attention,
-                                             recompute)
+        """What a layer keeps per micro-batch in flight; an MoE layer's routed side beside it (the whole
+        layer's input only under full recompute)."""
+        t = self.training
+        kept = memory.layer_activation_bytes(self.model, self.kinds[kind], self.shard, t.element_bytes,
+                                             t.flash_attention, recompute)
+        if self.kinds[kind].moe and recompute != "full":
+            kept += t.expert_imbalance * experts.routed_activation_bytes(self.model, self.shard, self.config,
+                                                                         t.element_bytes)
+        return kept
 
     # ---- per stage --------------------------------------------------------------------------------
     def stage_fixed_params(self, stage: StageLayout) -> float:
@@ -135,27 +170,28 @@ class StepModel:
         c = self.config
         return pipeline.in_flight_microbatches(index, c.pp, self.num_microbatches, c.schedule, c.vpp)
 
-    def stage_times(self, layout: StageLayout) -> tuple[float, float, float, float, float]:
-        """(forward, backward incl. recompute, tp, cp, pp communication) seconds of one micro-batch."""
+    def stage_times(self, layout: StageLayout) -> tuple[float, float, float, float, float, float]:
+        """(forward, backward incl. recompute, tp, cp, ep, pp communication) seconds of one micro-batch."""
         g = layout.node_group
         device = self.device(g)
-        forward = backward = tp_s = cp_s = 0.0
+        forward = backward = tp_s = cp_s = ep_s = 0.0
         for c in layout.layers:
             lt = self.layer_time(c.kind, g)
             forward += c.count * lt.forward_s
             backward += c.count * (lt.backward_s + lt.recompute_s(c.recompute))
             tp_s += c.count * self.layer_tp_comm_s(c.kind, c.recompute, g)
             cp_s += c.count * self.layer_cp_comm_s(c.kind, g)
+            ep_s += c.count * self.layer_ep_comm_s(c.kind, c.recompute, g)
         for held, time_of in ((layout.embedding, compute.embedding_time), (layout.head, compute.head_time)):
             if held:
                 f, b = time_of(self.model, self.training, self.shard, device)
                 forward, backward = forward + f, backward + b
                 tp_s += self.tp_allreduce_s(g) if self.config.tp > 1 else 0.0
-        return forward, backward, tp_s, cp_s, self.stage_sends(layout) * self.pp_send_s(g)
+        return forward, backward, tp_s, cp_s, ep_s, self.stage_sends(layout) * self.pp_send_s(g)
 
     def stage(self, index: int, layout: StageLayout) -> StagePrediction:
         g = layout.node_group
-        forward, backward, tp_s, cp_s, pp_s = self.stage_times(layout)
+        forward, backward, tp_s, cp_s, ep_s, pp_s = self.stage_times(layout)
         activations = sum(c.count * self.layer_activation_bytes(c.kind, c.recompute) for c in layout.layers)
         in_flight = self.in_flight(index)
         activations *= in_flight
@@ -169,8 +205,9 @@ class StepModel:
         mem = self.stage_memory(index, layout, params, activations)
         return StagePrediction(
             index=index, num_layers=layout.num_layers, node_group=g,
-            forward_s=forward, backward_s=backward, tp_comm_s=tp_s, cp_comm_s=cp_s, pp_comm_s=pp_s,
-            time_s=forward + backward + tp_s + cp_s + pp_s, in_flight=in_flight, params=params,
+            forward_s=forward, backward_s=backward, tp_comm_s=tp_s, cp_comm_s=cp_s, ep_comm_s=ep_s, pp_comm_s=pp_s,
+            time_s=forward + backward + tp_s + cp_s + ep_s + pp_s, in_flight=in_flight, params=params,
+            expert_params=self.stage_expert_params(layout),
             memory=mem, memory_bytes=mem.total_bytes, memory_budget_bytes=self.memory_budget(g),
         )
 
@@ -180,18 +217,37 @@ class StepModel:
         return memory.state_bytes_per_param(t.element_bytes, c.zero, memory.zero_shard_ranks(c), t.engine,
                                             bf16=t.precision == "bf16")
 
+    @cached_property
+    def expert_state_bytes(self) -> memory.StateBytes:
+        """Per routed-expert parameter: sharded over the expert data-parallel ranks (edp), not dp·cp."""
+        c, t = self.config, self.training
+        return memory.state_bytes_per_param(t.element_bytes, c.zero, c.edp, t.engine, bf16=t.precision == "bf16")
+
+    def states(self, params: float, expert_params: float) -> tuple[float, float, float]:
+        """(weights, grads, optimizer) bytes of `params` on one device, `expert_params` of them routed experts."""
+        dense, routed = self.state_bytes, self.expert_state_bytes
+        return tuple((params - expert_params) * getattr(dense, f) + expert_params * getattr(routed, f)
+                     for f in ("weights", "grads", "optimizer"))
+
     def layer_state_bytes(self, kind: str) -> float:
         """Weights, gradients and optimizer state of one layer on one device, with the quantised weight
         copies of an FP8 recipe."""
-        return self.layer_params(kind) * (self.state_bytes.total
-                                          + memory.low_precision_weight_bytes(self.training.precision))
+        params = self.layer_params(kind)
+        return sum(self.states(params, self.layer_expert_params(kind))) + \
+            params * memory.low_precision_weight_bytes(self.training.precision)
 
     def layer_transient_bytes(self, kind: str, recompute: str) -> float:
         """The working set while one layer of this kind runs its backward (recompute + gradients)."""
         t = self.training
-        return (memory.recompute_working_bytes(self.model, self.kinds[kind], self.shard, t.element_bytes,
-                                               t.flash_attention, recompute)
-                + memory.gradient_working_bytes(self.model, self.shard, t.element_bytes))
+        working = (memory.recompute_working_bytes(self.model, self.kinds[kind], self.shard, t.element_bytes,
+                                                  t.flash_attention, recompute)
+                   + memory.gradient_working_bytes(self.model, self.shard, t.element_bytes))
+        if self.kinds[kind].moe:
+            routed = experts.routed_gradient_working_bytes(self.model, self.shard, self.config, t.element_bytes)
+            if recompute == "full":  # the replayed forward recreates the routed side's activations too
+                routed += experts.routed_activation_bytes(self.model, self.shard, self.config, t.element_bytes)
+            working += t.expert_imbalance * routed
+        return working
 
     def head_transient_bytes(self, layout: StageLayout) -> float:
         t = self.training
@@ -223,12 +279,11 @@ class StepModel:
     def stage_memory(self, index: int, layout: StageLayout, params: float, activations: float) -> StageMemory:
         c, t = self.config, self.training
         device = self.group(layout.node_group).hardware
-        per_param = self.state_bytes
         buffers = memory.engine_buffer_bytes(t.engine, c.zero, t.element_bytes, params)
         if c.zero >= 3 and memory.zero_shard_ranks(c) > 1:
             buffers += memory.zero3_gather_buffer_bytes(self.unit_params(layout), t.element_bytes)
         transient = self.stage_transient_bytes(layout)
-        weights, grads, optimizer = params * per_param.weights, params * per_param.grads, params * per_param.optimizer
+        weights, grads, optimizer = self.states(params, self.stage_expert_params(layout))
         layer_params = sum(c.count * self.layer_params(c.kind) for c in layout.layers)
         weights += layer_params * memory.low_precision_weight_bytes(t.precision)
         allocated = weights + grads + optimizer + activations + buffers + transient
@@ -253,23 +308,27 @@ class StepModel:
         if c.zero >= 3 and layout is not None and ranks > 1:
             link = comm.axis_link(self.group(stage.node_group), c, "dp")
             return self.zero3_exposed_s(layout, ranks, link) + tied
-        return self.dp_sync_exposed_s(stage.params, stage.forward_s, stage.backward_s, stage.node_group) + tied
+        return self.dp_sync_exposed_s(stage.params, stage.forward_s, stage.backward_s, stage.node_group,
+                                      stage.expert_params) + tied
 
-    def dp_sync_exposed_s(self, params: float, forward_s: float, backward_s: float, group: int) -> float:
+    def dp_sync_exposed_s(self, params: float, forward_s: float, backward_s: float, group: int,
+                          expert_params: float = 0.0) -> float:
         """What of a stage's data-parallel synchronisation (its params, its forward and backward per
         micro-batch) compute does not hide. zero 0: the all-reduce overlapped with the last micro-batch's
         backward; zero 1/2: the reduce-scatter there, and the parameter all-gather behind the first
-        forward; zero 3 as one unit per micro-batch."""
-        c = self.config
-        ranks = memory.zero_shard_ranks(c)
-        if ranks == 1:
+        forward; zero 3 as one unit per micro-batch. Routed-expert parameters (`expert_params` of
+        `params`) synchronise over the edp ranks, the rest over dp·cp, one after the other."""
+        c, e = self.config, self.training.element_bytes
+        groups = [(params - expert_params, memory.zero_shard_ranks(c), comm.axis_link(self.group(group), c, "dp")),
+                  (expert_params, c.edp, comm.expert_axis_link(self.group(group), c, "edp"))]
+        groups = [(p, n, link) for p, n, link in groups if n > 1 and p > 0]
+        if not groups:
             return 0.0
-        link = comm.axis_link(self.group(group), c, "dp")
-        grad_bytes = params * memory.GRAD_BYTES
         if c.zero == 0:
-            return max(0.0, comm.ring_allreduce_time_s(grad_bytes, ranks, link) - backward_s)
-        gather = comm.allgather_time_s(params * self.training.element_bytes, ranks, link)
-        scatter = comm.reduce_scatter_time_s(grad_bytes, ranks, link)
+            allreduce = sum(comm.ring_allreduce_time_s(p * memory.GRAD_BYTES, n, link) for p, n, link in groups)
+            return max(0.0, allreduce - backward_s)
+        gather = sum(comm.allgather_time_s(p * e, n, link) for p, n, link in groups)
+        scatter = sum(comm.reduce_scatter_time_s(p * memory.GRAD_BYTES, n, link) for p, n, link in groups)
         if c.zero < 3:
             return max(0.0, scatter - backward_s) + max(0.0, gather - forward_s)
         per_mb = max(0.0, gather - forward_s) + max(0.0, gather + scatter - backward_s)
@@ -308,8 +367,16 @@ class StepModel:
         return self.num_microbatches * exposed
 
     def optimizer_s(self, stage: StagePrediction) -> float:
-        ranks = memory.zero_shard_ranks(self.config) if self.config.zero >= 1 else 1
-        return compute.optimizer_time_s(self.device(stage.node_group), stage.params / ranks)
+        return compute.optimizer_time_s(self.device(stage.node_group),
+                                        self.optimizer_local_params(stage.params, stage.expert_params))
+
+    def optimizer_local_params(self, params: float, expert_params: float = 0.0) -> float:
+        """Parameters one device's optimizer updates: all of them, or with zero ≥ 1 its shard — over dp·cp,
+        and the routed experts' over edp."""
+        c = self.config
+        if c.zero == 0:
+            return params
+        return (params - expert_params) / memory.zero_shard_ranks(c) + expert_params / c.edp
 
     # ---- the step -----------------------------------------------------------------------------------
     def predict(self, layouts: list[StageLayout] | None = None) -> Prediction:
@@ -325,7 +392,7 @@ class StepModel:
         overhead_s = max(self.group(s.node_group).hardware.efficiency.step_overhead_s for s in stages)
         breakdown = StepBreakdown(
             compute=m * (critical.forward_s + critical.backward_s), tp_comm=m * critical.tp_comm_s,
-            cp_comm=m * critical.cp_comm_s, pp_comm=m * critical.pp_comm_s, dp_comm=dp_s,
+            cp_comm=m * critical.cp_comm_s, ep_comm=m * critical.ep_comm_s, pp_comm=m * critical.pp_comm_s, dp_comm=dp_s,
             bubble=bubble, optimizer=optimizer_s, overhead=overhead_s,
         )
         step_s = pipeline.pipeline_time_s(times, m, c.vpp) + dp_s + optimizer_s + overhead_s

@@ -138,7 +138,8 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
                     else f"default on CPUs: ~{batch_tokens} tokens")
     try:
         training = TrainingSpec(gbs=gbs, seq_length=seq, precision=precision, memory_headroom=memory_headroom,
-                                engine=target or default_target(spec.primary.hardware.kind, precision))
+                                engine=target or default_target(spec.primary.hardware.kind, precision,
+                                                                experts=model.is_moe or model.is_mla))
     except ValidationError as exc:
         err = exc.errors()[0]
         raise InputError(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}",

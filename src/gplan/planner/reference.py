@@ -14,14 +14,16 @@ from gplan.spec.parallel import ParallelConfig, check_config
 from gplan.spec.training import TrainingSpec
 
 
-def _compositions(total: int, parts: int, equal: bool):
+def _compositions(total: int, parts: int, equal: bool, least: int = 1):
     if equal:
         if total % parts == 0:
             yield (total // parts,) * parts
         return
     for cuts in itertools.combinations(range(1, total), parts - 1):
         bounds = (0,) + cuts + (total,)
-        yield tuple(b - a for a, b in zip(bounds, bounds[1:]))
+        sizes = tuple(b - a for a, b in zip(bounds, bounds[1:]))
+        if min(sizes) >= least:
+            yield sizes
 
 
 def _option_splits(count: int, options: int):
@@ -35,7 +37,7 @@ def brute_force(table: CostTable) -> Split | None:
     """The best split by enumeration: every stage size, every recompute mix, every group choice."""
     sequence = [q for q, count in enumerate(table.layers_per_kind) for _ in range(count)]
     best: Split | None = None
-    for sizes in _compositions(len(sequence), table.pp, table.equal_layers):
+    for sizes in _compositions(len(sequence), table.pp, table.equal_layers, table.min_stage_layers):
         starts = [sum(sizes[:i]) for i in range(table.pp)]
         kinds_per_stage = [[sequence[s:s + n].count(q) for q in range(len(table.kinds))]
                            for s, n in zip(starts, sizes)]

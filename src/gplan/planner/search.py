@@ -20,7 +20,7 @@ from gplan.errors import InfeasibleError
 from gplan.plan import RunnerUp, SearchRecord, SolverInfo
 from gplan.planner import ilp
 from gplan.planner.reuse import SolvedPool
-from gplan.planner.space import SearchLimits, candidates
+from gplan.planner.space import SearchLimits, candidates, uneven_interleaved
 from gplan.planner.table import CostTable, Split, build_table, time_table, uniform_split
 from gplan.profiles.schema import ClusterSpec
 from gplan.spec.model import ModelSpec
@@ -226,7 +226,7 @@ def memory_admits_a_split(table: CostTable) -> bool:
     split fits. (The old bound added the mean layer memory to the largest fixed stage memory, as if the
     stage holding the head had to take L/p layers: it threw away candidates whose ILP gives that stage
     fewer.)"""
-    least = table.total_layers // table.pp if table.equal_layers else 1
+    least = table.total_layers // table.pp if table.equal_layers else table.min_stage_layers
     caps = [stage_layer_capacity(table, i) for i in range(table.pp)]
     return min(caps) >= least and sum(min(c, table.total_layers) for c in caps) >= table.total_layers
 
@@ -253,11 +253,12 @@ def search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devic
     for config in candidates(model, training, cluster, devices, limits):
         result.candidates += 1
         step_cluster = cluster if cluster.is_heterogeneous else cluster.sized(config.world_size)
-        # layer times depend on the shard (mbs, cp, tp, sp) and the device, not on dp, pp or zero: shared
-        shared = layer_times.setdefault(shard_of(training, config), {})
+        # layer times depend on the shard (mbs, cp, tp, sp), the expert grid (an MoE layer's GEMM shapes)
+        # and the device, not on dp, pp or zero: shared
+        shared = layer_times.setdefault((shard_of(training, config), config.ep, config.etp), {})
         step = StepModel(model, training, step_cluster, config, _layer_times=shared)
         # the bound needs times only: memory is priced for the candidates the bound lets through
-        times = time_table(step, limits.recompute)
+        times = time_table(step, limits.recompute, uneven_interleaved=uneven_interleaved(limits))
         scored.append(_Scored(lower_bound_s(times), result.candidates, step, times))
     if not result.candidates:
         raise _no_candidate(model, training, cluster, devices, limits)

@@ -28,7 +28,11 @@ class SearchLimits:
     """Default: 1, 2, 4, 8."""
     vpp: list[int] | None = None
     """Default: every chunking of a stage's layers (each v dividing L/pp), when the micro-batches divide
-    into pp."""
+    into pp; for a target that runs uneven chunks, every v dividing ⌊L/pp⌋ or ⌈L/pp⌉."""
+    ep: list[int] | None = None
+    """Default (MoE models): every power of two dividing the experts and a stage's dp·tp·cp ranks."""
+    etp: list[int] | None = None
+    """Default: 1 (Megatron-Bridge's MoE recipes; etp > 1 on request)."""
     zero: list[int] | None = None
     """Default: 0, 1, 2, 3."""
     recompute: list[str] = field(default_factory=lambda: list(RECOMPUTE_OPTIONS))
@@ -69,13 +73,15 @@ def word_list(value: str | None, flag: str, allowed: tuple[str, ...]) -> list[st
 def limits_from_options(tp: str | None = None, pp: str | None = None, dp: str | None = None, cp: str | None = None,
                         mbs: str | None = None, vpp: str | None = None, zero: str | None = None,
                         recompute: str = ",".join(RECOMPUTE_OPTIONS), schedule: str | None = None,
-                        all_devices: bool = False, target: str | None = None) -> SearchLimits:
+                        all_devices: bool = False, target: str | None = None, ep: str | None = None,
+                        etp: str | None = None) -> SearchLimits:
     """SearchLimits from the command line's comma-separated lists (exit 3 with a hint when malformed)."""
     return SearchLimits(tp=int_list(tp, "--tp"), pp=int_list(pp, "--pp"), dp=int_list(dp, "--dp"),
                         cp=int_list(cp, "--cp"), mbs=int_list(mbs, "--mbs"), vpp=int_list(vpp, "--vpp"),
                         zero=int_list(zero, "--zero"), recompute=word_list(recompute, "--recompute", RECOMPUTE_OPTIONS),
                         schedule=word_list(schedule, "--schedule", SCHEDULES),
-                        allow_fewer_devices=not all_devices, target=target_name(target))
+                        allow_fewer_devices=not all_devices, target=target_name(target),
+                        ep=int_list(ep, "--ep"), etp=int_list(etp, "--etp"))
 
 
 def target_name(value: str | None) -> str | None:
@@ -123,13 +129,38 @@ def cp_options(training: TrainingSpec, limits: SearchLimits) -> list[int]:
     return out
 
 
-def vpp_options(layers: int, pp: int, limits: SearchLimits) -> list[int]:
-    """The user's vpp list, else 1 and every v > 1 that divides each stage's L/pp layers into equal chunks."""
+def vpp_options(layers: int, pp: int, limits: SearchLimits, uneven: bool = False) -> list[int]:
+    """The user's vpp list, else 1 and every v > 1 that divides each stage's L/pp layers into equal
+    chunks; with `uneven` (a target running chunks of different sizes) every v dividing the even
+    split's stage sizes ⌊L/pp⌋ or ⌈L/pp⌉ (a stated cut: DeepSeek-V3's 61 layers on pp 8 take vpp
+    1, 2, 4, 7 or 8)."""
     if limits.vpp:
         return limits.vpp
-    if pp == 1 or layers % pp:
+    if pp == 1:
         return [1]
-    return divisors(layers // pp)
+    if not uneven:
+        return [1] if layers % pp else divisors(layers // pp)
+    low, high = layers // pp, -(-layers // pp)
+    return sorted(v for v in set(divisors(low)) | set(divisors(high)) if v <= low)
+
+
+def uneven_interleaved(limits: SearchLimits) -> bool:
+    """Whether the search may give interleaved stages different layer counts: only for a target that
+    runs them (a plan without a target launches on gplan's workers, which run equal chunks)."""
+    return bool(limits.target and TARGETS[limits.target].uneven_interleaved)
+
+
+def expert_options(model: ModelSpec, per_stage: int, limits: SearchLimits) -> Iterator[tuple[int, int]]:
+    """(ep, etp) pairs: (1, 1) for dense models; else the user's lists or the defaults, each etp·ep
+    folding into a stage's dp·tp·cp ranks and dividing the experts and their width."""
+    if not model.is_moe:
+        yield 1, 1
+        return
+    ep_pool = limits.ep or [1 << i for i in range(model.num_experts.bit_length()) if (1 << i) <= per_stage]
+    for etp in limits.etp or [1]:
+        for ep in ep_pool:
+            if model.num_experts % ep == 0 and model.expert_ffn_size % etp == 0 and per_stage % (ep * etp) == 0:
+                yield ep, etp
 
 
 def candidates(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devices: int,
@@ -163,19 +194,24 @@ def _per_degrees(model: ModelSpec, training: TrainingSpec, limits: SearchLimits,
         if per_replica % mbs:
             continue
         m = per_replica // mbs
-        for vpp in vpp_options(model.total_layers, pp, limits):
-            if vpp > 1 and (pp == 1 or model.total_layers % (pp * vpp) or m % pp):
+        uneven = uneven_interleaved(limits)
+        for vpp in vpp_options(model.total_layers, pp, limits, uneven):
+            if vpp > 1 and (pp == 1 or m % pp or model.total_layers < pp * vpp
+                            or (model.total_layers % (pp * vpp) and not uneven)):
                 continue
             schedule = "interleaved_1f1b" if vpp > 1 else "1f1b"
             if limits.schedule and schedule not in limits.schedule:
                 if not (vpp == 1 and "gpipe" in limits.schedule):
                     continue
                 schedule = "gpipe"
-            for zero in limits.zero or [0, 1, 2, 3]:
-                if zero > 0 and dp * cp == 1:
+            for zero in limits.zero or ([0, 1] if model.is_moe else [0, 1, 2, 3]):
+                if zero > 0 and dp * cp == 1 or (model.is_moe and zero >= 2):
                     continue
-                config = ParallelConfig(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, mbs=mbs, sp=tp > 1, zero=zero,
-                                        schedule=schedule, recompute="none")
-                if limits.target and config_refusals(TARGETS[limits.target], model, config, m, training.precision):
-                    continue
-                yield config
+                for ep, etp in expert_options(model, dp * tp * cp, limits):
+                    config = ParallelConfig(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, mbs=mbs, sp=tp > 1,
+                                            zero=zero, schedule=schedule, recompute="none")
+                    if limits.target and config_refusals(TARGETS[limits.target], model, config, m, training.precision):
+                        continue
+                    if model.is_moe and ep > 1 and training.precision == "fp16":
+                        continue
+                    yield config

@@ -47,7 +47,10 @@ class CostTable:
     """g -> bytes a device can allocate: its budget less the reserve and communicators, over
     (1 + its allocator's fragmentation) — so that allocated ≤ this ⇔ the total fits the budget."""
     equal_layers: bool = False
-    """Interleaved schedules need the same number of layers on every stage."""
+    """Interleaved schedules need the same number of layers on every stage (unless the target runs
+    uneven chunks)."""
+    min_stage_layers: int = 1
+    """Layers a stage holds at least: one per virtual chunk."""
     layer_transient_bytes: dict[tuple[int, int], float] = field(default_factory=dict)
     """(q, k) -> the working set while one such layer runs its backward (cost_models.memory)."""
     stage_transient_bytes: dict[int, float] = field(default_factory=dict)
@@ -73,7 +76,8 @@ class CostTable:
         return pipeline_time_s(stage_times, self.num_microbatches, self.vpp)
 
 
-def time_table(step: StepModel, options: list[str], groups: list[int] | None = None) -> CostTable:
+def time_table(step: StepModel, options: list[str], groups: list[int] | None = None,
+               uneven_interleaved: bool = False) -> CostTable:
     """The time half of `build_table` (layer and stage times, the floor outside the pipeline): all the
     search's first bound needs, so a candidate that bound prunes never prices its memory. Its memory
     fields are empty until `build_table` fills them."""
@@ -87,9 +91,9 @@ def time_table(step: StepModel, options: list[str], groups: list[int] | None = N
             if 1 < i < c.pp - 1:  # every middle stage is the same
                 fixed_time[i, g] = fixed_time[1, g]
                 continue
-            f, b, tp_s, cp_s, pp_s = step.stage_times(StageLayout(layers=[], embedding=i == 0, head=i == c.pp - 1,
-                                                                  node_group=g))
-            fixed_time[i, g] = f + b + tp_s + cp_s + pp_s
+            f, b, tp_s, cp_s, ep_s, pp_s = step.stage_times(StageLayout(layers=[], embedding=i == 0,
+                                                                        head=i == c.pp - 1, node_group=g))
+            fixed_time[i, g] = f + b + tp_s + cp_s + ep_s + pp_s
     floor_s = off_pipeline_floor_s(step, groups, _fixed_params(step), options)
     return CostTable(
         kinds=kinds, layers_per_kind=[k.count for k in step.model.layer_kinds()], options=list(options),
@@ -97,18 +101,20 @@ def time_table(step: StepModel, options: list[str], groups: list[int] | None = N
                                              for g in groups],
         pp=c.pp, vpp=c.vpp, num_microbatches=step.num_microbatches, layer_time_s=layer_time,
         layer_state_bytes=[], layer_activation_bytes={}, in_flight=[], fixed_time_s=fixed_time,
-        fixed_memory_bytes={}, budget_bytes=[], equal_layers=c.vpp > 1, outside_pipeline_floor_s=floor_s)
+        fixed_memory_bytes={}, budget_bytes=[], equal_layers=c.vpp > 1 and not uneven_interleaved,
+        min_stage_layers=c.vpp, outside_pipeline_floor_s=floor_s)
 
 
 def _layer_times(step: StepModel, kinds: list[str], options: list[str], groups: list[int]) -> dict:
-    """(q, k, g) -> forward + backward + recompute + tp/cp communication of one layer per micro-batch."""
+    """(q, k, g) -> forward + backward + recompute + tp/cp/ep communication of one layer per micro-batch."""
     out = {}
     for q, kind in enumerate(kinds):
         for k, opt in enumerate(options):
             for g in groups:
                 lt = step.layer_time(kind, g)
                 out[q, k, g] = (lt.forward_s + lt.backward_s + lt.recompute_s(opt)
-                                + step.layer_tp_comm_s(kind, opt, g) + step.layer_cp_comm_s(kind, g))
+                                + step.layer_tp_comm_s(kind, opt, g) + step.layer_cp_comm_s(kind, g)
+                                + step.layer_ep_comm_s(kind, opt, g))
     return out
 
 
@@ -168,8 +174,9 @@ def off_pipeline_floor_s(step: StepModel, groups: list[int], fixed_params: list[
     heterogeneous cluster (its stages' links differ)."""
     c = step.config
     total = sum(fixed_params) + sum(k.count * step.layer_params(k.name) for k in step.model.layer_kinds())
-    ranks = memory.zero_shard_ranks(c) if c.zero >= 1 else 1
-    optimizer = min(compute.optimizer_time_s(step.device(g), total / c.pp / ranks) for g in groups)
+    routed = sum(k.count * step.layer_expert_params(k.name) for k in step.model.layer_kinds())
+    local = step.optimizer_local_params(total / c.pp, routed / c.pp)
+    optimizer = min(compute.optimizer_time_s(step.device(g), local) for g in groups)
     overhead = min(step.cluster.node_groups[g].hardware.efficiency.step_overhead_s for g in groups)
     dp = dp_floor_s(step, groups[0], total, fixed_params, options) if len(groups) == 1 else 0.0
     return optimizer + overhead + dp
@@ -181,7 +188,7 @@ def dp_floor_s(step: StepModel, g: int, total_params: float, fixed_params: list[
     sum over units (every layer, each stage's embedding or head), so its mean is exact up to recompute."""
     c, p = step.config, step.config.pp
     ranks = memory.zero_shard_ranks(c)
-    if ranks == 1:
+    if ranks == 1 and c.edp == 1:
         return 0.0
     kinds = step.model.layer_kinds()
     # every layer at its heaviest recompute: the most backward, so the least exposure
@@ -195,7 +202,8 @@ def dp_floor_s(step: StepModel, g: int, total_params: float, fixed_params: list[
                   for i, fixed in enumerate(fixed_params) if fixed]
         return sum(step.zero3_exposed_s(u, ranks, link) for u in units) / p
     forward, backward, *_ = step.stage_times(StageLayout(layers=layers, embedding=True, head=True, node_group=g))
-    return step.dp_sync_exposed_s(total_params / p, forward / p, backward / p, g)
+    routed = sum(k.count * step.layer_expert_params(k.name) for k in kinds)
+    return step.dp_sync_exposed_s(total_params / p, forward / p, backward / p, g, routed / p)
 
 
 @dataclass(frozen=True)

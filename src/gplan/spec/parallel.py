@@ -29,6 +29,13 @@ class ParallelConfig(BaseModel):
     """Virtual stages (model chunks) per pipeline rank; > 1 means the interleaved 1F1B schedule."""
     cp: int = Field(default=1, ge=1)
     ep: int = Field(default=1, ge=1)
+    """Expert parallelism: an MoE layer's routed experts split over ep ranks, tokens dispatched to them
+    and combined back by all-to-all."""
+    etp: int = Field(default=1, ge=1)
+    """Expert tensor parallelism: each routed expert's FFN split over etp ranks. The expert side of a
+    stage, etp × ep × edp, folds the same dp·tp·cp ranks as the attention side's tp × cp × dp
+    (Megatron-core's MoE parallel folding, Liu et al. 2025, arXiv 2504.14960); 1 as in Megatron-Bridge's
+    MoE recipes."""
     sp: bool = False
     """Megatron sequence parallelism inside the tp group."""
     zero: int = Field(default=0, ge=0, le=3)
@@ -57,6 +64,12 @@ class ParallelConfig(BaseModel):
     def world_size(self) -> int:
         return self.dp * self.tp * self.pp * self.cp
 
+    @property
+    def edp(self) -> int:
+        """Expert data parallelism: the ranks holding the same experts, a stage's dp·tp·cp over etp·ep
+        (Megatron's `expert_data_parallel_size`); expert gradients are reduced over these."""
+        return max(1, self.dp * self.tp * self.cp // (self.ep * self.etp))
+
     def microbatches_for(self, gbs: int) -> int:
         return gbs // (self.mbs * self.dp)
 
@@ -68,6 +81,7 @@ class ParallelConfig(BaseModel):
             parts.append(f"vpp={self.vpp}")
         if self.cp > 1:
             parts.append(f"cp={self.cp}")
+        parts += [f"{axis}={getattr(self, axis)}" for axis in ("ep", "etp") if getattr(self, axis) > 1]
         parts += [f"mbs={self.mbs}", f"zero={self.zero}"] + ([f"rc={self.recompute}"] if recompute else [])
         if self.sp:
             parts.append("sp")
@@ -147,16 +161,14 @@ def check_config(model: ModelSpec, training: TrainingSpec, config: ParallelConfi
             hint="make the product of the degrees equal --devices",
         )
     check_tp_divides(model, config.tp)
-    if config.ep != 1:
-        raise InputError("ep > 1 needs a mixture-of-experts model", hint="use ep=1")
+    check_expert_degrees(model, training, config)
     if config.pp > model.total_layers:
         raise InputError(f"pp={config.pp} exceeds the model's {model.total_layers} layers",
                          hint="use pp ≤ number of layers")
-    if config.vpp > 1 and model.total_layers % (config.pp * config.vpp):
+    if config.vpp > 1 and model.total_layers < config.pp * config.vpp:
         raise InputError(
-            f"vpp={config.vpp}: {model.total_layers} layers do not split into pp·vpp = "
-            f"{config.pp * config.vpp} equal chunks",
-            hint="choose vpp so that pp·vpp divides the number of layers",
+            f"vpp={config.vpp}: {model.total_layers} layers do not fill pp·vpp = {config.pp * config.vpp} chunks",
+            hint="choose vpp so that every chunk holds a layer",
         )
     if training.gbs % (config.mbs * config.dp):
         raise InputError(
@@ -178,6 +190,45 @@ def check_config(model: ModelSpec, training: TrainingSpec, config: ParallelConfi
             f"seq_length {training.seq_length} does not split over cp·(tp if sp) ranks",
             hint="choose cp (and tp with sp) dividing the sequence length",
         )
+
+
+def check_expert_degrees(model: ModelSpec, training: TrainingSpec, config: ParallelConfig) -> None:
+    """ep and etp: only with experts; ep divides the experts and etp the expert width (Megatron's
+    validate_args: "Number of experts should be a multiple of expert model parallel_size."); the expert
+    grid etp·ep folds into a stage's dp·tp·cp ranks; MoE with tp needs sequence parallelism ("When using
+    MoE and tensor parallelism, sequence parallelism must be used."), and ep not fp16 ("Expert
+    parallelism is not supported with fp16 training.")."""
+    c = config
+    if not model.is_moe:
+        if c.ep > 1 or c.etp > 1:
+            raise InputError(f"ep={c.ep} etp={c.etp}: expert parallelism needs a mixture-of-experts model",
+                             hint="use ep=1 etp=1 (num_experts in the model file makes it an MoE)")
+        return
+    if model.num_experts % c.ep:
+        raise InputError(f"ep={c.ep} does not divide the {model.num_experts} experts",
+                         hint="choose ep dividing num_experts")
+    if model.expert_ffn_size % c.etp:
+        raise InputError(f"etp={c.etp} does not divide the expert FFN width {model.expert_ffn_size}",
+                         hint="choose etp dividing moe_ffn_hidden_size")
+    per_stage = c.dp * c.tp * c.cp
+    if per_stage % (c.ep * c.etp):
+        raise InputError(f"the expert grid etp·ep = {c.etp}·{c.ep} does not fold into a stage's "
+                         f"dp·tp·cp = {per_stage} ranks", hint="choose ep·etp dividing dp·tp·cp")
+    if c.tp > 1 and not c.sp:
+        raise InputError("a mixture of experts with tp > 1 needs sequence parallelism (Megatron asserts it)",
+                         hint="add sp (sp=true in --config, --sp)")
+    if c.zero >= 2:
+        raise InputError(f"zero {c.zero} with routed experts is not priced (gplan prices their distributed "
+                         "optimizer, zero 1, as every published MoE recipe runs)", hint="use zero 0 or 1")
+    if c.ep > 1 and training.precision == "fp16":
+        raise InputError("expert parallelism does not train in fp16 (Megatron asserts it)",
+                         hint="use --precision bf16")
+
+
+def chunk_sizes(layers: int, vpp: int) -> list[int]:
+    """A stage's layers over its vpp virtual chunks, as even as possible, extra layers first (the split
+    Megatron's `--pipeline-model-parallel-layout` is written with when L does not divide into pp·vpp)."""
+    return even_sizes(layers, vpp)
 
 
 def even_sizes(total: int, parts: int) -> list[int]:

@@ -49,6 +49,12 @@ class Capabilities:
     selective: bool = True
     """Whether it recomputes the attention core alone (Megatron's selective recompute); torchtitan's
     selective AC is per-operator (every other matmul), not that, so its plans recompute fully."""
+    experts: bool = False
+    """Mixture-of-experts layers, latent attention, ep and etp (Megatron-core's MoE layer and MLA;
+    gplan's workers and the other exports build dense models today)."""
+    uneven_interleaved: bool = False
+    """Interleaved chunks of different sizes (Megatron's `--pipeline-model-parallel-layout`), so that
+    pp·vpp need not divide the layers."""
 
 
 ALL_SCHEDULES = frozenset({"gpipe", "1f1b", "interleaved_1f1b"})
@@ -68,7 +74,8 @@ TARGETS: dict[str, Capabilities] = {
     "megatron": Capabilities("megatron", frozenset({"1f1b", "interleaved_1f1b"}), microbatches_at_least_stages=False,
                              cp=True, tied_embeddings_across_stages=True, recompute="block", uneven_split=True,
                              zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False, sliding_window=True,
-                             precisions=frozenset({"bf16", "fp16", "fp32", "fp8", "mxfp8", "nvfp4"})),
+                             precisions=frozenset({"bf16", "fp16", "fp32", "fp8", "mxfp8", "nvfp4"}),
+                             experts=True, uneven_interleaved=True),
     # torchtitan: one activation-checkpoint policy for all layers (apply_ac over every block); its llama3
     # module (swiglu, RMSNorm, RoPE); FSDP2 has no optimizer-only sharding, so zero 1 runs as zero 2
     # there (the export says so). Stages are exact: the export lists every chunk's modules.
@@ -99,16 +106,19 @@ class Refusal:
 
     def hint(self, target: str) -> str:
         """What to do: search for this target, or use the option that avoids the capability."""
+        if self.capability == "experts":  # no search makes a dense worker run experts
+            return "run it through Megatron-LM: gplan export PLAN --to megatron"
         also = f" (or {self.avoid})" if self.avoid != f"--target {target}" else ""
         return f"search again with --target {target}{also}"
 
 
-def default_target(hardware_kind: str, precision: str | None = None) -> str:
+def default_target(hardware_kind: str, precision: str | None = None, experts: bool = False) -> str:
     """The backend of the cluster's hardware: MindSpore on Ascend NPUs, torch elsewhere — Megatron-LM
-    for FP8 recipes on GPUs (Transformer Engine runs them; gplan's torch worker does not)."""
+    for FP8 recipes and for mixtures of experts on GPUs (Transformer Engine and Megatron-core's MoE
+    layer run them; gplan's torch worker does not)."""
     if hardware_kind == "npu":
         return "mindspore"
-    return "megatron" if precision in ("fp8", "mxfp8", "nvfp4") else "torch"
+    return "megatron" if precision in ("fp8", "mxfp8", "nvfp4") or experts else "torch"
 
 
 def config_refusals(target: Capabilities, model: ModelSpec, config: ParallelConfig,
@@ -126,8 +136,15 @@ def config_refusals(target: Capabilities, model: ModelSpec, config: ParallelConf
                              f"plan has {num_microbatches}", "a larger --gbs or smaller --mbs"))
     if c.cp > 1 and not target.cp:
         found.append(Refusal("cp", f"{t} does not run context parallelism (cp={c.cp})", "--cp 1"))
-    if c.ep > 1:
-        found.append(Refusal("ep", f"{t} does not run expert parallelism here (ep={c.ep})", "--ep 1"))
+    if (model.is_moe or model.is_mla) and not target.experts:
+        found.append(Refusal("experts", f"{t} builds dense models here, not {model.name}'s routed experts or latent "
+                             "attention", "--target megatron"))
+    elif c.ep > 1 or c.etp > 1:
+        if not target.experts:
+            found.append(Refusal("ep", f"{t} does not run expert parallelism here (ep={c.ep} etp={c.etp})", "--ep 1"))
+    if c.vpp > 1 and model.total_layers % (c.pp * c.vpp) and not target.uneven_interleaved:
+        found.append(Refusal("uneven_interleaved", f"{t} runs interleaved chunks of equal size; {model.total_layers} "
+                             f"layers do not split into pp·vpp = {c.pp * c.vpp}", "--vpp dividing L/pp"))
     if model.tie_embeddings and c.pp > 1 and not target.tied_embeddings_across_stages:
         found.append(Refusal("tied_embeddings", f"{t} does not tie the embedding and head across pipeline stages",
                              "--pp 1, or untie the embeddings (tie_embeddings: false)"))
@@ -233,6 +250,10 @@ def split_refusals(target: Capabilities, model: ModelSpec, config: ParallelConfi
                    layouts: list[StageLayout]) -> list[Refusal]:
     """What `target` runs differently in a stage split (uneven layers, its recompute granularity)."""
     t, found = target.name, []
+    sizes = [s.num_layers for s in layouts]
+    if config.vpp > 1 and len(set(sizes)) > 1 and not target.uneven_interleaved:
+        return [Refusal("uneven_interleaved", f"{t} runs interleaved stages of equal size; the plan has "
+                        f"{'/'.join(map(str, sizes))}", "--target " + t)]
     engine = runs_as(target, model, config, layouts)
     if [s.num_layers for s in engine] != [s.num_layers for s in layouts]:
         found.append(Refusal("uneven_split", f"{t} splits layers evenly; the plan has "

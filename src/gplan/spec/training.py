@@ -42,8 +42,14 @@ class TrainingSpec(BaseModel):
     buffers (cost_models.memory). None — plans written before engines were priced — is Megatron-LM's
     accounting."""
 
+    expert_imbalance: float = Field(default=1.0, ge=1.0)
+    """Mixture of experts: the busiest device's routed tokens over the balanced share (its expert GEMMs,
+    all-to-all and expert activations scale with it). 1.0 is balanced routing — the limit the published
+    Megatron-Bridge runs force (`moe_router_force_load_balancing`); real routing with an auxiliary loss
+    or DeepSeek's bias balancing runs above it: set it from your own routing statistics."""
+
     #: Fields added after schema v1 plans were first written, left out of the digest at their default.
-    DIGEST_OPTIONAL: ClassVar[dict[str, object]] = {"engine": None}
+    DIGEST_OPTIONAL: ClassVar[dict[str, object]] = {"engine": None, "expert_imbalance": 1.0}
 
     def digest_dump(self) -> dict:
         return drop_defaults(self.model_dump(mode="json"), self.DIGEST_OPTIONAL)

@@ -20,7 +20,7 @@ from gplan.backends.exporters import Export, ExportContext, flag_lines, recomput
 from gplan.backends.launch import default_nodes, script_node_variables, script_torchrun_line
 from gplan.errors import InputError
 from gplan.plan import Plan
-from gplan.spec.parallel import StageLayout
+from gplan.spec.parallel import StageLayout, chunk_sizes
 
 VERSIONS = {"core_r0.16": "Megatron-LM core_r0.16 (pretrain_gpt.py; megatron/training/arguments.py as on main "
                           "at 000c4ac, 2026)"}
@@ -96,10 +96,46 @@ def model_args(plan: Plan, notes: list[str]) -> list[str]:
         args += ["--rotary-base", rotary_base(m.rope_theta)]
     if m.kv_heads != m.num_attention_heads:
         args += ["--group-query-attention", "--num-query-groups", str(m.kv_heads)]
-    args += switch_args(plan)
+    args += switch_args(plan) + expert_args(plan) + latent_attention_args(plan)
+    if m.qk_norm:
+        args.append("--qk-layernorm")
     if t.precision in LOW_PRECISION_ARGS:
         args += ["--bf16", *LOW_PRECISION_ARGS[t.precision]]
     return args + vocab_args(plan, notes)
+
+
+def expert_args(plan: Plan) -> list[str]:
+    """Megatron-core's MoE layer as the plan prices it (cost_models.experts): E experts, top-k, the
+    expert and shared widths, the leading dense layers as a `--moe-layer-freq` pattern, grouped GEMMs,
+    the all-to-all dispatcher, the router's score function (sigmoid with its expert bias, DeepSeek-V3's
+    auxiliary-loss-free balancing), dropless unless the model sets a capacity factor."""
+    m, c = plan.model, plan.parallel
+    if not m.is_moe:
+        return []
+    moe_layers = m.num_layers - m.first_dense_layers
+    args = ["--num-experts", str(m.num_experts), "--moe-router-topk", str(m.top_k),
+            "--moe-ffn-hidden-size", str(m.expert_ffn_size),
+            "--moe-layer-freq", f"([0]*{m.first_dense_layers}+[1]*{moe_layers})" if m.first_dense_layers else "1",
+            "--moe-grouped-gemm", "--moe-token-dispatcher-type", "alltoall",
+            "--moe-router-score-function", m.router,
+            "--expert-model-parallel-size", str(c.ep), "--expert-tensor-parallel-size", str(c.etp)]
+    if m.shared_expert_ffn_size:
+        args += ["--moe-shared-expert-intermediate-size", str(m.shared_expert_ffn_size)]
+    if m.router == "sigmoid":
+        args.append("--moe-router-enable-expert-bias")
+    if m.capacity_factor:
+        args += ["--moe-expert-capacity-factor", str(m.capacity_factor), "--moe-token-drop-policy", "probs"]
+    return args
+
+
+def latent_attention_args(plan: Plan) -> list[str]:
+    """MLA (Megatron's MLATransformerConfig): the ranks and head widths of `latent_attention_params`."""
+    m = plan.model
+    if not m.is_mla:
+        return []
+    args = ["--multi-latent-attention", "--kv-lora-rank", str(m.kv_lora_rank), "--qk-head-dim", str(m.kv_channels),
+            "--qk-pos-emb-head-dim", str(m.qk_rope_head_dim), "--v-head-dim", str(m.v_head_dim or m.kv_channels)]
+    return args + (["--q-lora-rank", str(m.q_lora_rank)] if m.q_lora_rank else [])
 
 
 def switch_args(plan: Plan) -> list[str]:
@@ -154,8 +190,11 @@ def parallel_args(plan: Plan, layouts: list[StageLayout]) -> list[str]:
             "--global-batch-size", str(plan.training.gbs)]
     if c.sp and c.tp > 1:
         args.append("--sequence-parallel")
-    if c.vpp > 1:
-        args += ["--num-layers-per-virtual-pipeline-stage", str(plan.model.num_layers // (c.pp * c.vpp))]
+    sizes = stage_sizes(layouts)
+    if c.vpp > 1 and len(set(sizes)) == 1 and sizes[0] % c.vpp == 0:
+        args += ["--num-layers-per-virtual-pipeline-stage", str(sizes[0] // c.vpp)]
+    elif c.vpp > 1:
+        args += ["--pipeline-model-parallel-layout", interleaved_layout(sizes, c.vpp)]
     else:
         args += split_args(layouts)
     if c.zero == 1:
@@ -165,6 +204,19 @@ def parallel_args(plan: Plan, layouts: list[StageLayout]) -> list[str]:
         args += ["--use-distributed-optimizer", "--use-megatron-fsdp", "--data-parallel-sharding-strategy", strategy,
                  "--ckpt-format", "fsdp_dtensor"]
     return args
+
+
+def interleaved_layout(sizes: list[int], vpp: int) -> str:
+    """Uneven interleaved stages as Megatron's `--pipeline-model-parallel-layout`: the pp·vpp virtual
+    stages in order, virtual stage j = chunk j // pp of rank j % pp, each rank's layers dealt over its
+    chunks as evenly as possible (extra layers on its first chunks); E and L on the first and last."""
+    pp = len(sizes)
+    chunks = [chunk_sizes(n, vpp) for n in sizes]
+    stages = []
+    for j in range(pp * vpp):
+        rank, chunk = j % pp, j // pp
+        stages.append(("E" if j == 0 else "") + f"t*{chunks[rank][chunk]}" + ("L" if j == pp * vpp - 1 else ""))
+    return "|".join(stages)
 
 
 def split_args(layouts: list[StageLayout]) -> list[str]:

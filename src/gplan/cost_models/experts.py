@@ -1,0 +1,122 @@
+"""Mixture-of-experts layers: the router, the routed experts' grouped GEMMs, the shared experts, the
+all-to-all token dispatch and combine, and what the experts keep in memory — Megatron-core's MoELayer
+with the all-to-all dispatcher, under MoE parallel folding (Liu et al. 2025, arXiv 2504.14960): the
+attention side of a stage runs tp × cp × dp, its expert side etp × ep × edp over the same ranks.
+
+Token flow on one device, per micro-batch and MoE layer (MoE with tp runs sequence parallelism, so each
+tp rank starts from its own slice of the tokens):
+1. `source_tokens` = b·s/(cp·tp) hidden states enter the router (h × E scores, top-k);
+2. all-to-all over ep: each token's k copies go to the ranks holding its experts; with etp > 1 the etp
+   ranks of one expert shard all-gather what they received;
+3. each device runs its E/ep local experts (1/etp of each one's width) over `routed_pairs` tokens —
+   one grouped GEMM per matrix;
+4. the reverse: reduce-scatter over etp, all-to-all back, the k outputs weighted and summed.
+With balanced routing a device computes `k·b·s/(cp·tp)` token-expert pairs whatever ep and etp are:
+ep and etp change the GEMMs' shapes, the all-to-all and the memory, not the FLOPs per device.
+`imbalance` (≥ 1) scales the busiest device's routed work and traffic: 1.0 is the balanced limit the
+published Megatron-Bridge runs force (`moe_router_force_load_balancing`).
+"""
+
+from __future__ import annotations
+
+from gplan.cost_models.compute import GEMM_BACKWARD_FLOP_RATIO, Gemm, Shard, gemm_time_s, memory_time_s
+from gplan.profiles.schema import DeviceSpec
+from gplan.spec.model import ModelSpec
+from gplan.spec.parallel import ParallelConfig
+from gplan.spec.training import TrainingSpec
+
+
+def source_tokens(shard: Shard) -> float:
+    """Tokens one device routes: its micro-batch slice after cp, and after tp with sequence parallelism."""
+    return shard.tokens / (shard.tp if shard.sp else 1)
+
+
+def routed_pairs(model: ModelSpec, shard: Shard, etp: int) -> float:
+    """Token-expert pairs one device's local experts compute, balanced: the k copies of the tokens of
+    the etp ranks sharing its expert shards, spread evenly over the ep ranks (step 2 above)."""
+    return model.top_k * source_tokens(shard) * etp
+
+
+def local_experts(model: ModelSpec, config: ParallelConfig) -> int:
+    return model.num_experts // config.ep
+
+
+def expert_gemms(model: ModelSpec, shard: Shard, config: ParallelConfig) -> list[Gemm]:
+    """The grouped GEMMs of one device's local experts, each given as the whole group's work (all its
+    E/ep experts' tokens as rows): up (gate and up for swiglu) and down, 1/etp of the width each."""
+    h, f, etp = model.hidden_size, model.expert_ffn_size, config.etp
+    rows = int(round(routed_pairs(model, shard, etp)))
+    up = 2 * f if model.ffn_kind == "swiglu" else f
+    return [Gemm(rows, up // etp, h), Gemm(rows, h, f // etp)]
+
+
+def expert_rows_per_gemm(model: ModelSpec, shard: Shard, config: ParallelConfig) -> float:
+    """Rows of one expert's GEMM in the group: the tokens routed to one local expert. Small experts
+    over few tokens are what make the grouped GEMM run below a dense one."""
+    return routed_pairs(model, shard, config.etp) / local_experts(model, config)
+
+
+def routed_time_s(model: ModelSpec, training: TrainingSpec, shard: Shard, config: ParallelConfig,
+                  device: DeviceSpec) -> tuple[float, float]:
+    """(forward, backward) seconds of the routed experts on the busiest device: the grouped GEMMs at the
+    training precision, each at the efficiency of one expert's GEMM (the group's tiles are per expert:
+    E/ep small GEMMs in one launch) times `imbalance`; the permutation and activation at HBM speed.
+    Backward: 2× the GEMMs (input and weight gradients) and the element-wise traffic."""
+    per_expert = expert_rows_per_gemm(model, shard, config)
+    gemm_s = 0.0
+    for g in expert_gemms(model, shard, config):
+        one = Gemm(max(1, int(round(per_expert))), g.n, g.k)
+        gemm_s += gemm_time_s(device, training.precision, one) * g.flops / one.flops
+    moved_s = memory_time_s(device, routed_elementwise_elements(model, shard, config) * training.element_bytes)
+    forward = (gemm_s + moved_s) * training.expert_imbalance
+    return forward, GEMM_BACKWARD_FLOP_RATIO * forward
+
+
+def routed_elementwise_elements(model: ModelSpec, shard: Shard, config: ParallelConfig) -> float:
+    """Elements the routed side's element-wise kernels move per forward: the permutation into expert order
+    and back (read + write h per pair, twice), the expert activation (swiglu: read 2f, write f; else read
+    + write f, at 1/etp), the router's softmax/sigmoid and top-k over E scores per source token."""
+    pairs, h, f = routed_pairs(model, shard, config.etp), model.hidden_size, model.expert_ffn_size / config.etp
+    activation = 3 * f if model.ffn_kind == "swiglu" else 2 * f
+    return pairs * (4 * h + activation) + 3 * source_tokens(shard) * model.num_experts
+
+
+# ---- communication volumes -----------------------------------------------------------------------
+
+def dispatch_bytes(model: ModelSpec, shard: Shard, element_bytes: int) -> float:
+    """What one device sends in one all-to-all (dispatch, or combine back): k copies of each source token."""
+    return model.top_k * source_tokens(shard) * model.hidden_size * element_bytes
+
+
+def etp_gather_bytes(model: ModelSpec, shard: Shard, config: ParallelConfig, element_bytes: int) -> float:
+    """With etp > 1, the all-gathered (dispatch) or reduce-scattered (combine) tokens of one expert
+    shard group: the routed pairs' hidden states."""
+    return routed_pairs(model, shard, config.etp) * model.hidden_size * element_bytes
+
+
+# ---- memory --------------------------------------------------------------------------------------
+
+#: The router keeps its fp32 scores and the probabilities of the chosen experts (Megatron-core's router
+#: computes in fp32: `--moe-router-dtype fp32`): 4 bytes for each of E scores, per source token.
+ROUTER_SCORE_BYTES = 4
+
+
+def routed_activation_bytes(model: ModelSpec, shard: Shard, config: ParallelConfig, element_bytes: int) -> float:
+    """What the routed side keeps for its backward, per micro-batch: per pair the permuted input (h) and
+    the expert MLP's intermediates (swiglu: gate and up in, product out, 3·f/etp; else 2·f/etp); per
+    source token the router's fp32 scores (E)."""
+    pairs, f = routed_pairs(model, shard, config.etp), model.expert_ffn_size / config.etp
+    per_pair = element_bytes * (model.hidden_size + (3 if model.ffn_kind == "swiglu" else 2) * f)
+    return pairs * per_pair + ROUTER_SCORE_BYTES * model.num_experts * source_tokens(shard)
+
+
+def routed_gradient_working_bytes(model: ModelSpec, shard: Shard, config: ParallelConfig, element_bytes: int) -> float:
+    """The routed experts' widest gradients in their backward: per pair the intermediate's gradient
+    (3·f/etp for swiglu, else 2·f/etp) and the permuted input's (h)."""
+    pairs, f = routed_pairs(model, shard, config.etp), model.expert_ffn_size / config.etp
+    return pairs * element_bytes * ((3 if model.ffn_kind == "swiglu" else 2) * f + model.hidden_size)
+
+
+def expert_params_per_device(model: ModelSpec, config: ParallelConfig) -> float:
+    """One MoE layer's routed-expert parameters on one device: E/ep experts, 1/etp of each."""
+    return local_experts(model, config) * model.expert_params() / config.etp
