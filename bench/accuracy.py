@@ -473,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     table = report(cases, skipped, fitted, leave_one_source_out(cases))
     if BRIDGE_CSV.is_file():
-        table += "\n\n" + bridge_report()
+        table += "\n\n" + bridge_report() + "\n\n" + moe_report()
     sys.stdout.write(table + "\n")
     if args.readme:
         write_readme(table)
@@ -597,6 +597,138 @@ def bridge_report(path: Path = BRIDGE_CSV) -> str:
     lines += ["", "<details><summary>Per row</summary>", "", "| row | run | measured s | in-sample error |",
               "|---|---|---:|---:|"]
     lines += [f"| {b.case.row_id} | {b.case.label} | {b.case.measured_step_s:.3g} | {e:+.1%} |" for b, e in zip(rows, in_sample)]
+    lines += ["", "Skipped: " + "; ".join(f"row {rid} ({why})" for rid, why in skipped), "", "</details>"]
+    return "\n".join(lines)
+
+
+# ---- Megatron-Bridge's mixture-of-experts rows ------------------------------------------------------
+
+BRIDGE_MOE_MODELS = {"DeepSeekV3": "deepseek-v3", "DeepSeekV3 (dropless)": "deepseek-v3",
+                     "Qwen3_30B_a3B": "qwen3-30b-a3b", "Qwen3_235B_a22B": "qwen3-235b-a22b"}
+"""Bundled shapes of the rows' models; "(tokendrop)" rows dropped tokens at an unstated capacity: left out."""
+
+
+def _recompute_of(settings: str) -> str:
+    for option in ("full", "selective"):
+        if f"recompute_granularity={option}" in settings:
+            return option
+    return "none"
+
+
+def load_moe_cases(path: Path = BRIDGE_CSV) -> tuple[list[BridgeCase], list[tuple[str, str]]]:
+    """The MoE rows with a bundled shape: Megatron-Core with the distributed optimizer, sp with tp, the
+    row's ep and etp (etp = tp where the row leaves it empty, Megatron's default), recompute as its
+    recipe says, balanced routing (the rows force it), even stage split; MTP layers not modelled."""
+    from gplan.profiles.catalogue import load_model
+
+    out, skipped = [], []
+    for r in csv.DictReader(path.open()):
+        if r["is_moe"] != "true":
+            continue
+        if r["model"] not in BRIDGE_MOE_MODELS or not r["tokens_per_sec_per_gpu"]:
+            skipped.append((r["row_id"], "token-dropping, unbundled shape or no throughput"))
+            continue
+        if not r["precision"]:
+            skipped.append((r["row_id"], "precision not stated (25.09 tables)"))
+            continue
+        model = load_model(BRIDGE_MOE_MODELS[r["model"]])
+        gpus, tp, pp, cp, ep = (int(r[k]) for k in ("num_gpus", "tp", "pp", "cp", "ep"))
+        etp = int(r["etp"]) if r["etp"] else tp
+        vpp = int(r["vp"]) if r["vp"] not in ("", "n/a") else 1
+        config = ParallelConfig(dp=gpus // (tp * pp * cp), tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp,
+                                mbs=int(r["micro_batch_size"]), sp=tp > 1, zero=1,
+                                recompute=_recompute_of(r["other_settings"]))
+        training = TrainingSpec(gbs=int(r["global_batch_size"]), seq_length=int(r["seq_len"]),
+                                precision=BRIDGE_PRECISION[r["precision"]], engine="megatron")
+        try:
+            check_config(model, training, config, gpus)
+        except GplanError as exc:
+            skipped.append((r["row_id"], f"not expressible: {exc.message}"))
+            continue
+        step = training.gbs * training.seq_length / (float(r["tokens_per_sec_per_gpu"]) * gpus)
+        label = f"{r['model']} {gpus}×{r['system']} {r['precision']} {config.label()} ({r['release']})"
+        cluster = load_cluster(BRIDGE_SYSTEMS[r["system"]], gpus)
+        out.append(BridgeCase(Case(r["row_id"], "MB", label, model, training, config, cluster, False, step),
+                              r["release"], r["system"]))
+    return out, skipped
+
+
+def _moe_components(b: BridgeCase) -> tuple[float, float, float]:
+    """(rest, grouped GEMMs, all-to-all) seconds of a row's prediction: the step is affine in 1/g and 1/a
+    (the factors of cost_models.experts) while its critical stage stays the same, which two extra
+    predictions pin down."""
+    at = {}
+    for g, a in ((1.0, 1.0), (2.0, 1.0), (1.0, 2.0)):
+        with _moe_factors(g, a):
+            at[g, a] = StepModel(b.case.model, b.case.training, b.case.cluster, b.case.config).predict().step_time_s
+    gemm, a2a = 2 * (at[1, 1] - at[2, 1]), 2 * (at[1, 1] - at[1, 2])
+    return at[1, 1] - gemm - a2a, gemm, a2a
+
+
+class _moe_factors:
+    def __init__(self, gemm: float, alltoall: float):
+        self.values = (gemm, alltoall)
+
+    def __enter__(self):
+        from gplan.cost_models import experts
+
+        self.saved = (experts.GROUPED_GEMM_EFFICIENCY, experts.ALLTOALL_EFFICIENCY)
+        experts.GROUPED_GEMM_EFFICIENCY, experts.ALLTOALL_EFFICIENCY = self.values
+
+    def __exit__(self, *exc):
+        from gplan.cost_models import experts
+
+        experts.GROUPED_GEMM_EFFICIENCY, experts.ALLTOALL_EFFICIENCY = self.saved
+
+
+MOE_GRID = [2 ** (x / 8) for x in range(-16, 25)]
+"""Factors 0.25 … 8 in steps of 2^(1/8)."""
+
+
+def fit_moe_factors(rows: list[BridgeCase], parts: dict[str, tuple[float, float, float]]) -> tuple[float, float]:
+    """(grouped GEMM, all-to-all) efficiency minimising the median absolute log error over `rows`."""
+    def misfit(g: float, a: float) -> float:
+        return statistics.median(abs(math.log((parts[b.case.row_id][0] + parts[b.case.row_id][1] / g
+                                               + parts[b.case.row_id][2] / a) / b.case.measured_step_s)) for b in rows)
+    return min(((g, a) for g in MOE_GRID for a in MOE_GRID), key=lambda ga: misfit(*ga))
+
+
+def moe_report(path: Path = BRIDGE_CSV) -> str:
+    """Every MoE row: as the catalogue ships (its two MoE factors), in-sample (the factors fitted on all
+    rows) and leave-one-model-out (fitted on the other models' rows)."""
+    from gplan.cost_models import experts
+
+    rows, skipped = load_moe_cases(path)
+    parts = {b.case.row_id: _moe_components(b) for b in rows}
+
+    def errors_at(held: list[BridgeCase], g: float, a: float) -> list[float]:
+        return [error(parts[b.case.row_id][0] + parts[b.case.row_id][1] / g + parts[b.case.row_id][2] / a,
+                      b.case.measured_step_s) for b in held]
+
+    shipped = (experts.GROUPED_GEMM_EFFICIENCY, experts.ALLTOALL_EFFICIENCY)
+    with _moe_factors(*shipped):
+        errors = [error(StepModel(b.case.model, b.case.training, b.case.cluster, b.case.config).predict().step_time_s,
+                        b.case.measured_step_s) for b in rows]
+    fitted = fit_moe_factors(rows, parts)
+    in_sample = errors_at(rows, *fitted)
+    lomo: dict[str, float] = {}
+    for name in sorted({b.case.model.name for b in rows}):
+        held = [b for b in rows if b.case.model.name == name]
+        factors = fit_moe_factors([b for b in rows if b.case.model.name != name], parts)
+        lomo.update({b.case.row_id: e for b, e in zip(held, errors_at(held, *factors))})
+    med = lambda xs: statistics.median(abs(x) for x in xs)
+    lines = [f"Megatron-Bridge's mixture-of-experts rows: {len(rows)} priced, {len(skipped)} skipped. Shipped "
+             f"factors (cost_models/experts.py): grouped GEMM {shipped[0]:.3g}, all-to-all {shipped[1]:.3g}; fitted "
+             f"on every row: {fitted[0]:.3g}, {fitted[1]:.3g}.", "",
+             "| model | system | rows | shipped | in-sample (refit) | leave-one-model-out |", "|---|---|---:|---:|---:|---:|"]
+    for key in sorted({(b.case.model.name, b.system) for b in rows}):
+        idx = [i for i, b in enumerate(rows) if (b.case.model.name, b.system) == key]
+        lines.append(f"| {key[0]} | {key[1]} | {len(idx)} | {med([errors[i] for i in idx]):.1%} | "
+                     f"{med([in_sample[i] for i in idx]):.1%} | {med([lomo[rows[i].case.row_id] for i in idx]):.1%} |")
+    lines.append(f"| **all** | | {len(rows)} | **{med(errors):.1%}** | {med(in_sample):.1%} | "
+                 f"**{med(list(lomo.values())):.1%}** |")
+    lines += ["", "<details><summary>Per row</summary>", "", "| row | run | measured s | error |", "|---|---|---:|---:|"]
+    lines += [f"| {b.case.row_id} | {b.case.label} | {b.case.measured_step_s:.3g} | {e:+.1%} |" for b, e in zip(rows, errors)]
     lines += ["", "Skipped: " + "; ".join(f"row {rid} ({why})" for rid, why in skipped), "", "</details>"]
     return "\n".join(lines)
 

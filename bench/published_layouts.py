@@ -21,7 +21,7 @@ from gplan.cost_models.step import StepModel
 from gplan.planner import plan as best_plan
 from gplan.planner.inputs import resolve_inputs
 from gplan.planner.space import SearchLimits
-from gplan.spec.parallel import ParallelConfig, uniform_layout
+from gplan.spec.parallel import ParallelConfig, even_sizes, layout_from_sizes
 from gplan.spec.targets import TARGETS, runs_as
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,24 +38,47 @@ class Published:
     pp: int
     vpp: int
     cp: int
+    ep: int = 1
+    precision: str | None = None
+    stages: tuple[int, ...] | None = None
+    """Layers per pipeline rank where the published layout is uneven (Megatron's pipeline layout)."""
+    recompute: str = "none"
+    source: str = "NVIDIA Megatron-LM H100 performance table (issue 18)"
 
     @property
     def config(self) -> ParallelConfig:
         dp = self.devices // (self.tp * self.pp * self.cp)
-        return ParallelConfig(dp=dp, tp=self.tp, pp=self.pp, vpp=self.vpp, cp=self.cp, mbs=1, sp=True, zero=1,
-                              schedule="interleaved_1f1b" if self.vpp > 1 else "1f1b")
+        return ParallelConfig(dp=dp, tp=self.tp, pp=self.pp, vpp=self.vpp, cp=self.cp, ep=self.ep, mbs=1, sp=True,
+                              zero=1, schedule="interleaved_1f1b" if self.vpp > 1 else "1f1b", recompute=self.recompute)
+
+    @property
+    def label(self) -> str:
+        return f"tp{self.tp} pp{self.pp} vpp{self.vpp} cp{self.cp}" + (f" ep{self.ep}" if self.ep > 1 else "")
 
 
 #: Megatron-LM's published H100 layouts (NVIDIA Megatron-LM performance tables), as quoted in issue 18.
 LAYOUTS = [Published("llama3-70b", 512, 1024, 8192, 4, 4, 5, 2), Published("llama3-405b", 2304, 1008, 8192, 8, 9, 7, 2),
            Published("gpt3-175b", 1024, 1024, 2048, 4, 8, 12, 1)]
 
+BRIDGE = "Megatron-Bridge performance summary (megatron_bridge_perf.csv row {})"
+#: Mixture-of-experts layouts of Megatron-Bridge on H100 (../shared/reference/megatron_bridge_perf.csv). DeepSeek-V3:
+#: row 280 (25.09, 1024 H100, layout Et|(tt|)*30mL: rank 0 one layer fewer with the embedding, the last rank
+#: two fewer with the loss; MTP not modelled), selective recompute; Qwen3: rows 96 and 91 (FP8 current scaling).
+MOE_LAYOUTS = [
+    Published("deepseek-v3", 1024, 8192, 4096, 2, 8, 4, 1, ep=64, stages=(7, 8, 8, 8, 8, 8, 8, 6),
+              recompute="selective", source=BRIDGE.format(280)),
+    Published("qwen3-235b-a22b", 256, 8192, 4096, 2, 8, 4, 1, ep=32, precision="fp8", source=BRIDGE.format(96)),
+    Published("qwen3-30b-a3b", 16, 1024, 4096, 1, 1, 1, 1, ep=16, precision="fp8", source=BRIDGE.format(91)),
+]
+
 
 def compare(case: Published) -> dict:
     inputs = resolve_inputs(case.model, case.devices, "dgx-h100", gbs=case.gbs, seq_length=case.seq_length,
-                            target="megatron")
+                            precision=case.precision, target="megatron")
     config = case.config
-    layouts = runs_as(TARGETS["megatron"], inputs.model, config, uniform_layout(inputs.model, config.pp, "none"))
+    sizes = list(case.stages) if case.stages else even_sizes(inputs.model.total_layers, config.pp)
+    layouts = runs_as(TARGETS["megatron"], inputs.model, config,
+                      layout_from_sizes(inputs.model, sizes, [case.recompute] * config.pp))
     published = StepModel(inputs.model, inputs.training, inputs.cluster, config).predict(layouts)
     allowance = max(s.memory_bytes for s in published.stages) / (1 - inputs.training.memory_headroom)
     cluster = inputs.cluster
@@ -77,7 +100,7 @@ def table(rows: list[dict]) -> str:
              "its step | speed-up |", "|---|---:|---|---|---:|---:|---|---:|---:|"]
     for r in rows:
         c = r["case"]
-        lines.append(f"| {c.model} | {c.devices} | {c.gbs} × {c.seq_length} | tp{c.tp} pp{c.pp} vpp{c.vpp} cp{c.cp} | "
+        lines.append(f"| {c.model} | {c.devices} | {c.gbs} × {c.seq_length} | {c.label} | "
                      f"{r['published_s']:.2f} s | {r['memory_GiB']:g} GiB | {r['search']} | {r['search_s']:.2f} s | "
                      f"{r['published_s'] / r['search_s']:.3f}× |")
     return "\n".join(lines)
@@ -86,8 +109,9 @@ def table(rows: list[dict]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--readme", action="store_true", help="rewrite the README's table")
+    parser.add_argument("--dense-only", action="store_true", help="leave out the mixture-of-experts layouts")
     args = parser.parse_args()
-    rows = [compare(c) for c in LAYOUTS]
+    rows = [compare(c) for c in LAYOUTS + ([] if args.dense_only else MOE_LAYOUTS)]
     text = table(rows)
     print(text)
     if args.readme:

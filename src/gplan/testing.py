@@ -22,6 +22,15 @@ TINY_LLAMA = ModelSpec(name="tiny-llama", num_layers=4, hidden_size=64, num_atte
                        position_embedding="rope")
 TINY_GPT = ModelSpec(name="tiny-gpt", num_layers=2, hidden_size=64, num_attention_heads=4, vocab_size=256,
                      seq_length=32, tie_embeddings=True, bias=True)
+TINY_MOE = ModelSpec(name="tiny-moe", num_layers=3, hidden_size=64, num_attention_heads=4, num_kv_heads=2,
+                     ffn_hidden_size=176, ffn_kind="swiglu", vocab_size=256, seq_length=32, norm="rmsnorm",
+                     position_embedding="rope", num_experts=4, top_k=2, moe_ffn_hidden_size=48,
+                     num_shared_experts=1, first_dense_layers=1)
+"""A dense first layer, then two MoE layers of 4 experts (top 2) and a shared one."""
+TINY_DEEPSEEK = TINY_MOE.model_copy(update=dict(
+    name="tiny-deepseek", num_kv_heads=None, head_dim=16, router="sigmoid", q_lora_rank=32, kv_lora_rank=24,
+    qk_rope_head_dim=8, v_head_dim=16))
+"""TINY_MOE with DeepSeek-V3's attention and router: latent attention, sigmoid routing."""
 SMALL_LLAMA = ModelSpec(name="small-llama", num_layers=4, hidden_size=256, num_attention_heads=8, num_kv_heads=4,
                         ffn_hidden_size=688, ffn_kind="swiglu", vocab_size=1024, seq_length=128, norm="rmsnorm",
                         position_embedding="rope")
@@ -47,15 +56,27 @@ def tiny_plan(path: Path, model: ModelSpec = TINY_LLAMA, stages: list[list[tuple
     [("full", 2), ("none", 1)]]; default: the uniform split."""
     config = ParallelConfig(**degrees)
     cluster = load_cluster("local-cpu", config.world_size).sized(config.world_size)
-    layouts = stage_layouts(stages) if stages else None
+    layouts = stage_layouts(stages, model) if stages else None
     plan: Plan = make_plan(model, training, cluster, config, layouts)
     write_plan(plan, path)
     return path
 
 
-def stage_layouts(stages: list[list[tuple[str, int]]]) -> list[StageLayout]:
-    return [StageLayout(layers=[LayerCount(kind="decoder", recompute=r, count=n) for r, n in stage],
-                        embedding=i == 0, head=i == len(stages) - 1) for i, stage in enumerate(stages)]
+def stage_layouts(stages: list[list[tuple[str, int]]], model: ModelSpec | None = None) -> list[StageLayout]:
+    """Each stage's (recompute, layers) over the model's layer sequence (its kinds in execution order;
+    all `decoder` without a model)."""
+    kinds = [k.name for k in model.layer_kinds() for _ in range(k.count)] if model else None
+    out, at = [], 0
+    for i, stage in enumerate(stages):
+        counts: dict[tuple[str, str], int] = {}
+        for recompute, n in stage:
+            for _ in range(n):
+                kind = kinds[at] if kinds else "decoder"
+                counts[(kind, recompute)] = counts.get((kind, recompute), 0) + 1
+                at += 1
+        out.append(StageLayout(layers=[LayerCount(kind=k, recompute=r, count=n) for (k, r), n in counts.items()],
+                               embedding=i == 0, head=i == len(stages) - 1))
+    return out
 
 
 ASCEND_SHAPES = {

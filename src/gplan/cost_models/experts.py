@@ -26,6 +26,15 @@ from gplan.spec.parallel import ParallelConfig
 from gplan.spec.training import TrainingSpec
 
 
+GROUPED_GEMM_EFFICIENCY = 1.0
+"""Routed experts' grouped GEMMs against a dense GEMM of one expert's shape (1.0 until fitted:
+`bench/accuracy.py --fit` on Megatron-Bridge's MoE rows)."""
+ALLTOALL_EFFICIENCY = 1.0
+"""Achieved over modelled all-to-all speed (1.0 until fitted, as above): it lumps what the model leaves
+out — DeepEP's per-node de-duplication, Megatron's `moe_a2a_overlap` — and NCCL all-to-all's own
+efficiency."""
+
+
 def source_tokens(shard: Shard) -> float:
     """Tokens one device routes: its micro-batch slice after cp, and after tp with sequence parallelism."""
     return shard.tokens / (shard.tp if shard.sp else 1)
@@ -66,7 +75,7 @@ def routed_time_s(model: ModelSpec, training: TrainingSpec, shard: Shard, config
     gemm_s = 0.0
     for g in expert_gemms(model, shard, config):
         one = Gemm(max(1, int(round(per_expert))), g.n, g.k)
-        gemm_s += gemm_time_s(device, training.precision, one) * g.flops / one.flops
+        gemm_s += gemm_time_s(device, training.precision, one) * g.flops / one.flops / GROUPED_GEMM_EFFICIENCY
     moved_s = memory_time_s(device, routed_elementwise_elements(model, shard, config) * training.element_bytes)
     forward = (gemm_s + moved_s) * training.expert_imbalance
     return forward, GEMM_BACKWARD_FLOP_RATIO * forward

@@ -104,7 +104,7 @@ class StepModel:
         gathered = experts.etp_gather_bytes(self.model, self.shard, c, e) * self.training.expert_imbalance
         etp_s = comm.allgather_time_s(gathered, c.etp, comm.expert_axis_link(g, c, "etp"))
         passes = 3 if recompute == "full" else 2
-        return passes * 2 * (a2a + etp_s)
+        return passes * 2 * (a2a + etp_s) / experts.ALLTOALL_EFFICIENCY
 
     def layer_params(self, kind: str) -> float:
         """One layer's parameters on one device: attention, norms, router and shared experts after tp;

@@ -50,8 +50,16 @@ class Capabilities:
     """Whether it recomputes the attention core alone (Megatron's selective recompute); torchtitan's
     selective AC is per-operator (every other matmul), not that, so its plans recompute fully."""
     experts: bool = False
-    """Mixture-of-experts layers, latent attention, ep and etp (Megatron-core's MoE layer and MLA;
-    gplan's workers and the other exports build dense models today)."""
+    """Mixture-of-experts layers and ep (Megatron-core's MoE layer; gplan's torch worker's MoE, with the
+    limits below); the other exports and the MindSpore worker build dense models today."""
+    latent_attention: bool = False
+    """Multi-head latent attention (Megatron-core's MLA; the torch worker's at tp = cp = 1)."""
+    latent_attention_split: bool = False
+    """MLA with tp or cp > 1."""
+    expert_tp: bool = False
+    """Experts together with tp or etp > 1 (the worker routes each rank's own tokens: tp = 1)."""
+    expert_zero: frozenset[int] = frozenset({0, 1})
+    """Optimizer sharding with experts (the worker: 0, its experts outside FSDP)."""
     uneven_interleaved: bool = False
     """Interleaved chunks of different sizes (Megatron's `--pipeline-model-parallel-layout`), so that
     pp·vpp need not divide the layers."""
@@ -62,9 +70,11 @@ ALL_ZERO = frozenset({0, 1, 2, 3})
 
 TARGETS: dict[str, Capabilities] = {
     # gplan's torch worker (backends/torch): cp with its own ring attention (apply_cp.py).
+    # MoE (backends/torch/moe.py): ep over each rank's own tokens with all_to_all_single; tp = etp = 1, zero 0.
     "torch": Capabilities("torch", ALL_SCHEDULES, microbatches_at_least_stages=True, cp=True,
                           tied_embeddings_across_stages=True, recompute="per_layer", uneven_split=True,
-                          zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False),
+                          zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False, experts=True,
+                          expert_zero=frozenset({0}), latent_attention=True),
     # gplan's MindSpore worker (backends/mindspore): the Llama family; MindSpore's Pipeline cell runs 1F1B.
     "mindspore": Capabilities("mindspore", frozenset({"1f1b", "interleaved_1f1b"}), microbatches_at_least_stages=True,
                               cp=False, tied_embeddings_across_stages=False, recompute="per_layer", uneven_split=True,
@@ -75,7 +85,8 @@ TARGETS: dict[str, Capabilities] = {
                              cp=True, tied_embeddings_across_stages=True, recompute="block", uneven_split=True,
                              zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False, sliding_window=True,
                              precisions=frozenset({"bf16", "fp16", "fp32", "fp8", "mxfp8", "nvfp4"}),
-                             experts=True, uneven_interleaved=True),
+                             experts=True, latent_attention=True, latent_attention_split=True, expert_tp=True,
+                             uneven_interleaved=True),
     # torchtitan: one activation-checkpoint policy for all layers (apply_ac over every block); its llama3
     # module (swiglu, RMSNorm, RoPE); FSDP2 has no optimizer-only sharding, so zero 1 runs as zero 2
     # there (the export says so). Stages are exact: the export lists every chunk's modules.
@@ -125,6 +136,22 @@ def config_refusals(target: Capabilities, model: ModelSpec, config: ParallelConf
                     num_microbatches: int, precision: str | None = None) -> list[Refusal]:
     """What `target` cannot run in a configuration, before any stage split."""
     t, c, found = target.name, config, []
+    if (model.is_moe and not target.experts) or (model.is_mla and not target.latent_attention):
+        what = "routed experts" if model.is_moe and not target.experts else "latent attention"
+        found.append(Refusal("experts", f"{t} builds dense models with standard attention here, not "
+                             f"{model.name}'s {what}", "--target megatron"))
+    if model.is_mla and target.latent_attention and not target.latent_attention_split and (c.tp > 1 or c.cp > 1):
+        found.append(Refusal("latent_attention", f"{t} runs latent attention at tp = cp = 1 (tp={c.tp} cp={c.cp})",
+                             "--tp 1 --cp 1"))
+    if model.is_moe and target.experts:
+        if (c.tp > 1 or c.etp > 1) and not target.expert_tp:
+            found.append(Refusal("expert_tp", f"{t} runs experts with tp = etp = 1 (tp={c.tp} etp={c.etp})",
+                                 "--tp 1 --etp 1"))
+        if c.zero not in target.expert_zero:
+            found.append(Refusal("expert_zero", f"{t} runs experts with zero {sorted(target.expert_zero)}, not {c.zero}",
+                                 "--zero " + ",".join(map(str, sorted(target.expert_zero)))))
+    elif c.ep > 1 or c.etp > 1:
+        found.append(Refusal("ep", f"{t}: ep={c.ep} etp={c.etp} without experts", "--ep 1"))
     if precision is not None and precision not in target.precisions:
         found.append(Refusal("precision", f"{t} trains {', '.join(sorted(target.precisions))}, not {precision}",
                              "--target megatron, or --precision bf16"))
@@ -136,12 +163,6 @@ def config_refusals(target: Capabilities, model: ModelSpec, config: ParallelConf
                              f"plan has {num_microbatches}", "a larger --gbs or smaller --mbs"))
     if c.cp > 1 and not target.cp:
         found.append(Refusal("cp", f"{t} does not run context parallelism (cp={c.cp})", "--cp 1"))
-    if (model.is_moe or model.is_mla) and not target.experts:
-        found.append(Refusal("experts", f"{t} builds dense models here, not {model.name}'s routed experts or latent "
-                             "attention", "--target megatron"))
-    elif c.ep > 1 or c.etp > 1:
-        if not target.experts:
-            found.append(Refusal("ep", f"{t} does not run expert parallelism here (ep={c.ep} etp={c.etp})", "--ep 1"))
     if c.vpp > 1 and model.total_layers % (c.pp * c.vpp) and not target.uneven_interleaved:
         found.append(Refusal("uneven_interleaved", f"{t} runs interleaved chunks of equal size; {model.total_layers} "
                              f"layers do not split into pp·vpp = {c.pp * c.vpp}", "--vpp dividing L/pp"))

@@ -37,12 +37,14 @@ def apply_fsdp(model: Transformer, dp_mesh: DeviceMesh, zero: int, param_dtype: 
 def average_gradients(parts: list[torch.nn.Module], dp_group, dp: int) -> None:
     """zero 0: average the gradients over the dp group in one all-reduce of one flat buffer per
     dtype (as DDP's buckets do; one collective per tensor would pay the latency hundreds of times)."""
+    from gplan.backends.torch.moe import is_expert_param
+
     if dp == 1:
         return
     by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
     for part in parts:
-        for param in part.parameters():
-            if param.grad is not None:
+        for name, param in part.named_parameters():
+            if param.grad is not None and not is_expert_param(name):  # experts: average_expert_gradients
                 grad = param.grad.to_local() if isinstance(param.grad, DTensor) else param.grad
                 by_dtype.setdefault(grad.dtype, []).append(grad)
     for grads in by_dtype.values():

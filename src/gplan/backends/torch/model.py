@@ -40,6 +40,20 @@ class ModelArgs:
     rope_theta: float = 10000.0
     head_dim: int = 0
     """Width of one head; 0: dim / n_heads."""
+    n_experts: int = 0
+    """Routed experts of each MoE layer (0: dense)."""
+    top_k: int = 0
+    moe_ffn_dim: int = 0
+    shared_ffn_dim: int = 0
+    first_dense: int = 0
+    """Leading layers with a dense MLP."""
+    router: str = "softmax"
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    """> 0: multi-head latent attention (head_dim is then the non-rotary query/key width)."""
+    rope_dim: int = 0
+    """Rotary width of a head: head_dim, or MLA's qk_rope_head_dim."""
+    v_head_dim: int = 0
 
     @classmethod
     def from_spec(cls, spec: ModelSpec, seq_length: int) -> "ModelArgs":
@@ -47,15 +61,22 @@ class ModelArgs:
             raise ValueError("the torch worker runs decoder-only models")
         if spec.position_embedding not in ("rope", "learned"):
             raise ValueError(f"position embedding {spec.position_embedding!r}: the torch worker runs rope or learned")
+        latent = dict(q_lora_rank=spec.q_lora_rank or 0, kv_lora_rank=spec.kv_lora_rank,
+                      rope_dim=spec.qk_rope_head_dim, v_head_dim=spec.v_head_dim or spec.kv_channels) if spec.is_mla else {}
+        experts = dict(n_experts=spec.num_experts, top_k=spec.top_k, moe_ffn_dim=spec.expert_ffn_size,
+                       shared_ffn_dim=spec.shared_expert_ffn_size, first_dense=spec.first_dense_layers,
+                       router=spec.router) if spec.is_moe else {}
         return cls(dim=spec.hidden_size, n_layers=spec.num_layers, n_heads=spec.num_attention_heads,
                    n_kv_heads=spec.kv_heads, ffn_dim=spec.ffn_size, ffn_kind=spec.ffn_kind,
                    vocab_size=spec.vocab_size, max_seq_len=seq_length, norm=spec.norm,
                    position=spec.position_embedding, tie_embeddings=spec.tie_embeddings, bias=spec.bias,
-                   rope_theta=spec.rope_theta, head_dim=spec.kv_channels)
+                   rope_theta=spec.rope_theta, head_dim=spec.kv_channels, **experts, **latent)
 
     def __post_init__(self):
         if not self.head_dim:
             object.__setattr__(self, "head_dim", self.dim // self.n_heads)
+        if not self.rope_dim:
+            object.__setattr__(self, "rope_dim", self.head_dim)
 
 
 def make_norm(args: ModelArgs) -> nn.Module:
@@ -125,13 +146,56 @@ class Attention(nn.Module):
         return self.wo(out.transpose(1, 2).reshape(batch, seq, -1))
 
 
-class FeedForward(nn.Module):
+class LatentAttention(nn.Module):
+    """Multi-head latent attention (DeepSeek-V2 §2.1): queries through a rank-r_q bottleneck (or directly),
+    keys and values from one rank-r_kv latent, each head's query/key a non-rotary part and a rotary part
+    (the key's rotary part one vector shared by every head), values of their own width. Its parameters
+    are `ModelSpec.latent_attention_params`' (the worker runs it at tp = cp = 1)."""
+
     def __init__(self, args: ModelArgs):
         super().__init__()
+        self.args = args
+        h, a, nope, rope, v = args.dim, args.n_heads, args.head_dim, args.rope_dim, args.v_head_dim
+        if args.q_lora_rank:
+            self.wq_a = nn.Linear(h, args.q_lora_rank, bias=False)
+            self.q_norm = nn.RMSNorm(args.q_lora_rank, eps=args.norm_eps)
+            self.wq_b = nn.Linear(args.q_lora_rank, a * (nope + rope), bias=False)
+        else:
+            self.wq = nn.Linear(h, a * (nope + rope), bias=False)
+        self.wkv_a = nn.Linear(h, args.kv_lora_rank + rope, bias=False)
+        self.kv_norm = nn.RMSNorm(args.kv_lora_rank, eps=args.norm_eps)
+        self.wkv_b = nn.Linear(args.kv_lora_rank, a * (nope + v), bias=False)
+        self.wo = nn.Linear(a * v, h, bias=False)
+        self.recompute_core = False
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+        args = self.args
+        batch, seq, _ = x.shape
+        a, nope, r, v = args.n_heads, args.head_dim, args.rope_dim, args.v_head_dim
+        q = self.wq_b(self.q_norm(self.wq_a(x))) if args.q_lora_rank else self.wq(x)
+        q_nope, q_rot = q.view(batch, seq, a, nope + r).split([nope, r], dim=-1)
+        latent, k_rot = self.wkv_a(x).split([args.kv_lora_rank, r], dim=-1)
+        k_nope, values = self.wkv_b(self.kv_norm(latent)).view(batch, seq, a, nope + v).split([nope, v], dim=-1)
+        cos, sin = rope[0][:seq], rope[1][:seq]
+        q_rot, k_rot = apply_rope(q_rot, cos, sin), apply_rope(k_rot.unsqueeze(2), cos, sin)
+        q = torch.cat([q_nope, q_rot], dim=-1).transpose(1, 2)
+        k = torch.cat([k_nope, k_rot.expand(-1, -1, a, -1)], dim=-1).transpose(1, 2)
+        values = values.transpose(1, 2)
+        if self.recompute_core and torch.is_grad_enabled():
+            out = checkpoint(F.scaled_dot_product_attention, q, k, values, None, 0.0, True, use_reentrant=False)
+        else:
+            out = F.scaled_dot_product_attention(q, k, values, is_causal=True)
+        return self.wo(out.transpose(1, 2).reshape(batch, seq, a * v))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, args: ModelArgs, width: int | None = None):
+        super().__init__()
         self.kind = args.ffn_kind
-        self.w1 = nn.Linear(args.dim, args.ffn_dim, bias=args.bias)
-        self.w2 = nn.Linear(args.ffn_dim, args.dim, bias=args.bias)
-        self.w3 = nn.Linear(args.dim, args.ffn_dim, bias=args.bias) if self.kind == "swiglu" else None
+        width = width or args.ffn_dim
+        self.w1 = nn.Linear(args.dim, width, bias=args.bias)
+        self.w2 = nn.Linear(width, args.dim, bias=args.bias)
+        self.w3 = nn.Linear(args.dim, width, bias=args.bias) if self.kind == "swiglu" else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.kind == "swiglu":
@@ -140,13 +204,23 @@ class FeedForward(nn.Module):
         return self.w2(act(self.w1(x)))
 
 
+def make_mlp(args: ModelArgs, layer_id: int) -> nn.Module:
+    """A dense MLP, or past the leading dense layers of a mixture of experts its router and experts."""
+    if not args.n_experts or layer_id < args.first_dense:
+        return FeedForward(args)
+    from gplan.backends.torch.moe import MoE
+
+    shared = FeedForward(args, args.shared_ffn_dim) if args.shared_ffn_dim else None
+    return MoE(args.dim, args.n_experts, args.top_k, args.moe_ffn_dim, args.ffn_kind, args.router, shared)
+
+
 class Block(nn.Module):
-    def __init__(self, args: ModelArgs):
+    def __init__(self, args: ModelArgs, layer_id: int = 0):
         super().__init__()
         self.attention_norm = make_norm(args)
-        self.attention = Attention(args)
+        self.attention = LatentAttention(args) if args.kv_lora_rank else Attention(args)
         self.ffn_norm = make_norm(args)
-        self.feed_forward = FeedForward(args)
+        self.feed_forward = make_mlp(args, layer_id)
         self.recompute_full = False
         """Full recomputation: keep only the block's input for the backward."""
 
@@ -171,7 +245,7 @@ class Transformer(nn.Module):
             nn.Embedding(args.max_seq_len, args.dim) if args.position == "learned" else None)
         self.embed_out = nn.Identity()
         """Where tensor parallelism shards the sequence after learned positions are added."""
-        self.layers = nn.ModuleDict({str(i): Block(args) for i in range(args.n_layers)})
+        self.layers = nn.ModuleDict({str(i): Block(args, i) for i in range(args.n_layers)})
         self.norm: nn.Module | None = make_norm(args)
         self.output: nn.Module | None = nn.Linear(args.dim, args.vocab_size, bias=False)
         self.positions: torch.Tensor | None = None
@@ -197,7 +271,7 @@ class Transformer(nn.Module):
         rope = None
         if self.args.position == "rope":
             # Under sequence parallelism hidden states hold seq/tp positions; attention sees them all.
-            cos, sin = rope_tables(self.args.max_seq_len, self.args.head_dim, self.args.rope_theta, h.device)
+            cos, sin = rope_tables(self.args.max_seq_len, self.args.rope_dim, self.args.rope_theta, h.device)
             rope = (cos[positions], sin[positions]) if self.positions is not None else (cos, sin)
         for block in self.layers.values():
             h = block(h, rope)
@@ -237,11 +311,18 @@ def init_weights(model: nn.Module, seed: int) -> None:
     """Fill every parameter (plain, tp-sharded or FSDP-sharded) with its slice of `initial_value`."""
     from torch.distributed.tensor import DTensor, distribute_tensor
 
+    from gplan.backends.torch.moe import expert_rows
+
     tied = getattr(getattr(model, "args", None), "tie_embeddings", False)
     with torch.no_grad():
         for name, param in model.named_parameters():
+            rows = expert_rows(model, name)
             if tied and name == "output.weight":  # the head's copy of the embedding on the last stage
                 name = "tok_embeddings.weight"
+            if rows is not None:  # this rank's block of the stacked experts (expert parallelism)
+                first, count, shape = rows
+                param.copy_(initial_value(name, torch.Size(shape), seed)[first:first + count])
+                continue
             full = initial_value(name, param.shape, seed).to(device=param.device, dtype=param.dtype)
             if isinstance(param, DTensor):
                 local = distribute_tensor(full, param.device_mesh, param.placements, src_data_rank=None).to_local()

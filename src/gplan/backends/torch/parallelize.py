@@ -18,6 +18,7 @@ from gplan.backends.torch.apply_cp import Ring, apply_cp
 from gplan.backends.torch.apply_dp import apply_fsdp
 from gplan.backends.torch.apply_tp import apply_tp
 from gplan.backends.torch.model import ModelArgs, Transformer, keep_stage
+from gplan.backends.torch.moe import ExpertGroup, apply_ep
 from gplan.plan import Plan
 
 
@@ -30,6 +31,8 @@ class Chunks:
     virtual_stages: list[int] = field(default_factory=list)
     params_after_tp: int = 0
     """Parameters this rank holds after tensor parallelism, before any FSDP sharding."""
+    edp_group: object | None = None
+    """Mixture of experts: the ranks holding the same experts (their gradients are summed there)."""
 
 
 def cp_ring(mesh: DeviceMesh) -> Ring:
@@ -41,6 +44,15 @@ def grad_mesh(mesh: DeviceMesh, plan: Plan) -> DeviceMesh:
     """The ranks a gradient is averaged over: dp, and cp, whose ranks hold other tokens of the same
     sequences (Megatron's data-parallel-with-cp group)."""
     return mesh["dp", "cp"]._flatten("dp_cp") if plan.parallel.cp > 1 else mesh["dp"]
+
+
+def expert_mesh(plan: Plan, device_type: str) -> DeviceMesh:
+    """The expert grid (pp, edp, ep) over the same ranks: a stage's dp·cp ranks (tp = 1 in the worker)
+    regrouped with ep innermost, Megatron-core's tp-ep-dp-pp order with etp = 1 (cost_models.communication)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    c = plan.parallel
+    return init_device_mesh(device_type, (c.pp, c.edp, c.ep), mesh_dim_names=("pp", "edp", "ep"))
 
 
 def local_numel(module: torch.nn.Module) -> int:
@@ -57,9 +69,16 @@ def build_chunks(plan: Plan, mesh: DeviceMesh, pp_rank: int, device: torch.devic
     recompute = apply_pp.recompute_by_layer(plan, pp_rank)
     ring = cp_ring(mesh) if c.cp > 1 else None
     built = Chunks()
+    experts = None
+    if plan.model.is_moe:
+        grid = expert_mesh(plan, mesh.device_type)
+        experts = ExpertGroup(grid["ep"].get_group(), c.ep, grid["ep"].get_local_rank())
+        built.edp_group = grid["edp"].get_group()
     for chunk in apply_pp.rank_chunks(plan, pp_rank):
         with torch.device("meta"):
             part = keep_stage(Transformer(args), chunk.layer_ids, chunk.first, chunk.last)
+        if experts is not None:
+            apply_ep(part, experts)
         if c.tp > 1:
             apply_tp(part, mesh["tp"], c.sp)
         if ring is not None:

@@ -32,6 +32,7 @@ from gplan.backends.common import add_worker_options, device_mismatch, global_ba
 from gplan.backends.torch import apply_pp, checkpoint, launcher
 from gplan.backends.torch.apply_cp import load_balanced_positions
 from gplan.backends.torch.apply_dp import average_gradients
+from gplan.backends.torch.moe import average_expert_gradients
 from gplan.backends.torch.model import init_weights
 from gplan.backends.torch.parallelize import build_chunks, grad_mesh
 from gplan.plan import Plan, read_plan
@@ -67,6 +68,8 @@ class Job:
     log: "RankLog"
     tied_group: object | None = None
     """The embedding–head pair group when a tied model's ends sit on different stages."""
+    edp_group: object | None = None
+    """Mixture of experts: the expert data-parallel group (parallelize.expert_mesh)."""
     step_times_s: list[float] = field(default_factory=list)
 
 
@@ -166,7 +169,7 @@ def build_job(plan: Plan, device: torch.device, args: argparse.Namespace, log: R
         f"{sum(p.numel() for part in parts for p in part.parameters())} parameters here (local shards)")
     tied_group = apply_pp.tied_pair_group(plan, dist.get_rank())
     return Job(plan, mesh, device, parts, optimizers, schedule, pp_rank, pp_rank == c.pp - 1, autocast, tp_mesh,
-               built.virtual_stages, log, tied_group=tied_group)
+               built.virtual_stages, log, tied_group=tied_group, edp_group=built.edp_group)
 
 
 def sixteen_bit(plan: Plan, device: torch.device) -> torch.dtype | None:
@@ -262,6 +265,8 @@ def train_step(job: Job, inputs: torch.Tensor, targets: torch.Tensor) -> float:
             local = _accumulate(job, inputs, targets, c.num_microbatches)
     if c.zero == 0:
         average_gradients(job.parts, grad_mesh(job.mesh, job.plan).get_group(), c.dp * c.cp)
+    if job.plan.model.is_moe:
+        average_expert_gradients(job.parts, job.edp_group, c.edp, c.dp * c.cp)
     apply_pp.reduce_tied_gradients(job.parts, job.tied_group)
     for opt in job.optimizers:
         opt.step()

@@ -1,0 +1,135 @@
+"""The mixture-of-experts terms of the cost model (cost_models/experts.py and their use in StepModel),
+each against a published number or the formula's own derivation."""
+
+from __future__ import annotations
+
+import pytest
+
+from gplan.cost_models import communication as comm
+from gplan.cost_models import experts
+from gplan.cost_models.compute import model_flops_per_step, shard_of
+from gplan.cost_models.step import StepModel
+from gplan.errors import InputError
+from gplan.profiles.catalogue import load_cluster, load_model
+from gplan.spec.parallel import ParallelConfig, check_config
+from gplan.spec.training import TrainingSpec
+
+SEQ = 4096
+
+
+def step_model(name: str, devices: int, precision: str = "bf16", imbalance: float = 1.0, **degrees) -> StepModel:
+    config = ParallelConfig(**{"zero": 1, **degrees})
+    training = TrainingSpec(gbs=config.dp * config.mbs * 8, seq_length=SEQ, precision=precision,
+                            engine="megatron", expert_imbalance=imbalance)
+    cluster = load_cluster("dgx-h100").sized(devices)
+    return StepModel(load_model(name), training, cluster, config)
+
+
+@pytest.mark.parametrize("name, published_gflop_per_token", [
+    # Megatron-Bridge's performance tables (../shared/reference/megatron_bridge_perf.csv): model TFLOP/s per GPU
+    # over tokens/s per GPU; DeepSeek-V3 without MTP: 249.6 GFLOP/token (SOURCES.md)
+    ("deepseek-v3", 249.6),
+    ("qwen3-235b-a22b", 253e3 / 1712),  # row 96: 253 TFLOP/s/GPU at 1712 tokens/s/GPU
+    ("qwen3-30b-a3b", 206e3 / 8960),    # row 91: 206 at 8960
+])
+def test_model_flops_count_the_routed_experts_as_the_published_tables_do(name, published_gflop_per_token):
+    """6 FLOPs per active parameter per token with causal attention: MoE at its top-k experts, MLA at its
+    own head widths."""
+    flops = model_flops_per_step(load_model(name), TrainingSpec(gbs=1, seq_length=SEQ)) / SEQ / 1e9
+    assert flops == pytest.approx(published_gflop_per_token, rel=0.01)
+
+
+def test_ep_and_etp_move_the_routed_work_but_not_its_amount():
+    """Balanced routing: every device computes k·tokens/tp pairs' worth of expert FLOPs whatever the grid."""
+    base = step_model("qwen3-30b-a3b", 16, dp=16)
+    flops = []
+    for ep, etp in ((1, 1), (4, 1), (16, 1), (4, 2), (2, 8)):
+        s = step_model("qwen3-30b-a3b", 16, dp=16, ep=ep, etp=etp)
+        gemms = experts.expert_gemms(s.model, s.shard, s.config)
+        flops.append(sum(g.flops for g in gemms))
+        assert gemms[0].m == s.model.top_k * s.shard.tokens * etp  # rows: the etp group's tokens, k copies
+    assert all(f == pytest.approx(flops[0]) for f in flops)
+    assert experts.local_experts(base.model, step_model("qwen3-30b-a3b", 16, dp=16, ep=16).config) == 8
+
+
+def test_expert_parameters_and_their_optimizer_state_shard_over_ep_etp_and_edp():
+    one = step_model("mixtral-8x7b", 8, dp=8)
+    eight = step_model("mixtral-8x7b", 8, dp=8, ep=8)
+    m = one.model
+    assert one.layer_expert_params("moe_decoder") == 8 * m.expert_params()
+    assert eight.layer_expert_params("moe_decoder") == m.expert_params()
+    assert eight.config.edp == 1
+    # the dense part is the same; the routed part is 1/8; the distributed optimizer shards dense over dp=8,
+    # experts over edp (8 with ep 1, 1 with ep 8): each device holds the same optimizer bytes per expert it owns
+    dense = one.layer_params("moe_decoder") - one.layer_expert_params("moe_decoder")
+    assert eight.layer_params("moe_decoder") - eight.layer_expert_params("moe_decoder") == pytest.approx(dense)
+    opt = lambda s: s.states(s.layer_params("moe_decoder"), s.layer_expert_params("moe_decoder"))[2]
+    assert opt(one) == pytest.approx(dense * 12 / 8 + 8 * m.expert_params() * 12 / 8)
+    assert opt(eight) == pytest.approx(dense * 12 / 8 + m.expert_params() * 12)
+
+
+def test_alltoall_is_bounded_by_the_nic_once_the_group_leaves_the_node():
+    g = load_cluster("dgx-h100").node_groups[0]
+    size = 1e9
+    inside = comm.alltoall_time_s(size, 8, 8, g.intra_node, g.inter_node)
+    assert inside == pytest.approx(7 / 8 * size / g.intra_node.bytes_per_s + g.intra_node.latency_s)
+    across = comm.alltoall_time_s(size, 16, 8, g.intra_node, g.inter_node)
+    assert across == pytest.approx(8 / 16 * size / g.inter_node.bytes_per_s + g.inter_node.latency_s)
+    assert across > 4 * inside  # half of it over a NIC 9× slower than NVLink
+    assert comm.alltoall_time_s(size, 1, 1, g.intra_node, g.inter_node) == 0.0
+
+
+def test_ep_traffic_is_priced_on_the_link_its_group_rides_and_scales_with_imbalance():
+    inside = step_model("qwen3-30b-a3b", 16, dp=16, ep=8)    # ep groups of 8 consecutive ranks: one node
+    across = step_model("qwen3-30b-a3b", 16, dp=16, ep=16)   # two nodes
+    dense = step_model("qwen3-30b-a3b", 16, dp=16, ep=1)
+    assert dense.layer_ep_comm_s("moe_decoder", "none", 0) == 0.0
+    assert across.layer_ep_comm_s("moe_decoder", "none", 0) > 4 * inside.layer_ep_comm_s("moe_decoder", "none", 0)
+    skewed = step_model("qwen3-30b-a3b", 16, imbalance=1.5, dp=16, ep=16)
+    assert skewed.layer_ep_comm_s("moe_decoder", "none", 0) == pytest.approx(
+        1.5 * across.layer_ep_comm_s("moe_decoder", "none", 0), rel=5e-3)  # bytes scale, latencies do not
+    full = across.layer_ep_comm_s("moe_decoder", "full", 0)
+    assert full == pytest.approx(1.5 * across.layer_ep_comm_s("moe_decoder", "none", 0))  # the forward's replayed
+
+
+def test_expert_grid_groups_match_megatron_core_rank_generator():
+    """ep groups at stride etp inside a stage block, edp at stride etp·ep (Megatron-core's expert
+    RankGenerator, order tp-ep-dp-pp) — the spans the link classes are read from."""
+    rg = pytest.importorskip("megatron.core.parallel_state", reason="megatron-core (the dev extra) is not installed")
+    c = ParallelConfig(dp=8, tp=2, pp=2, ep=4, etp=2, sp=True)
+    generator = rg.RankGenerator(tp=c.etp, ep=c.ep, dp=c.edp, pp=c.pp, cp=1, order="tp-ep-dp-pp")
+    for axis, name in (("ep", "ep"), ("etp", "tp"), ("edp", "dp")):
+        size, stride = comm.expert_group(c, axis)
+        for group in generator.get_ranks(name):
+            assert len(group) == size and all(b - a == stride for a, b in zip(group, group[1:]))
+
+
+def test_routed_activations_count_the_permuted_tokens_and_the_expert_intermediates():
+    s = step_model("qwen3-30b-a3b", 16, dp=16, ep=16)
+    m, pairs = s.model, 8 * SEQ
+    expected = pairs * 2 * (m.hidden_size + 3 * m.expert_ffn_size) + 4 * m.num_experts * SEQ
+    assert experts.routed_activation_bytes(m, s.shard, s.config, 2) == expected
+    kept = s.layer_activation_bytes("moe_decoder", "none")
+    assert kept - s.layer_activation_bytes("moe_decoder", "full") > expected  # full recompute keeps only the input
+
+
+@pytest.mark.parametrize("degrees, message", [
+    (dict(dp=16, ep=3), "does not divide the 128 experts"),
+    (dict(dp=4, tp=4, sp=True, ep=32), "does not fold"),
+    (dict(dp=8, tp=2, ep=8), "sequence parallelism"),
+    (dict(dp=16, ep=16, zero=2), "zero 2 with routed experts"),
+])
+def test_expert_degrees_keep_megatrons_rules(degrees, message):
+    model = load_model("qwen3-30b-a3b")
+    with pytest.raises(InputError, match=message):
+        check_config(model, TrainingSpec(gbs=256, seq_length=SEQ), ParallelConfig(**degrees), 16)
+
+
+def test_ep_on_a_dense_model_is_refused():
+    with pytest.raises(InputError, match="needs a mixture-of-experts model"):
+        check_config(load_model("llama3-8b"), TrainingSpec(gbs=64, seq_length=SEQ), ParallelConfig(dp=8, ep=2), 8)
+
+
+def test_shard_of_is_unchanged_by_the_expert_grid():
+    t = TrainingSpec(gbs=64, seq_length=SEQ)
+    assert shard_of(t, ParallelConfig(dp=8, ep=8)) == shard_of(t, ParallelConfig(dp=8))
