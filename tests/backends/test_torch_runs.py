@@ -189,10 +189,11 @@ def test_validate_a_1024_device_plan_on_cpu(gplan, tmp_path):
 
 
 def test_validate_a_1024_device_moe_plan_with_expert_parallelism(gplan, tmp_path):
-    """Every stage's rank holds the parameters the plan prices: dense after tp, routed experts after ep
-    (deepseek-v3 itself needs latent attention, which the worker does not build: the search refuses it)."""
+    """deepseek-v3 on 1024 ranks: every stage's rank holds the parameters the plan prices — latent
+    attention, dense leading layers, routed experts after ep (the plan counts DeepSeek's per-expert
+    routing bias, which the worker leaves out: 256 per MoE layer)."""
     out = tmp_path / "plan.json"
-    r = gplan("search", "mixtral-8x7b", "--cluster", "dgx-h100", "--devices", "1024", "--gbs", "2048",
+    r = gplan("search", "deepseek-v3", "--cluster", "dgx-h100", "--devices", "1024", "--gbs", "8192",
               "--seq-length", "4096", "--target", "torch", "--out", str(out))
     assert r.code == 0, r.stderr
     parallel = json.loads(out.read_text())["parallel"]
@@ -200,7 +201,7 @@ def test_validate_a_1024_device_moe_plan_with_expert_parallelism(gplan, tmp_path
     report = gplan("launch", str(out), "--validate", "--json").json()
     params = [c for c in report["checks"] if c["subject"].endswith("parameters after tp")]
     assert report["ok"] and len(params) == parallel["pp"]
-    assert all(abs(c["error"]) < 1e-6 for c in params)
+    assert all(abs(c["error"]) < 1e-5 for c in params)
 
 
 def test_token_file_feeds_every_layout_the_same_batches(tmp_path):

@@ -47,7 +47,8 @@ class MoE(nn.Module):
 
     def route(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(weights, expert ids), each (tokens, k): the top-k of softmax scores, or of sigmoid scores
-        renormalised over the chosen k (DeepSeek-V3)."""
+        renormalised over the chosen k (DeepSeek-V3; its per-expert selection bias, updated outside the
+        gradient from the expert loads, is left out: routing here is the scores' own)."""
         logits = self.router(tokens).float()
         if self.router_kind == "sigmoid":
             weights, ids = torch.topk(torch.sigmoid(logits), self.top_k, dim=-1)
