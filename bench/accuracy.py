@@ -188,7 +188,7 @@ def case_layouts(case: Case):
         return case.layouts
     if not case.selective_layer:
         return None
-    layouts = uniform_layout(case.model, case.config.pp, "none")
+    layouts = uniform_layout(case.model, case.config.pp, "none", case.config.vpp)
     return [s.model_copy(update={"layers": _half_full(s)}) for s in layouts]
 
 

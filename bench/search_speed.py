@@ -29,7 +29,8 @@ BEGIN, END = "<!-- search-speed:begin -->", "<!-- search-speed:end -->"
 MIXED = str(ROOT / "bench" / "data" / "mixed-a100-v100.yaml")
 #: (model, cluster, devices, gbs, seq_length, target): every row plans for gplan's torch backend, the
 #: default on GPUs; issue 18's speed targets are llama3-70b/64 ≤ 1 s, gpt-1t/8192 ≤ 2 s,
-#: llama3-405b/16384 at seq 8192 and gbs 2048 ≤ 3 s and the README's A100+V100 cluster ≤ 3 s.
+#: llama3-405b/16384 at seq 8192 and gbs 2048 ≤ 3 s and the README's A100+V100 cluster ≤ 3 s; issue 17's
+#: deepseek-v3 on 2048 H100 ≤ 5 s (for Megatron-LM, the target that runs every MoE configuration).
 INSTANCES = [
     ("llama3-8b", "dgx-a100-80g", 8, None, None, "torch"), ("llama3-8b", "dgx-a100-80g", 64, None, None, "torch"),
     ("llama3-70b", "dgx-h100", 64, 512, None, "torch"), ("llama3-70b", "dgx-h100", 512, None, None, "torch"),
@@ -37,6 +38,7 @@ INSTANCES = [
     ("gpt-1t", "dgx-a100-80g", 3072, None, None, "torch"), ("gpt-1t", "dgx-a100-80g", 8192, None, None, "torch"),
     ("llama3-405b", "dgx-h100", 16384, 2048, 8192, "torch"),
     ("llama3-8b", MIXED, 64, None, None, "torch"), ("llama3-70b", MIXED, 64, None, None, "torch"),
+    ("qwen3-30b-a3b", "dgx-h100", 16, 1024, 4096, "megatron"), ("deepseek-v3", "dgx-h100", 2048, 8192, 4096, "megatron"),
 ]
 
 

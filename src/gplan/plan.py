@@ -21,7 +21,7 @@ from gplan.errors import InputError
 from gplan.io import atomic_write_text, drop_defaults
 from gplan.profiles.schema import ClusterSpec, DeviceSpec, NodeGroup
 from gplan.spec.model import ModelSpec
-from gplan.spec.parallel import LayerCount, ParallelConfig, StageLayout, check_config
+from gplan.spec.parallel import LayerCount, ParallelConfig, StageLayout, check_config, min_stage_layers
 from gplan.spec.training import TrainingSpec
 
 SCHEMA_VERSION = 1
@@ -493,7 +493,7 @@ def _check_stages(plan: Plan, bad) -> None:
         if sum(lc.count for lc in s.layers) != s.layer_end - s.layer_start:
             raise bad(f"{where}.layers", f"recompute entries cover {sum(lc.count for lc in s.layers)} layers, "
                                          f"the range {s.layer_end - s.layer_start}")
-        if s.layer_end - s.layer_start < c.vpp:
+        if s.layer_end - s.layer_start < min_stage_layers(i, c.pp, c.vpp):
             raise bad(f"{where}.layer_end", f"{s.layer_end - s.layer_start} layers do not fill vpp={c.vpp} chunks")
         if s.embedding != (i == 0) or s.head != (i == c.pp - 1):
             raise bad(f"{where}", "the embedding belongs to the first stage and the head to the last")

@@ -116,3 +116,28 @@ def test_the_torch_worker_refuses_what_its_moe_layer_does_not_run():
     assert found == {"latent_attention", "expert_tp", "expert_zero", "uneven_interleaved"}  # 9 layers, pp·vpp 4
     runnable = ParallelConfig(dp=8, pp=2, ep=4, zero=0)
     assert config_refusals(TARGETS["torch"], MINI_DEEPSEEK, runnable, 8, "bf16") == []
+
+
+def test_even_interleaved_split_counts_the_embedding_and_loss_as_layers():
+    """Megatron's split when pp·vpp does not divide the layers: DeepSeek-V3's published layout
+    (Et|(tt|)*30mL: 7/8/…/8/6 per rank) and Llama 3.1 405B's 126 layers on pp 16 × vpp 8 (the first
+    chunk the embedding alone, the last the loss alone)."""
+    from gplan.profiles.catalogue import load_model
+    from gplan.spec.parallel import check_config, even_stage_sizes
+
+    assert even_stage_sizes(61, 8, 4) == [7, 8, 8, 8, 8, 8, 8, 6]
+    assert even_stage_sizes(126, 16, 8) == [7] + [8] * 14 + [7]
+    assert even_stage_sizes(64, 8, 4) == [8] * 8  # divisible: the plain even split
+    config = ParallelConfig(dp=9, tp=8, pp=16, vpp=8, sp=True, zero=1)
+    check_config(load_model("llama3-405b"), TrainingSpec(gbs=1152, seq_length=8192), config, config.world_size)
+
+
+@requires_engine("megatron.core", "dev")
+def test_megatron_core_builds_the_405b_layout_with_an_embedding_only_and_a_loss_only_chunk():
+    from megatron.core.transformer.pipeline_parallel_layer_layout import PipelineParallelLayerLayout
+
+    sizes = [7] + [8] * 14 + [7]
+    text = interleaved_layout(sizes, 8)
+    assert text.startswith("E|") and text.endswith("|L")
+    layout = PipelineParallelLayerLayout(text, 16)
+    assert [sum(kind.name == "decoder" for chunk in rank for kind in chunk) for rank in layout.layout] == sizes

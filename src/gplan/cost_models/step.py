@@ -170,6 +170,19 @@ class StepModel:
         c = self.config
         return pipeline.in_flight_microbatches(index, c.pp, self.num_microbatches, c.schedule, c.vpp)
 
+    def compute_times(self, layout: StageLayout) -> tuple[float, float]:
+        """(forward, backward incl. recompute) seconds of one micro-batch: `stage_times` without the
+        communication."""
+        g = layout.node_group
+        forward = sum(c.count * self.layer_time(c.kind, g).forward_s for c in layout.layers)
+        backward = sum(c.count * (self.layer_time(c.kind, g).backward_s + self.layer_time(c.kind, g).recompute_s(c.recompute))
+                       for c in layout.layers)
+        for held, time_of in ((layout.embedding, compute.embedding_time), (layout.head, compute.head_time)):
+            if held:
+                f, b = time_of(self.model, self.training, self.shard, self.device(g))
+                forward, backward = forward + f, backward + b
+        return forward, backward
+
     def stage_times(self, layout: StageLayout) -> tuple[float, float, float, float, float, float]:
         """(forward, backward incl. recompute, tp, cp, ep, pp communication) seconds of one micro-batch."""
         g = layout.node_group
@@ -381,7 +394,7 @@ class StepModel:
     # ---- the step -----------------------------------------------------------------------------------
     def predict(self, layouts: list[StageLayout] | None = None) -> Prediction:
         c = self.config
-        layouts = layouts or uniform_layout(self.model, c.pp, c.recompute)
+        layouts = layouts or uniform_layout(self.model, c.pp, c.recompute, c.vpp)
         stages = [self.stage(i, s) for i, s in enumerate(layouts)]
         times = [s.time_s for s in stages]
         m = self.num_microbatches

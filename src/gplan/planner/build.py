@@ -15,7 +15,7 @@ def make_plan(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, co
               layouts: list[StageLayout] | None = None, solver: SolverInfo | None = None,
               devices_given: int | None = None, profile: str | None = None,
               search: SearchRecord | None = None, target: str | None = None) -> Plan:
-    layouts = layouts or uniform_layout(model, config.pp, config.recompute)
+    layouts = layouts or uniform_layout(model, config.pp, config.recompute, config.vpp)
     prediction = StepModel(model, training, cluster, config).predict(layouts)
     placement = place(cluster, config, [s.node_group for s in layouts])
     stages, start = [], 0

@@ -115,7 +115,7 @@ def solve(table: CostTable, time_limit_s: float = 10.0, cutoff: float | None = N
         if table.equal_layers:  # (2)
             prob += layers_i == table.total_layers // p
         else:
-            prob += layers_i >= table.min_stage_layers
+            prob += layers_i >= table.stage_min_layers(i)
         prob += T[i] == pulp.lpSum(n[i, q, k, g] * table.layer_time_s[q, k, g]  # (3)
                                    for q in range(Q) for k in range(K) for g in G) + \
             pulp.lpSum(u[i, g] * table.fixed_time_s[i, g] for g in G)

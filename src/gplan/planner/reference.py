@@ -14,7 +14,8 @@ from gplan.spec.parallel import ParallelConfig, check_config
 from gplan.spec.training import TrainingSpec
 
 
-def _compositions(total: int, parts: int, equal: bool, least: int = 1):
+def _compositions(total: int, parts: int, equal: bool, least: list[int] | None = None):
+    """Stage sizes summing to `total`, each at least its `least` (1 by default)."""
     if equal:
         if total % parts == 0:
             yield (total // parts,) * parts
@@ -22,7 +23,7 @@ def _compositions(total: int, parts: int, equal: bool, least: int = 1):
     for cuts in itertools.combinations(range(1, total), parts - 1):
         bounds = (0,) + cuts + (total,)
         sizes = tuple(b - a for a, b in zip(bounds, bounds[1:]))
-        if min(sizes) >= least:
+        if all(n >= m for n, m in zip(sizes, least or [1] * parts)):
             yield sizes
 
 
@@ -37,7 +38,8 @@ def brute_force(table: CostTable) -> Split | None:
     """The best split by enumeration: every stage size, every recompute mix, every group choice."""
     sequence = [q for q, count in enumerate(table.layers_per_kind) for _ in range(count)]
     best: Split | None = None
-    for sizes in _compositions(len(sequence), table.pp, table.equal_layers, table.min_stage_layers):
+    least = [table.stage_min_layers(i) for i in range(table.pp)]
+    for sizes in _compositions(len(sequence), table.pp, table.equal_layers, least):
         starts = [sum(sizes[:i]) for i in range(table.pp)]
         kinds_per_stage = [[sequence[s:s + n].count(q) for q in range(len(table.kinds))]
                            for s, n in zip(starts, sizes)]

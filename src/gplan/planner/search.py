@@ -21,7 +21,7 @@ from gplan.plan import RunnerUp, SearchRecord, SolverInfo
 from gplan.planner import ilp
 from gplan.planner.reuse import SolvedPool
 from gplan.planner.space import SearchLimits, candidates, uneven_interleaved
-from gplan.planner.table import CostTable, Split, build_table, time_table, uniform_split
+from gplan.planner.table import CostTable, Split, build_table, expert_states_fit, time_table, uniform_split
 from gplan.profiles.schema import ClusterSpec
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import ParallelConfig, StageLayout
@@ -226,9 +226,9 @@ def memory_admits_a_split(table: CostTable) -> bool:
     split fits. (The old bound added the mean layer memory to the largest fixed stage memory, as if the
     stage holding the head had to take L/p layers: it threw away candidates whose ILP gives that stage
     fewer.)"""
-    least = table.total_layers // table.pp if table.equal_layers else table.min_stage_layers
     caps = [stage_layer_capacity(table, i) for i in range(table.pp)]
-    return min(caps) >= least and sum(min(c, table.total_layers) for c in caps) >= table.total_layers
+    least = [table.total_layers // table.pp if table.equal_layers else table.stage_min_layers(i) for i in range(table.pp)]
+    return all(c >= n for c, n in zip(caps, least)) and sum(min(c, table.total_layers) for c in caps) >= table.total_layers
 
 
 def search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devices: int,
@@ -257,6 +257,9 @@ def search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devic
         # and the device, not on dp, pp or zero: shared
         shared = layer_times.setdefault((shard_of(training, config), config.ep, config.etp), {})
         step = StepModel(model, training, step_cluster, config, _layer_times=shared)
+        if bounds and not expert_states_fit(step):  # its experts alone overflow: no split fits
+            result.memory_infeasible += 1
+            continue
         # the bound needs times only: memory is priced for the candidates the bound lets through
         times = time_table(step, limits.recompute, uneven_interleaved=uneven_interleaved(limits))
         scored.append(_Scored(lower_bound_s(times), result.candidates, step, times))

@@ -14,7 +14,7 @@ from gplan.cost_models import communication as comm
 from gplan.cost_models import compute, memory
 from gplan.cost_models.pipeline import pipeline_time_s
 from gplan.cost_models.step import StepModel
-from gplan.spec.parallel import LayerCount, StageLayout, even_sizes
+from gplan.spec.parallel import LayerCount, StageLayout, even_stage_sizes, min_stage_layers
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,11 @@ class CostTable:
     """Interleaved schedules need the same number of layers on every stage (unless the target runs
     uneven chunks)."""
     min_stage_layers: int = 1
-    """Layers a stage holds at least: one per virtual chunk."""
+    """Layers a middle stage holds at least: one per virtual chunk (`stage_min_layers`)."""
+
+    def stage_min_layers(self, i: int) -> int:
+        """One per chunk; the first and last stage's end chunks may hold only the embedding or the loss."""
+        return min_stage_layers(i, self.pp, self.min_stage_layers) if self.min_stage_layers > 1 else 1
     layer_transient_bytes: dict[tuple[int, int], float] = field(default_factory=dict)
     """(q, k) -> the working set while one such layer runs its backward (cost_models.memory)."""
     stage_transient_bytes: dict[int, float] = field(default_factory=dict)
@@ -146,11 +150,7 @@ def build_table(step: StepModel, options: list[str], groups: list[int] | None = 
                 units = step.unit_params(empty) + [widest, widest]
                 buffers = buffers + memory.zero3_gather_buffer_bytes(units, step.training.element_bytes)
             fixed_mem[i, g] = m.weights_bytes + m.grads_bytes + m.optimizer_bytes + m.activations_bytes + buffers
-    budgets = []
-    for g, group in enumerate(step.cluster.node_groups):
-        device = group.hardware
-        usable = step.memory_budget(g) - device.reserve_GiB * 1024**3 - step.communicator_bytes(g)
-        budgets.append(usable / (1 + step.fragmentation(g)))
+    budgets = [allocatable_bytes(step, g) for g in range(len(step.cluster.node_groups))]
     return replace(
         times,
         layer_state_bytes=[step.layer_state_bytes(k) for k in kinds],
@@ -162,6 +162,27 @@ def build_table(step: StepModel, options: list[str], groups: list[int] | None = 
         stage_transient_bytes={i: step.head_transient_bytes(StageLayout(layers=[], embedding=i == 0,
                                                                          head=i == c.pp - 1)) for i in range(c.pp)},
     )
+
+
+def allocatable_bytes(step: StepModel, g: int) -> float:
+    """What a device of group g can allocate: its budget less the reserve and communicators, over
+    (1 + its allocator's fragmentation) — so that allocated ≤ this ⇔ the total fits the budget."""
+    device = step.cluster.node_groups[g].hardware
+    usable = step.memory_budget(g) - device.reserve_GiB * 1024**3 - step.communicator_bytes(g)
+    return usable / (1 + step.fragmentation(g))
+
+
+def expert_states_fit(step: StepModel) -> bool:
+    """A necessary condition, checked before any pricing: the routed experts' states (weights, gradients,
+    optimizer, FP8 copies) over the whole model, averaged over the p stages, fit the largest device's
+    allocatable bytes — some stage holds at least the mean, and it must fit its own device. With ep = 1
+    on a large mixture of experts most candidates fail here."""
+    kinds = [k for k in step.model.layer_kinds() if k.moe]
+    if not kinds:
+        return True
+    per_param = sum(step.states(1.0, 1.0)) + memory.low_precision_weight_bytes(step.training.precision)
+    mean = sum(k.count * step.layer_expert_params(k.name) for k in kinds) * per_param / step.config.pp
+    return mean <= max(allocatable_bytes(step, g) for g in range(len(step.cluster.node_groups)))
 
 
 def off_pipeline_floor_s(step: StepModel, groups: list[int], fixed_params: list[float], options: list[str]) -> float:
@@ -201,7 +222,7 @@ def dp_floor_s(step: StepModel, g: int, total_params: float, fixed_params: list[
         units += [StageLayout(layers=[], embedding=i == 0, head=i == p - 1, node_group=g)
                   for i, fixed in enumerate(fixed_params) if fixed]
         return sum(step.zero3_exposed_s(u, ranks, link) for u in units) / p
-    forward, backward, *_ = step.stage_times(StageLayout(layers=layers, embedding=True, head=True, node_group=g))
+    forward, backward = step.compute_times(StageLayout(layers=layers, embedding=True, head=True, node_group=g))
     routed = sum(k.count * step.layer_expert_params(k.name) for k in kinds)
     return step.dp_sync_exposed_s(total_params / p, forward / p, backward / p, g, routed / p)
 
@@ -243,7 +264,7 @@ def uniform_split(table: CostTable, option: int) -> Split | None:
     """Megatron's even split, every layer with one recompute option; on several node groups the stages
     fill the groups in order (then in reverse order), as many as each group hosts. None when nothing
     fits."""
-    sizes = even_sizes(table.total_layers, table.pp)
+    sizes = even_stage_sizes(table.total_layers, table.pp, 1 if table.equal_layers else table.min_stage_layers)
     sequence = [q for q, count in enumerate(table.layers_per_kind) for _ in range(count)]
     counts, start = [], 0
     for size in sizes:

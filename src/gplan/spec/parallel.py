@@ -165,9 +165,10 @@ def check_config(model: ModelSpec, training: TrainingSpec, config: ParallelConfi
     if config.pp > model.total_layers:
         raise InputError(f"pp={config.pp} exceeds the model's {model.total_layers} layers",
                          hint="use pp ≤ number of layers")
-    if config.vpp > 1 and model.total_layers < config.pp * config.vpp:
+    if config.vpp > 1 and model.total_layers < config.pp * config.vpp - 2:
         raise InputError(
-            f"vpp={config.vpp}: {model.total_layers} layers do not fill pp·vpp = {config.pp * config.vpp} chunks",
+            f"vpp={config.vpp}: {model.total_layers} layers do not fill pp·vpp = {config.pp * config.vpp} chunks "
+            "(the first may hold only the embedding, the last only the loss)",
             hint="choose vpp so that every chunk holds a layer",
         )
     if training.gbs % (config.mbs * config.dp):
@@ -225,10 +226,35 @@ def check_expert_degrees(model: ModelSpec, training: TrainingSpec, config: Paral
                          hint="use --precision bf16")
 
 
-def chunk_sizes(layers: int, vpp: int) -> list[int]:
-    """A stage's layers over its vpp virtual chunks, as even as possible, extra layers first (the split
-    Megatron's `--pipeline-model-parallel-layout` is written with when L does not divide into pp·vpp)."""
-    return even_sizes(layers, vpp)
+def min_stage_layers(stage: int, pp: int, vpp: int) -> int:
+    """Layers a stage must hold: one per virtual chunk, except that with interleaving the first chunk
+    of the first stage may hold only the embedding and the last chunk of the last stage only the loss
+    (Megatron's pipeline layout; Llama 3.1 405B's 126 layers on pp 16 × vpp 8)."""
+    if vpp == 1:
+        return 1
+    return vpp - int(stage == 0) - int(stage == pp - 1)
+
+
+def chunk_sizes(layers: int, vpp: int, first: bool = False, last: bool = False) -> list[int]:
+    """A stage's layers over its vpp virtual chunks, as even as possible (the split Megatron's
+    `--pipeline-model-parallel-layout` is written with when L does not divide into pp·vpp): extra
+    layers on the later chunks of the first stage (its first chunk holds the embedding), on the earlier
+    chunks of any other (the last stage's last chunk holds the loss)."""
+    sizes = even_sizes(layers, vpp)
+    return sizes[::-1] if first and not last else sizes
+
+
+def even_stage_sizes(layers: int, pp: int, vpp: int = 1) -> list[int]:
+    """Megatron's even split; with interleaving that pp·vpp does not divide, the embedding and the loss
+    counted as one layer each (`account_for_embedding_in_pipeline_split`, `..._loss_...`): the first
+    and last stages one layer fewer — DeepSeek-V3's 61 layers on pp 8 come out 7/8/8/8/8/8/8/6, its
+    published layout."""
+    if vpp == 1 or pp == 1 or layers % (pp * vpp) == 0:
+        return even_sizes(layers, pp)
+    sizes = even_sizes(layers + 2, pp)
+    sizes[0] -= 1
+    sizes[-1] -= 1
+    return sizes
 
 
 def even_sizes(total: int, parts: int) -> list[int]:
@@ -236,10 +262,10 @@ def even_sizes(total: int, parts: int) -> list[int]:
     return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
 
 
-def uniform_layout(model: ModelSpec, pp: int, recompute: Recompute) -> list[StageLayout]:
-    """Megatron's default split: layers as even as possible, extra layers on the earliest stages;
-    the embedding on stage 0, the head on the last."""
-    return layout_from_sizes(model, even_sizes(model.total_layers, pp), [recompute] * pp)
+def uniform_layout(model: ModelSpec, pp: int, recompute: Recompute, vpp: int = 1) -> list[StageLayout]:
+    """Megatron's default split: layers as even as possible, extra layers on the earliest stages
+    (`even_stage_sizes`); the embedding on stage 0, the head on the last."""
+    return layout_from_sizes(model, even_stage_sizes(model.total_layers, pp, vpp), [recompute] * pp)
 
 
 def layout_from_sizes(model: ModelSpec, sizes: list[int], recompute: list[Recompute]) -> list[StageLayout]:

@@ -209,13 +209,15 @@ def parallel_args(plan: Plan, layouts: list[StageLayout]) -> list[str]:
 def interleaved_layout(sizes: list[int], vpp: int) -> str:
     """Uneven interleaved stages as Megatron's `--pipeline-model-parallel-layout`: the pp·vpp virtual
     stages in order, virtual stage j = chunk j // pp of rank j % pp, each rank's layers dealt over its
-    chunks as evenly as possible (extra layers on its first chunks); E and L on the first and last."""
+    chunks as evenly as possible (`chunk_sizes`: only the first rank's first chunk and the last rank's
+    last may come out empty, holding the embedding E or the loss L alone)."""
     pp = len(sizes)
-    chunks = [chunk_sizes(n, vpp) for n in sizes]
+    chunks = [chunk_sizes(n, vpp, first=r == 0, last=r == pp - 1) for r, n in enumerate(sizes)]
     stages = []
     for j in range(pp * vpp):
         rank, chunk = j % pp, j // pp
-        stages.append(("E" if j == 0 else "") + f"t*{chunks[rank][chunk]}" + ("L" if j == pp * vpp - 1 else ""))
+        layers = chunks[rank][chunk]
+        stages.append(("E" if j == 0 else "") + (f"t*{layers}" if layers else "") + ("L" if j == pp * vpp - 1 else ""))
     return "|".join(stages)
 
 
