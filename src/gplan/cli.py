@@ -76,6 +76,8 @@ SeqOpt = typer.Option(None, "--seq-length", help="tokens per sequence (default: 
 PrecisionOpt = typer.Option(None, "--precision", help="bf16 | fp16 | fp32 | fp8 | mxfp8 | nvfp4 (default: bf16 where "
                             "supported); FP8 recipes keep BF16 weights, attention and the loss")
 HeadroomOpt = typer.Option(0.1, "--memory-headroom", help="fraction of device memory kept free")
+ImbalanceOpt = typer.Option(1.0, "--expert-imbalance", help="mixtures of experts: the busiest device's routed tokens "
+                            "over the balanced share (1.0: balanced, what the published runs force)")
 JsonOpt = typer.Option(False, "--json", help="print one JSON document on stdout")
 ProfileOpt = typer.Option(None, "--profile", help="a measured profile (gplan profile / gplan calibrate) instead of --cluster")
 
@@ -85,11 +87,11 @@ TargetOpt = typer.Option(None, "--target", help="the engine that runs it, whose 
 
 
 def _inputs(model: str, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, headroom,
-            profile: Optional[Path] = None, target: Optional[str] = None):
+            profile: Optional[Path] = None, target: Optional[str] = None, expert_imbalance: float = 1.0):
     from gplan.planner.inputs import resolve_inputs
 
     return resolve_inputs(model, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, headroom,
-                          str(profile) if profile else None, target)
+                          str(profile) if profile else None, target, expert_imbalance)
 
 
 def stage_layouts_option(model, config, text: Optional[str]):
@@ -124,7 +126,7 @@ def estimate(
                                          "(default: Megatron's even split)"),
     gbs: Optional[int] = GbsOpt, seq_length: Optional[int] = SeqOpt, precision: Optional[str] = PrecisionOpt,
     memory_headroom: float = HeadroomOpt, profile: Optional[Path] = ProfileOpt, target: Optional[str] = TargetOpt,
-    as_json: bool = JsonOpt,
+    expert_imbalance: float = ImbalanceOpt, as_json: bool = JsonOpt,
 ) -> None:
     """Predict step time, throughput, MFU and memory of one configuration (no search).
 
@@ -144,7 +146,7 @@ def estimate(
             prediction_summary(err, f"{plan.model.name} from {model}", plan.parallel, prediction)
         return
     inputs = _inputs(model, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, memory_headroom,
-                     profile, target)
+                     profile, target, expert_imbalance)
     config = config_from_options(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, sp=sp, mbs=mbs,
                                  recompute=recompute, zero=zero, schedule=schedule)
     check_config(inputs.model, inputs.training, config, inputs.devices)
@@ -161,7 +163,7 @@ def search(
     model: str = ModelArg, devices: Optional[int] = DevicesOpt, cluster: Optional[str] = ClusterOpt,
     hardware: Optional[str] = HardwareOpt, devices_per_node: Optional[int] = PerNodeOpt,
     gbs: Optional[int] = GbsOpt, seq_length: Optional[int] = SeqOpt, precision: Optional[str] = PrecisionOpt,
-    memory_headroom: float = HeadroomOpt,
+    memory_headroom: float = HeadroomOpt, expert_imbalance: float = ImbalanceOpt,
     tp: Optional[str] = typer.Option(None, "--tp", help="allowed tp degrees, e.g. 1,2,4,8"),
     pp: Optional[str] = typer.Option(None, "--pp", help="allowed pp degrees"),
     dp: Optional[str] = typer.Option(None, "--dp", help="allowed dp degrees"),
@@ -195,7 +197,7 @@ def search(
     if out.is_dir():
         raise InputError(f"--out {out}: is a directory", hint=f"name a file, e.g. --out {out / 'plan.json'}")
     inputs = _inputs(model, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, memory_headroom,
-                     profile, target)
+                     profile, target, expert_imbalance)
     if target is None and (inputs.model.is_moe or inputs.model.is_mla):
         target = inputs.training.engine  # only Megatron runs experts here: search what it runs (the header says so)
     limits = limits_from_options(tp, pp, dp, cp, mbs, vpp, zero, recompute, schedule, all_devices, target, ep, etp)

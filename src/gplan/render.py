@@ -33,7 +33,9 @@ def title(inputs) -> str:
     return (f"{inputs.model.name} on {devices_label(inputs.cluster, inputs.devices)}, "
             f"cluster {inputs.cluster.name}{default}; gbs {t.gbs} × seq {t.seq_length} = "
             f"{tokens(t.tokens_per_step)} tokens/step{batch}, {t.precision}"
-            + (f", priced as {t.engine} runs it (choose with --target)" if t.engine else ""))
+            + (f", priced as {t.engine} runs it (choose with --target)" if t.engine else "")
+            + (f"; routing {'balanced' if t.expert_imbalance == 1 else f'imbalance {t.expert_imbalance:g}'}"
+               " (choose with --expert-imbalance)" if inputs.model.is_moe else ""))
 
 
 def devices_label(cluster, devices: int) -> str:

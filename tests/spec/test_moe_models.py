@@ -132,3 +132,16 @@ def test_a_moe_plan_validates_for_megatron_and_the_torch_launcher_refuses_it(gpl
     r = gplan("launch", str(out), "--dry-run")
     assert plan["parallel"]["zero"] >= 1 or plan["parallel"]["tp"] > 1  # Megatron's best is not the worker's
     assert r.code == 3 and "(expert_" in r.stderr and "--target torch" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_expert_imbalance_is_shown_and_slows_the_step(gplan):
+    """The routing assumption changes the answer, so it is a flag the header names, never a silent default."""
+    args = ["estimate", "qwen3-30b-a3b", "--cluster", "dgx-h100", "--devices", "16", "--dp", "16", "--ep", "16",
+            "--zero", "1", "--gbs", "256", "--json"]
+    balanced = gplan(*args).json()["step_time_s"]
+    skewed = gplan(*args, "--expert-imbalance", "1.5").json()["step_time_s"]
+    assert skewed > 1.1 * balanced
+    shown = gplan(*args[:-1])
+    assert "routing balanced (choose with --expert-imbalance)" in " ".join(shown.stderr.split())
+    r = gplan(*args, "--expert-imbalance", "0.5")
+    assert r.code == 3 and "--expert-imbalance" in r.stderr and "Traceback" not in r.stderr

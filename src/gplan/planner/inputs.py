@@ -106,7 +106,8 @@ def check_profile_precision(spec: ClusterSpec, precision: str, path: str) -> Non
 def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | None = None,
                    hardware: str | None = None, devices_per_node: int | None = None,
                    gbs: int | None = None, seq_length: int | None = None, precision: str | None = None,
-                   memory_headroom: float = 0.1, profile: str | None = None, target: str | None = None) -> Inputs:
+                   memory_headroom: float = 0.1, profile: str | None = None, target: str | None = None,
+                   expert_imbalance: float = 1.0) -> Inputs:
     """`target` (a backend or export target) is the engine whose memory accounting prices the run;
     default: the backend of the cluster's hardware, as `gplan search` defaults its --target."""
     from gplan.planner.space import target_name
@@ -138,6 +139,7 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
                     else f"default on CPUs: ~{batch_tokens} tokens")
     try:
         training = TrainingSpec(gbs=gbs, seq_length=seq, precision=precision, memory_headroom=memory_headroom,
+                                expert_imbalance=expert_imbalance,
                                 engine=target or default_target(spec.primary.hardware.kind, precision,
                                                                 experts=model.is_moe or model.is_mla))
     except ValidationError as exc:
