@@ -517,19 +517,26 @@ def load_bridge_cases(path: Path = BRIDGE_CSV) -> tuple[list[BridgeCase], list[t
         fsdp = int(r["fsdp"]) if r["fsdp"] else 0
         config = ParallelConfig(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, mbs=int(r["micro_batch_size"]), sp=tp > 1,
                                 zero=3 if fsdp else 1)
-        training = TrainingSpec(gbs=int(r["global_batch_size"]), seq_length=int(r["seq_len"]),
-                                precision=BRIDGE_PRECISION[r["precision"]], engine="megatron")
-        try:
-            check_config(model, training, config, gpus)
-        except GplanError as exc:
-            skipped.append((r["row_id"], f"not expressible yet: {exc.message}"))
-            continue
-        step = training.gbs * training.seq_length / (float(r["tokens_per_sec_per_gpu"]) * gpus)
-        label = f"{r['model']} {gpus}×{r['system']} {r['precision']} {config.label()} ({r['release']})"
-        cluster = load_cluster(BRIDGE_SYSTEMS[r["system"]], gpus)
-        out.append(BridgeCase(Case(r["row_id"], "MB", label, model, training, config, cluster, False, step),
-                              r["release"], r["system"]))
+        _add_bridge_case(r, model, config, out, skipped)
     return out, skipped
+
+
+def _add_bridge_case(r: dict, model, config: ParallelConfig, out: list, skipped: list) -> None:
+    """The row as a case (Megatron-LM, its precision; step time = gbs·seq / (tokens/s/GPU · GPUs)), or
+    skipped with the rule it breaks."""
+    gpus = int(r["num_gpus"])
+    training = TrainingSpec(gbs=int(r["global_batch_size"]), seq_length=int(r["seq_len"]),
+                            precision=BRIDGE_PRECISION[r["precision"]], engine="megatron")
+    try:
+        check_config(model, training, config, gpus)
+    except GplanError as exc:
+        skipped.append((r["row_id"], f"not expressible yet: {exc.message}"))
+        return
+    step = training.gbs * training.seq_length / (float(r["tokens_per_sec_per_gpu"]) * gpus)
+    label = f"{r['model']} {gpus}×{r['system']} {r['precision']} {config.label()} ({r['release']})"
+    cluster = load_cluster(BRIDGE_SYSTEMS[r["system"]], gpus)
+    out.append(BridgeCase(Case(r["row_id"], "MB", label, model, training, config, cluster, False, step),
+                          r["release"], r["system"]))
 
 
 PRECISION_PRIOR_ROWS = 2.0
@@ -638,18 +645,7 @@ def load_moe_cases(path: Path = BRIDGE_CSV) -> tuple[list[BridgeCase], list[tupl
         config = ParallelConfig(dp=gpus // (tp * pp * cp), tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp,
                                 mbs=int(r["micro_batch_size"]), sp=tp > 1, zero=1,
                                 recompute=_recompute_of(r["other_settings"]))
-        training = TrainingSpec(gbs=int(r["global_batch_size"]), seq_length=int(r["seq_len"]),
-                                precision=BRIDGE_PRECISION[r["precision"]], engine="megatron")
-        try:
-            check_config(model, training, config, gpus)
-        except GplanError as exc:
-            skipped.append((r["row_id"], f"not expressible: {exc.message}"))
-            continue
-        step = training.gbs * training.seq_length / (float(r["tokens_per_sec_per_gpu"]) * gpus)
-        label = f"{r['model']} {gpus}×{r['system']} {r['precision']} {config.label()} ({r['release']})"
-        cluster = load_cluster(BRIDGE_SYSTEMS[r["system"]], gpus)
-        out.append(BridgeCase(Case(r["row_id"], "MB", label, model, training, config, cluster, False, step),
-                              r["release"], r["system"]))
+        _add_bridge_case(r, model, config, out, skipped)
     return out, skipped
 
 

@@ -63,6 +63,8 @@ def run_instance(model: str, cluster: str, devices: int, gbs: int | None, seq_le
     if inputs.cluster.is_heterogeneous:
         # both references put every stage on the first node group, beyond what it hosts: no comparison
         heuristic_gain = uniform_gain = "n/a (node groups)"
+    elif inputs.model.is_moe:  # the Megatron heuristic has no expert rule (the published layouts are compared instead)
+        heuristic_gain = uniform_gain = "n/a (experts)"
     else:
         heuristic = megatron_heuristic(inputs.model, inputs.training, inputs.cluster, devices)
         heuristic_s = StepModel(inputs.model, inputs.training, inputs.cluster, heuristic).predict().step_time_s

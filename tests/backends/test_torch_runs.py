@@ -72,6 +72,7 @@ MOE_LAYOUTS = {
     "ep2": dict(dp=2, ep=2),                        # each rank two experts, tokens dispatched by all-to-all
     "dp4_ep2": dict(dp=4, ep=2),                    # two ep groups, expert gradients summed over edp = 2
     "pp2_dp2_ep2": dict(dp=2, pp=2, ep=2, stages=[[("none", 1)], [("none", 2)]]),
+    "cp2_ep2": dict(cp=2, ep=2),                    # the ep group spans the cp ranks: each routes its own half
 }
 
 

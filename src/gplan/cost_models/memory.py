@@ -209,13 +209,16 @@ def engine_buffer_bytes(engine: str | None, zero: int, element_bytes: int, stage
     return 0.0
 
 
-def communicator_count(config: ParallelConfig, tied_pair: bool) -> int:
+def communicator_count(config: ParallelConfig, tied_pair: bool, experts: bool = False) -> int:
     """NCCL communicators one device holds: one per group of more than one member it communicates in —
     tp, cp, the data-parallel gradient group (dp·cp), the pipeline neighbours (one per direction; a
-    p2p pair is its own communicator), the tied embedding's first/last pair. ProcessGroupNCCL builds
+    p2p pair is its own communicator), the tied embedding's first/last pair, and with experts the ep
+    group, etp, and the expert data-parallel group where it is not the dp·cp one. ProcessGroupNCCL builds
     each lazily at its first collective, so groups never used cost nothing."""
     c = config
     groups = [c.tp > 1, c.cp > 1, c.dp * c.cp > 1, c.pp > 1, c.pp > 1, tied_pair]
+    if experts:
+        groups += [c.ep > 1, c.etp > 1, c.edp > 1 and (c.ep > 1 or c.etp > 1)]
     return sum(groups)
 
 

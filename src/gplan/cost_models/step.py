@@ -287,7 +287,7 @@ class StepModel:
     def communicator_bytes(self, group: int) -> float:
         c = self.config
         tied_pair = self.model.tie_embeddings and c.pp > 1
-        return memory.communicator_count(c, tied_pair) * self.group(group).hardware.communicator_MiB * 2**20
+        return memory.communicator_count(c, tied_pair, self.model.is_moe) * self.group(group).hardware.communicator_MiB * 2**20
 
     def stage_memory(self, index: int, layout: StageLayout, params: float, activations: float) -> StageMemory:
         c, t = self.config, self.training

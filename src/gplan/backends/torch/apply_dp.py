@@ -48,10 +48,16 @@ def average_gradients(parts: list[torch.nn.Module], dp_group, dp: int) -> None:
                 grad = param.grad.to_local() if isinstance(param.grad, DTensor) else param.grad
                 by_dtype.setdefault(grad.dtype, []).append(grad)
     for grads in by_dtype.values():
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        dist.all_reduce(flat, group=dp_group)
-        flat.div_(dp)
-        offset = 0
-        for g in grads:
-            g.copy_(flat[offset:offset + g.numel()].view_as(g))
-            offset += g.numel()
+        sum_and_divide(grads, dp_group, dp)
+
+
+def sum_and_divide(grads: list[torch.Tensor], group, divisor: int) -> None:
+    """Sum `grads` over `group` (None: no sum) in one flat buffer, then divide them by `divisor`."""
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    if group is not None:
+        dist.all_reduce(flat, group=group)
+    flat.div_(divisor)
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        offset += g.numel()

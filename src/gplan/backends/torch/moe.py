@@ -146,13 +146,7 @@ def average_expert_gradients(parts: list[nn.Module], edp_group, edp: int, diviso
     dividing by dp·cp makes it the mean the dense gradients take."""
     grads = [p.grad for part in parts for name, p in part.named_parameters() if is_expert_param(name)
              and p.grad is not None]
-    if not grads:
-        return
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    if edp > 1:
-        dist.all_reduce(flat, group=edp_group)
-    flat.div_(divisor)
-    offset = 0
-    for g in grads:
-        g.copy_(flat[offset:offset + g.numel()].view_as(g))
-        offset += g.numel()
+    from gplan.backends.torch.apply_dp import sum_and_divide
+
+    if grads:
+        sum_and_divide(grads, edp_group if edp > 1 else None, divisor)
