@@ -96,15 +96,18 @@ def _inputs(model: str, devices, cluster, hardware, devices_per_node, gbs, seq_l
 
 def stage_layouts_option(model, config, text: Optional[str]):
     """`--stages 7,8,8,...`: one layer count per pipeline stage (None: the even split)."""
-    from gplan.spec.parallel import layout_from_sizes
+    from gplan.spec.parallel import layout_from_sizes, min_stage_layers
     from gplan.planner.space import int_list
 
     sizes = int_list(text, "--stages")
     if sizes is None:
         return None
-    hint = f"give pp={config.pp} counts summing to {model.total_layers}, each ≥ vpp={config.vpp}"
-    if len(sizes) != config.pp or sum(sizes) != model.total_layers or min(sizes) < config.vpp:
-        raise InputError(f"--stages {text!r}: {len(sizes)} stages of {sum(sizes)} layers", hint=hint)
+    hint = (f"give pp={config.pp} counts summing to {model.total_layers}, each ≥ vpp={config.vpp} "
+            "(the first and last one fewer: their end chunks may hold only the embedding or the loss)")
+    short = [i for i, n in enumerate(sizes) if n < min_stage_layers(i, len(sizes), config.vpp)]
+    if len(sizes) != config.pp or sum(sizes) != model.total_layers or short:
+        raise InputError(f"--stages {text!r}: {len(sizes)} stages of {sum(sizes)} layers"
+                         + (f", stage {short[0]} cannot fill its chunks" if short else ""), hint=hint)
     return layout_from_sizes(model, sizes, [config.recompute] * config.pp)
 
 

@@ -133,3 +133,16 @@ def test_internal_errors_hide_the_traceback(gplan, monkeypatch):
     monkeypatch.setattr(step, "predict", boom)
     r = gplan("estimate", "llama3-8b", "--devices", "8", "--dp", "8")
     assert r.code == 1 and "internal error" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_estimate_takes_the_stage_split_it_is_given(gplan):
+    """--stages: DeepSeek-V3's published uneven interleaved layout, priced as written; a split that does
+    not cover the layers, or leaves a chunk empty, is one line and a hint."""
+    args = ["estimate", "deepseek-v3", "--cluster", "dgx-h100", "--devices", "1024", "--dp", "64", "--tp", "2", "--sp",
+            "--pp", "8", "--vpp", "4", "--ep", "64", "--zero", "1", "--gbs", "8192", "--seq-length", "4096"]
+    r = gplan(*args, "--stages", "7,8,8,8,8,8,8,6", "--json")
+    assert r.code == 0, r.stderr
+    assert [s["num_layers"] for s in r.json()["stages"]] == [7, 8, 8, 8, 8, 8, 8, 6]
+    for bad in ("7,8,8,8,8,8,8", "2,8,8,8,8,8,8,11"):
+        r = gplan(*args, "--stages", bad)
+        assert r.code == 3 and "--stages" in r.stderr and "hint:" in r.stderr and "Traceback" not in r.stderr
