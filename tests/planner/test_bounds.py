@@ -85,6 +85,29 @@ def test_the_bounded_search_finds_the_unbounded_best_on_two_node_groups(seed, tm
     assert_the_bounded_search_finds_the_unbounded_best(model, training, cluster, devices, limits)
 
 
+def random_moe_instance(rng: random.Random):
+    """A small mixture of experts (dense leading layers or not, shared experts or not) for Megatron-LM:
+    ep in the space, uneven interleaved stages, the expert-state floor and tight budgets."""
+    heads = rng.choice([16, 32])
+    model = ModelSpec(name="moe", num_layers=rng.choice([7, 9, 12]), hidden_size=heads * 128, num_attention_heads=heads,
+                      num_kv_heads=8, ffn_hidden_size=4 * heads * 128, ffn_kind="swiglu", vocab_size=32000,
+                      seq_length=2048, norm="rmsnorm", position_embedding="rope", num_experts=rng.choice([8, 16]),
+                      top_k=2, moe_ffn_hidden_size=2 * heads * 128, num_shared_experts=rng.choice([0, 1]),
+                      first_dense_layers=rng.choice([0, 1]))
+    cluster = with_memory(load_cluster("dgx-h100", 8), rng.uniform(0.08, 0.4))
+    return model, TrainingSpec(gbs=32, seq_length=2048, engine="megatron"), cluster, 8
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_bounded_search_finds_the_unbounded_best_for_experts(seed):
+    """ep and the expert-state floor (`table.expert_states_fit`), uneven interleaved stages and their
+    per-stage least layers, against every ILP solved with no bound (winners here take ep 2-4, some pp 2;
+    some instances fit nowhere, and both searches must say so)."""
+    model, training, cluster, devices = random_moe_instance(random.Random(seed))
+    limits = SearchLimits(mbs=[1], cp=[1], target="megatron", allow_fewer_devices=False)
+    assert_the_bounded_search_finds_the_unbounded_best(model, training, cluster, devices, limits)
+
+
 def random_split(rng: random.Random, table, options: list[str]) -> list[StageLayout]:
     """Any split of the table's layers (interleaved: equal counts), each stage with random options."""
     total, p = table.total_layers, table.pp
