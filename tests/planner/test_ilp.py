@@ -62,6 +62,23 @@ def test_interleaved_equal_stages_match_brute_force(seed):
     check_against_brute_force(random_table(rng, [pp * rng.randint(1, 2)], pp, equal=True))
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_uneven_interleaved_ilp_matches_brute_force(seed):
+    """Interleaved chunks of different sizes: each stage holds at least vpp layers, the first and last
+    one fewer (their end chunks may hold only the embedding or the loss) — the ILP's optimum is brute
+    force's over exactly those splits."""
+    from dataclasses import replace
+
+    rng = random.Random(seed)
+    pp, vpp = rng.randint(2, 3), rng.choice([2, 3])
+    table = replace(random_table(rng, [rng.randint(pp * vpp - 2, 8)], pp), vpp=vpp, min_stage_layers=vpp)
+    assert [table.stage_min_layers(i) for i in range(pp)] == [vpp - 1] + [vpp] * (pp - 2) + [vpp - 1]
+    check_against_brute_force(table)
+    solved = ilp.solve(table, time_limit_s=30).split
+    if solved is not None:
+        assert all(sum(map(sum, counts)) >= table.stage_min_layers(i) for i, counts in enumerate(solved.counts))
+
+
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 10**6), layers=st.integers(1, 6), pp=st.integers(1, 3))
 def test_hypothesis_never_worse_than_brute_force(seed, layers, pp):
