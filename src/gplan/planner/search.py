@@ -249,7 +249,7 @@ def search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devic
     limits = limits or SearchLimits()
     start = time.perf_counter()
     result = SearchResult(ranked=[])
-    scored, layer_times = [], {}
+    scored, layer_times, zero_free = [], {}, {}
     for config in candidates(model, training, cluster, devices, limits):
         result.candidates += 1
         step_cluster = cluster if cluster.is_heterogeneous else cluster.sized(config.world_size)
@@ -260,8 +260,12 @@ def search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devic
         if bounds and not expert_states_fit(step):  # its experts alone overflow: no split fits
             result.memory_infeasible += 1
             continue
-        # the bound needs times only: memory is priced for the candidates the bound lets through
-        times = time_table(step, limits.recompute, uneven_interleaved=uneven_interleaved(limits))
+        # the bound needs times only: memory is priced for the candidates the bound lets through; the zero
+        # levels of one layout share every stage time
+        key = config.model_copy(update={"zero": 0})
+        times = time_table(step, limits.recompute, uneven_interleaved=uneven_interleaved(limits),
+                           same_times=zero_free.get(key))
+        zero_free.setdefault(key, times)
         scored.append(_Scored(lower_bound_s(times), result.candidates, step, times))
     if not result.candidates:
         raise _no_candidate(model, training, cluster, devices, limits)

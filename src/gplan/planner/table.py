@@ -81,10 +81,15 @@ class CostTable:
 
 
 def time_table(step: StepModel, options: list[str], groups: list[int] | None = None,
-               uneven_interleaved: bool = False) -> CostTable:
+               uneven_interleaved: bool = False, same_times: CostTable | None = None) -> CostTable:
     """The time half of `build_table` (layer and stage times, the floor outside the pipeline): all the
     search's first bound needs, so a candidate that bound prunes never prices its memory. Its memory
-    fields are empty until `build_table` fills them."""
+    fields are empty until `build_table` fills them. `same_times`: the table of a configuration that
+    differs only in zero — every layer and stage time is the same (zero changes what the step adds
+    outside the pipeline), so only the floor is priced again."""
+    if same_times is not None:
+        floor_s = off_pipeline_floor_s(step, same_times.groups, _fixed_params(step), options)
+        return replace(same_times, outside_pipeline_floor_s=floor_s)
     c = step.config
     kinds = [k.name for k in step.model.layer_kinds()]
     groups = groups if groups is not None else list(range(len(step.cluster.node_groups)))
