@@ -98,7 +98,10 @@ def test_sigterm_to_gplan_launch_ends_torchrun_and_every_worker(tmp_path):
     proc = subprocess.Popen([str(gplan), "launch", str(plan), "--steps", "1000000", "--device", "cpu",
                              "--run-dir", str(run_dir)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
-    while not (run_dir / "logs" / "rank1.log").exists() or "step 2/" not in (run_dir / "logs" / "rank0.log").read_text():
+    logs = run_dir / "logs"
+    # each rank opens its own log when it starts: rank 1's may come first (read rank 0's only once it exists)
+    while not ((logs / "rank1.log").exists() and (logs / "rank0.log").exists()
+               and "step 2/" in (logs / "rank0.log").read_text()):
         assert time.monotonic() < deadline and proc.poll() is None, "the job never got going"
         time.sleep(0.5)
     assert len(processes_mentioning(str(run_dir))) >= 3  # torchrun and two workers
