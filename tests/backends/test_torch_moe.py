@@ -52,7 +52,8 @@ def _worker(rank: int, world: int, ep: int, port: int, results) -> None:
     import torch
     import torch.distributed as dist
 
-    from gplan.backends.torch.moe import ExpertGroup, apply_ep, average_expert_gradients, is_expert_param
+    from gplan.backends.torch.apply_dp import average_expert_gradients
+    from gplan.backends.torch.moe import ExpertGroup, apply_ep, is_expert_param
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)

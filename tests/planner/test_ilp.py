@@ -71,7 +71,7 @@ def test_uneven_interleaved_ilp_matches_brute_force(seed):
 
     rng = random.Random(seed)
     pp, vpp = rng.randint(2, 3), rng.choice([2, 3])
-    table = replace(random_table(rng, [rng.randint(pp * vpp - 2, 8)], pp), vpp=vpp, min_stage_layers=vpp)
+    table = replace(random_table(rng, [rng.randint(pp * vpp - 2, 8)], pp), vpp=vpp)
     assert [table.stage_min_layers(i) for i in range(pp)] == [vpp - 1] + [vpp] * (pp - 2) + [vpp - 1]
     check_against_brute_force(table)
     solved = ilp.solve(table, time_limit_s=30).split

@@ -112,11 +112,8 @@ class StepModel:
         k = self.kinds[kind]
         if not k.moe:
             return self.model.layer_params_per_rank(k, self.config.tp)
-        return self.model.layer_params_per_rank(k, self.config.tp) - self.routed_params_after_tp(kind) \
-            + self.layer_expert_params(kind)
-
-    def routed_params_after_tp(self, kind: str) -> float:
-        return self.model.num_experts * self.model.expert_params() / self.config.tp
+        routed_after_tp = self.model.num_experts * self.model.expert_params() / self.config.tp
+        return self.model.layer_params_per_rank(k, self.config.tp) - routed_after_tp + self.layer_expert_params(kind)
 
     def layer_expert_params(self, kind: str) -> float:
         """The routed-expert part of `layer_params`: sharded for the optimizer over edp, not dp·cp."""
@@ -171,12 +168,14 @@ class StepModel:
         return pipeline.in_flight_microbatches(index, c.pp, self.num_microbatches, c.schedule, c.vpp)
 
     def compute_times(self, layout: StageLayout) -> tuple[float, float]:
-        """(forward, backward incl. recompute) seconds of one micro-batch: `stage_times` without the
-        communication."""
+        """(forward, backward incl. recompute) seconds of one micro-batch: its layers, then the embedding
+        and head it holds."""
         g = layout.node_group
-        forward = sum(c.count * self.layer_time(c.kind, g).forward_s for c in layout.layers)
-        backward = sum(c.count * (self.layer_time(c.kind, g).backward_s + self.layer_time(c.kind, g).recompute_s(c.recompute))
-                       for c in layout.layers)
+        forward = backward = 0.0
+        for c in layout.layers:
+            lt = self.layer_time(c.kind, g)
+            forward += c.count * lt.forward_s
+            backward += c.count * (lt.backward_s + lt.recompute_s(c.recompute))
         for held, time_of in ((layout.embedding, compute.embedding_time), (layout.head, compute.head_time)):
             if held:
                 f, b = time_of(self.model, self.training, self.shard, self.device(g))
@@ -186,20 +185,13 @@ class StepModel:
     def stage_times(self, layout: StageLayout) -> tuple[float, float, float, float, float, float]:
         """(forward, backward incl. recompute, tp, cp, ep, pp communication) seconds of one micro-batch."""
         g = layout.node_group
-        device = self.device(g)
-        forward = backward = tp_s = cp_s = ep_s = 0.0
-        for c in layout.layers:
-            lt = self.layer_time(c.kind, g)
-            forward += c.count * lt.forward_s
-            backward += c.count * (lt.backward_s + lt.recompute_s(c.recompute))
-            tp_s += c.count * self.layer_tp_comm_s(c.kind, c.recompute, g)
-            cp_s += c.count * self.layer_cp_comm_s(c.kind, g)
-            ep_s += c.count * self.layer_ep_comm_s(c.kind, c.recompute, g)
-        for held, time_of in ((layout.embedding, compute.embedding_time), (layout.head, compute.head_time)):
-            if held:
-                f, b = time_of(self.model, self.training, self.shard, device)
-                forward, backward = forward + f, backward + b
-                tp_s += self.tp_allreduce_s(g) if self.config.tp > 1 else 0.0
+        forward, backward = self.compute_times(layout)
+        tp_s = sum(c.count * self.layer_tp_comm_s(c.kind, c.recompute, g) for c in layout.layers)
+        cp_s = sum(c.count * self.layer_cp_comm_s(c.kind, g) for c in layout.layers)
+        ep_s = sum(c.count * self.layer_ep_comm_s(c.kind, c.recompute, g) for c in layout.layers)
+        for held in (layout.embedding, layout.head):  # their all-reduce over tp
+            if held and self.config.tp > 1:
+                tp_s += self.tp_allreduce_s(g)
         return forward, backward, tp_s, cp_s, ep_s, self.stage_sends(layout) * self.pp_send_s(g)
 
     def stage(self, index: int, layout: StageLayout) -> StagePrediction:

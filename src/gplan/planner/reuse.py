@@ -26,7 +26,7 @@ from gplan.planner.table import CostTable, Split, stage_memory
 
 def times_key(table: CostTable) -> tuple:
     """Equal keys: the same splits exist and each has the same objective."""
-    return (table.pp, table.vpp, table.num_microbatches, table.equal_layers, table.min_stage_layers, tuple(table.kinds),
+    return (table.pp, table.vpp, table.num_microbatches, table.equal_layers, tuple(table.kinds),
             tuple(table.layers_per_kind), tuple(table.options), tuple(table.groups),
             tuple(table.group_stage_capacity), tuple(sorted(table.layer_time_s.items())),
             tuple(sorted(table.fixed_time_s.items())))

@@ -49,12 +49,10 @@ class CostTable:
     equal_layers: bool = False
     """Interleaved schedules need the same number of layers on every stage (unless the target runs
     uneven chunks)."""
-    min_stage_layers: int = 1
-    """Layers a middle stage holds at least: one per virtual chunk (`stage_min_layers`)."""
 
     def stage_min_layers(self, i: int) -> int:
         """One per chunk; the first and last stage's end chunks may hold only the embedding or the loss."""
-        return min_stage_layers(i, self.pp, self.min_stage_layers) if self.min_stage_layers > 1 else 1
+        return min_stage_layers(i, self.pp, self.vpp)
     layer_transient_bytes: dict[tuple[int, int], float] = field(default_factory=dict)
     """(q, k) -> the working set while one such layer runs its backward (cost_models.memory)."""
     stage_transient_bytes: dict[int, float] = field(default_factory=dict)
@@ -111,7 +109,7 @@ def time_table(step: StepModel, options: list[str], groups: list[int] | None = N
         pp=c.pp, vpp=c.vpp, num_microbatches=step.num_microbatches, layer_time_s=layer_time,
         layer_state_bytes=[], layer_activation_bytes={}, in_flight=[], fixed_time_s=fixed_time,
         fixed_memory_bytes={}, budget_bytes=[], equal_layers=c.vpp > 1 and not uneven_interleaved,
-        min_stage_layers=c.vpp, outside_pipeline_floor_s=floor_s)
+        outside_pipeline_floor_s=floor_s)
 
 
 def _layer_times(step: StepModel, kinds: list[str], options: list[str], groups: list[int]) -> dict:
@@ -269,7 +267,7 @@ def uniform_split(table: CostTable, option: int) -> Split | None:
     """Megatron's even split, every layer with one recompute option; on several node groups the stages
     fill the groups in order (then in reverse order), as many as each group hosts. None when nothing
     fits."""
-    sizes = even_stage_sizes(table.total_layers, table.pp, 1 if table.equal_layers else table.min_stage_layers)
+    sizes = even_stage_sizes(table.total_layers, table.pp, table.vpp)
     sequence = [q for q, count in enumerate(table.layers_per_kind) for _ in range(count)]
     counts, start = [], 0
     for size in sizes:

@@ -19,6 +19,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
 from gplan.backends.torch.model import Transformer
+from gplan.backends.torch.moe import is_expert_param
 
 
 def apply_fsdp(model: Transformer, dp_mesh: DeviceMesh, zero: int, param_dtype: torch.dtype | None = None) -> None:
@@ -37,8 +38,6 @@ def apply_fsdp(model: Transformer, dp_mesh: DeviceMesh, zero: int, param_dtype: 
 def average_gradients(parts: list[torch.nn.Module], dp_group, dp: int) -> None:
     """zero 0: average the gradients over the dp group in one all-reduce of one flat buffer per
     dtype (as DDP's buckets do; one collective per tensor would pay the latency hundreds of times)."""
-    from gplan.backends.torch.moe import is_expert_param
-
     if dp == 1:
         return
     by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
@@ -49,6 +48,16 @@ def average_gradients(parts: list[torch.nn.Module], dp_group, dp: int) -> None:
                 by_dtype.setdefault(grad.dtype, []).append(grad)
     for grads in by_dtype.values():
         sum_and_divide(grads, dp_group, dp)
+
+
+def average_expert_gradients(parts: list[torch.nn.Module], edp_group, edp: int, divisor: int) -> None:
+    """Expert gradients: each rank's backward already sums its experts' gradients over the tokens of its
+    ep group (the all-to-all carries them back), so summing over the edp replicas covers every token;
+    dividing by dp·cp makes it the mean the dense gradients take."""
+    grads = [p.grad for part in parts for name, p in part.named_parameters() if is_expert_param(name)
+             and p.grad is not None]
+    if grads:
+        sum_and_divide(grads, edp_group if edp > 1 else None, divisor)
 
 
 def sum_and_divide(grads: list[torch.Tensor], group, divisor: int) -> None:

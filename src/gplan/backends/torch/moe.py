@@ -138,15 +138,3 @@ def expert_rows(model: nn.Module, name: str) -> tuple[int, int, tuple[int, ...]]
     rank = module.ep.rank if module.ep is not None else 0
     block = param.shape[0]
     return rank * block, block, (module.n_experts, *param.shape[1:])
-
-
-def average_expert_gradients(parts: list[nn.Module], edp_group, edp: int, divisor: int) -> None:
-    """Expert gradients: each rank's backward already sums its experts' gradients over the tokens of its
-    ep group (the all-to-all carries them back), so summing over the edp replicas covers every token;
-    dividing by dp·cp makes it the mean the dense gradients take."""
-    grads = [p.grad for part in parts for name, p in part.named_parameters() if is_expert_param(name)
-             and p.grad is not None]
-    from gplan.backends.torch.apply_dp import sum_and_divide
-
-    if grads:
-        sum_and_divide(grads, edp_group if edp > 1 else None, divisor)

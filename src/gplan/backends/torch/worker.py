@@ -31,8 +31,7 @@ from torch.distributed.tensor.parallel import loss_parallel
 from gplan.backends.common import add_worker_options, device_mismatch, global_batch
 from gplan.backends.torch import apply_pp, checkpoint, launcher
 from gplan.backends.torch.apply_cp import load_balanced_positions
-from gplan.backends.torch.apply_dp import average_gradients
-from gplan.backends.torch.moe import average_expert_gradients
+from gplan.backends.torch.apply_dp import average_expert_gradients, average_gradients
 from gplan.backends.torch.model import init_weights
 from gplan.backends.torch.parallelize import build_chunks, grad_mesh
 from gplan.plan import Plan, read_plan
