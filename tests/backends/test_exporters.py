@@ -24,7 +24,7 @@ from gplan.errors import InputError
 from gplan.plan import Plan, layouts_of, write_plan
 from gplan.planner.build import make_plan, reprice_split
 from gplan.planner.placement import axis_groups
-from gplan.profiles.catalogue import load_cluster
+from gplan.profiles.catalogue import load_cluster, load_model
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import LayerCount, ParallelConfig, StageLayout
 from gplan.spec.targets import TARGETS, runs_as, same_split
@@ -66,6 +66,8 @@ PLANS = {
                                     model=GPT),
     "gpt_tp_pp_zero1_full": lambda: plan_of(ParallelConfig(dp=2, tp=2, pp=2, sp=True, zero=1, recompute="full"),
                                             model=GPT),
+    "mixtral_dp8_tp2_ep8": lambda: plan_of(ParallelConfig(dp=8, tp=2, ep=8, sp=True, zero=1),
+                                           model=load_model("mixtral-8x7b"), cluster="dgx-h100"),
 }
 
 
@@ -339,7 +341,7 @@ print(json.dumps({"stage": config.zero_optimization_stage, "train_batch_size": c
                   "checkpointing": config.activation_checkpointing_config.partition_activations}))
 """
 
-DEEPSPEED_PLANS = ["dp_only", "zero3_full_recompute", "uneven_first_last", "gpt_tp_pp_zero1_full"]
+DEEPSPEED_PLANS = ["dp_only", "zero3_full_recompute", "uneven_first_last", "gpt_tp_pp_zero1_full", "mixtral_dp8_tp2_ep8"]
 
 
 @requires_engine("deepspeed", "dev")
@@ -370,6 +372,11 @@ MEGATRON_DEEPSPEED_FLAGS = {
     "--zero-stage", "--no-pipeline-parallel", "--sequence-parallel", "--checkpoint-activations",
     "--deepspeed-activation-checkpointing", "--checkpoint-num-layers", "--recompute-granularity", "--recompute-method",
     "--recompute-num-layers", "--train-iters", "--lr", "--log-interval",
+    # DeepSpeed-MoE: _add_network_size_args (--num-experts nargs='+', --topk, --expert-interval default 2,
+    # --mlp-type), _add_distributed_args (--moe-expert-parallel-size), _add_training_args (the capacity flags,
+    # --disable-moe-token-dropping as dest moe_token_dropping, --create-moe-param-group "necessary for ZeRO")
+    "--num-experts", "--topk", "--expert-interval", "--mlp-type", "--moe-expert-parallel-size",
+    "--create-moe-param-group", "--disable-moe-token-dropping", "--moe-train-capacity-factor",
 }
 
 
@@ -397,6 +404,16 @@ def test_megatron_deepspeed_arguments_turn_on_zero_init_and_recompute(name):
         assert value["--rotary-position-embeddings-theta"] == str(int(plan.model.rope_theta))
     else:
         assert "--use-rotary-position-embeddings" not in argv
+    m = plan.model
+    if m.is_moe:  # every layer routed (the default interval is 2), the experts as wide as --ffn-hidden-size
+        assert (value["--num-experts"], value["--topk"], value["--expert-interval"]) == (str(m.num_experts), str(m.top_k), "1")
+        assert value["--ffn-hidden-size"] == str(m.expert_ffn_size) and "--create-moe-param-group" in argv
+        ep = int(value["--moe-expert-parallel-size"])
+        assert ep == c.ep and m.num_experts % ep == 0  # deepspeed/moe/layer.py's assertion
+        assert (c.dp * c.tp) % ep == 0  # deepspeed/utils/groups.py: _ensure_divisibility(dp·tp per stage, ep)
+        assert ("--disable-moe-token-dropping" in argv) == (m.capacity_factor is None)
+    else:
+        assert "--num-experts" not in argv
 
 
 def test_deepspeed_refuses_zero3_with_pipeline(gplan, tmp_path):

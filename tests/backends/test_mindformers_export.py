@@ -44,6 +44,7 @@ def mindformers(tmp_path_factory):
 def read_back(mindformers, tmp_path, monkeypatch):
     """Export a plan, then run MindFormers' configuration path on the file; returns what it built."""
     import mindspore as ms
+    from mindformers.core.context.build_context import MFContextOperator
     from mindformers.core.context.parallel import ParallelOperator
     from mindformers.core.context.validators import execute_validator
     from mindformers.core.parallel_config import build_parallel_config
@@ -59,6 +60,9 @@ def read_back(mindformers, tmp_path, monkeypatch):
         path.write_text(yaml.safe_dump(data))
         monkeypatch.setenv("RANK_SIZE", str(plan.world_size))  # MindFormers' device number without HCCL
         config = MindFormerConfig(str(path))
+        MFContextOperator.reset_instance()
+        if config.use_legacy is False:  # parallel_core models: MindFormers' context says so to every builder
+            MFContextOperator(config)
         execute_validator(config)
         build_parallel_config(config)
         operator = ParallelOperator(config)
@@ -71,11 +75,27 @@ def read_back(mindformers, tmp_path, monkeypatch):
         trainer.config = config
         trainer._check_global_batch_size_for_auto_parallel()
         model = config.model.model_config
-        setting = LayerSetting(model.num_layers, model.offset, config.parallel_config, model.pp_interleave_num or 1)
+        if config.use_legacy is False:  # parallel_core: layers are set from the converted TransformerConfig
+            transformer = transformer_config(config)
+            setting = LayerSetting(transformer.num_layers, transformer.offset, transformer,
+                                   transformer.virtual_pipeline_model_parallel_size or 1)
+        else:
+            setting = LayerSetting(model.num_layers, model.offset, config.parallel_config, model.pp_interleave_num or 1)
         return config, trainer, setting
 
     yield run
+    MFContextOperator.reset_instance()  # a singleton: the next test starts from MindFormers' defaults
     ms.reset_auto_parallel_context()
+
+
+def transformer_config(config):
+    """What a parallel_core model does with its model config first: MindFormers' converter into its
+    TransformerConfig (an unknown key is an error there; __post_init__ checks recompute and MoE)."""
+    from mindformers.models.build_config import get_model_config
+
+    config.model.model_config.parallel_config = config.parallel_config
+    model_config = get_model_config(config.model)
+    return model_config.convert_to_transformer_config(is_mla_model=bool(config.model.model_config.multi_latent_attention))
 
 
 def plan_stage_of_layer(plan) -> list[int]:
@@ -154,3 +174,79 @@ def test_export_notes_where_mindformers_runs_other_than_priced(name, expected):
     else:
         assert any(expected in n for n in result.notes)
         assert all(f"# note: {n}" in text for n in result.notes)
+
+
+# ---- mixtures of experts: MindFormers' parallel_core Qwen3-MoE and DeepSeek-V3 -----------------------------
+
+MOE_PLANS = {
+    "qwen3-30b-a3b dp8 tp2 pp2 ep8": ("qwen3-30b-a3b", dict(dp=8, tp=2, pp=2, ep=8, sp=True, zero=1)),
+    "qwen3-30b-a3b dp8 ep4 (ep inside dp)": ("qwen3-30b-a3b", dict(dp=8, ep=4, zero=0)),
+    "deepseek-v3 dp8 tp4 pp8 ep32": ("deepseek-v3", dict(dp=8, tp=4, pp=8, ep=32, sp=True, zero=1)),
+}
+
+
+def moe_plan(name: str):
+    from gplan.planner.build import make_plan
+    from gplan.profiles.catalogue import load_cluster, load_model
+    from gplan.spec.parallel import ParallelConfig
+    from gplan.spec.training import TrainingSpec
+
+    model, degrees = MOE_PLANS[name]
+    config = ParallelConfig(**degrees)
+    return make_plan(load_model(model), TrainingSpec(gbs=256, seq_length=4096),
+                     load_cluster("atlas-800-910b", config.world_size), config, None, target="mindformers")
+
+
+@pytest.mark.parametrize("name", list(MOE_PLANS))
+def test_mindformers_converts_a_moe_export_into_its_transformer_config(name, read_back):
+    """The export's model config goes through MindFormers' own converter into its parallel_core
+    TransformerConfig, with the plan's model and degrees; its LayerSetting gives each rank the plan's
+    layers."""
+    plan = moe_plan(name)
+    c, m = plan.parallel, plan.model
+    config, trainer, setting = read_back(plan)
+    assert trainer.global_batch_size == plan.training.gbs
+    assert setting.layer_list.sum(axis=0).tolist() == stage_sizes(layouts_of(plan))
+    mla = m.is_mla
+    transformer = transformer_config(config)
+    assert (transformer.data_parallel_size, transformer.tensor_model_parallel_size,
+            transformer.pipeline_model_parallel_size, transformer.expert_model_parallel_size) == (c.dp, c.tp, c.pp, c.ep)
+    assert (transformer.num_layers, transformer.hidden_size, transformer.num_attention_heads,
+            transformer.num_query_groups) == (m.num_layers, m.hidden_size, m.num_attention_heads, m.kv_heads)
+    assert (transformer.num_moe_experts, transformer.moe_router_topk, transformer.moe_ffn_hidden_size) == \
+        (m.num_experts, m.top_k, m.expert_ffn_size)
+    assert transformer.ffn_hidden_size == m.ffn_size and transformer.vocab_size == m.vocab_size
+    # the rules MindFormers' MoE layer applies when it builds (moe_layer.py:60, ffn.py:189): gplan's plan keeps them
+    assert transformer.num_moe_experts % transformer.expert_model_parallel_size == 0
+    assert (transformer.data_parallel_size * transformer.tensor_model_parallel_size) % transformer.expert_model_parallel_size == 0
+    if mla:
+        assert (transformer.q_lora_rank, transformer.kv_lora_rank, transformer.qk_pos_emb_head_dim,
+                transformer.v_head_dim) == (m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim, m.v_head_dim)
+        assert transformer.first_k_dense_replace == m.first_dense_layers and transformer.mtp_num_layers in (0, None)
+        assert transformer.moe_router_score_function == "sigmoid" and transformer.moe_router_enable_expert_bias
+    else:
+        assert transformer.kv_channels == m.kv_channels and transformer.qk_layernorm
+
+
+def test_mindformers_refuses_a_moe_export_that_breaks_its_rules(read_back):
+    """The read-back can fail: MindFormers' TransformerConfig refuses biases in a MoE model and a routing
+    bias without sigmoid routing."""
+    plan = moe_plan("qwen3-30b-a3b dp8 tp2 pp2 ep8")
+
+    def biases(data):
+        data["model"]["model_config"]["add_bias_linear"] = True
+
+    def softmax_with_routing_bias(data):
+        data["model"]["model_config"]["moe_router_enable_expert_bias"] = True
+
+    with pytest.raises(ValueError, match="Bias is not supported for MoE"):
+        read_back(plan, biases)
+    with pytest.raises(ValueError, match="sigmoid"):
+        read_back(plan, softmax_with_routing_bias)
+
+
+def test_a_capacity_factor_reaches_mindformers(read_back):
+    plan = moe_plan("qwen3-30b-a3b dp8 ep4 (ep inside dp)")
+    plan = plan.model_copy(update={"model": plan.model.model_copy(update={"capacity_factor": 1.25})})
+    config, _, _ = read_back(plan)
+    assert transformer_config(config).moe_expert_capacity_factor == 1.25

@@ -103,7 +103,7 @@ def test_moe_plan_builds_megatron_core_configs():
     assert per_rank == SIZES
 
 
-@pytest.mark.parametrize("target", ["mindspore", "torchtitan", "deepspeed", "mindformers"])
+@pytest.mark.parametrize("target", ["mindspore", "deepspeed"])
 def test_dense_targets_refuse_experts_before_anything_else(target):
     refusals = config_refusals(TARGETS[target], MINI_DEEPSEEK, CONFIG, 8, "bf16")
     assert refusals and refusals[0].capability == "experts"
@@ -141,3 +141,101 @@ def test_megatron_core_builds_the_405b_layout_with_an_embedding_only_and_a_loss_
     assert text.startswith("E|") and text.endswith("|L")
     layout = PipelineParallelLayerLayout(text, 16)
     assert [sum(kind.name == "decoder" for chunk in rank for kind in chunk) for rank in layout.layout] == sizes
+
+
+# ---- torchtitan: its own qwen3 and deepseek_v3 MoE models ----------------------------------------------
+
+def titan_plan(model_name: str, config: ParallelConfig):
+    from gplan.profiles.catalogue import load_model
+
+    training = TrainingSpec(gbs=256, seq_length=4096, engine="torchtitan")
+    return make_plan(load_model(model_name), training, load_cluster("dgx-h100", config.world_size), config, None,
+                     target="torchtitan")
+
+
+TITAN_MOE = {
+    "qwen3-30b-a3b dp8 pp2 ep8": ("qwen3-30b-a3b", ParallelConfig(dp=8, pp=2, ep=8, zero=1)),
+    "qwen3-30b-a3b dp4 tp2 etp2 (experts tp-sharded)": ("qwen3-30b-a3b", ParallelConfig(dp=4, tp=2, etp=2, sp=True,
+                                                                                           zero=1)),
+    "qwen3-235b-a22b dp8 tp4 pp2 ep32 (ep over fsdp × tp)": ("qwen3-235b-a22b",
+                                                           ParallelConfig(dp=8, tp=4, pp=2, ep=32, sp=True, zero=1)),
+    "deepseek-v3 dp16 pp4 ep16": ("deepseek-v3", ParallelConfig(dp=16, pp=4, ep=16, zero=1)),
+}
+
+
+@requires_engine("torchtitan", "dev")
+@pytest.mark.parametrize("name", list(TITAN_MOE))
+def test_torchtitan_builds_the_plans_moe_model_and_mesh(name, tmp_path):
+    """torchtitan's ConfigManager parses the export, its model config validates it against the parallel
+    degrees (update_from_config: tp over heads, ep token dispatch), its model builds on the meta device
+    with the plan's parameter count, and its ParallelDims accepts the degrees with ep folded in."""
+    import torch
+    from torchtitan.distributed.parallel_dims import ParallelDims
+    from test_exporters import titan_parse
+
+    plan = titan_plan(*TITAN_MOE[name])
+    config = titan_parse(tmp_path, plan)
+    p, c = config.parallelism, plan.parallel
+    assert config.model_spec.name == ("deepseek_v3" if plan.model.is_mla else "qwen3")
+    model_config = config.model_spec.model
+    model_config.update_from_config(config=config)
+    with torch.device("meta"):
+        built = model_config.build()
+    # the routing bias of sigmoid routing is a buffer in torchtitan (updated outside the optimizer, on every
+    # router); gplan counts it as a parameter of sigmoid routers (Megatron's --moe-router-enable-expert-bias)
+    bias = sum(b.numel() for n, b in built.named_buffers() if n.endswith("expert_bias_E"))
+    counted_bias = bias if plan.model.router == "sigmoid" else 0
+    assert sum(x.numel() for x in built.parameters()) + counted_bias == plan.model.total_params()
+    assert p.expert_parallel_degree == c.ep
+    dims = ParallelDims(dp_replicate=p.data_parallel_replicate_degree, dp_shard=p.data_parallel_shard_degree,
+                        cp=p.context_parallel_degree, tp=p.tensor_parallel_degree, pp=p.pipeline_parallel_degree,
+                        ep=p.expert_parallel_degree, world_size=plan.world_size)
+    efsdp, rest = divmod(dims.dp_shard * dims.cp * dims.tp, dims.ep)
+    assert rest == 0 and efsdp == c.edp * c.etp  # torchtitan's expert-side sharding = gplan's etp · edp
+    if c.pp > 1:
+        parts = p.module_fqns_per_model_part
+        per_rank = [sum(x.startswith("layers.") for x in parts[r]) for r in range(c.pp)]
+        assert per_rank == [s.num_layers for s in layouts_of(plan)]
+
+
+def test_torchtitan_refuses_what_its_moe_code_does_not_build_or_shard():
+    from gplan.profiles.catalogue import load_model
+
+    titan, qwen = TARGETS["torchtitan"], load_model("qwen3-30b-a3b")
+
+    def refused(model, config):
+        return {r.capability for r in config_refusals(titan, model, config, 8, "bf16")}
+
+    assert refused(load_model("mixtral-8x7b"), ParallelConfig(dp=8, ep=8, zero=1)) == {"experts"}  # no Mixtral model
+    assert refused(qwen, ParallelConfig(dp=4, tp=2, sp=True, zero=1)) == {"expert_tp"}  # tp without ep: etp = tp
+    assert refused(qwen, ParallelConfig(dp=4, tp=2, ep=2, etp=2, sp=True, zero=1)) == {"expert_tp"}  # ep: etp = 1
+    assert refused(qwen, ParallelConfig(dp=8, ep=8, zero=0)) == {"expert_zero"}  # DDP replicas hold no ep ranks
+    assert refused(qwen, ParallelConfig(dp=4, tp=2, ep=2, sp=True, zero=0)) == set()  # ep inside tp
+    assert refused(load_model("deepseek-v3"), ParallelConfig(dp=4, tp=2, ep=8, sp=True, zero=1)) == {"latent_attention"}
+    dropping = qwen.model_copy(update={"capacity_factor": 1.25})  # torchtitan routes dropless
+    assert refused(dropping, ParallelConfig(dp=8, ep=8, zero=1)) == {"experts"}
+    assert config_refusals(TARGETS["megatron"], dropping, ParallelConfig(dp=8, ep=8, zero=1), 8, "bf16") == []
+
+
+def test_a_torchtitan_search_pairs_each_ep_with_the_etp_torchtitan_runs():
+    from gplan.planner.space import SearchLimits, expert_options
+    from gplan.profiles.catalogue import load_model
+
+    qwen = load_model("qwen3-30b-a3b")
+    pairs = set(expert_options(qwen, 8, SearchLimits(target="torchtitan"), tp=2))
+    assert pairs == {(1, 2), (2, 1), (4, 1), (8, 1)}
+    assert set(expert_options(qwen, 8, SearchLimits(target="megatron"), tp=2)) == {(1, 1), (2, 1), (4, 1), (8, 1)}
+
+
+def test_deepspeed_runs_mixtral_shaped_experts_without_pipeline_stages():
+    from gplan.profiles.catalogue import load_model
+
+    ds, mixtral = TARGETS["deepspeed"], load_model("mixtral-8x7b")
+
+    def refused(model, config):
+        return {r.capability for r in config_refusals(ds, model, config, 8, "bf16")}
+
+    assert refused(mixtral, ParallelConfig(dp=8, tp=2, ep=8, sp=True, zero=1)) == set()
+    assert refused(mixtral, ParallelConfig(dp=8, pp=2, ep=8, zero=1)) == {"experts"}  # no pp with MoE
+    assert refused(mixtral, ParallelConfig(dp=8, tp=2, ep=4, etp=2, sp=True, zero=1)) == {"expert_tp"}
+    assert refused(load_model("qwen3-30b-a3b"), ParallelConfig(dp=8, ep=8, zero=1)) == {"experts"}  # QK norm

@@ -150,17 +150,20 @@ def uneven_interleaved(limits: SearchLimits) -> bool:
     return bool(limits.target and TARGETS[limits.target].uneven_interleaved)
 
 
-def expert_options(model: ModelSpec, per_stage: int, limits: SearchLimits) -> Iterator[tuple[int, int]]:
+def expert_options(model: ModelSpec, per_stage: int, limits: SearchLimits, tp: int = 1) -> Iterator[tuple[int, int]]:
     """(ep, etp) pairs: (1, 1) for dense models; else the user's lists or the defaults, each etp·ep
-    folding into a stage's dp·tp·cp ranks and dividing the experts and their width."""
+    folding into a stage's dp·tp·cp ranks and dividing the experts and their width. A target whose
+    experts follow tp (torchtitan) has one etp per ep: tp at ep 1, else 1."""
     if not model.is_moe:
         yield 1, 1
         return
+    follows = bool(limits.target and TARGETS[limits.target].expert_tp == "follows_tp")
     ep_pool = limits.ep or [1 << i for i in range(model.num_experts.bit_length()) if (1 << i) <= per_stage]
-    for etp in limits.etp or [1]:
-        for ep in ep_pool:
-            if model.num_experts % ep == 0 and model.expert_ffn_size % etp == 0 and per_stage % (ep * etp) == 0:
-                yield ep, etp
+    pairs = ([(ep, tp if ep == 1 else 1) for ep in ep_pool] if follows
+             else [(ep, etp) for etp in limits.etp or [1] for ep in ep_pool])
+    for ep, etp in pairs:
+        if model.num_experts % ep == 0 and model.expert_ffn_size % etp == 0 and per_stage % (ep * etp) == 0:
+            yield ep, etp
 
 
 def candidates(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devices: int,
@@ -207,7 +210,7 @@ def _per_degrees(model: ModelSpec, training: TrainingSpec, limits: SearchLimits,
             for zero in limits.zero or ([0, 1] if model.is_moe else [0, 1, 2, 3]):
                 if zero > 0 and dp * cp == 1 or (model.is_moe and zero >= 2):
                     continue
-                for ep, etp in expert_options(model, dp * tp * cp, limits):
+                for ep, etp in expert_options(model, dp * tp * cp, limits, tp):
                     config = ParallelConfig(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, mbs=mbs, sp=tp > 1,
                                             zero=zero, schedule=schedule, recompute="none")
                     if limits.target and config_refusals(TARGETS[limits.target], model, config, m, training.precision):

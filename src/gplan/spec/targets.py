@@ -14,6 +14,7 @@ from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import LayerCount, ParallelConfig, StageLayout, even_sizes
 
 Recompute = Literal["per_layer", "per_stage", "block", "every_layer"]
+ExpertTp = Literal["none", "etp1", "follows_tp", "any"]
 
 
 @dataclass(frozen=True)
@@ -56,10 +57,25 @@ class Capabilities:
     """Multi-head latent attention (Megatron-core's MLA; the torch worker's at tp = cp = 1)."""
     latent_attention_split: bool = False
     """MLA with tp or cp > 1."""
-    expert_tp: bool = False
-    """Experts together with tp or etp > 1 (the worker routes each rank's own tokens: tp = 1)."""
+    expert_tp: ExpertTp = "none"
+    """How experts meet tensor parallelism. none: tp = etp = 1 (the torch worker routes each rank's own
+    tokens); etp1: any tp, experts never tp-sharded (MindFormers: its grouped experts keep the whole
+    width and ep folds into dp·tp, `parallel_core/training_graph/transformer/moe/ffn.py`); follows_tp:
+    tp-sharded at ep 1 and ep-sharded alone with ep, so etp = tp at ep 1, else 1 (torchtitan 0.3's
+    `models/common/moe_sharding.py`, `_routed_experts_sharding_configs`); any: etp a free degree
+    (Megatron's --expert-tensor-parallel-size)."""
     expert_zero: frozenset[int] = frozenset({0, 1})
     """Optimizer sharding with experts (the worker: 0, its experts outside FSDP)."""
+    ep_within_fsdp: bool = False
+    """The ep group folds into the FSDP-sharded, cp and tp ranks only (torchtitan's `ParallelDims`:
+    efsdp = dp_shard·cp·tp/ep, dp_replicate outside it); zero 0 replicates dp, so ep must divide cp·tp."""
+    experts_with_pp: bool = True
+    """MoE layers inside pipeline stages (Megatron-DeepSpeed's MoE examples: "we don't support PP for
+    MoE", examples_deepspeed/MoE/ds_pretrain_gpt_*_MoE*.sh)."""
+    token_dropping: bool = False
+    """Expert capacity (a model's capacity_factor: tokens over it dropped); the others run dropless."""
+    expert_families: frozenset[str] | None = None
+    """The mixture-of-experts shapes its model code builds (`expert_family`); None: any."""
     uneven_interleaved: bool = False
     """Interleaved chunks of different sizes (Megatron's `--pipeline-model-parallel-layout`), so that
     pp·vpp need not divide the layers."""
@@ -85,26 +101,35 @@ TARGETS: dict[str, Capabilities] = {
                              cp=True, tied_embeddings_across_stages=True, recompute="block", uneven_split=True,
                              zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False, sliding_window=True,
                              precisions=frozenset({"bf16", "fp16", "fp32", "fp8", "mxfp8", "nvfp4"}),
-                             experts=True, latent_attention=True, latent_attention_split=True, expert_tp=True,
-                             uneven_interleaved=True),
+                             experts=True, latent_attention=True, latent_attention_split=True, expert_tp="any",
+                             uneven_interleaved=True, token_dropping=True),
     # torchtitan: one activation-checkpoint policy for all layers (apply_ac over every block); its llama3
     # module (swiglu, RMSNorm, RoPE); FSDP2 has no optimizer-only sharding, so zero 1 runs as zero 2
-    # there (the export says so). Stages are exact: the export lists every chunk's modules.
+    # there (the export says so). Stages are exact: the export lists every chunk's modules. Experts:
+    # its qwen3 and deepseek_v3 models (MoE layers with ep; MLA left at tp = cp = 1 here, not checked).
     "torchtitan": Capabilities("torchtitan", ALL_SCHEDULES, microbatches_at_least_stages=True, cp=True,
                                tied_embeddings_across_stages=False, recompute="every_layer", uneven_split=True,
                                zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False, llama_family_only=True,
-                               tied_embeddings=True, selective=False),
+                               tied_embeddings=True, selective=False, experts=True, latent_attention=True,
+                               expert_tp="follows_tp", ep_within_fsdp=True,
+                               expert_families=frozenset({"qwen3_moe", "deepseek_v3"})),
     # Megatron-DeepSpeed: its pipeline engine takes ZeRO ≤ 1; its partition method (type:transformer)
     # splits the layers evenly; its pipeline engine checkpoints every layer (--checkpoint-activations),
     # selective is Megatron's core-attention recompute on every layer.
+    # Experts: DeepSpeed-MoE layers in Megatron-DeepSpeed's GPT (every layer, Mixtral-shaped), without pp.
     "deepspeed": Capabilities("deepspeed", frozenset({"1f1b"}), microbatches_at_least_stages=False, cp=False,
                               tied_embeddings_across_stages=True, recompute="every_layer", uneven_split=False,
-                              zero=ALL_ZERO, zero_with_pp=frozenset({0, 1}), encoder_decoder=False),
+                              zero=ALL_ZERO, zero_with_pp=frozenset({0, 1}), encoder_decoder=False, experts=True,
+                              expert_tp="etp1", experts_with_pp=False, token_dropping=True,
+                              expert_families=frozenset({"mixtral"})),
     # MindFormers: per-stage recompute counts (recompute_config lists), offsets for uneven splits.
+    # Experts: its parallel_core Qwen3-MoE and DeepSeek-V3 models (use_legacy: False).
     "mindformers": Capabilities("mindformers", frozenset({"1f1b", "interleaved_1f1b"}),
                                 microbatches_at_least_stages=True, cp=False, tied_embeddings_across_stages=False,
                                 recompute="per_stage", uneven_split=True, zero=ALL_ZERO, zero_with_pp=ALL_ZERO,
-                                encoder_decoder=False, llama_family_only=True),
+                                encoder_decoder=False, llama_family_only=True, experts=True, latent_attention=True,
+                                latent_attention_split=True, expert_tp="etp1", token_dropping=True,
+                                expert_families=frozenset({"qwen3_moe", "deepseek_v3"})),
 }
 
 
@@ -123,12 +148,28 @@ class Refusal:
         return f"search again with --target {target}{also}"
 
 
+def expert_family(model: ModelSpec) -> str:
+    """The mixture-of-experts shape as engines' model code names it: `deepseek_v3` (latent attention,
+    shared experts of the routed width, leading dense layers), `qwen3_moe` (grouped-query attention
+    with QK norm, every layer routed, no shared expert), `mixtral` (the same without QK norm: experts
+    and attention as a dense Llama has them), else `other`."""
+    shared_routed_width = model.shared_expert_ffn_hidden_size in (None, model.num_shared_experts * model.expert_ffn_size)
+    if model.is_mla and model.num_shared_experts and shared_routed_width:
+        return "deepseek_v3"
+    plain = not model.is_mla and not model.num_shared_experts and not model.first_dense_layers
+    if model.qk_norm and plain:
+        return "qwen3_moe"
+    if plain and model.router == "softmax":
+        return "mixtral"
+    return "other"
+
+
 def default_target(hardware_kind: str, precision: str | None = None, experts: bool = False) -> str:
-    """The backend of the cluster's hardware: MindSpore on Ascend NPUs, torch elsewhere — Megatron-LM
-    for FP8 recipes and for mixtures of experts on GPUs (Transformer Engine and Megatron-core's MoE
-    layer run them; gplan's torch worker does not)."""
+    """The backend of the cluster's hardware: MindSpore on Ascend NPUs (MindFormers for mixtures of
+    experts), torch elsewhere — Megatron-LM for FP8 recipes and for mixtures of experts on GPUs
+    (Transformer Engine and Megatron-core's MoE layer run them; gplan's torch worker runs only a subset)."""
     if hardware_kind == "npu":
-        return "mindspore"
+        return "mindformers" if experts else "mindspore"  # MindFormers' MoE models; gplan's worker is dense
     return "megatron" if precision in ("fp8", "mxfp8", "nvfp4") or experts else "torch"
 
 
@@ -144,9 +185,26 @@ def config_refusals(target: Capabilities, model: ModelSpec, config: ParallelConf
         found.append(Refusal("latent_attention", f"{t} runs latent attention at tp = cp = 1 (tp={c.tp} cp={c.cp})",
                              "--tp 1 --cp 1"))
     if model.is_moe and target.experts:
-        if (c.tp > 1 or c.etp > 1) and not target.expert_tp:
+        if (c.tp > 1 or c.etp > 1) and target.expert_tp == "none":
             found.append(Refusal("expert_tp", f"{t} runs experts with tp = etp = 1 (tp={c.tp} etp={c.etp})",
                                  "--tp 1 --etp 1"))
+        if c.etp > 1 and target.expert_tp == "etp1":
+            found.append(Refusal("expert_tp", f"{t} never tp-shards experts (etp={c.etp})", "--etp 1"))
+        if target.expert_tp == "follows_tp" and c.etp != (c.tp if c.ep == 1 else 1):
+            want = c.tp if c.ep == 1 else 1
+            found.append(Refusal("expert_tp", f"{t} shards experts over tp without ep and over ep alone with it: etp "
+                                 f"must be {want} at ep={c.ep} tp={c.tp}, not {c.etp}", f"--etp {want}"))
+        if target.ep_within_fsdp and c.zero == 0 and (c.cp * c.tp) % c.ep:
+            found.append(Refusal("expert_zero", f"{t} folds ep into its FSDP·cp·tp ranks; zero 0 keeps dp as "
+                                 f"replicas, so ep={c.ep} must divide cp·tp={c.cp * c.tp}", "--zero 1"))
+        if target.expert_families is not None and expert_family(model) not in target.expert_families:
+            found.append(Refusal("experts", f"{t} builds the MoE shapes {', '.join(sorted(target.expert_families))}, "
+                                 f"not {model.name}'s ({expert_family(model)})", "--target megatron"))
+        if c.pp > 1 and not target.experts_with_pp:
+            found.append(Refusal("experts", f"{t} runs MoE layers without pipeline stages (pp={c.pp})", "--pp 1"))
+        if model.capacity_factor is not None and not target.token_dropping:
+            found.append(Refusal("experts", f"{t} routes dropless; {model.name} sets capacity_factor "
+                                 f"{model.capacity_factor}", "--target megatron"))
         if c.zero not in target.expert_zero:
             found.append(Refusal("expert_zero", f"{t} runs experts with zero {sorted(target.expert_zero)}, not {c.zero}",
                                  "--zero " + ",".join(map(str, sorted(target.expert_zero)))))

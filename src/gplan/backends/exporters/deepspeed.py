@@ -9,6 +9,12 @@ Megatron's: `--num-key-value-heads`, `--use-rotary-position-embeddings`,
 plan of another target was decided before (`spec.targets.runs_as`: its pipeline engine splits the
 layers evenly, ZeRO ≤ 1 with stages, no interleaving; recomputation is every layer, fully through
 DeepSpeed's activation checkpointing or selectively through Megatron's core-attention recompute).
+
+Mixtures of experts run as DeepSpeed-MoE layers in Megatron-DeepSpeed's GPT: `--num-experts`,
+`--topk`, `--moe-expert-parallel-size`, every layer an MoE layer (`--expert-interval 1`), the experts
+`--ffn-hidden-size` wide, their parameters in their own optimizer group (`--create-moe-param-group`,
+which DeepSpeed's ZeRO needs), dropless unless the model sets a capacity factor. Its experts are never
+tp-sharded here (etp 1) and its MoE examples run without pipeline stages (`spec.targets`).
 """
 
 from __future__ import annotations
@@ -75,13 +81,30 @@ def ds_config(plan: Plan, layouts: list[StageLayout], version: str = "") -> dict
     return config
 
 
+def expert_args(plan: Plan, notes: list[str]) -> list[str]:
+    """DeepSpeed-MoE through Megatron-DeepSpeed's flags (megatron/arguments.py: --num-experts, --topk and
+    --expert-interval in _add_network_size_args, --moe-expert-parallel-size in _add_distributed_args,
+    the capacity and param-group flags in _add_training_args)."""
+    m, c = plan.model, plan.parallel
+    args = ["--num-experts", str(m.num_experts), "--topk", str(m.top_k), "--expert-interval", "1",
+            "--mlp-type", "standard", "--moe-expert-parallel-size", str(c.ep), "--create-moe-param-group"]
+    if m.capacity_factor is None:
+        args.append("--disable-moe-token-dropping")
+    else:
+        args += ["--moe-train-capacity-factor", str(m.capacity_factor)]
+    if m.top_k == 2:
+        notes.append("DeepSpeed's top-2 gate samples the second expert unless told otherwise; newer Megatron-DeepSpeed "
+                     "takes --disable-moe-top2-2nd-expert-sampling for the deterministic top-2 the model defines")
+    return args
+
+
 def megatron_deepspeed_args(plan: Plan, layouts: list[StageLayout], notes: list[str]) -> list[str]:
     m, c, t = plan.model, plan.parallel, plan.training
     if m.num_encoder_layers or m.ffn_kind == "relu" or m.position_embedding not in ("rope", "learned"):
         raise InputError("Megatron-DeepSpeed's pretrain_gpt.py runs decoder-only GPT and Llama models",
                          hint="export this model to another target")
     args = ["--num-layers", str(m.num_layers), "--hidden-size", str(m.hidden_size),
-            "--ffn-hidden-size", str(m.ffn_size), "--num-attention-heads", str(m.num_attention_heads),
+            "--ffn-hidden-size", str(m.expert_ffn_size if m.is_moe else m.ffn_size), "--num-attention-heads", str(m.num_attention_heads),
             "--num-key-value-heads", str(m.kv_heads), "--seq-length", str(t.seq_length),
             "--max-position-embeddings", str(max(t.seq_length, m.seq_length)),
             "--normalization", m.norm, "--attention-dropout", str(m.dropout), "--hidden-dropout", str(m.dropout)]
@@ -98,6 +121,8 @@ def megatron_deepspeed_args(plan: Plan, layouts: list[StageLayout], notes: list[
              "--make-vocab-size-divisible-by", str(d)]
     args += ["--tensor-model-parallel-size", str(c.tp), "--pipeline-model-parallel-size", str(c.pp),
              "--micro-batch-size", str(c.mbs), "--global-batch-size", str(t.gbs), "--zero-stage", str(c.zero)]
+    if m.is_moe:
+        args += expert_args(plan, notes)
     if c.pp == 1:
         args.append("--no-pipeline-parallel")
     if c.sp and c.tp > 1:

@@ -11,6 +11,11 @@ The global batch follows MindFormers' trainer rule: with pipeline stages it is
 `batch_size × data_parallel × micro_batch_num`, without them `micro_batch_num` is reset to 1 and it is
 `batch_size × data_parallel × gradient_accumulation_steps` — so the plan's micro-batch count goes to
 whichever of the two MindFormers reads.
+
+Mixtures of experts go to MindFormers' parallel_core models (`use_legacy: False`): a Qwen3-MoE shape as
+`qwen3_moe`, a DeepSeek-V3 shape as `deepseek_v3`, their model configs in Hugging Face names (which
+MindFormers converts to its TransformerConfig), `expert_parallel` in `parallel_config` and all-to-all
+enabled. MindFormers never tp-shards its experts (etp 1) and folds ep into dp·tp.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from gplan.backends.mindspore.strategy import optimizer_parallel_note
 from gplan.errors import InputError
 from gplan.plan import Plan, layouts_of
 from gplan.spec.parallel import StageLayout
+from gplan.spec.targets import expert_family
 
 VERSIONS = {"2.1": "MindFormers 2.1 (LlamaConfig, TransformerOpParallelConfig) on MindSpore 2.10"}
 
@@ -54,9 +60,13 @@ def sections(plan: Plan, layouts: list[StageLayout] | None = None) -> dict:
     full, selective = recompute_counts(layouts, "full"), recompute_counts(layouts, "selective")
     recompute_config = {"recompute": full if any(full) else False,
                         "select_recompute": selective if any(selective) else False,
-                        "parallel_optimizer_comm_recompute": False, "mp_comm_recompute": True,
-                        "recompute_slice_activation": True}
-    if m.head_dim:
+                        "parallel_optimizer_comm_recompute": False, "mp_comm_recompute": True}
+    if not m.is_moe:  # the legacy models only: parallel_core refuses it (TransformerConfig.__post_init__)
+        recompute_config["recompute_slice_activation"] = True
+    if m.is_moe:
+        parallel_config["expert_parallel"] = c.ep
+        parallel["enable_alltoall"] = True  # the expert dispatch's all-to-all (MindSpore's auto-parallel context)
+    elif m.head_dim:
         raise InputError(f"MindFormers' LlamaConfig has no head_dim: it derives {m.hidden_size // m.num_attention_heads} "
                          f"from hidden/heads, the model has {m.head_dim}", hint="export to megatron or torchtitan")
     # The model's shape, so that MindFormers builds the plan's model whatever YAML it is merged into.
@@ -65,13 +75,46 @@ def sections(plan: Plan, layouts: list[StageLayout] | None = None) -> dict:
                     "num_heads": m.num_attention_heads, "n_kv_heads": m.kv_heads, "intermediate_size": m.ffn_size,
                     "vocab_size": m.vocab_size, "theta": m.rope_theta,
                     "compute_dtype": COMPUTE_DTYPE[plan.training.precision]}
+    if m.is_moe:
+        model_config = expert_model_config(plan, model_config["offset"])
     if c.vpp > 1:
         model_config["pp_interleave_num"] = c.vpp
     return {"run_mode": "train", "use_parallel": True, "micro_batch_interleave_num": 1,
+            **({"use_legacy": False} if m.is_moe else {}),
             "parallel_config": parallel_config, "parallel": parallel, "recompute_config": recompute_config,
             "model": {"model_config": model_config},
             "runner_config": {"batch_size": c.mbs,
                               "gradient_accumulation_steps": 1 if pipelined else c.num_microbatches}}
+
+
+MOE_ARCHITECTURES = {"qwen3_moe": "Qwen3MoeForCausalLM", "deepseek_v3": "DeepseekV3ForCausalLM"}
+
+
+def expert_model_config(plan: Plan, offset) -> dict:
+    """A parallel_core model config in the Hugging Face names MindFormers' converter maps
+    (`parallel_core/transformer_config_utils.py`, COMMON_CONFIG_MAPPING)."""
+    m, family = plan.model, expert_family(plan.model)
+    if family not in MOE_ARCHITECTURES:
+        raise InputError(f"MindFormers builds the MoE shapes {', '.join(sorted(MOE_ARCHITECTURES))}, not {m.name}'s",
+                         hint="export to megatron")
+    config = {"model_type": family, "architectures": MOE_ARCHITECTURES[family], "offset": offset,
+              "num_hidden_layers": m.num_layers, "seq_length": plan.training.seq_length,
+              "max_position_embeddings": max(plan.training.seq_length, m.seq_length), "hidden_size": m.hidden_size,
+              "intermediate_size": m.ffn_size, "num_attention_heads": m.num_attention_heads,
+              "num_key_value_heads": m.kv_heads, "vocab_size": m.vocab_size, "rope_theta": m.rope_theta,
+              "tie_word_embeddings": m.tie_embeddings, "compute_dtype": COMPUTE_DTYPE[plan.training.precision],
+              "use_flash_attention": True, "num_experts": m.num_experts, "num_experts_per_tok": m.top_k,
+              "moe_intermediate_size": m.expert_ffn_size, "moe_grouped_gemm": True,
+              "moe_token_dispatcher_type": "alltoall"}
+    if m.capacity_factor is not None:
+        config["moe_expert_capacity_factor"] = m.capacity_factor  # its name in the converter; "capacity_factor" is dropped
+    if family == "qwen3_moe":
+        return {**config, "head_dim": m.kv_channels, "qk_layernorm": True}
+    return {**config, "multi_latent_attention": True, "qk_layernorm": True, "q_lora_rank": m.q_lora_rank,
+            "kv_lora_rank": m.kv_lora_rank, "qk_nope_head_dim": m.kv_channels, "qk_rope_head_dim": m.qk_rope_head_dim,
+            "v_head_dim": m.v_head_dim or m.kv_channels, "n_shared_experts": m.num_shared_experts,
+            "first_k_dense_replace": m.first_dense_layers, "moe_layer_freq": 1, "scoring_func": m.router,
+            "moe_router_enable_expert_bias": m.router == "sigmoid", "num_nextn_predict_layers": 0}
 
 
 def notes(plan: Plan, layouts: list[StageLayout]) -> list[str]:
@@ -81,6 +124,9 @@ def notes(plan: Plan, layouts: list[StageLayout]) -> list[str]:
         found.append("MindFormers' select_recompute recomputes its default operators (the FFN gate multiply and "
                      "activation), not Megatron's attention core that the plan priced; give select_recompute a "
                      "pattern dict to choose other operators")
+    if plan.model.is_moe:
+        found.append("routing details gplan does not model (expert groups, route scaling, the auxiliary loss) take "
+                     "MindFormers' defaults: set them in model_config if your run needs them")
     sharding = optimizer_parallel_note(plan.parallel.zero)
     return found + ([sharding] if sharding else [])
 

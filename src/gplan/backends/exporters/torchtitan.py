@@ -8,6 +8,12 @@ trainer config for everything gplan does not plan (optimizer, data, checkpointin
 every pipeline chunk's modules (`module_fqns_per_model_part`), so uneven and interleaved splits run
 exactly as planned, and sets one activation-checkpoint policy (torchtitan applies it to every block).
 
+Mixtures of experts build with torchtitan's own MoE model code: a Qwen3-MoE shape (`expert_family`
+qwen3_moe) with its qwen3 layer builder, a DeepSeek-V3 shape with its deepseek_v3 builder (latent
+attention, shared experts, leading dense layers), each under its registered model spec (so torchtitan's
+MoE parallelize and load-balancing hooks apply). ep maps to `expert_parallel_degree`; torchtitan's experts
+are tp-sharded without ep and ep-sharded with it (`Capabilities.expert_tp` "follows_tp").
+
 Batch: torchtitan runs `global / (local × dp)` gradient-accumulation steps of `local` sequences, and
 with pipeline stages splits `local` into micro-batches of `pipeline_parallel_microbatch_size`. So
 without pp, local = mbs (m accumulation steps); with pp, local = m·mbs in micro-batches of mbs.
@@ -22,6 +28,7 @@ from gplan.backends.launch import default_nodes, script_node_variables, script_t
 from gplan.errors import InputError
 from gplan.plan import Plan
 from gplan.spec.parallel import StageLayout
+from gplan.spec.targets import expert_family
 
 VERSIONS = {
     "0.3": "torchtitan 0.3.0 (torchtitan.train, ConfigManager; checked by its own parser)",
@@ -37,7 +44,7 @@ CONFIG_FUNCTION = "gplan_plan"
 
 
 def export(plan: Plan, context: ExportContext) -> Export:
-    if plan.model.head_dim:
+    if not plan.model.is_moe and plan.model.head_dim:
         raise InputError("torchtitan's llama3 layers derive the head width from dim / n_heads; the model sets "
                          f"head_dim {plan.model.head_dim}", hint="export to megatron")
     main = context.version.startswith("torchtitan main")
@@ -95,6 +102,10 @@ def overrides(plan: Plan, main: bool = False) -> tuple[list[str], list[str]]:
         "--parallelism.context_parallel_degree", str(c.cp),
         "--parallelism.pipeline_parallel_degree", str(c.pp),
     ]
+    if plan.model.is_moe:
+        args += ["--parallelism.expert_parallel_degree", str(c.ep)]
+        notes.append("routing details gplan does not model take torchtitan's defaults (no expert groups, route "
+                     "scale 1, plain RoPE without YaRN): set them in gplan_torchtitan.py if your run needs them")
     if t.precision == "fp16":
         raise InputError("torchtitan trains in bf16 or fp32, not fp16", hint="plan with --precision bf16")
     if c.pp > 1:
@@ -180,7 +191,121 @@ def {function}():
 '''
 
 
+QWEN3_MOE_TEMPLATE = '''{stamp}
+"""The plan's model and pipeline chunks as a torchtitan config function: `--module {module} --config
+{function}`. Built with torchtitan's own Qwen3 MoE layer builder under its qwen3 model spec."""
+
+import dataclasses
+
+from torchtitan.distributed.activation_checkpoint import FullAC
+from torchtitan.models.common import CosSinRoPE, Embedding, Linear
+from torchtitan.models.qwen3 import (_EMBEDDING_INIT, _LINEAR_INIT, Qwen3Model, _build_qwen3_moe_layers, _qwen3_norm,
+                                     model_registry)
+from torchtitan.models.qwen3.config_registry import qwen3_30b_a3b
+
+SHAPE = {shape}
+MODULE_FQNS_PER_MODEL_PART = {fqns}
+ACTIVATION_CHECKPOINT = {ac!r}
+
+
+def model_config() -> Qwen3Model.Config:
+    s = SHAPE
+    dim, vocab, head_dim = s["dim"], s["vocab_size"], s["head_dim"]
+    rope = CosSinRoPE.Config(dim=head_dim, max_seq_len=s["max_seq_len"], theta=s["rope_theta"])
+    return Qwen3Model.Config(
+        dim=dim, vocab_size=vocab, enable_weight_tying=s["tie_embeddings"], norm=_qwen3_norm(dim),
+        tok_embeddings=Embedding.Config(num_embeddings=vocab, embedding_dim=dim, param_init=_EMBEDDING_INIT),
+        lm_head=Linear.Config(in_features=dim, out_features=vocab, param_init=_LINEAR_INIT),
+        layers=_build_qwen3_moe_layers(n_layers=s["n_layers"], dim=dim, n_heads=s["n_heads"], n_kv_heads=s["n_kv_heads"],
+                                       head_dim=head_dim, moe_hidden_dim=s["moe_hidden_dim"],
+                                       num_experts=s["num_experts"], top_k=s["top_k"], attn_backend="flex",
+                                       moe_comm_backend="standard", rope=rope),
+    )
+
+
+def {function}():
+    config = qwen3_30b_a3b()
+    config.model_spec = dataclasses.replace(model_registry("30B-A3B"), flavor="gplan", model=model_config())
+    config.loss.loss_fn.global_vocab_size = SHAPE["vocab_size"]
+    config.activation_checkpoint = FullAC.Config() if ACTIVATION_CHECKPOINT == "full" else None
+    if MODULE_FQNS_PER_MODEL_PART:
+        config.parallelism.module_fqns_per_model_part = MODULE_FQNS_PER_MODEL_PART
+    return config
+'''
+
+DEEPSEEK_V3_TEMPLATE = '''{stamp}
+"""The plan's model and pipeline chunks as a torchtitan config function: `--module {module} --config
+{function}`. Built with torchtitan's own DeepSeek-V3 layer builder (latent attention, shared and routed
+experts, leading dense layers) under its deepseek_v3 model spec."""
+
+import dataclasses
+
+from torchtitan.distributed.activation_checkpoint import FullAC
+from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
+from torchtitan.models.deepseek_v3 import (_EMBEDDING_INIT, _NORM_INIT, DeepSeekV3Model, _build_dsv3_layers,
+                                           _output_linear_init, model_registry)
+from torchtitan.models.deepseek_v3.config_registry import deepseek_v3_671b
+
+SHAPE = {shape}
+MODULE_FQNS_PER_MODEL_PART = {fqns}
+ACTIVATION_CHECKPOINT = {ac!r}
+
+
+def model_config() -> DeepSeekV3Model.Config:
+    s = SHAPE
+    dim, vocab = s["dim"], s["vocab_size"]
+    rope = ComplexRoPE.Config(dim=s["qk_rope_head_dim"], max_seq_len=s["max_seq_len"], theta=s["rope_theta"])
+    layers = _build_dsv3_layers(
+        n_layers=s["n_layers"], n_dense_layers=s["n_dense_layers"], dim=dim, n_heads=s["n_heads"],
+        q_lora_rank=s["q_lora_rank"], kv_lora_rank=s["kv_lora_rank"], qk_nope_head_dim=s["qk_nope_head_dim"],
+        qk_rope_head_dim=s["qk_rope_head_dim"], v_head_dim=s["v_head_dim"], mscale=1.0,
+        dense_hidden_dim=s["dense_hidden_dim"], moe_hidden_dim=s["moe_hidden_dim"], num_experts=s["num_experts"],
+        num_shared_experts=s["num_shared_experts"], router_top_k=s["top_k"], router_score_func=s["router"],
+        router_route_norm=s["router"] == "sigmoid", attn_backend="flex", moe_comm_backend="standard",
+        non_blocking_capacity_factor=None, rope=rope)
+    return DeepSeekV3Model.Config(
+        dim=dim, vocab_size=vocab, enable_weight_tying=s["tie_embeddings"],
+        tok_embeddings=Embedding.Config(num_embeddings=vocab, embedding_dim=dim, param_init=_EMBEDDING_INIT),
+        norm=RMSNorm.Config(normalized_shape=dim, param_init=_NORM_INIT),
+        lm_head=Linear.Config(in_features=dim, out_features=vocab, param_init=_output_linear_init(dim)),
+        layers=layers,
+    )
+
+
+def {function}():
+    config = deepseek_v3_671b()
+    config.model_spec = dataclasses.replace(model_registry("671B"), flavor="gplan", model=model_config())
+    config.loss.loss_fn.global_vocab_size = SHAPE["vocab_size"]
+    config.activation_checkpoint = FullAC.Config() if ACTIVATION_CHECKPOINT == "full" else None
+    if MODULE_FQNS_PER_MODEL_PART:
+        config.parallelism.module_fqns_per_model_part = MODULE_FQNS_PER_MODEL_PART
+    return config
+'''
+
+
+def expert_shape(plan: Plan) -> dict:
+    """The MoE fields torchtitan's builders take, beside the dense shape."""
+    m = plan.model
+    shape = {**model_shape(plan), "moe_hidden_dim": m.expert_ffn_size, "num_experts": m.num_experts, "top_k": m.top_k}
+    if expert_family(m) == "qwen3_moe":
+        return {**shape, "head_dim": m.kv_channels}
+    return {**shape, "n_dense_layers": m.first_dense_layers, "dense_hidden_dim": m.ffn_size,
+            "num_shared_experts": m.num_shared_experts, "router": m.router, "q_lora_rank": m.q_lora_rank or 0,
+            "kv_lora_rank": m.kv_lora_rank, "qk_nope_head_dim": m.kv_channels, "qk_rope_head_dim": m.qk_rope_head_dim,
+            "v_head_dim": m.v_head_dim or m.kv_channels}
+
+
 def config_module(plan: Plan, context: ExportContext, ac: str) -> str:
     fqns = module_fqns(plan, context.layouts) if plan.parallel.pp > 1 else None
-    return CONFIG_TEMPLATE.format(stamp=stamp(plan, context.version), module=CONFIG_MODULE, function=CONFIG_FUNCTION,
-                                  shape=repr(model_shape(plan)), fqns=repr(fqns), ac=ac)
+    template, shape = CONFIG_TEMPLATE, model_shape(plan)
+    if plan.model.is_moe:
+        family = expert_family(plan.model)
+        if family not in TEMPLATES:
+            raise InputError(f"torchtitan builds the MoE shapes {', '.join(sorted(TEMPLATES))}, not "
+                             f"{plan.model.name}'s", hint="export to megatron")
+        template, shape = TEMPLATES[family], expert_shape(plan)
+    return template.format(stamp=stamp(plan, context.version), module=CONFIG_MODULE, function=CONFIG_FUNCTION,
+                           shape=repr(shape), fqns=repr(fqns), ac=ac)
+
+
+TEMPLATES = {"qwen3_moe": QWEN3_MOE_TEMPLATE, "deepseek_v3": DEEPSEEK_V3_TEMPLATE}
