@@ -182,6 +182,9 @@ MOE_PLANS = {
     "qwen3-30b-a3b dp8 tp2 pp2 ep8": ("qwen3-30b-a3b", dict(dp=8, tp=2, pp=2, ep=8, sp=True, zero=1)),
     "qwen3-30b-a3b dp8 ep4 (ep inside dp)": ("qwen3-30b-a3b", dict(dp=8, ep=4, zero=0)),
     "deepseek-v3 dp8 tp4 pp8 ep32": ("deepseek-v3", dict(dp=8, tp=4, pp=8, ep=32, sp=True, zero=1)),
+    "qwen3-30b-a3b pp2 uneven, recompute per stage": ("qwen3-30b-a3b", dict(dp=8, pp=2, ep=8, zero=1),
+                                                       [[("full", 10), ("selective", 4), ("none", 12)],
+                                                        [("full", 2), ("none", 20)]]),
 }
 
 
@@ -191,10 +194,13 @@ def moe_plan(name: str):
     from gplan.spec.parallel import ParallelConfig
     from gplan.spec.training import TrainingSpec
 
-    model, degrees = MOE_PLANS[name]
-    config = ParallelConfig(**degrees)
-    return make_plan(load_model(model), TrainingSpec(gbs=256, seq_length=4096),
-                     load_cluster("atlas-800-910b", config.world_size), config, None, target="mindformers")
+    from gplan.testing import stage_layouts
+
+    model, degrees, *stages = MOE_PLANS[name]
+    config, spec = ParallelConfig(**degrees), load_model(model)
+    layouts = stage_layouts(stages[0], spec) if stages else None
+    return make_plan(spec, TrainingSpec(gbs=256, seq_length=4096),
+                     load_cluster("atlas-800-910b", config.world_size), config, layouts, target="mindformers")
 
 
 @pytest.mark.parametrize("name", list(MOE_PLANS))
@@ -207,6 +213,12 @@ def test_mindformers_converts_a_moe_export_into_its_transformer_config(name, rea
     config, trainer, setting = read_back(plan)
     assert trainer.global_batch_size == plan.training.gbs
     assert setting.layer_list.sum(axis=0).tolist() == stage_sizes(layouts_of(plan))
+    full_per_rank = [sum(chunk[rank] for chunk in setting.layer_recompute) for rank in range(c.pp)]
+    assert full_per_rank == recompute_counts(layouts_of(plan), "full")
+    selective = recompute_counts(layouts_of(plan), "selective")
+    assert setting.select_recompute or not any(selective)
+    for per_chunk in setting.select_recompute.values():
+        assert [sum(chunk[rank] for chunk in per_chunk) for rank in range(c.pp)] == selective
     mla = m.is_mla
     transformer = transformer_config(config)
     assert (transformer.data_parallel_size, transformer.tensor_model_parallel_size,
