@@ -3,7 +3,8 @@
 Wall time of the whole `gplan search` process for the instances of issue 3, the solver status of the
 best plan, its predicted throughput against the Megatron-style heuristic (tp = devices per node,
 smallest pp that fits, mbs 1, uniform split) and against the uniform split of its own configuration;
-and ILP versus brute-force time on instances small enough for both.
+and the ILP and the dynamic-programming split versus brute force on instances small enough for it, and
+against each other on deep ones.
 
     python bench/search_speed.py [--readme]
 """
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from gplan.cost_models.step import StepModel
 from gplan.planner.inputs import resolve_inputs
-from gplan.planner import ilp
+from gplan.planner import ilp, split_dp
 from gplan.planner.reference import brute_force, megatron_heuristic
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,23 +89,32 @@ def ilp_vs_brute_force() -> str:
     from gplan.testing import random_table  # the same generator the tests use
 
     rows = []
-    for layers, pp in [(6, 2), (6, 3), (8, 3), (9, 3)]:
-        table = random_table(random.Random(layers * 10 + pp), [layers], pp)
+    for layers, pp in [(6, 2), (6, 3), (8, 3), (9, 3), (3 + 58, 16), (61, 32)]:
+        kinds = [3, layers - 3] if layers > 20 else [layers]  # the deep ones shaped like DeepSeek-V3
+        table = random_table(random.Random(layers * 10 + pp), kinds, pp)
         t0 = time.perf_counter()
-        exact = brute_force(table)
+        exact = brute_force(table) if layers <= 9 else None
         t1 = time.perf_counter()
-        solved = ilp.solve(table)
+        solved = ilp.solve(table, time_limit_s=60)
         t2 = time.perf_counter()
-        same = (exact is None and solved.split is None) or abs(exact.objective - solved.split.objective) < 1e-9 * exact.objective
-        rows.append(f"| {layers} layers × {pp} stages × 3 options | {t1 - t0:.3f} s | {t2 - t1:.3f} s | {'yes' if same else 'NO'} |")
-    return "\n".join(["| instance | brute force | ILP | same optimum |", "|---|---:|---:|---|"] + rows)
+        by_dp = split_dp.solve(table)
+        t3 = time.perf_counter()
+        reference = exact.objective if exact else (solved.split.objective if solved.split else None)
+        same = all(x is None for x in (reference, by_dp.split)) or (
+            by_dp.split is not None and reference is not None and abs(reference - by_dp.split.objective) < 1e-6 * reference)
+        brute = f"{t1 - t0:.3f} s" if layers <= 9 else "—"
+        shape = f"{layers} layers ({'+'.join(map(str, kinds))})" if len(kinds) > 1 else f"{layers} layers"
+        rows.append(f"| {shape} × {pp} stages × 3 options | {brute} | {t2 - t1:.3f} s ({solved.status}) | "
+                    f"{t3 - t2:.3f} s | {'yes' if same else 'NO'} |")
+    return "\n".join(["| instance | brute force | ILP (HiGHS) | dynamic programming | same optimum |",
+                      "|---|---:|---:|---:|---|"] + rows)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--readme", action="store_true")
     args = parser.parse_args(argv)
-    lines = ["| model | cluster | devices | target | wall time (whole CLI) | configs / ILPs | winner's split; search | best plan | vs heuristic | vs uniform split |",
+    lines = ["| model | cluster | devices | target | wall time (whole CLI) | configs / splits | winner's split; search | best plan | vs heuristic | vs uniform split |",
              "|---|---|---:|---|---:|---:|---|---|---:|---:|"]
     lines += [run_instance(*inst) for inst in INSTANCES]
     text = "\n".join(lines) + "\n\n" + ilp_vs_brute_force()

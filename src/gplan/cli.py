@@ -183,7 +183,7 @@ def search(
     target: Optional[str] = typer.Option(None, "--target", help="only plans this runs as priced: torch | mindspore | "
                                          "megatron | torchtitan | deepspeed | mindformers (default: the backend of the "
                                          "cluster's hardware)"),
-    time_limit: float = typer.Option(10.0, "--time-limit", help="seconds per ILP solve"),
+    time_limit: float = typer.Option(10.0, "--time-limit", help="seconds per ILP solve (heterogeneous clusters; one node group is split exactly by dynamic programming)"),
     top: int = typer.Option(5, "--top", help="plans to show"),
     out: Path = typer.Option(Path("plan.json"), "--out", "-o", help="where to write the best plan"),
     profile: Optional[Path] = ProfileOpt,

@@ -409,6 +409,13 @@ def search_json(out, result) -> dict:
                        for c in result.ranked]}
 
 
+def _by_solver(result) -> str:
+    """`(98 by dynamic programming, 2 by the ILP)`: which solver settled the splits."""
+    names = {"dp": "by dynamic programming", "highs": "by the ILP (HiGHS)", "cbc": "by the ILP (CBC)"}
+    parts = [f"{n} {names.get(k, k)}" for k, n in sorted(result.solvers.items()) if n]
+    return f" ({', '.join(parts)})" if parts else ""
+
+
 def search_summary(result, devices: int) -> list[str]:
     best = result.best
     lines = []
@@ -418,7 +425,7 @@ def search_summary(result, devices: int) -> list[str]:
     answered = f", {result.answered} more answered by a solved one" if result.answered else ""
     cut = result.statuses.get("cutoff", 0)
     lines.append(f"searched {result.candidates} configurations ({result.pruned} pruned by bounds, "
-                 f"{result.memory_infeasible} cannot fit), solved {result.solved} ILPs{answered}"
+                 f"{result.memory_infeasible} cannot fit), solved {result.solved} splits{_by_solver(result)}{answered}"
                  f"{f' ({cut} cut off by the best plan)' if cut else ''} in {result.time_s:.2f} s; "
                  f"best split from {best.solver.name} ({best.solver.status}); {result.provenance_text()}")
     return lines
@@ -453,7 +460,7 @@ class SearchProgress:
             self.live = Live(console=self.console, transient=True, refresh_per_second=8)
             self.live.start()
         best = f", best {seconds(best_s)}" if best_s is not None else ""
-        self.live.update(f"searching: {visited}/{total} candidates by bound, {solved} ILPs solved{best}")
+        self.live.update(f"searching: {visited}/{total} candidates by bound, {solved} splits solved{best}")
 
     def __enter__(self):
         return self

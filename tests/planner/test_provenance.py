@@ -18,16 +18,27 @@ from gplan.spec.parallel import uniform_layout
 def test_a_complete_search_is_proven_optimal(gplan, tmp_path):
     out = tmp_path / "plan.json"
     r = gplan("search", "llama3-70b", "--cluster", "dgx-h100", "--devices", "64", "--out", str(out))
-    assert r.code == 0 and "proven optimal under the model" in " ".join(r.stderr.split())
+    said = " ".join(r.stderr.split())
+    assert r.code == 0 and "proven optimal under the model" in said
+    assert "by dynamic programming" in said  # one node group: the exact split needs no ILP
     record = json.loads(out.read_text())["search"]
     assert record["proven_optimal"] is True
     assert set(record["ilp_outcomes"]) <= {"optimal", "cutoff", "infeasible"}
 
 
+TWO_GROUPS = """name: two-groups
+node_groups:
+  - {hardware: a100-80g, nodes: 1, devices_per_node: 8, intra_node: {bandwidth_GBps: 300}, inter_node: {bandwidth_GBps: 25}}
+  - {hardware: v100-32g, nodes: 1, devices_per_node: 8, intra_node: {bandwidth_GBps: 150}, inter_node: {bandwidth_GBps: 12.5}}
+"""
+
+
 def test_a_search_cut_by_its_time_limit_says_best_found(gplan, tmp_path):
-    out = tmp_path / "plan.json"
-    r = gplan("search", "llama3-70b", "--cluster", "dgx-h100", "--devices", "64", "--time-limit", "0.0001",
-              "--out", str(out))
+    """The ILP's time limit (it places stages on node groups, so the search runs it on two groups)."""
+    out, cluster = tmp_path / "plan.json", tmp_path / "two-groups.yaml"
+    cluster.write_text(TWO_GROUPS)
+    r = gplan("search", "llama3-8b", "--cluster", str(cluster), "--devices", "16", "--time-limit", "0.0001",
+              "--pp", "2", "--mbs", "1", "--out", str(out))
     said = " ".join(r.stderr.split())  # the console wraps long lines
     assert r.code == 0 and "best found, not proven optimal" in said and "raise --time-limit" in said
     record = json.loads(out.read_text())["search"]
@@ -35,9 +46,12 @@ def test_a_search_cut_by_its_time_limit_says_best_found(gplan, tmp_path):
     assert record["ilp_outcomes"].get("unsolved", 0) + record["ilp_outcomes"].get("time_limit", 0) > 0
 
 
-def test_an_unsolved_ilp_is_not_counted_as_infeasible():
+def test_an_unsolved_ilp_is_not_counted_as_infeasible(monkeypatch):
     """Every candidate a time-limited search counts infeasible is infeasible: at most as many as solving
-    every candidate's ILP to the end, with no bound, finds (`bounds=False`)."""
+    every candidate's ILP to the end, with no bound, finds (`bounds=False`). The ILP alone here."""
+    from gplan.planner import split_dp
+
+    monkeypatch.setattr(split_dp, "solve", lambda *args, **kwargs: None)
     inputs = resolve_inputs("llama3-70b", 16, "dgx-a100-80g")
     limits = SearchLimits(mbs=[1, 2], allow_fewer_devices=False)
     result = search(inputs.model, inputs.training, inputs.cluster, 16, limits, time_limit_s=0.0001)

@@ -18,7 +18,7 @@ from gplan.cost_models.compute import shard_of
 from gplan.cost_models.step import Prediction, StepModel
 from gplan.errors import InfeasibleError
 from gplan.plan import RunnerUp, SearchRecord, SolverInfo
-from gplan.planner import ilp
+from gplan.planner import ilp, split_dp
 from gplan.planner.reuse import SolvedPool
 from gplan.planner.space import SearchLimits, candidates, uneven_interleaved
 from gplan.planner.table import CostTable, Split, build_table, expert_states_fit, time_table, uniform_split
@@ -53,6 +53,8 @@ class SearchResult:
     solver_time_s: float = 0.0
     statuses: dict[str, int] = field(default_factory=dict)
     """ILPs by outcome (see SearchRecord.ilp_outcomes)."""
+    solvers: dict[str, int] = field(default_factory=dict)
+    """Stage splits solved, by solver: `dp` (planner.split_dp, exact on one node group) or the ILP's."""
     worst_gap: float = 0.0
 
     @property
@@ -296,11 +298,12 @@ def search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devic
         if solved is not None:
             result.answered += 1
         else:
-            solved = ilp.solve(s.table, time_limit_s, cutoff=cutoff)
+            solved = split_dp.solve(s.table, cutoff) or ilp.solve(s.table, time_limit_s, cutoff=cutoff)
             if solved.status == "unsolved":  # one retry with the other solver before giving up on it
                 solved = ilp.solve(s.table, time_limit_s, cutoff=cutoff, solver="cbc")
             pool.add(s.table, solved, cutoff)
             result.solved += 1
+            result.solvers[solved.solver] = result.solvers.get(solved.solver, 0) + 1
             result.solver_time_s += solved.time_s
         result.statuses[solved.status] = result.statuses.get(solved.status, 0) + 1
         if solved.status == "time_limit":

@@ -1,0 +1,326 @@
+"""The stage split on one node group, exactly, by dynamic programming: the ILP's problem
+(planner/ilp.py, same notation) with structure a MIP solver does not see.
+
+With one node group a stage holds a contiguous range [s, e) of the layer sequence (the ILP's (1) and
+(6): kinds in execution order, layers of a kind interchangeable), and the recompute mix it runs inside
+that range concerns no other stage. So
+
+    T*_i(s, e) = c_i + min { Σ_qk n_qk·t_qk  :  Σ_k n_qk = N_q(s, e),  stage i's memory (4) ≤ 0 }
+
+is stage i's fastest memory-feasible mix over the range, and for a bound τ on the longest stage
+
+    D(τ) = min over cuts 0 = s_0 < s_1 < … < s_p = L  of  Σ_i T*_i(s_i, s_{i+1}),   every T*_i ≤ τ,
+
+each range at least `stage_min_layers(i)` long (exactly L/p with `equal_layers`): the ILP's (2). The
+ILP's objective (m − 1/v)·T_max + Σ_i T_i / v is at least (m − 1/v)·τ + D(τ)/v at τ = its own T_max and
+equals it for the optimal split, so
+
+    OPT = min over τ ∈ {T*_i(s, e)} of (m − 1/v)·τ + D(τ)/v.
+
+τ₀, the least feasible longest stage, is one min-max pass of the same recursion; D is non-increasing,
+so past τ₀ only the τ with (m − 1/v)·(τ − τ₀) ≤ (D(τ₀) − D(∞))/v can do better, and they are scanned.
+
+The inner minimum is exact too. For each set S of options a stage may hold (its working set W_S: the
+largest of theirs and its loss's), one option's count is enumerated and the other two follow in closed
+form — memory and time are linear in them, so the optimum sits at an end of the feasible interval. A
+mix found under S really fits (its options' working sets are at most W_S), and the optimal mix is found
+under its own S: the minimum over S is the exact one.
+
+It covers one node group and at most two layer kinds (the smaller enumerated); `solve` returns None
+otherwise and the search asks the ILP. Tested against the ILP and brute force on random instances
+(tests/planner/test_split_dp.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import numpy as np
+
+from gplan.planner.ilp import SolveResult
+from gplan.planner.table import CostTable, Split, stage_time
+
+SMALL_KIND = 8
+"""With two kinds, the smaller may have at most this many layers (its mixes are enumerated)."""
+MAX_SCAN = 4000
+"""Candidate longest-stage times scanned past τ₀ before handing the table to the ILP."""
+INF = float("inf")
+
+
+def solve(table: CostTable, cutoff: float | None = None) -> SolveResult | None:
+    """The optimal split of `table` (status `optimal`), `infeasible`, or `cutoff` when its objective is
+    above `cutoff` — as `ilp.solve` reports them; None where this solver does not apply."""
+    if len(table.groups) != 1 or len(table.kinds) > 2 or (len(table.kinds) == 2 and min(table.layers_per_kind) > SMALL_KIND):
+        return None
+    start = time.perf_counter()
+    g = table.groups[0]
+    stage_s, mixes = range_times(table, g)
+    alpha, beta = table.num_microbatches - 1 / table.vpp, 1 / table.vpp
+    tau0 = _bottleneck(stage_s)
+    if tau0 == INF:
+        return SolveResult(None, "dp", "infeasible", INF, time.perf_counter() - start)
+    unbounded, _ = _least_sum(stage_s, INF)
+    if cutoff is not None and alpha * tau0 + beta * unbounded > cutoff * (1 + 1e-12):
+        return SolveResult(None, "dp", "cutoff", INF, time.perf_counter() - start)
+    best_tau, best = tau0, alpha * tau0 + beta * _least_sum(stage_s, tau0)[0]
+    if alpha > 0:
+        values = np.unique(stage_s[np.isfinite(stage_s)])
+        window = values[(values > tau0) & (values <= tau0 + (best - alpha * tau0 - beta * unbounded) / alpha)]
+    else:  # one micro-batch, no interleaving: only Σ T_i counts
+        window = np.array([np.max(stage_s[np.isfinite(stage_s)])])
+    if len(window) > MAX_SCAN:
+        return None
+    for tau in window:
+        if alpha * tau + beta * unbounded >= best:
+            break
+        value = alpha * tau + beta * _least_sum(stage_s, tau)[0]
+        if value < best:
+            best_tau, best = tau, value
+    cuts = _least_sum(stage_s, best_tau, track=True)[1]
+    counts = [mixes[i](cuts[i], cuts[i + 1]) for i in range(table.pp)]
+    split = Split(counts=counts, stage_groups=[g] * table.pp,
+                  objective=table.objective([stage_time(table, counts[i], i, g) for i in range(table.pp)]))
+    elapsed = time.perf_counter() - start
+    if cutoff is not None and split.objective > cutoff:
+        return SolveResult(None, "dp", "cutoff", INF, elapsed)
+    return SolveResult(split, "dp", "optimal", 0.0, elapsed)
+
+
+# ---- the recursion over stages -----------------------------------------------------------------------
+
+def _bottleneck(stage_s: np.ndarray) -> float:
+    """min over cuts of max_i T*_i: the least feasible longest stage (∞ when nothing fits)."""
+    best = np.full(stage_s.shape[1], INF)
+    best[0] = 0.0
+    for times in stage_s:
+        best = np.maximum(best[:, None], times).min(axis=0)
+    return float(best[-1])
+
+
+def _least_sum(stage_s: np.ndarray, tau: float, track: bool = False) -> tuple[float, list[int]]:
+    """D(τ) and, with `track`, its cuts s_0 … s_p."""
+    total = np.full(stage_s.shape[1], INF)
+    total[0] = 0.0
+    back = []
+    for times in stage_s:
+        candidates = total[:, None] + np.where(times <= tau, times, INF)
+        if track:
+            back.append(candidates.argmin(axis=0))
+        total = candidates.min(axis=0)
+    cuts = []
+    if track:
+        at = stage_s.shape[1] - 1
+        cuts = [at]
+        for choice in reversed(back):
+            at = int(choice[at])
+            cuts.append(at)
+        cuts.reverse()
+    return float(total[-1]), cuts
+
+
+# ---- T*_i(s, e) ----------------------------------------------------------------------------------------
+
+def range_times(table: CostTable, g: int) -> tuple[np.ndarray, list]:
+    """T*_i(s, e) for every stage and allowed range (∞ elsewhere), and a function giving the mix
+    counts[q][k] of stage i over (s, e)."""
+    p, total = table.pp, table.total_layers
+    least = [total // p if table.equal_layers else max(1, table.stage_min_layers(i)) for i in range(p)]
+    starts, ends = np.meshgrid(np.arange(total + 1), np.arange(total + 1), indexing="ij")
+    allowed = np.zeros((p, total + 1, total + 1), dtype=bool)
+    for i in range(p):
+        lo, hi = sum(least[:i]), total - sum(least[i + 1:])
+        ok = (starts >= lo) & (ends <= hi) & (ends - starts >= least[i])
+        if table.equal_layers:
+            ok &= (ends - starts == total // p) & (starts == i * (total // p))
+        allowed[i] = ok
+    fixed_s = np.array([table.fixed_time_s[i, g] for i in range(p)])
+    if len(table.kinds) == 1:
+        times, mix = _kind_table(table, g, 0, _stage_caps(table, g))
+        stage_s = np.where(allowed, times[:, np.clip(ends - starts, 0, total)], INF) + fixed_s[:, None, None]
+        return stage_s, [lambda s, e, i=i: [mix[i, e - s].tolist()] for i in range(p)]
+    return _two_kinds(table, g, allowed, starts, ends, fixed_s)
+
+
+def _masks(k: int) -> list[tuple[int, ...]]:
+    """Every non-empty set of options a stage may hold."""
+    return [c for r in range(1, k + 1) for c in itertools.combinations(range(k), r)]
+
+
+def _stage_caps(table: CostTable, g: int) -> np.ndarray:
+    """(p, masks): bytes left for the layers of stage i holding options S — the budget less the fixed
+    bytes and the working set W_S (the largest of S's and the stage's loss's)."""
+    caps = []
+    for i in range(table.pp):
+        loss = table.stage_transient_bytes.get(i, 0.0)
+        left = table.budget_bytes[g] - table.fixed_memory_bytes[i, g]
+        caps.append([left - max([loss] + [table.option_transient(k) for k in mask]) for mask in _masks(len(table.options))])
+    return np.array(caps)
+
+
+def _per_layer(table: CostTable, g: int, q: int) -> tuple[np.ndarray, np.ndarray]:
+    """Kind q's seconds per option (K,) and bytes per option on each stage (p, K): state plus the
+    stage's in-flight micro-batches of activations."""
+    K = len(table.options)
+    t = np.array([table.layer_time_s[q, k, g] for k in range(K)])
+    m = np.array([[table.layer_state_bytes[q] + table.in_flight[i] * table.layer_activation_bytes[q, k]
+                   for k in range(K)] for i in range(table.pp)])
+    return t, m
+
+
+def _kind_table(table: CostTable, g: int, q: int, caps: np.ndarray, rows: np.ndarray | None = None,
+                only: tuple[int, ...] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The fastest mix of n layers of kind q within each row's bytes: (rows, n) seconds (∞ where none
+    fits) and (rows, n, K) counts. Rows are stages (caps (p, masks)) or, with `rows` giving each row's
+    stage, a batch with its own caps; `only`: the one option set to use (the mixes over a set include
+    those over its subsets)."""
+    t, m = _per_layer(table, g, q)
+    m = m if rows is None else m[rows]
+    K, R, full = len(table.options), caps.shape[0], table.layers_per_kind[q]
+    tol = 1e-12 * max(abs(b) for b in table.budget_bytes)
+    best = np.full((R, full + 1), INF)
+    mix = np.zeros((R, full + 1, K), dtype=np.int64)
+    nmax = _most_layers(caps, m, full)  # more than this fits on no row: left at ∞
+    n = np.arange(nmax + 1)[None, :]
+    for j, mask in enumerate(_masks(K)):
+        if only is not None and mask != only:
+            continue
+        cap = caps[:, j][:, None]
+        if len(mask) == 1:
+            (a,) = mask
+            secs = np.where(n * m[:, a:a + 1] <= cap + tol, n * t[a], INF)
+            counts = np.zeros((R, nmax + 1, K), dtype=np.int64)
+            counts[:, :, a] = n
+        else:
+            secs, counts = _enumerated(n, cap, t, m, mask, K, tol)
+        better = secs < best[:, :nmax + 1]
+        best[:, :nmax + 1] = np.where(better, secs, best[:, :nmax + 1])
+        mix[:, :nmax + 1] = np.where(better[:, :, None], counts, mix[:, :nmax + 1])
+    return best, mix
+
+
+def _most_layers(caps: np.ndarray, m: np.ndarray, full: int) -> int:
+    """The most layers any row could hold: its largest cap over its lightest option's bytes."""
+    lightest = m.min(axis=1)
+    room = np.max(np.where(lightest > 0, caps.max(axis=1) / np.where(lightest > 0, lightest, 1.0), full))
+    return int(min(full, max(0, np.floor(room + 1e-9)))) if np.isfinite(room) else full
+
+
+def _enumerated(n, cap, t, m, mask, K, tol):
+    """Masks of two options: the split between them in closed form; of three: the first option's
+    count x enumerated (a third axis), the other two in closed form over the rest."""
+    R, N = cap.shape[0], n.shape[1]
+    if len(mask) == 2:
+        x_count, (b, c) = np.zeros((1, 1, 1)), mask
+        rest = n[:, :, None] + 0 * x_count
+        cap3 = cap[:, :, None]
+        base_s = 0.0
+    else:
+        a, b, c = mask
+        x_count = np.arange(N)[None, None, :]
+        rest = n[:, :, None] - x_count
+        cap3 = cap[:, :, None] - x_count * m[:, a][:, None, None]
+        base_s = x_count * t[a]
+    secs, on_c, ok = _pair(rest, cap3, t[b], t[c], m[:, b][:, None, None], m[:, c][:, None, None], tol)
+    ok &= rest >= 0
+    secs = np.where(ok, secs + base_s, INF)
+    pick = secs.argmin(axis=2)
+    best = np.take_along_axis(secs, pick[:, :, None], 2)[:, :, 0]
+    counts = np.zeros((R, N, K), dtype=np.int64)
+    rest_b = np.broadcast_to(rest, secs.shape)
+    on_c_b = np.broadcast_to(on_c, secs.shape)
+    chosen_rest = np.take_along_axis(rest_b, pick[:, :, None], 2)[:, :, 0]
+    chosen_c = np.take_along_axis(on_c_b, pick[:, :, None], 2)[:, :, 0]
+    counts[:, :, c] = chosen_c
+    counts[:, :, b] = chosen_rest - chosen_c
+    if len(mask) == 3:
+        counts[:, :, mask[0]] = np.broadcast_to(n, (R, N)) - chosen_rest
+    return best, counts
+
+
+def _pair(rest, cap, tb, tc, mb, mc, tol):
+    """`rest` layers between options b and c within `cap` bytes: (seconds, layers on c, feasible).
+    The lighter option's count has a least feasible value; time is linear in it, so the optimum is
+    that value, or all of the rest when the lighter option is also the faster."""
+    heavy_b = mb >= mc
+    mh, ml = np.where(heavy_b, mb, mc), np.where(heavy_b, mc, mb)
+    th, tl = np.where(heavy_b, tb, tc), np.where(heavy_b, tc, tb)
+    span = mh - ml
+    with np.errstate(divide="ignore", invalid="ignore"):
+        need = np.where(span > 0, np.ceil((rest * mh - cap) / np.where(span > 0, span, 1.0) - 1e-9),
+                        np.where(rest * mh <= cap + tol, 0.0, INF))
+    need = np.maximum(need, 0.0)
+    finite = np.isfinite(need)
+    need = np.where(finite, need, 0.0)
+    over = (rest - need) * mh + need * ml > cap + tol  # the ceiling's rounding, either way
+    need = np.where(over, need + 1, need)
+    under = (need >= 1) & ((rest - need + 1) * mh + (need - 1) * ml <= cap + tol)
+    need = np.where(under, need - 1, need)
+    light = np.where(tl < th, np.maximum(rest, 0), need)
+    ok = finite & (need <= rest)
+    light = np.where(ok, light, 0.0)
+    secs = (rest - light) * th + light * tl
+    ok &= (rest - light) * mh + light * ml <= cap + tol
+    on_c = np.where(heavy_b, light, rest - light)
+    return secs, on_c.astype(np.int64), ok
+
+
+def _two_kinds(table, g, allowed, starts, ends, fixed_s):
+    """Two kinds: ranges within one kind from that kind's table; ranges across the boundary (possible
+    only on the first stages) combine every mix of the first kind's layers with the second's table
+    under the bytes the first leaves."""
+    p, total = table.pp, table.total_layers
+    boundary = table.layers_per_kind[0]
+    caps = _stage_caps(table, g)
+    first_s, first_mix = _kind_table(table, g, 0, caps)
+    second_s, second_mix = _kind_table(table, g, 1, caps)
+    n1 = np.clip(np.minimum(ends, boundary) - starts, 0, None)
+    n2 = np.clip(ends - np.maximum(starts, boundary), 0, None)
+    both = np.full((p, boundary + 1, total - boundary + 1), INF)
+    both_mix: dict = {}
+    both[:, :, 0] = first_s
+    both[:, 0, :] = second_s
+    for i in range(p):
+        if not (allowed[i] & (n1 > 0) & (n2 > 0)).any():
+            continue
+        _straddle(table, g, i, caps[i], both[i], both_mix)
+    stage_s = np.where(allowed, both[np.arange(p)[:, None, None], n1[None], n2[None]], INF) + fixed_s[:, None, None]
+
+    def mix_of(i):
+        def at(s, e):
+            a, b = int(n1[s, e]), int(n2[s, e])
+            if a and b:
+                return both_mix[i, a, b]
+            return [first_mix[i, a].tolist(), [0] * len(table.options)] if a else \
+                [[0] * len(table.options), second_mix[i, b].tolist()]
+        return at
+    return stage_s, [mix_of(i) for i in range(p)]
+
+
+def _straddle(table, g, i, caps_i, both_i, both_mix):
+    """Stage i over n1 > 0 layers of the first kind and n2 > 0 of the second: for each option set and
+    each mix of the first kind within it, the second kind's fastest mix in the bytes left."""
+    K, boundary = len(table.options), table.layers_per_kind[0]
+    t1, m1 = _per_layer(table, g, 0)
+    for j, mask in enumerate(_masks(K)):
+        rows, caps, base, firsts = [], [], [], []
+        for n1 in range(1, boundary + 1):
+            for split in itertools.product(range(n1 + 1), repeat=len(mask)):
+                if sum(split) != n1:
+                    continue
+                counts = [0] * K
+                for k, c in zip(mask, split):
+                    counts[k] = c
+                rows.append(i)
+                caps.append(caps_i[j] - float(np.dot(counts, m1[i])))
+                base.append(float(np.dot(counts, t1)))
+                firsts.append((n1, counts))
+        sub_caps = np.full((len(rows), len(_masks(K))), -INF)
+        sub_caps[:, j] = caps  # W_S already paid
+        secs, mix2 = _kind_table(table, g, 1, sub_caps, rows=np.array(rows), only=mask)
+        for r, (n1, counts) in enumerate(firsts):
+            total_s = secs[r] + base[r]
+            for n2 in range(1, secs.shape[1]):
+                if total_s[n2] < both_i[n1, n2]:
+                    both_i[n1, n2] = total_s[n2]
+                    both_mix[i, n1, n2] = [counts, mix2[r, n2].tolist()]
