@@ -168,7 +168,8 @@ def test_a_time_limited_incumbent_above_the_cutoff_proves_nothing(monkeypatch):
         self.sol_status = pulp.LpSolutionIntegerFeasible
         return status
 
-    monkeypatch.setattr(ilp, "_solver", lambda time_limit_s, cutoff, prefer="highs": real_solver(time_limit_s, None, prefer))
+    monkeypatch.setattr(ilp, "_solver", lambda time_limit_s, cutoff, prefer="highs", started=False:
+                        real_solver(time_limit_s, None, prefer, started))
     monkeypatch.setattr(pulp.LpProblem, "solve", stopped)
     below = ilp.solve(table, cutoff=exact.split.objective * 0.99)
     assert below.status == "time_limit" and below.split is None

@@ -20,7 +20,7 @@ def test_a_complete_search_is_proven_optimal(gplan, tmp_path):
     r = gplan("search", "llama3-70b", "--cluster", "dgx-h100", "--devices", "64", "--out", str(out))
     said = " ".join(r.stderr.split())
     assert r.code == 0 and "proven optimal under the model" in said
-    assert "by dynamic programming" in said  # one node group: the exact split needs no ILP
+    assert "settled by the exact bound" in said and "by the ILP (HiGHS)" in said  # one node group
     record = json.loads(out.read_text())["search"]
     assert record["proven_optimal"] is True
     assert set(record["ilp_outcomes"]) <= {"optimal", "cutoff", "infeasible"}

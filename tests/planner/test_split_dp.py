@@ -81,3 +81,48 @@ def test_a_cutoff_is_answered_as_the_ilp_answers_it(seed):
 def test_several_node_groups_are_left_to_the_ilp():
     table = random_table(random.Random(3), [4], 2, groups=2)
     assert split_dp.solve(table) is None
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_ilp_started_from_the_program_proves_the_same_optimum(seed):
+    """How the search uses the program: the ILP, given its split and its objective as a lower bound,
+    returns an optimal split of that objective, within memory."""
+    rng = random.Random(2100 + seed)
+    layers = [rng.randint(1, 3), rng.randint(10, 40)] if seed % 2 else [rng.randint(10, 40)]
+    table = random_table(rng, layers, rng.choice([2, 4, 8]))
+    bound = split_dp.solve(table)
+    if bound.split is None:
+        return
+    solved = ilp.solve(table, time_limit_s=60, incumbent=bound.split, least=bound.split.objective)
+    assert solved.status == "optimal" and solved.solver == "highs"
+    assert solved.split.objective == pytest.approx(bound.split.objective, rel=1e-6)
+    assert all(stage_memory(table, c, i, 0) <= table.budget_bytes[0] * (1 + 1e-9) for i, c in enumerate(solved.split.counts))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_looser_lower_bound_leaves_the_ilps_optimum_alone(seed):
+    """The inequality is valid below the optimum: the ILP, started from a worse split and bounded below
+    at 90% of the optimum, still returns the optimum."""
+    rng = random.Random(2500 + seed)
+    table = random_table(rng, [rng.randint(8, 16)], 4)
+    exact = split_dp.solve(table).split
+    if exact is None:
+        return
+    from gplan.planner.table import Split
+
+    slow = Split(counts=[[[0, 0, sum(c[0])]] for c in exact.counts], stage_groups=exact.stage_groups,
+                 objective=0.0)  # every layer fully recomputed: slower (and perhaps not even fitting)
+    solved = ilp.solve(table, time_limit_s=30, incumbent=slow, least=exact.objective * 0.9)
+    assert solved.status == "optimal" and solved.split.objective == pytest.approx(exact.objective, rel=1e-6)
+
+
+def test_the_search_settles_most_splits_by_the_bound_and_proves_the_rest_by_the_ilp():
+    from gplan.planner.inputs import resolve_inputs
+    from gplan.planner.search import search
+    from gplan.planner.space import SearchLimits
+
+    inputs = resolve_inputs("llama3-70b", 64, "dgx-h100")
+    result = search(inputs.model, inputs.training, inputs.cluster, 64, SearchLimits())
+    assert result.proven_optimal and result.best.solver.name in ("highs", "uniform")
+    assert result.solvers.get("dp", 0) > 0 and result.solvers.get("highs", 0) > 0
+    assert set(result.statuses) <= {"optimal", "cutoff", "infeasible"}

@@ -80,10 +80,24 @@ def _quiet_stdout():
         os.close(devnull)
 
 
-def _solver(time_limit_s: float, cutoff: float | None, prefer: str = "highs"):
+class _StartedHiGHS(pulp.HiGHS):
+    """HiGHS given the variables' initial values as its first incumbent (PuLP's in-process HiGHS has
+    no warm start of its own)."""
+
+    def callSolver(self, lp):
+        import highspy
+
+        start = highspy.HighsSolution()
+        start.col_value = [v.varValue if v.varValue is not None else 0.0 for v in lp.variables()]
+        start.value_valid = True
+        lp.solverModel.setSolution(start)
+        lp.solverModel.run()
+
+
+def _solver(time_limit_s: float, cutoff: float | None, prefer: str = "highs", started: bool = False):
     # objective_bound lets HiGHS prune every node that cannot beat the search's incumbent.
     options = {"objective_bound": cutoff} if cutoff is not None and cutoff < float("inf") else {}
-    highs = pulp.HiGHS(msg=False, timeLimit=time_limit_s, **options)
+    highs = (_StartedHiGHS if started else pulp.HiGHS)(msg=False, timeLimit=time_limit_s, **options)
     if prefer == "highs" and highs.available():
         return "highs", highs
     with warnings.catch_warnings():  # PuLP 3 deprecates the bundled CBC's class name, not the solver
@@ -92,10 +106,12 @@ def _solver(time_limit_s: float, cutoff: float | None, prefer: str = "highs"):
 
 
 def solve(table: CostTable, time_limit_s: float = 10.0, cutoff: float | None = None,
-          solver: str = "highs") -> SolveResult:
+          solver: str = "highs", incumbent: Split | None = None, least: float | None = None) -> SolveResult:
     """Build and solve the ILP of the module docstring. With `cutoff`, only splits whose objective is
     at most the cutoff are of interest: HiGHS prunes with it, and when the best split found lies above
-    it (or none is found), the result is status `cutoff` without a split."""
+    it (or none is found), the result is status `cutoff` without a split. `incumbent`: a split HiGHS
+    starts from; `least`: a proven lower bound on the objective (planner.split_dp's), added as
+    the valid inequality objective ≥ least — with a start that meets it, the root closes the gap."""
     start = time.perf_counter()
     p, Q, K, G = table.pp, len(table.kinds), len(table.options), table.groups
     prob = pulp.LpProblem("stage_split", pulp.LpMinimize)
@@ -106,7 +122,10 @@ def solve(table: CostTable, time_limit_s: float = 10.0, cutoff: float | None = N
          for i in range(p) for g in G}
     T = [pulp.LpVariable(f"T_{i}", 0) for i in range(p)]
     t_max = pulp.LpVariable("T_max", 0)
-    prob += pipeline_objective(t_max, pulp.lpSum(T), table.num_microbatches, table.vpp)
+    objective = pipeline_objective(t_max, pulp.lpSum(T), table.num_microbatches, table.vpp)
+    prob += objective
+    if least is not None:  # valid: no split has a smaller objective (1e-9 leaves the solver its tolerance)
+        prob += objective >= least * (1 - 1e-9)
 
     for q in range(Q):  # (1)
         prob += pulp.lpSum(n[i, q, k, g] for i in range(p) for k in range(K) for g in G) == table.layers_per_kind[q]
@@ -146,7 +165,9 @@ def solve(table: CostTable, time_limit_s: float = 10.0, cutoff: float | None = N
                 if i >= 1 and q + 1 < Q:
                     prob += held <= table.layers_per_kind[q] * (1 - z[i - 1, q + 1])
 
-    name, backend = _solver(time_limit_s, cutoff, solver)
+    if incumbent is not None:
+        _set_start(prob, table, incumbent)
+    name, backend = _solver(time_limit_s, cutoff, solver, started=incumbent is not None)
     with _quiet_stdout():
         prob.solve(backend)
     elapsed = time.perf_counter() - start
@@ -172,6 +193,30 @@ def solve(table: CostTable, time_limit_s: float = 10.0, cutoff: float | None = N
             return SolveResult(None, name, "cutoff", float("inf"), elapsed)
         return SolveResult(None, name, "time_limit", gap, elapsed)
     return SolveResult(split, name, "optimal" if optimal else "time_limit", gap, elapsed)
+
+
+def _set_start(prob: pulp.LpProblem, table: CostTable, start: Split) -> None:
+    """Every variable's value at `start`: layer counts, stage times, the kinds begun by each stage (z),
+    the options each holds (y) and its working set (W)."""
+    values: dict[str, float] = {}
+    p, Q, K = table.pp, len(table.kinds), len(table.options)
+    times = [stage_time(table, start.counts[i], i, start.stage_groups[i]) for i in range(p)]
+    for i in range(p):
+        g = start.stage_groups[i]
+        for q in range(Q):
+            for k in range(K):
+                values[f"n_{i}_{q}_{k}_{g}"] = start.counts[i][q][k]
+            values[f"z_{i}_{q}"] = float(any(sum(start.counts[j][q]) for j in range(i + 1)))
+        for gg in table.groups:
+            values[f"u_{i}_{gg}"] = float(gg == g)
+        used = [k for k in range(K) if any(start.counts[i][q][k] for q in range(Q))]
+        for k in range(K):
+            values[f"y_{i}_{k}"] = float(k in used)
+        values[f"W_{i}"] = max([table.stage_transient_bytes.get(i, 0.0)] + [table.option_transient(k) for k in used])
+        values[f"T_{i}"] = times[i]
+    values["T_max"] = max(times)
+    for v in prob.variables():
+        v.setInitialValue(values.get(v.name, 0.0))
 
 
 def _working_set(prob: pulp.LpProblem, table: CostTable, n: dict, i: int, Q: int, K: int, G: list[int]):

@@ -298,7 +298,7 @@ def search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devic
         if solved is not None:
             result.answered += 1
         else:
-            solved = split_dp.solve(s.table, cutoff) or ilp.solve(s.table, time_limit_s, cutoff=cutoff)
+            solved = _solve_split(s.table, time_limit_s, cutoff)
             if solved.status == "unsolved":  # one retry with the other solver before giving up on it
                 solved = ilp.solve(s.table, time_limit_s, cutoff=cutoff, solver="cbc")
             pool.add(s.table, solved, cutoff)
@@ -325,6 +325,19 @@ def search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devic
         raise _infeasible(model, training, cluster, devices, limits)
     result.ranked = sorted(found.values(), key=lambda c: c.prediction.step_time_s)[:top]
     return result
+
+
+def _solve_split(table: CostTable, time_limit_s: float, cutoff: float | None) -> ilp.SolveResult:
+    """The ILP, bounded first by the exact dynamic program on one node group (planner.split_dp): a table
+    whose least objective cannot beat the cut-off, or in which nothing fits, is settled by that bound;
+    otherwise the ILP starts from the program's split with its objective as a lower bound, so HiGHS
+    proves the optimum at the root instead of branching for it."""
+    bound = split_dp.solve(table, cutoff)
+    if bound is None:
+        return ilp.solve(table, time_limit_s, cutoff=cutoff)
+    if bound.split is None:  # `cutoff` or `infeasible`: the bound is the proof
+        return bound
+    return ilp.solve(table, time_limit_s, cutoff=cutoff, incumbent=bound.split, least=bound.split.objective)
 
 
 #: Candidates, first by bound, whose even splits seed the ranking.

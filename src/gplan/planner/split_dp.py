@@ -1,5 +1,10 @@
-"""The stage split on one node group, exactly, by dynamic programming: the ILP's problem
-(planner/ilp.py, same notation) with structure a MIP solver does not see.
+"""A bound and a start for the stage-split ILP on one node group: the ILP's problem (planner/ilp.py,
+same notation) solved exactly by dynamic programming, with structure a MIP solver does not see.
+
+The ILP stays the solver. The search uses this program's optimum as a lower bound — a table whose
+least objective cannot beat the best plan (or where nothing fits) needs no ILP — and hands the rest to
+the ILP with the program's split as its first incumbent and its objective as a valid inequality, so
+HiGHS closes the gap at the root (deep pipelines took it seconds to minutes of branching before).
 
 With one node group a stage holds a contiguous range [s, e) of the layer sequence (the ILP's (1) and
 (6): kinds in execution order, layers of a kind interchangeable), and the recompute mix it runs inside
@@ -27,7 +32,7 @@ mix found under S really fits (its options' working sets are at most W_S), and t
 under its own S: the minimum over S is the exact one.
 
 It covers one node group and at most two layer kinds (the smaller enumerated); `solve` returns None
-otherwise and the search asks the ILP. Tested against the ILP and brute force on random instances
+otherwise and the ILP runs unaided. Tested against the ILP and brute force on random instances
 (tests/planner/test_split_dp.py).
 """
 
