@@ -26,19 +26,21 @@ def test_a_complete_search_is_proven_optimal(gplan, tmp_path):
     assert set(record["ilp_outcomes"]) <= {"optimal", "cutoff", "infeasible"}
 
 
-TWO_GROUPS = """name: two-groups
+THREE_GROUPS = """name: three-groups
 node_groups:
   - {hardware: a100-80g, nodes: 1, devices_per_node: 8, intra_node: {bandwidth_GBps: 300}, inter_node: {bandwidth_GBps: 25}}
   - {hardware: v100-32g, nodes: 1, devices_per_node: 8, intra_node: {bandwidth_GBps: 150}, inter_node: {bandwidth_GBps: 12.5}}
+  - {hardware: a100-40g, nodes: 1, devices_per_node: 8, intra_node: {bandwidth_GBps: 300}, inter_node: {bandwidth_GBps: 25}}
 """
 
 
 def test_a_search_cut_by_its_time_limit_says_best_found(gplan, tmp_path):
-    """The ILP's time limit (it places stages on node groups, so the search runs it on two groups)."""
-    out, cluster = tmp_path / "plan.json", tmp_path / "two-groups.yaml"
-    cluster.write_text(TWO_GROUPS)
-    r = gplan("search", "llama3-8b", "--cluster", str(cluster), "--devices", "16", "--time-limit", "0.0001",
-              "--pp", "2", "--mbs", "1", "--out", str(out))
+    """The ILP's time limit, where it runs unaided: on three node groups (one or two are bounded and
+    started by planner.split_dp, whose bound closes the gap without waiting for HiGHS)."""
+    out, cluster = tmp_path / "plan.json", tmp_path / "three-groups.yaml"
+    cluster.write_text(THREE_GROUPS)
+    r = gplan("search", "llama3-8b", "--cluster", str(cluster), "--devices", "24", "--time-limit", "0.0001",
+              "--pp", "3", "--mbs", "1", "--out", str(out))
     said = " ".join(r.stderr.split())  # the console wraps long lines
     assert r.code == 0 and "best found, not proven optimal" in said and "raise --time-limit" in said
     record = json.loads(out.read_text())["search"]

@@ -24,7 +24,7 @@ def check(table: CostTable) -> None:
     assert solved.status == "optimal" and solved.solver == "dp"
     assert solved.split.objective == pytest.approx(exact.objective, rel=1e-9)
     for i, counts in enumerate(solved.split.counts):
-        assert stage_memory(table, counts, i, 0) <= table.budget_bytes[0]
+        assert stage_memory(table, counts, i, solved.split.stage_groups[i]) <= table.budget_bytes[solved.split.stage_groups[i]]
         held = sum(map(sum, counts))
         assert held == table.total_layers // table.pp if table.equal_layers else held >= table.stage_min_layers(i)
     assert [sum(sum(c[q]) for c in solved.split.counts) for q in range(len(table.kinds))] == table.layers_per_kind
@@ -78,8 +78,27 @@ def test_a_cutoff_is_answered_as_the_ilp_answers_it(seed):
     assert at.status == "optimal" and at.split.objective == pytest.approx(exact.objective)
 
 
-def test_several_node_groups_are_left_to_the_ilp():
-    table = random_table(random.Random(3), [4], 2, groups=2)
+@pytest.mark.parametrize("seed", range(24))
+def test_two_node_groups_match_brute_force(seed):
+    """Which group runs each stage, each group hosting at most its capacity of stages (the ILP's (5))."""
+    rng = random.Random(3100 + seed)
+    layers = [rng.randint(1, 2), rng.randint(1, 3)] if seed % 3 == 0 else [rng.randint(2, 6)]
+    table = random_table(rng, layers, rng.randint(1, 3), groups=2)
+    exact = brute_force(table)
+    solved = split_dp.solve(table)
+    if exact is None:
+        assert solved.split is None and solved.status == "infeasible"
+        return
+    assert solved.status == "optimal" and solved.split.objective == pytest.approx(exact.objective, rel=1e-9)
+    for g, capacity in zip(table.groups, table.group_stage_capacity):
+        assert solved.split.stage_groups.count(g) <= capacity
+    for i, counts in enumerate(solved.split.counts):
+        g = solved.split.stage_groups[i]
+        assert stage_memory(table, counts, i, g) <= table.budget_bytes[g]
+
+
+def test_three_node_groups_are_left_to_the_ilp():
+    table = random_table(random.Random(3), [4], 2, groups=3)
     assert split_dp.solve(table) is None
 
 

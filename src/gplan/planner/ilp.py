@@ -181,12 +181,16 @@ def solve(table: CostTable, time_limit_s: float = 10.0, cutoff: float | None = N
         return SolveResult(None, name, status, float("inf"), elapsed)
     optimal = prob.sol_status == pulp.LpSolutionOptimal
     gap = _gap(prob, name) if not optimal else 0.0
+    gap = gap if gap == gap and gap != float("inf") else 1.0  # no dual bound yet: nothing proven
     counts = [[[sum(round(pulp.value(n[i, q, k, g])) for g in G) for k in range(K)] for q in range(Q)]
               for i in range(p)]
     groups = [next(g for g in G if not multi_group or pulp.value(u[i, g]) > 0.5) for i in range(p)]
     # Price the integer solution exactly; the solver's T_i carry its feasibility tolerance.
     stage_times = [stage_time(table, counts[i], i, groups[i]) for i in range(p)]
     split = Split(counts=counts, stage_groups=groups, objective=table.objective(stage_times))
+    if not optimal and least is not None:  # the given lower bound may close what HiGHS left open
+        gap = min(gap, max(0.0, (split.objective - least) / split.objective))
+        optimal = gap <= 1e-9
     if cutoff is not None and split.objective > cutoff:
         # proven above the cut-off only when optimal; a time-limited incumbent above it proves nothing
         if optimal:

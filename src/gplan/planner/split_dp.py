@@ -1,4 +1,4 @@
-"""A bound and a start for the stage-split ILP on one node group: the ILP's problem (planner/ilp.py,
+"""A bound and a start for the stage-split ILP on one or two node groups: the ILP's problem (planner/ilp.py,
 same notation) solved exactly by dynamic programming, with structure a MIP solver does not see.
 
 The ILP stays the solver. The search uses this program's optimum as a lower bound — a table whose
@@ -31,8 +31,9 @@ form — memory and time are linear in them, so the optimum sits at an end of th
 mix found under S really fits (its options' working sets are at most W_S), and the optimal mix is found
 under its own S: the minimum over S is the exact one.
 
-It covers one node group and at most two layer kinds (the smaller enumerated); `solve` returns None
-otherwise and the ILP runs unaided. Tested against the ILP and brute force on random instances
+It covers one or two node groups (with two, the recursion also counts the stages on the first group,
+each group hosting at most its capacity: the ILP's (5)) and at most two layer kinds (the smaller
+enumerated); `solve` returns None otherwise and the ILP runs unaided. Tested against the ILP and brute force on random instances
 (tests/planner/test_split_dp.py).
 """
 
@@ -55,37 +56,40 @@ INF = float("inf")
 
 def solve(table: CostTable, cutoff: float | None = None) -> SolveResult | None:
     """The optimal split of `table` (status `optimal`), `infeasible`, or `cutoff` when its objective is
-    above `cutoff` — as `ilp.solve` reports them; None where this solver does not apply."""
-    if len(table.groups) != 1 or len(table.kinds) > 2 or (len(table.kinds) == 2 and min(table.layers_per_kind) > SMALL_KIND):
+    above `cutoff` — as `ilp.solve` reports them; None where this program does not apply."""
+    if len(table.groups) > 2 or len(table.kinds) > 2 or (len(table.kinds) == 2 and min(table.layers_per_kind) > SMALL_KIND):
         return None
     start = time.perf_counter()
-    g = table.groups[0]
-    stage_s, mixes = range_times(table, g)
+    per_group = [range_times(table, g) for g in table.groups]
+    stage_s = np.stack([times for times, _ in per_group])  # (G, p, L + 1, L + 1)
+    recursion = _Recursion(stage_s, table.group_stage_capacity if len(table.groups) > 1 else None)
     alpha, beta = table.num_microbatches - 1 / table.vpp, 1 / table.vpp
-    tau0 = _bottleneck(stage_s)
+    tau0 = recursion.bottleneck()
     if tau0 == INF:
         return SolveResult(None, "dp", "infeasible", INF, time.perf_counter() - start)
-    unbounded, _ = _least_sum(stage_s, INF)
+    unbounded = recursion.least_sum(INF)[0]
     if cutoff is not None and alpha * tau0 + beta * unbounded > cutoff * (1 + 1e-12):
         return SolveResult(None, "dp", "cutoff", INF, time.perf_counter() - start)
-    best_tau, best = tau0, alpha * tau0 + beta * _least_sum(stage_s, tau0)[0]
+    best_tau, best = tau0, alpha * tau0 + beta * recursion.least_sum(tau0)[0]
+    finite = stage_s[np.isfinite(stage_s)]
     if alpha > 0:
-        values = np.unique(stage_s[np.isfinite(stage_s)])
+        values = np.unique(finite)
         window = values[(values > tau0) & (values <= tau0 + (best - alpha * tau0 - beta * unbounded) / alpha)]
     else:  # one micro-batch, no interleaving: only Σ T_i counts
-        window = np.array([np.max(stage_s[np.isfinite(stage_s)])])
+        window = np.array([finite.max()])
     if len(window) > MAX_SCAN:
         return None
     for tau in window:
         if alpha * tau + beta * unbounded >= best:
             break
-        value = alpha * tau + beta * _least_sum(stage_s, tau)[0]
+        value = alpha * tau + beta * recursion.least_sum(tau)[0]
         if value < best:
             best_tau, best = tau, value
-    cuts = _least_sum(stage_s, best_tau, track=True)[1]
-    counts = [mixes[i](cuts[i], cuts[i + 1]) for i in range(table.pp)]
-    split = Split(counts=counts, stage_groups=[g] * table.pp,
-                  objective=table.objective([stage_time(table, counts[i], i, g) for i in range(table.pp)]))
+    stages = recursion.least_sum(best_tau, track=True)[1]  # (group index, start, end) per stage
+    groups = [table.groups[j] for j, _, _ in stages]
+    counts = [per_group[j][1][i](a, b) for i, (j, a, b) in enumerate(stages)]
+    split = Split(counts=counts, stage_groups=groups,
+                  objective=table.objective([stage_time(table, counts[i], i, groups[i]) for i in range(table.pp)]))
     elapsed = time.perf_counter() - start
     if cutoff is not None and split.objective > cutoff:
         return SolveResult(None, "dp", "cutoff", INF, elapsed)
@@ -94,34 +98,74 @@ def solve(table: CostTable, cutoff: float | None = None) -> SolveResult | None:
 
 # ---- the recursion over stages -----------------------------------------------------------------------
 
-def _bottleneck(stage_s: np.ndarray) -> float:
-    """min over cuts of max_i T*_i: the least feasible longest stage (∞ when nothing fits)."""
-    best = np.full(stage_s.shape[1], INF)
-    best[0] = 0.0
-    for times in stage_s:
-        best = np.maximum(best[:, None], times).min(axis=0)
-    return float(best[-1])
+class _Recursion:
+    """The min-max and min-sum recursions over cut points. With two node groups the state also counts
+    the stages placed on the first group, which may host at most `capacity[0]` of them (the second
+    `capacity[1]`): the ILP's (5)."""
 
+    def __init__(self, stage_s: np.ndarray, capacity: list[int] | None):
+        self.stage_s, self.capacity = stage_s, capacity
+        self.groups, self.p, self.n = stage_s.shape[0], stage_s.shape[1], stage_s.shape[2]
 
-def _least_sum(stage_s: np.ndarray, tau: float, track: bool = False) -> tuple[float, list[int]]:
-    """D(τ) and, with `track`, its cuts s_0 … s_p."""
-    total = np.full(stage_s.shape[1], INF)
-    total[0] = 0.0
-    back = []
-    for times in stage_s:
-        candidates = total[:, None] + np.where(times <= tau, times, INF)
+    def _start(self) -> np.ndarray:
+        first = np.full((self.n, self.p + 1), INF)  # (end of the stages so far, stages on group 0)
+        first[0, 0] = 0.0
+        return first
+
+    def _admissible(self, i: int) -> np.ndarray:
+        """Counts of group-0 stages possible after stage i."""
+        on_first = np.arange(self.p + 1)
+        if self.capacity is None:
+            return on_first == 0
+        return (on_first <= min(i + 1, self.capacity[0])) & (i + 1 - on_first <= self.capacity[1])
+
+    def _step(self, state: np.ndarray, i: int, combine, tau: float = INF, track: bool = False):
+        """One stage: each group's best predecessor (start s) for every (end, count)."""
+        best, came_from, on_group = np.full_like(state, INF), None, None
         if track:
-            back.append(candidates.argmin(axis=0))
-        total = candidates.min(axis=0)
-    cuts = []
-    if track:
-        at = stage_s.shape[1] - 1
-        cuts = [at]
-        for choice in reversed(back):
-            at = int(choice[at])
-            cuts.append(at)
-        cuts.reverse()
-    return float(total[-1]), cuts
+            came_from = np.zeros(state.shape, dtype=np.int64)
+            on_group = np.zeros(state.shape, dtype=np.int64)
+        for j in range(self.groups):
+            times = self.stage_s[j, i]
+            times = np.where(times <= tau, times, INF)
+            shift = 1 if (j == 0 and self.capacity is not None) else 0
+            before = state[:, :self.p + 1 - shift]
+            candidates = combine(before[:, None, :], times[:, :, None])  # (start, end, count before)
+            value = candidates.min(axis=0)
+            target = best[:, shift:]
+            better = value < target
+            best[:, shift:] = np.where(better, value, target)
+            if track:
+                came_from[:, shift:] = np.where(better, candidates.argmin(axis=0), came_from[:, shift:])
+                on_group[:, shift:] = np.where(better, j, on_group[:, shift:])
+        best[:, ~self._admissible(i)] = INF
+        return best, came_from, on_group
+
+    def bottleneck(self) -> float:
+        """min over splits of max_i T*_i: the least feasible longest stage (∞ when nothing fits)."""
+        state = self._start()
+        for i in range(self.p):
+            state = self._step(state, i, np.maximum)[0]
+        return float(state[-1].min())
+
+    def least_sum(self, tau: float, track: bool = False) -> tuple[float, list[tuple[int, int, int]]]:
+        """D(τ) and, with `track`, each stage's (group index, start, end)."""
+        state, trail = self._start(), []
+        for i in range(self.p):
+            state, came_from, on_group = self._step(state, i, np.add, tau, track)
+            trail.append((came_from, on_group))
+        total = float(state[-1].min())
+        stages: list[tuple[int, int, int]] = []
+        if track and total < INF:
+            end, count = self.n - 1, int(state[-1].argmin())
+            for came_from, on_group in reversed(trail):
+                j, begin = int(on_group[end, count]), int(came_from[end, count])
+                stages.append((j, begin, end))
+                if j == 0 and self.capacity is not None:
+                    count -= 1
+                end = begin
+            stages.reverse()
+        return total, stages
 
 
 # ---- T*_i(s, e) ----------------------------------------------------------------------------------------
