@@ -8,6 +8,7 @@ recompute, on Llama and GPT."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -618,12 +619,91 @@ def test_megatron_carries_the_fp8_recipe_and_the_torch_backend_refuses_it(precis
     assert r.code == 3 and "(precision)" in r.stderr and "not " + precision in r.stderr
 
 
-def test_slurm_and_kubernetes_refuse_a_plan_whose_stages_need_different_hardware(gplan, tmp_path):
-    cluster = mixed_cluster_file(tmp_path / "mixed.yaml", nodes=1)
-    plan = tmp_path / "p.json"
-    assert gplan("search", "llama2-7b", "--cluster", str(cluster), "--gbs", "64", "--precision", "fp16", "--pp", "2",
-                 "--out", str(plan)).code == 0
-    for target in ("slurm", "k8s"):
-        r = gplan("export", str(plan), "--to", target, "-o", str(tmp_path / target), "--image", "reg/g:1")
-        assert r.code == 3 and "different hardware" in r.stderr and "--node-rank" in r.stderr
-        assert not (tmp_path / target).exists()
+def hetero_plan(gplan, tmp_path) -> tuple[Path, Plan]:
+    """A plan on two A100 and two V100 nodes whose pipeline stages alternate between the groups."""
+    from gplan.plan import read_plan
+
+    cluster = mixed_cluster_file(tmp_path / "mixed.yaml", nodes=2)
+    path = tmp_path / "p.json"
+    assert gplan("search", "llama2-7b", "--cluster", str(cluster), "--gbs", "64", "--precision", "fp16", "--pp", "4",
+                 "--tp", "8", "--out", str(path)).code == 0
+    plan = read_plan(path)
+    assert len({s.node_group for s in plan.stages}) == 2
+    return path, plan
+
+
+def run_with(script: str, env: dict[str, str]) -> str:
+    """Run a node's launch line with torchrun replaced by echo: what that node would start."""
+    done = subprocess.run(["bash", "-c", script.replace("exec torchrun", "echo torchrun").replace("; torchrun", "; echo torchrun")],
+                          capture_output=True, text=True, env={"PATH": os.environ["PATH"], **env}, check=True)
+    return done.stdout
+
+
+def test_a_heterogeneous_slurm_job_puts_every_node_rank_on_its_groups_hardware(gplan, tmp_path):
+    from gplan.backends.launch import node_groups_of
+
+    path, plan = hetero_plan(gplan, tmp_path)
+    assert gplan("export", str(path), "--to", "slurm", "-o", str(tmp_path / "slurm")).code == 0
+    text = (tmp_path / "slurm" / "slurm_job.sh").read_text()
+    groups_of_node = node_groups_of(plan, 8)
+    components = text.split("#SBATCH hetjob")
+    order = sorted(set(groups_of_node))
+    assert len(components) == len(order)  # one component per node group, in group order
+    for component, g in zip(components, order):
+        assert f"#SBATCH --constraint={plan.cluster.node_groups[g].hardware.name}" in component
+        assert f"#SBATCH --nodes={groups_of_node.count(g)}" in component
+    ranks = next(line for line in text.splitlines() if line.startswith("NODE_RANKS=("))
+    table = ranks.split("(")[1].split(")")[0].split()
+    srun = next(line for line in text.splitlines() if line.startswith("srun --het-group="))
+    inner = shlex.split(srun)[-1]
+    procid = 0
+    for g in order:  # SLURM numbers the step's tasks across the components in order
+        for _ in range(groups_of_node.count(g)):
+            started = run_with(inner, {"GPLAN_NODE_RANKS": " ".join(table), "SLURM_PROCID": str(procid),
+                                       "HEAD_NODE": "head"})
+            node_rank = int(started.split("--node-rank ")[1].split()[0])
+            assert groups_of_node[node_rank] == g and "--rdzv-backend static" in started
+            procid += 1
+    assert sorted(map(int, table)) == list(range(len(groups_of_node)))
+    # the rendezvous host is node rank 0's: the first node of its group's component
+    head = order.index(groups_of_node[0])
+    assert f'"$SLURM_JOB_NODELIST_HET_GROUP_{head}"' in text and int(table[sum(groups_of_node.count(g) for g in order[:head])]) == 0
+    import shutil
+
+    if shutil.which("shellcheck"):
+        done = subprocess.run(["shellcheck", "--severity=style", str(tmp_path / "slurm" / "slurm_job.sh")],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout
+
+
+@requires_engine("kubernetes_validate", "dev")
+def test_heterogeneous_kubernetes_jobs_select_each_groups_nodes_and_ranks(gplan, tmp_path):
+    import kubernetes_validate
+    import yaml
+
+    from gplan.backends.launch import node_groups_of
+
+    path, plan = hetero_plan(gplan, tmp_path)
+    assert gplan("export", str(path), "--to", "k8s", "-o", str(tmp_path / "k8s"), "--image", "reg/g:1").code == 0
+    documents = list(yaml.safe_load_all((tmp_path / "k8s" / "node-group-jobs.yaml").read_text()))
+    service, jobs = documents[0], documents[1:]
+    for document in documents:
+        kubernetes_validate.validate(document, "1.31", strict=True)
+    groups_of_node = node_groups_of(plan, 8)
+    seen = []
+    for job in jobs:
+        pod = job["spec"]["template"]["spec"]
+        hardware = pod["nodeSelector"]["gplan/hardware"]
+        group = next(g for g in set(groups_of_node) if plan.cluster.node_groups[g].hardware.name == hardware)
+        assert job["spec"]["completionMode"] == "Indexed" and job["spec"]["completions"] == groups_of_node.count(group)
+        assert pod["subdomain"] == service["metadata"]["name"] and all(len(f"{job['metadata']['name']}-{k}") <= 63
+                                                                      for k in range(job["spec"]["completions"]))
+        script = pod["containers"][0]["command"][2]
+        for index in range(job["spec"]["completions"]):
+            started = run_with(script, {"JOB_COMPLETION_INDEX": str(index)})
+            node_rank = int(started.split("--node-rank ")[1].split()[0])
+            assert groups_of_node[node_rank] == group
+            seen.append(node_rank)
+            if node_rank == 0:  # the rendezvous endpoint is this very pod's DNS name
+                assert f"--rdzv-endpoint {job['metadata']['name']}-{index}.{service['metadata']['name']}:29500" in started
+    assert sorted(seen) == list(range(len(groups_of_node)))

@@ -192,6 +192,57 @@ def slurm_script(name: str, job: JobRecipe, resource_line: str, node_argv: list[
     return "\n".join(lines) + "\n"
 
 
+def node_groups_of(plan: Plan, per_node: int) -> list[int]:
+    """The node group every node rank must run on: the group of the stage its ranks belong to (ranks
+    form the grid pp, dp, cp, tp, so rank r is in stage r // (dp·cp·tp))."""
+    per_stage = plan.parallel.dp * plan.parallel.cp * plan.parallel.tp
+    out = []
+    for node in range(-(-plan.world_size // per_node)):
+        groups = {plan.stages[r // per_stage].node_group for r in range(node * per_node, min((node + 1) * per_node, plan.world_size))}
+        if len(groups) > 1:
+            raise InputError(f"node rank {node} would host stages of node groups {sorted(groups)}",
+                             hint="re-plan with stages of whole nodes (dp·cp·tp a multiple of the devices per node)")
+        out.append(groups.pop())
+    return out
+
+
+def hetero_slurm_script(name: str, job: JobRecipe, plan: Plan, resource_line, node_argv: list[str],
+                        header: list[str] = ()) -> str:
+    """A SLURM heterogeneous job: one component per node group (`#SBATCH hetjob` between them), each
+    asking for its group's nodes by feature (`--constraint`, the group's hardware name), and one srun
+    over all components. In such a step SLURM numbers the tasks across the components in order, so
+    `SLURM_PROCID` indexes a table of the plan's node ranks — each node gets a rank of its own group —
+    and torchrun's static rendezvous keeps them (c10d would renumber the nodes by host name)."""
+    groups_of_node = node_groups_of(plan, job.nproc_per_node)
+    order = sorted(set(groups_of_node))
+    ranks = [n for g in order for n in range(len(groups_of_node)) if groups_of_node[n] == g]
+    lines = ["#!/bin/bash", *header]
+    for c, g in enumerate(order):
+        group = plan.cluster.node_groups[g]
+        held = [n for n in range(len(groups_of_node)) if groups_of_node[n] == g]
+        lines.append(f"# component {c}: node group {g}, {len(held)} nodes of {group.hardware.name} (node ranks "
+                     f"{', '.join(map(str, held))}); --constraint names the node feature, rename it to your cluster's")
+    for c, g in enumerate(order):
+        if c:
+            lines.append("#SBATCH hetjob")
+        count = groups_of_node.count(g)
+        if c == 0:
+            lines.append(f"#SBATCH --job-name={name}")
+        lines += [f"#SBATCH --nodes={count}", "#SBATCH --ntasks-per-node=1", resource_line(g), "#SBATCH --exclusive",
+                  f"#SBATCH --constraint={plan.cluster.node_groups[g].hardware.name}"]
+    head_component = order.index(groups_of_node[0])  # node rank 0: the first node of its group's component
+    words = shell_words(node_argv)
+    lines += ["set -euo pipefail",
+              f'HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST_HET_GROUP_{head_component}" | head -n 1)',
+              "export HEAD_NODE", *env_lines(job.env),
+              f"NODE_RANKS=({' '.join(map(str, ranks))})  # by SLURM_PROCID: component 0's nodes first",
+              'export GPLAN_NODE_RANKS="${NODE_RANKS[*]}"',
+              "# shellcheck disable=SC2016  # the single-quoted line is expanded by each task's own shell",
+              f"srun --het-group={','.join(map(str, range(len(order))))} --ntasks-per-node=1 bash -c "
+              + shlex.quote('RANKS=($GPLAN_NODE_RANKS); NODE_RANK=${RANKS[$SLURM_PROCID]}; ' + words)]
+    return "\n".join(lines) + "\n"
+
+
 def check_launch_flags(steps: int, warmup_steps: int, data: Path | None, checkpoint_dir: Path | None,
                        checkpoint_every: int, resume: bool, device: str) -> None:
     """The worker options `gplan launch` takes, refused with a hint before anything starts."""

@@ -147,13 +147,6 @@ def render_export(plan: Plan, target: str, plan_path: Path | None = None, image:
     if version not in spec.versions:
         raise InputError(f"--target-version {version!r}: {target} exports are written for "
                          f"{', '.join(spec.versions)}", hint=f"choose one of {', '.join(spec.versions)}")
-    used = sorted({s.node_group for s in plan.stages})
-    if target in ("k8s", "slurm") and len(used) > 1:
-        groups = " + ".join(f"{plan.cluster.node_groups[g].nodes} nodes of {plan.cluster.node_groups[g].hardware.name}"
-                            for g in used)
-        raise InputError(f"this plan's stages run on different hardware ({groups}): a {target} job of identical "
-                         "nodes would place them on whichever nodes it gets",
-                         hint="start each node with gplan launch --nnodes/--node-rank on a node of its group")
     layouts, notes = engine_split(plan, spec.engine, reprice)
     context = ExportContext(layouts, plan_path.resolve() if plan_path else None, image, spec.versions[version], notes)
     result = spec.exporter(plan, context)

@@ -8,6 +8,12 @@ MASTER_PORT for v1, PET_MASTER_ADDR and PET_MASTER_PORT for v2), the launch reci
 the plan mounted at /plan/plan.json. Resources are named and labelled by the plan's layout digest, so
 two plans of one model never overwrite each other's job. The image is the user's (`--image`): one with
 gplan and the pinned torch installed.
+
+A plan whose stages need different hardware cannot be one PyTorchJob (one pod template for every
+worker): it becomes one Indexed Job per node group behind a headless Service, each pod selected onto its
+group's nodes (`nodeSelector` on the `gplan/hardware` label — label your nodes with it) and given a
+node rank of its group from its completion index; torchrun's static rendezvous keeps those ranks and
+meets at node rank 0's pod.
 """
 
 from __future__ import annotations
@@ -18,7 +24,8 @@ from pathlib import Path
 import yaml
 
 from gplan.backends.exporters import Export, ExportContext, stamp
-from gplan.backends.launch import JobRecipe, LaunchOptions, default_nodes, torchrun_argv
+from gplan.backends.launch import (TORCHRUN_PORT, JobRecipe, LaunchOptions, default_nodes, node_groups_of, shell_words,
+                                  torchrun_argv)
 from gplan.backends.torch.launcher import job_env, notes as launch_notes, worker_args
 from gplan.errors import InputError
 from gplan.plan import Plan
@@ -44,6 +51,13 @@ def export(plan: Plan, context: ExportContext) -> Export:
     config_map = {"apiVersion": "v1", "kind": "ConfigMap",
                   "metadata": {"name": config_map_name(plan), "labels": labels(plan)},
                   "data": {"plan.json": plan.model_dump_json(indent=2)}}
+    if len({s.node_group for s in plan.stages}) > 1:
+        groups = "".join(f"\n# node group {g}: label its nodes {HARDWARE_LABEL}={plan.cluster.node_groups[g].hardware.name}"
+                         for g in sorted({s.node_group for s in plan.stages}))
+        documents = [hetero_service(plan), *hetero_jobs(plan, context.image)]
+        return Export({"plan-configmap.yaml": header + "\n" + yaml.safe_dump(config_map, sort_keys=False),
+                       "node-group-jobs.yaml": header + groups + "\n" + yaml.safe_dump_all(documents, sort_keys=False)},
+                      found)
     files = {"plan-configmap.yaml": header + "\n" + yaml.safe_dump(config_map, sort_keys=False),
              "pytorchjob.yaml": header + "\n" + yaml.safe_dump(pytorchjob(plan, context.image, found), sort_keys=False),
              "trainjob.yaml": header + "\n" + yaml.safe_dump(trainjob(plan, context.image, found), sort_keys=False)}
@@ -103,6 +117,57 @@ def trainjob(plan: Plan, image: str, notes: list[str]) -> dict:
                                  "numNodes": nnodes, "numProcPerNode": per_node, "env": env(plan),
                                  "resourcesPerNode": resources(plan, per_node)},
                      "runtimePatches": [patch]}}
+
+
+HARDWARE_LABEL = "gplan/hardware"
+"""The node label the per-group jobs select on (its value: the group's hardware name)."""
+
+
+def hetero_service(plan: Plan) -> dict:
+    """The headless Service that gives every pod a DNS name (`<job>-<index>.<service>`)."""
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": job_name(plan), "labels": labels(plan)},
+            "spec": {"clusterIP": "None", "selector": {"gplan/job": job_name(plan)},
+                     "ports": [{"name": "rendezvous", "port": TORCHRUN_PORT}]}}
+
+
+def hetero_jobs(plan: Plan, image: str) -> list[dict]:
+    """One Indexed Job per node group; pod `index` of group g runs node rank ranks_g[index]."""
+    _, per_node = default_nodes(plan)
+    groups_of_node = node_groups_of(plan, per_node)
+    head_group = groups_of_node[0]
+    head = f"{group_job_name(plan, head_group)}-0.{job_name(plan)}"  # node rank 0: its group's first pod
+    program = worker_args(Path(PLAN_DIR) / "plan.json", LaunchOptions(run_dir=Path("/runs/gplan")))
+    job = JobRecipe(len(groups_of_node), per_node, program)
+    argv = torchrun_argv(job, node_rank="$NODE_RANK", endpoint=f"{head}:{TORCHRUN_PORT}")
+    jobs = []
+    for g in sorted(set(groups_of_node)):
+        ranks = [n for n, group in enumerate(groups_of_node) if group == g]
+        # POSIX sh: the index-th of the group's node ranks
+        script = f"set -- {' '.join(map(str, ranks))}; shift \"$JOB_COMPLETION_INDEX\"; NODE_RANK=$1; exec {shell_words(argv)}"
+        group = plan.cluster.node_groups[g]
+        pod = {"metadata": {"labels": {**labels(plan), "gplan/job": job_name(plan)}},
+               "spec": {"subdomain": job_name(plan), "restartPolicy": "Never",
+                        "nodeSelector": {HARDWARE_LABEL: group.hardware.name},
+                        "containers": [{"name": "gplan", "image": image, "command": ["sh", "-c", script],
+                                        "env": env(plan), "resources": resources_of(group, per_node),
+                                        "ports": [{"containerPort": TORCHRUN_PORT}],
+                                        "volumeMounts": [{"name": "plan", "mountPath": PLAN_DIR}]}],
+                        "volumes": [{"name": "plan", "configMap": {"name": config_map_name(plan)}}]}}
+        jobs.append({"apiVersion": "batch/v1", "kind": "Job",
+                     "metadata": {"name": group_job_name(plan, g), "labels": labels(plan)},
+                     "spec": {"completionMode": "Indexed", "completions": len(ranks), "parallelism": len(ranks),
+                              "backoffLimit": 0, "template": pod}})
+    return jobs
+
+
+def group_job_name(plan: Plan, group: int) -> str:
+    """Short: an Indexed Job's pods are named `<job>-<index>`, a DNS label of at most 63 characters."""
+    return f"gplan-{plan.layout_digest[:10]}-g{group}"
+
+
+def resources_of(group, per_node: int) -> dict:
+    return {"limits": {DEVICE_RESOURCE.get(group.hardware.kind, "cpu"): per_node}}
 
 
 def job_name(plan: Plan) -> str:

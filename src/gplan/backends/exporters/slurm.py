@@ -1,5 +1,7 @@
 """SLURM: the batch script `gplan launch --slurm` writes, as an export, pointing at the exported plan
-file by its absolute path (a batch script runs from SLURM's spool directory, not beside the plan)."""
+file by its absolute path (a batch script runs from SLURM's spool directory, not beside the plan).
+A plan whose stages need different hardware becomes a heterogeneous job: one component per node group,
+each node given a node rank of its own group (backends.launch.hetero_slurm_script)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ from gplan.backends.torch.launcher import slurm_script
 from gplan.errors import InputError
 from gplan.plan import Plan
 
-VERSIONS = {"slurm": "SLURM (sbatch, srun) with torchrun c10d rendezvous"}
+VERSIONS = {"slurm": "SLURM (sbatch, srun) with torchrun c10d rendezvous (a heterogeneous job, one component per "
+                      "node group, with static rendezvous when stages need different hardware)"}
 
 
 def export(plan: Plan, context: ExportContext) -> Export:

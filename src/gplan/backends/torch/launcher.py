@@ -20,7 +20,7 @@ from pathlib import Path
 from gplan.backends.common import worker_argv as common_worker_argv
 from gplan.backends.launch import (TORCHRUN_PORT, JobRecipe, LaunchOptions, LaunchSpec, NodeCommand, job_name,
                                    node_layout, refuse_unsupported, run_job, torchrun_argv)
-from gplan.backends.launch import slurm_script as slurm_script_of
+from gplan.backends.launch import hetero_slurm_script, slurm_script as slurm_script_of
 from gplan.errors import BackendError
 from gplan.plan import Plan
 
@@ -87,10 +87,16 @@ def slurm_script(plan: Plan, plan_path: Path, options: LaunchOptions, header: li
     first node of the allocation."""
     nnodes, per_node = node_layout(plan, replace(options, rdzv_endpoint="slurm", node_rank=0))
     job = recipe(plan, plan_path, options, nnodes, per_node)
-    gpu = plan.cluster.primary.hardware.kind == "gpu"
-    resource = f"#SBATCH --gpus-per-node={per_node}" if gpu else f"#SBATCH --cpus-per-task={per_node}"
+
+    def resource(group: int) -> str:
+        gpu = plan.cluster.node_groups[group].hardware.kind == "gpu"
+        return f"#SBATCH --gpus-per-node={per_node}" if gpu else f"#SBATCH --cpus-per-task={per_node}"
+
+    if len({s.node_group for s in plan.stages}) > 1:  # each node rank on a node of its stage's group
+        argv = torchrun_argv(job, node_rank="$NODE_RANK", endpoint=f"$HEAD_NODE:{TORCHRUN_PORT}")
+        return hetero_slurm_script(job_name("gplan", plan), job, plan, resource, argv, header)
     argv = torchrun_argv(job, endpoint=f"$HEAD_NODE:{TORCHRUN_PORT}", rdzv_id="$SLURM_JOB_ID")
-    return slurm_script_of(job_name("gplan", plan), job, resource, argv, header)
+    return slurm_script_of(job_name("gplan", plan), job, resource(plan.stages[0].node_group), argv, header)
 
 
 # ---- running -------------------------------------------------------------------------------------
