@@ -23,9 +23,11 @@ from gplan.testing import random_table
 OPTIONS = ["none", "selective", "full"]
 
 
-def check_against_brute_force(table: CostTable) -> None:
+def check_against_brute_force(table: CostTable, solve=lambda table: ilp.solve(table, time_limit_s=30)) -> None:
+    """`solve` (the ILP, or planner.split_dp) finds brute force's optimum within memory, every stage
+    holding its least layers (exactly L/p when equal), every group within its stage capacity."""
     exact = brute_force(table)
-    solved = ilp.solve(table, time_limit_s=30)
+    solved = solve(table)
     if exact is None:
         assert solved.split is None and solved.status == "infeasible"
         return
@@ -34,6 +36,10 @@ def check_against_brute_force(table: CostTable) -> None:
     for i, counts in enumerate(solved.split.counts):
         g = solved.split.stage_groups[i]
         assert stage_memory(table, counts, i, g) <= table.budget_bytes[g] * (1 + 1e-9)
+        held = sum(map(sum, counts))
+        assert held == table.total_layers // table.pp if table.equal_layers else held >= table.stage_min_layers(i)
+    for g, capacity in zip(table.groups, table.group_stage_capacity):
+        assert solved.split.stage_groups.count(g) <= capacity
     assert [sum(sum(c[q]) for c in solved.split.counts) for q in range(len(table.kinds))] == table.layers_per_kind
 
 

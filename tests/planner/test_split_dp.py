@@ -12,22 +12,11 @@ from gplan.planner import ilp, split_dp
 from gplan.planner.reference import brute_force
 from gplan.planner.table import CostTable, stage_memory
 from gplan.testing import random_table
+from test_ilp import check_against_brute_force
 
 
 def check(table: CostTable) -> None:
-    exact = brute_force(table)
-    solved = split_dp.solve(table)
-    assert solved is not None
-    if exact is None:
-        assert solved.split is None and solved.status == "infeasible"
-        return
-    assert solved.status == "optimal" and solved.solver == "dp"
-    assert solved.split.objective == pytest.approx(exact.objective, rel=1e-9)
-    for i, counts in enumerate(solved.split.counts):
-        assert stage_memory(table, counts, i, solved.split.stage_groups[i]) <= table.budget_bytes[solved.split.stage_groups[i]]
-        held = sum(map(sum, counts))
-        assert held == table.total_layers // table.pp if table.equal_layers else held >= table.stage_min_layers(i)
-    assert [sum(sum(c[q]) for c in solved.split.counts) for q in range(len(table.kinds))] == table.layers_per_kind
+    check_against_brute_force(table, split_dp.solve)
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -83,18 +72,7 @@ def test_two_node_groups_match_brute_force(seed):
     """Which group runs each stage, each group hosting at most its capacity of stages (the ILP's (5))."""
     rng = random.Random(3100 + seed)
     layers = [rng.randint(1, 2), rng.randint(1, 3)] if seed % 3 == 0 else [rng.randint(2, 6)]
-    table = random_table(rng, layers, rng.randint(1, 3), groups=2)
-    exact = brute_force(table)
-    solved = split_dp.solve(table)
-    if exact is None:
-        assert solved.split is None and solved.status == "infeasible"
-        return
-    assert solved.status == "optimal" and solved.split.objective == pytest.approx(exact.objective, rel=1e-9)
-    for g, capacity in zip(table.groups, table.group_stage_capacity):
-        assert solved.split.stage_groups.count(g) <= capacity
-    for i, counts in enumerate(solved.split.counts):
-        g = solved.split.stage_groups[i]
-        assert stage_memory(table, counts, i, g) <= table.budget_bytes[g]
+    check(random_table(rng, layers, rng.randint(1, 3), groups=2))
 
 
 def test_three_node_groups_are_left_to_the_ilp():

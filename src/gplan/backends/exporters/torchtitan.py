@@ -40,7 +40,7 @@ SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved_1f1b": "Interleaved1
 """gplan schedule -> torch.distributed.pipelining's schedule name (what torchtitan takes)."""
 
 CONFIG_MODULE = "gplan_torchtitan"
-CONFIG_FUNCTION = "gplan_plan"
+CONFIG_FUNCTION_NAME = "gplan_plan"
 
 
 def export(plan: Plan, context: ExportContext) -> Export:
@@ -64,7 +64,7 @@ def export(plan: Plan, context: ExportContext) -> Export:
         *[f"  {line}" for line in flag_lines(args)],
         ")",
         script_torchrun_line(per_node, ["-m", "torchtitan.train", "--module", CONFIG_MODULE, "--config",
-                                        CONFIG_FUNCTION, "${OVERRIDES[@]}", "$@"]),
+                                        CONFIG_FUNCTION_NAME, "${OVERRIDES[@]}", "$@"]),
     ]
     files = {"torchtitan_train.sh": "\n".join(lines) + "\n",
              f"{CONFIG_MODULE}.py": config_module(plan, context, ac_policy(context.layouts))}
@@ -179,15 +179,6 @@ def model_config() -> Llama3Model.Config:
                                     hidden_dim=s["hidden_dim"], rope=rope, attn_backend="flex", fuse_qkv=True),
     )
 
-
-def {function}():
-    config = llama3_8b()
-    config.model_spec = dataclasses.replace(model_registry("8B"), flavor="gplan", model=model_config())
-    config.loss.loss_fn.global_vocab_size = SHAPE["vocab_size"]
-    config.activation_checkpoint = FullAC.Config() if ACTIVATION_CHECKPOINT == "full" else None
-    if MODULE_FQNS_PER_MODEL_PART:
-        config.parallelism.module_fqns_per_model_part = MODULE_FQNS_PER_MODEL_PART
-    return config
 '''
 
 
@@ -222,15 +213,6 @@ def model_config() -> Qwen3Model.Config:
                                        moe_comm_backend="standard", rope=rope),
     )
 
-
-def {function}():
-    config = qwen3_30b_a3b()
-    config.model_spec = dataclasses.replace(model_registry("30B-A3B"), flavor="gplan", model=model_config())
-    config.loss.loss_fn.global_vocab_size = SHAPE["vocab_size"]
-    config.activation_checkpoint = FullAC.Config() if ACTIVATION_CHECKPOINT == "full" else None
-    if MODULE_FQNS_PER_MODEL_PART:
-        config.parallelism.module_fqns_per_model_part = MODULE_FQNS_PER_MODEL_PART
-    return config
 '''
 
 DEEPSEEK_V3_TEMPLATE = '''{stamp}
@@ -271,16 +253,22 @@ def model_config() -> DeepSeekV3Model.Config:
         layers=layers,
     )
 
+'''
+
+
+CONFIG_FUNCTION = '''
 
 def {function}():
-    config = deepseek_v3_671b()
-    config.model_spec = dataclasses.replace(model_registry("671B"), flavor="gplan", model=model_config())
+    config = {trainer}()
+    config.model_spec = dataclasses.replace(model_registry({flavor}), flavor="gplan", model=model_config())
     config.loss.loss_fn.global_vocab_size = SHAPE["vocab_size"]
     config.activation_checkpoint = FullAC.Config() if ACTIVATION_CHECKPOINT == "full" else None
     if MODULE_FQNS_PER_MODEL_PART:
         config.parallelism.module_fqns_per_model_part = MODULE_FQNS_PER_MODEL_PART
     return config
 '''
+"""Every family's config function: torchtitan's registered trainer config of that family (optimizer,
+data, checkpointing), its model spec (parallelize and hooks) carrying the plan's model."""
 
 
 def expert_shape(plan: Plan) -> dict:
@@ -297,15 +285,19 @@ def expert_shape(plan: Plan) -> dict:
 
 def config_module(plan: Plan, context: ExportContext, ac: str) -> str:
     fqns = module_fqns(plan, context.layouts) if plan.parallel.pp > 1 else None
-    template, shape = CONFIG_TEMPLATE, model_shape(plan)
+    family, shape = "llama3", model_shape(plan)
     if plan.model.is_moe:
         family = expert_family(plan.model)
-        if family not in TEMPLATES:
-            raise InputError(f"torchtitan builds the MoE shapes {', '.join(sorted(TEMPLATES))}, not "
-                             f"{plan.model.name}'s", hint="export to megatron")
-        template, shape = TEMPLATES[family], expert_shape(plan)
-    return template.format(stamp=stamp(plan, context.version), module=CONFIG_MODULE, function=CONFIG_FUNCTION,
-                           shape=repr(shape), fqns=repr(fqns), ac=ac)
+        if family not in TEMPLATES or family == "llama3":  # llama3 is the dense family
+            raise InputError(f"torchtitan builds the MoE shapes qwen3_moe, deepseek_v3, not {plan.model.name}'s",
+                             hint="export to megatron")
+        shape = expert_shape(plan)
+    body, trainer, flavor = TEMPLATES[family]
+    return (body + CONFIG_FUNCTION).format(stamp=stamp(plan, context.version), module=CONFIG_MODULE,
+                                          function=CONFIG_FUNCTION_NAME, shape=repr(shape), fqns=repr(fqns), ac=ac,
+                                          trainer=trainer, flavor=repr(flavor))
 
 
-TEMPLATES = {"qwen3_moe": QWEN3_MOE_TEMPLATE, "deepseek_v3": DEEPSEEK_V3_TEMPLATE}
+TEMPLATES = {"llama3": (CONFIG_TEMPLATE, "llama3_8b", "8B"), "qwen3_moe": (QWEN3_MOE_TEMPLATE, "qwen3_30b_a3b", "30B-A3B"),
+             "deepseek_v3": (DEEPSEEK_V3_TEMPLATE, "deepseek_v3_671b", "671B")}
+"""Family -> (imports and model_config(), torchtitan trainer config, model-registry flavor)."""
