@@ -251,7 +251,7 @@ def search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devic
     limits = limits or SearchLimits()
     start = time.perf_counter()
     result = SearchResult(ranked=[])
-    scored, layer_times, zero_free = [], {}, {}
+    scored, layer_times, zero_free, experts_fit = [], {}, {}, {}
     for config in candidates(model, training, cluster, devices, limits):
         result.candidates += 1
         step_cluster = cluster if cluster.is_heterogeneous else cluster.sized(config.world_size)
@@ -259,7 +259,11 @@ def search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devic
         # and the device, not on dp, pp or zero: shared
         shared = layer_times.setdefault((shard_of(training, config), config.ep, config.etp), {})
         step = StepModel(model, training, step_cluster, config, _layer_times=shared)
-        if bounds and not expert_states_fit(step):  # its experts alone overflow: no split fits
+        # the expert states depend on the degrees and zero, not on mbs, vpp, recompute or the schedule
+        grid = (config.dp, config.tp, config.pp, config.cp, config.ep, config.etp, config.zero, step_cluster.name)
+        if bounds and grid not in experts_fit:
+            experts_fit[grid] = expert_states_fit(step)
+        if bounds and not experts_fit[grid]:  # its experts alone overflow: no split fits
             result.memory_infeasible += 1
             continue
         # the bound needs times only: memory is priced for the candidates the bound lets through; the zero
