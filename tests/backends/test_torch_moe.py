@@ -48,38 +48,49 @@ def reference(world: int) -> dict:
             "grads": {n: p.grad.clone() for n, p in moe.named_parameters()}}
 
 
-def _worker(rank: int, world: int, ep: int, port: int, results) -> None:
+def _worker(rank: int, world: int, ep: int, etp: int, port: int, results) -> None:
     import torch
     import torch.distributed as dist
 
     from gplan.backends.torch.apply_dp import average_expert_gradients
-    from gplan.backends.torch.moe import ExpertGroup, apply_ep, is_expert_param
+    from gplan.backends.torch.moe import ExpertGroup, apply_ep, expert_slice, is_expert_param
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        edp = world // ep
-        # ep innermost: ranks [g·ep, (g+1)·ep) share experts; edp groups at stride ep
-        ep_groups = [dist.new_group(list(range(g * ep, (g + 1) * ep))) for g in range(edp)]
-        edp_groups = [dist.new_group(list(range(i, world, ep))) for i in range(ep)]
+        edp = world // (ep * etp)
+        # the expert grid edp × ep × etp, etp innermost: rank = (d·ep + e)·etp + t
+        where = {r: (r // (ep * etp), r // etp % ep, r % etp) for r in range(world)}
+        groups = {}
+        for axis in range(3):  # every group of ranks differing only along `axis` (new_group on all ranks alike)
+            for r in range(world):
+                key = (axis, tuple(v for i, v in enumerate(where[r]) if i != axis))
+                if key not in groups:
+                    groups[key] = dist.new_group([q for q in range(world) if all(
+                        where[q][i] == where[r][i] for i in range(3) if i != axis)])
+        mine = where[rank]
+        group_of = lambda axis: groups[(axis, tuple(v for i, v in enumerate(mine) if i != axis))]
         moe = make_moe()
-        apply_ep(moe, ExpertGroup(ep_groups[rank // ep], ep, rank % ep))
-        for name in ("experts_w1", "experts_w2", "experts_w3"):  # this rank's block of the seeded weights
-            block = EXPERTS // ep
-            getattr(moe, name).data.copy_(getattr(make_moe(), name).data[rank % ep * block:(rank % ep + 1) * block])
+        full = make_moe()
+        apply_ep(moe, ExpertGroup(group_of(1), ep, mine[1], group_of(2), etp, mine[2]))
+        for name, p in moe.named_parameters():  # this rank's block of the seeded weights
+            block = expert_slice(moe, name)
+            if block is not None:
+                p.data.copy_(getattr(full, name).data[block[1]])
         out = moe(tokens_of(rank))
         out.pow(2).mean().backward()
-        average_expert_gradients([moe], edp_groups[rank % ep], edp, world)
+        average_expert_gradients([moe], group_of(0), edp, world)
         for name, p in moe.named_parameters():
             if not is_expert_param(name):  # dense parameters: averaged over dp, as the worker does
                 dist.all_reduce(p.grad)
                 p.grad.div_(world)
-        results[rank] = {"out": out.detach(), "grads": {n: p.grad.clone() for n, p in moe.named_parameters()}}
+        results[rank] = {"out": out.detach(), "grads": {n: p.grad.clone() for n, p in moe.named_parameters()},
+                         "blocks": {n: expert_slice(moe, n)[1] for n, _ in moe.named_parameters() if is_expert_param(n)}}
     finally:
         dist.destroy_process_group()
 
 
-def run_ranks(world: int, ep: int) -> dict:
+def run_ranks(world: int, ep: int, etp: int = 1) -> dict:
     import socket
 
     import torch.multiprocessing as mp
@@ -89,23 +100,24 @@ def run_ranks(world: int, ep: int) -> dict:
         port = s.getsockname()[1]
     manager = mp.Manager()
     results = manager.dict()
-    mp.spawn(_worker, args=(world, ep, port, results), nprocs=world, join=True)
+    mp.spawn(_worker, args=(world, ep, etp, port, results), nprocs=world, join=True)
     return dict(results)
 
 
-@pytest.mark.parametrize("world, ep", [(2, 2), (4, 2), (4, 4)])
-def test_expert_parallel_outputs_and_gradients_equal_one_process(world, ep):
+@pytest.mark.parametrize("world, ep, etp", [(2, 2, 1), (4, 2, 1), (4, 4, 1), (2, 1, 2), (4, 2, 2), (4, 1, 4)])
+def test_expert_parallel_outputs_and_gradients_equal_one_process(world, ep, etp):
+    """ep and etp (each expert's width split over the etp ranks, which gather their tokens): every rank's
+    output and every gradient — dense, and its block of the experts — equal one process's."""
     import torch
 
     ref = reference(world)
-    got = run_ranks(world, ep)
-    block = EXPERTS // ep
+    got = run_ranks(world, ep, etp)
     for rank in range(world):
         torch.testing.assert_close(got[rank]["out"], ref["out"][rank], atol=1e-5, rtol=1e-5)
         for name, grad in got[rank]["grads"].items():
             want = ref["grads"][name]
             if name.startswith("experts_"):
-                want = want[rank % ep * block:(rank % ep + 1) * block]
+                want = want[got[rank]["blocks"][name]]
             torch.testing.assert_close(grad, want, atol=1e-5, rtol=1e-5, msg=f"rank {rank} {name}")
 
 

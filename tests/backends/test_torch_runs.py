@@ -73,6 +73,8 @@ MOE_LAYOUTS = {
     "dp4_ep2": dict(dp=4, ep=2),                    # two ep groups, expert gradients summed over edp = 2
     "pp2_dp2_ep2": dict(dp=2, pp=2, ep=2, stages=[[("none", 1)], [("none", 2)]]),
     "cp2_ep2": dict(cp=2, ep=2),                    # the ep group spans the cp ranks: each routes its own half
+    "dp2_etp2": dict(dp=2, etp=2),                  # every expert's width split over two ranks gathering their tokens
+    "dp4_ep2_etp2": dict(dp=4, ep=2, etp=2),        # the expert grid ep × etp over the four dp ranks
 }
 
 
@@ -237,3 +239,17 @@ def test_two_nodes_keep_their_node_ranks_and_match_single_process(reference, tmp
     assert {p.name for p in (tmp_path / "node0" / "logs").glob("rank*.log")} == {"rank0.log"}
     report = json.loads((tmp_path / "node0" / "run_report.json").read_text())
     assert report["losses"] == pytest.approx(reference[TINY_LLAMA.name], abs=1e-5)
+
+
+def test_validate_a_moe_plan_with_expert_tensor_parallelism(gplan, tmp_path):
+    """qwen3-30b-a3b with ep 4 × etp 2: every stage's rank holds its experts' width slice as the plan
+    prices it."""
+    out = tmp_path / "plan.json"
+    r = gplan("search", "qwen3-30b-a3b", "--cluster", "dgx-h100", "--devices", "64", "--gbs", "512", "--target", "torch",
+              "--ep", "4", "--etp", "2", "--out", str(out))
+    assert r.code == 0, r.stderr
+    parallel = json.loads(out.read_text())["parallel"]
+    assert (parallel["ep"], parallel["etp"]) == (4, 2)
+    report = gplan("launch", str(out), "--validate", "--json").json()
+    params = [c for c in report["checks"] if c["subject"].endswith("parameters after tp")]
+    assert report["ok"] and len(params) == parallel["pp"] and all(abs(c["error"]) < 1e-5 for c in params)

@@ -14,7 +14,7 @@ from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import LayerCount, ParallelConfig, StageLayout, even_sizes
 
 Recompute = Literal["per_layer", "per_stage", "block", "every_layer"]
-ExpertTp = Literal["none", "etp1", "follows_tp", "any"]
+ExpertTp = Literal["none", "etp", "etp1", "follows_tp", "any"]
 
 
 @dataclass(frozen=True)
@@ -58,8 +58,8 @@ class Capabilities:
     latent_attention_split: bool = False
     """MLA with tp or cp > 1."""
     expert_tp: ExpertTp = "none"
-    """How experts meet tensor parallelism. none: tp = etp = 1 (the torch worker routes each rank's own
-    tokens); etp1: any tp, experts never tp-sharded (MindFormers: its grouped experts keep the whole
+    """How experts meet tensor parallelism. none: tp = etp = 1; etp: tp = 1, etp a free degree (the torch
+    worker: its etp ranks gather their tokens, backends/torch/moe.py); etp1: any tp, experts never tp-sharded (MindFormers: its grouped experts keep the whole
     width and ep folds into dp·tp, `parallel_core/training_graph/transformer/moe/ffn.py`); follows_tp:
     tp-sharded at ep 1 and ep-sharded alone with ep, so etp = tp at ep 1, else 1 (torchtitan 0.3's
     `models/common/moe_sharding.py`, `_routed_experts_sharding_configs`); any: etp a free degree
@@ -86,11 +86,11 @@ ALL_ZERO = frozenset({0, 1, 2, 3})
 
 TARGETS: dict[str, Capabilities] = {
     # gplan's torch worker (backends/torch): cp with its own ring attention (apply_cp.py).
-    # MoE (backends/torch/moe.py): ep over each rank's own tokens with all_to_all_single; tp = etp = 1, zero 0.
+    # MoE (backends/torch/moe.py): ep with all_to_all_single, etp over gathered tokens; tp = 1, zero 0.
     "torch": Capabilities("torch", ALL_SCHEDULES, microbatches_at_least_stages=True, cp=True,
                           tied_embeddings_across_stages=True, recompute="per_layer", uneven_split=True,
                           zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False, experts=True,
-                          expert_zero=frozenset({0}), latent_attention=True),
+                          expert_zero=frozenset({0}), latent_attention=True, expert_tp="etp"),
     # gplan's MindSpore worker (backends/mindspore): the Llama family; MindSpore's Pipeline cell runs 1F1B.
     "mindspore": Capabilities("mindspore", frozenset({"1f1b", "interleaved_1f1b"}), microbatches_at_least_stages=True,
                               cp=False, tied_embeddings_across_stages=False, recompute="per_layer", uneven_split=True,
@@ -188,6 +188,8 @@ def config_refusals(target: Capabilities, model: ModelSpec, config: ParallelConf
         if (c.tp > 1 or c.etp > 1) and target.expert_tp == "none":
             found.append(Refusal("expert_tp", f"{t} runs experts with tp = etp = 1 (tp={c.tp} etp={c.etp})",
                                  "--tp 1 --etp 1"))
+        if c.tp > 1 and target.expert_tp == "etp":
+            found.append(Refusal("expert_tp", f"{t} runs experts with tp = 1 (tp={c.tp}; etp may be > 1)", "--tp 1"))
         if c.etp > 1 and target.expert_tp == "etp1":
             found.append(Refusal("expert_tp", f"{t} never tp-shards experts (etp={c.etp})", "--etp 1"))
         if target.expert_tp == "follows_tp" and c.etp != (c.tp if c.ep == 1 else 1):

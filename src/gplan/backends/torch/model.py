@@ -311,17 +311,17 @@ def init_weights(model: nn.Module, seed: int) -> None:
     """Fill every parameter (plain, tp-sharded or FSDP-sharded) with its slice of `initial_value`."""
     from torch.distributed.tensor import DTensor, distribute_tensor
 
-    from gplan.backends.torch.moe import expert_rows
+    from gplan.backends.torch.moe import expert_slice
 
     tied = getattr(getattr(model, "args", None), "tie_embeddings", False)
     with torch.no_grad():
         for name, param in model.named_parameters():
-            rows = expert_rows(model, name)
+            block = expert_slice(model, name)
             if tied and name == "output.weight":  # the head's copy of the embedding on the last stage
                 name = "tok_embeddings.weight"
-            if rows is not None:  # this rank's block of the stacked experts (expert parallelism)
-                first, count, shape = rows
-                param.copy_(initial_value(name, torch.Size(shape), seed)[first:first + count])
+            if block is not None:  # this rank's block of the stacked experts (ep; their width over etp)
+                shape, index = block
+                param.copy_(initial_value(name, torch.Size(shape), seed)[index])
                 continue
             full = initial_value(name, param.shape, seed).to(device=param.device, dtype=param.dtype)
             if isinstance(param, DTensor):

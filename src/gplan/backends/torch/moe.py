@@ -6,7 +6,13 @@ as one dense MLP beside them.
 
 Expert weights are stacked per matrix — `experts_w1` of shape (E, f, h) — so that expert parallelism
 keeps a contiguous block of E/ep experts per rank and a checkpoint or the deterministic initialisation
-see one global tensor whatever ep is (`ep_slice` says which rows a rank holds).
+see one global tensor whatever ep is (`expert_slice` says which block a rank holds).
+
+Expert tensor parallelism (etp) splits every expert's width f over the etp ranks, as Megatron's
+`--expert-tensor-parallel-size` does: the etp ranks (innermost in the expert grid etp × ep × edp) gather
+their tokens, route them alike, dispatch them over ep, each computes its width-slice of the experts, and
+the partial outputs are summed back to the tokens' own ranks (an all-reduce and the own slice: gloo has no
+reduce-scatter) before the routing weights combine them.
 """
 
 from __future__ import annotations
@@ -21,11 +27,52 @@ from torch import nn
 
 @dataclass(frozen=True)
 class ExpertGroup:
-    """The ep ranks that share one set of tokens' experts, and this rank's place among them."""
+    """The ep ranks that share one set of tokens' experts, and this rank's place among them; with etp,
+    the ranks that split those experts' width."""
 
     group: object
     size: int
     rank: int
+    tp_group: object = None
+    tp_size: int = 1
+    tp_rank: int = 0
+
+
+class _GatherTokens(torch.autograd.Function):
+    """All-gather over the etp group along rows; backward: the summed gradient's own rows."""
+
+    @staticmethod
+    def forward(ctx, x, group, size, rank):
+        ctx.group, ctx.size, ctx.rank, ctx.rows = group, size, rank, x.shape[0]
+        parts = [torch.empty_like(x) for _ in range(size)]
+        dist.all_gather(parts, x.contiguous(), group=group)
+        return torch.cat(parts)
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad, group=ctx.group)
+        return grad[ctx.rank * ctx.rows:(ctx.rank + 1) * ctx.rows], None, None, None
+
+
+class _SumToOwnRows(torch.autograd.Function):
+    """Sum partial outputs over the etp group and keep this rank's rows; backward: the rows' gradient
+    placed back in the gathered layout (each rank's partial output fed the same sum)."""
+
+    @staticmethod
+    def forward(ctx, y, group, size, rank):
+        ctx.group, ctx.size, ctx.rank = group, size, rank
+        total = y.contiguous().clone()
+        dist.all_reduce(total, group=group)
+        rows = y.shape[0] // size
+        return total[rank * rows:(rank + 1) * rows]
+
+    @staticmethod
+    def backward(ctx, grad):
+        # every rank's rows of the gathered output take their owner's gradient: gather them
+        parts = [torch.empty_like(grad) for _ in range(ctx.size)]
+        dist.all_gather(parts, grad.contiguous(), group=ctx.group)
+        return torch.cat(parts), None, None, None
 
 
 class MoE(nn.Module):
@@ -70,12 +117,22 @@ class MoE(nn.Module):
         shape = x.shape
         tokens = x.reshape(-1, shape[-1])
         weights, ids = self.route(tokens)
-        flat = ids.reshape(-1)
+        routed, routed_ids = tokens, ids
+        etp = self.ep is not None and self.ep.tp_size > 1
+        if etp:  # the etp ranks route the same (gathered) tokens, each with its slice of every expert
+            e = self.ep
+            routed = _GatherTokens.apply(tokens, e.tp_group, e.tp_size, e.tp_rank)
+            gathered = [torch.empty_like(ids) for _ in range(e.tp_size)]
+            dist.all_gather(gathered, ids.contiguous(), group=e.tp_group)
+            routed_ids = torch.cat(gathered)
+        flat = routed_ids.reshape(-1)
         order = torch.argsort(flat, stable=True)  # token copies in expert order
-        copies = tokens[order // self.top_k]
+        copies = routed[order // self.top_k]
         per_expert = torch.bincount(flat, minlength=self.n_experts)
         out = self._dispatch_compute_combine(copies, per_expert)
         combined = out[torch.argsort(order)]  # back to (token, k) order
+        if etp:  # partial sums over the width slices, back to this rank's own tokens
+            combined = _SumToOwnRows.apply(combined, e.tp_group, e.tp_size, e.tp_rank)
         y = (combined.view(-1, self.top_k, shape[-1]) * weights.unsqueeze(-1)).sum(1)
         if self.shared is not None:
             y = y + self.shared(tokens)
@@ -109,18 +166,32 @@ class MoE(nn.Module):
 EXPERT_PARAMS = ("experts_w1", "experts_w2", "experts_w3")
 
 
+WIDTH_AXIS = {"experts_w1": 1, "experts_w3": 1, "experts_w2": 2}
+"""The axis of each stacked expert matrix that runs along the expert's width f (split by etp)."""
+
+
 def apply_ep(model: nn.Module, group: ExpertGroup) -> None:
-    """Keep this rank's E/ep experts of every MoE layer (on the meta device, before materialising)."""
+    """Keep this rank's E/ep experts of every MoE layer, and with etp its slice of their width (on the
+    meta device, before materialising)."""
     for module in model.modules():
         if not isinstance(module, MoE):
             continue
         module.ep = group
-        block = module.n_experts // group.size
         for name in EXPERT_PARAMS:
             full = getattr(module, name)
-            if full is None:
-                continue
-            setattr(module, name, nn.Parameter(full[group.rank * block:(group.rank + 1) * block].detach().clone()))
+            if full is not None:
+                setattr(module, name, nn.Parameter(full[_block(full.shape, name, group)].detach().clone()))
+
+
+def _block(shape, name: str, group: ExpertGroup | None) -> tuple[slice, ...]:
+    """The index of this rank's block of a stacked expert matrix of `shape` (the full one)."""
+    if group is None:
+        return tuple(slice(None) for _ in shape)
+    experts = shape[0] // group.size
+    index = [slice(group.rank * experts, (group.rank + 1) * experts), slice(None), slice(None)]
+    width = shape[WIDTH_AXIS[name]] // group.tp_size
+    index[WIDTH_AXIS[name]] = slice(group.tp_rank * width, (group.tp_rank + 1) * width)
+    return tuple(index)
 
 
 def is_expert_param(name: str) -> bool:
@@ -128,13 +199,16 @@ def is_expert_param(name: str) -> bool:
     return name.rsplit(".", 1)[-1] in EXPERT_PARAMS
 
 
-def expert_rows(model: nn.Module, name: str) -> tuple[int, int, tuple[int, ...]] | None:
-    """(first expert, experts, full shape) of an expert parameter this rank holds a block of; None for
-    any other parameter."""
+def expert_slice(model: nn.Module, name: str) -> tuple[tuple[int, ...], tuple[slice, ...]] | None:
+    """(full shape, this rank's index into it) of an expert parameter — experts over ep, width over etp;
+    None for any other parameter."""
     if not is_expert_param(name):
         return None
-    module = model.get_submodule(name.rsplit(".", 1)[0])
-    param = getattr(module, name.rsplit(".", 1)[1])
-    rank = module.ep.rank if module.ep is not None else 0
-    block = param.shape[0]
-    return rank * block, block, (module.n_experts, *param.shape[1:])
+    path, _, attribute = name.rpartition(".")
+    module = model.get_submodule(path)
+    param, group = getattr(module, attribute), module.ep
+    shape = list(param.shape)
+    if group is not None:
+        shape[0] *= group.size
+        shape[WIDTH_AXIS[attribute]] *= group.tp_size
+    return tuple(shape), _block(shape, attribute, group)

@@ -47,12 +47,13 @@ def grad_mesh(mesh: DeviceMesh, plan: Plan) -> DeviceMesh:
 
 
 def expert_mesh(plan: Plan, device_type: str) -> DeviceMesh:
-    """The expert grid (pp, edp, ep) over the same ranks: a stage's dp·cp ranks (tp = 1 in the worker)
-    regrouped with ep innermost, Megatron-core's tp-ep-dp-pp order with etp = 1 (cost_models.communication)."""
+    """The expert grid (pp, edp, ep, etp) over the same ranks: a stage's dp·cp ranks (tp = 1 in the
+    worker) regrouped with etp innermost, then ep — Megatron-core's expert tp-ep-dp-pp order
+    (cost_models.communication)."""
     from torch.distributed.device_mesh import init_device_mesh
 
     c = plan.parallel
-    return init_device_mesh(device_type, (c.pp, c.edp, c.ep), mesh_dim_names=("pp", "edp", "ep"))
+    return init_device_mesh(device_type, (c.pp, c.edp, c.ep, c.etp), mesh_dim_names=("pp", "edp", "ep", "etp"))
 
 
 def local_numel(module: torch.nn.Module) -> int:
@@ -72,7 +73,8 @@ def build_chunks(plan: Plan, mesh: DeviceMesh, pp_rank: int, device: torch.devic
     experts = None
     if plan.model.is_moe:
         grid = expert_mesh(plan, mesh.device_type)
-        experts = ExpertGroup(grid["ep"].get_group(), c.ep, grid["ep"].get_local_rank())
+        experts = ExpertGroup(grid["ep"].get_group(), c.ep, grid["ep"].get_local_rank(),
+                              grid["etp"].get_group(), c.etp, grid["etp"].get_local_rank())
         built.edp_group = grid["edp"].get_group()
     for chunk in apply_pp.rank_chunks(plan, pp_rank):
         with torch.device("meta"):
