@@ -140,11 +140,12 @@ def _stage_capacity(t: list[float], mu: list[float], time_s: float, memory_bytes
     return best
 
 
-def memory_aware_bound_s(table: CostTable, work_s: float) -> float:
-    """A tighter bound: the least T_max at which the stages, each limited by both T_max and its memory
-    on the node group it runs on, can hold all layers between them (each layer priced at the most
-    favourable kind); then `(m − 1/v)·T_max + W/v + F`. On two node groups the stages are assigned to
-    the groups as the groups' capacities allow (`_most_layers`); on more, each stage takes its best group."""
+def _memory_aware_holds(table: CostTable):
+    """`holds(T_max)`: whether the stages, each limited by T_max and by its memory on the node group it
+    runs on, can hold all layers between them (each layer priced at the most favourable kind) — monotone
+    in T_max — and the interval [lo, hi] the least such T_max lies in (lo never holds; hi holds unless
+    nothing fits). On two node groups the stages are assigned to the groups as their capacities allow
+    (`_most_layers`); on more, each stage takes its best group."""
     K, p = len(table.options), table.pp
     t = {g: [min(table.layer_time_s[q, k, g] for q in range(len(table.kinds))) for k in range(K)] for g in table.groups}
     stages = []
@@ -163,12 +164,32 @@ def memory_aware_bound_s(table: CostTable, work_s: float) -> float:
 
     lo = max(min(fixed for _, fixed in per_group.values()) for _, per_group in stages)  # T_max ≥ each T_i
     hi = lo + table.total_layers * max(max(ts) for ts in t.values())
+    return holds, lo, hi
+
+
+def memory_aware_bound_s(table: CostTable, work_s: float) -> float:
+    """A tighter bound: the least T_max at which `_memory_aware_holds` holds (by bisection); then
+    `(m − 1/v)·T_max + W/v + F`."""
+    holds, lo, hi = _memory_aware_holds(table)
     if not holds(hi):
         return math.inf
     while hi - lo > 1e-4 * hi:  # lo never holds, so the least T_max lies above it: lo is the bound
         mid = (lo + hi) / 2
         lo, hi = (lo, mid) if holds(mid) else (mid, hi)
     return pipeline_objective(lo, work_s, table.num_microbatches, table.vpp) + table.outside_pipeline_floor_s
+
+
+def memory_aware_prunes(table: CostTable, work_s: float, incumbent: float) -> bool:
+    """Whether the bound above reaches `incumbent`, with one test instead of a bisection: the objective
+    is increasing in T_max, so it reaches the incumbent exactly when the T_max at which it would equal it,
+    T*, does not hold (the least T_max that holds then lies above T*)."""
+    alpha = table.num_microbatches - 1 / table.vpp
+    rest = pipeline_objective(0.0, work_s, table.num_microbatches, table.vpp) + table.outside_pipeline_floor_s
+    if alpha <= 0:
+        return rest >= incumbent
+    holds, lo, _ = _memory_aware_holds(table)
+    t_star = (incumbent - rest) / alpha
+    return t_star <= lo or not holds(t_star)
 
 
 def _most_layers(caps: list[dict[int, float]], table: CostTable, need: float | None) -> float:
@@ -293,7 +314,7 @@ def search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devic
         if bounds and not memory_admits_a_split(s.table):
             result.memory_infeasible += 1
             continue
-        if bounds and memory_aware_bound_s(s.table, work_s(s.table)) >= incumbent:
+        if bounds and memory_aware_prunes(s.table, work_s(s.table), incumbent):
             result.pruned += 1
             continue
         # the ILP optimises the pipeline time: a split must beat the incumbent less the step's floor
