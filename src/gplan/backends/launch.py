@@ -206,6 +206,14 @@ def node_groups_of(plan: Plan, per_node: int) -> list[int]:
     return out
 
 
+def node_ranks_by_group(plan: Plan, per_node: int) -> dict[int, list[int]]:
+    """Each node group used, in order, with the node ranks that must run on it (`node_groups_of`)."""
+    by_group: dict[int, list[int]] = {}
+    for node, group in enumerate(node_groups_of(plan, per_node)):
+        by_group.setdefault(group, []).append(node)
+    return dict(sorted(by_group.items()))
+
+
 def hetero_slurm_script(name: str, job: JobRecipe, plan: Plan, resource_line, node_argv: list[str],
                         header: list[str] = ()) -> str:
     """A SLURM heterogeneous job: one component per node group (`#SBATCH hetjob` between them), each
@@ -213,24 +221,22 @@ def hetero_slurm_script(name: str, job: JobRecipe, plan: Plan, resource_line, no
     over all components. In such a step SLURM numbers the tasks across the components in order, so
     `SLURM_PROCID` indexes a table of the plan's node ranks — each node gets a rank of its own group —
     and torchrun's static rendezvous keeps them (c10d would renumber the nodes by host name)."""
-    groups_of_node = node_groups_of(plan, job.nproc_per_node)
-    order = sorted(set(groups_of_node))
-    ranks = [n for g in order for n in range(len(groups_of_node)) if groups_of_node[n] == g]
+    by_group = node_ranks_by_group(plan, job.nproc_per_node)
+    order = list(by_group)
+    ranks = [n for g in order for n in by_group[g]]
     lines = ["#!/bin/bash", *header]
-    for c, g in enumerate(order):
-        group = plan.cluster.node_groups[g]
-        held = [n for n in range(len(groups_of_node)) if groups_of_node[n] == g]
-        lines.append(f"# component {c}: node group {g}, {len(held)} nodes of {group.hardware.name} (node ranks "
-                     f"{', '.join(map(str, held))}); --constraint names the node feature, rename it to your cluster's")
-    for c, g in enumerate(order):
+    for c, (g, held) in enumerate(by_group.items()):
+        lines.append(f"# component {c}: node group {g}, {len(held)} nodes of {plan.cluster.node_groups[g].hardware.name} "
+                     f"(node ranks {', '.join(map(str, held))}); --constraint names the node feature, rename it to your "
+                     "cluster's")
+    for c, (g, held) in enumerate(by_group.items()):
         if c:
             lines.append("#SBATCH hetjob")
-        count = groups_of_node.count(g)
         if c == 0:
             lines.append(f"#SBATCH --job-name={name}")
-        lines += [f"#SBATCH --nodes={count}", "#SBATCH --ntasks-per-node=1", resource_line(g), "#SBATCH --exclusive",
+        lines += [f"#SBATCH --nodes={len(held)}", "#SBATCH --ntasks-per-node=1", resource_line(g), "#SBATCH --exclusive",
                   f"#SBATCH --constraint={plan.cluster.node_groups[g].hardware.name}"]
-    head_component = order.index(groups_of_node[0])  # node rank 0: the first node of its group's component
+    head_component = next(c for c, held in enumerate(by_group.values()) if 0 in held)  # node rank 0's component
     words = shell_words(node_argv)
     lines += ["set -euo pipefail",
               f'HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST_HET_GROUP_{head_component}" | head -n 1)',

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 import pulp
 
 from gplan.cost_models.pipeline import pipeline_objective
-from gplan.planner.table import CostTable, Split, stage_time
+from gplan.planner.table import CostTable, Split, stage_time, working_set_bytes
 
 
 @dataclass(frozen=True)
@@ -216,7 +216,7 @@ def _set_start(prob: pulp.LpProblem, table: CostTable, start: Split) -> None:
         used = [k for k in range(K) if any(start.counts[i][q][k] for q in range(Q))]
         for k in range(K):
             values[f"y_{i}_{k}"] = float(k in used)
-        values[f"W_{i}"] = max([table.stage_transient_bytes.get(i, 0.0)] + [table.option_transient(k) for k in used])
+        values[f"W_{i}"] = working_set_bytes(table, i, used)
         values[f"T_{i}"] = times[i]
     values["T_max"] = max(times)
     for v in prob.variables():

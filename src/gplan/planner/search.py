@@ -167,22 +167,11 @@ def _memory_aware_holds(table: CostTable):
     return holds, lo, hi
 
 
-def memory_aware_bound_s(table: CostTable, work_s: float) -> float:
-    """A tighter bound: the least T_max at which `_memory_aware_holds` holds (by bisection); then
-    `(m − 1/v)·T_max + W/v + F`."""
-    holds, lo, hi = _memory_aware_holds(table)
-    if not holds(hi):
-        return math.inf
-    while hi - lo > 1e-4 * hi:  # lo never holds, so the least T_max lies above it: lo is the bound
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if holds(mid) else (mid, hi)
-    return pipeline_objective(lo, work_s, table.num_microbatches, table.vpp) + table.outside_pipeline_floor_s
-
-
 def memory_aware_prunes(table: CostTable, work_s: float, incumbent: float) -> bool:
-    """Whether the bound above reaches `incumbent`, with one test instead of a bisection: the objective
-    is increasing in T_max, so it reaches the incumbent exactly when the T_max at which it would equal it,
-    T*, does not hold (the least T_max that holds then lies above T*)."""
+    """Whether the memory-aware bound — `(m − 1/v)·T + W/v + F` at the least T_max that holds — reaches
+    `incumbent`: the objective rises with T_max, so it does exactly when the T_max at which it would
+    equal the incumbent, T*, does not hold (the least T_max that holds then lies above T*); one test, no
+    bisection."""
     alpha = table.num_microbatches - 1 / table.vpp
     rest = pipeline_objective(0.0, work_s, table.num_microbatches, table.vpp) + table.outside_pipeline_floor_s
     if alpha <= 0:

@@ -32,8 +32,8 @@ mix found under S really fits (its options' working sets are at most W_S), and t
 under its own S: the minimum over S is the exact one.
 
 It covers one or two node groups (with two, the recursion also counts the stages on the first group,
-each group hosting at most its capacity: the ILP's (5)) and at most two layer kinds (the smaller
-enumerated); `solve` returns None otherwise and the ILP runs unaided. Tested against the ILP and brute force on random instances
+each group hosting at most its capacity: the ILP's (5)) and at most two layer kinds (the first, at most
+`SMALL_KIND` layers, enumerated); `solve` returns None otherwise and the ILP runs unaided. Tested against the ILP and brute force on random instances
 (tests/planner/test_split_dp.py).
 """
 
@@ -45,10 +45,11 @@ import time
 import numpy as np
 
 from gplan.planner.ilp import SolveResult
-from gplan.planner.table import CostTable, Split, stage_time
+from gplan.planner.table import CostTable, Split, stage_time, working_set_bytes
 
 SMALL_KIND = 8
-"""With two kinds, the smaller may have at most this many layers (its mixes are enumerated)."""
+"""With two kinds, the first may have at most this many layers: its mixes on a stage that straddles the
+boundary are enumerated (DeepSeek's dense leading layers)."""
 MAX_SCAN = 4000
 """Candidate longest-stage times scanned past τ₀ before handing the table to the ILP."""
 INF = float("inf")
@@ -57,7 +58,7 @@ INF = float("inf")
 def solve(table: CostTable, cutoff: float | None = None) -> SolveResult | None:
     """The optimal split of `table` (status `optimal`), `infeasible`, or `cutoff` when its objective is
     above `cutoff` — as `ilp.solve` reports them; None where this program does not apply."""
-    if len(table.groups) > 2 or len(table.kinds) > 2 or (len(table.kinds) == 2 and min(table.layers_per_kind) > SMALL_KIND):
+    if len(table.groups) > 2 or len(table.kinds) > 2 or (len(table.kinds) == 2 and table.layers_per_kind[0] > SMALL_KIND):
         return None
     start = time.perf_counter()
     per_group = [range_times(table, g) for g in table.groups]
@@ -199,12 +200,8 @@ def _masks(k: int) -> list[tuple[int, ...]]:
 def _stage_caps(table: CostTable, g: int) -> np.ndarray:
     """(p, masks): bytes left for the layers of stage i holding options S — the budget less the fixed
     bytes and the working set W_S (the largest of S's and the stage's loss's)."""
-    caps = []
-    for i in range(table.pp):
-        loss = table.stage_transient_bytes.get(i, 0.0)
-        left = table.budget_bytes[g] - table.fixed_memory_bytes[i, g]
-        caps.append([left - max([loss] + [table.option_transient(k) for k in mask]) for mask in _masks(len(table.options))])
-    return np.array(caps)
+    return np.array([[table.budget_bytes[g] - table.fixed_memory_bytes[i, g] - working_set_bytes(table, i, mask)
+                       for mask in _masks(len(table.options))] for i in range(table.pp)])
 
 
 def _per_layer(table: CostTable, g: int, q: int) -> tuple[np.ndarray, np.ndarray]:
@@ -260,10 +257,7 @@ def _enumerated(n, cap, t, m, mask, K, tol):
     count x enumerated (a third axis), the other two in closed form over the rest."""
     R, N = cap.shape[0], n.shape[1]
     if len(mask) == 2:
-        x_count, (b, c) = np.zeros((1, 1, 1)), mask
-        rest = n[:, :, None] + 0 * x_count
-        cap3 = cap[:, :, None]
-        base_s = 0.0
+        (b, c), rest, cap3, base_s = mask, n[:, :, None], cap[:, :, None], 0.0
     else:
         a, b, c = mask
         x_count = np.arange(N)[None, None, :]

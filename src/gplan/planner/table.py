@@ -253,12 +253,16 @@ def stage_time(table: CostTable, counts_i: list[list[int]], i: int, g: int) -> f
                                           for q, per in enumerate(counts_i) for k, n in enumerate(per))
 
 
+def working_set_bytes(table: CostTable, i: int, options) -> float:
+    """Stage i's backward working set holding layers of `options`: the largest of theirs and its loss's."""
+    return max([table.stage_transient_bytes.get(i, 0.0)] + [table.option_transient(k) for k in options])
+
+
 def stage_memory(table: CostTable, counts_i: list[list[int]], i: int, g: int) -> float:
     """Allocated bytes of stage i on group g: fixed, per layer, and the largest working set of the
     options it holds (or of its loss)."""
     used = {k for per in counts_i for k, n in enumerate(per) if n > 0}
-    transient = max([table.stage_transient_bytes.get(i, 0.0)] + [table.option_transient(k) for k in used])
-    return table.fixed_memory_bytes[i, g] + transient + sum(
+    return table.fixed_memory_bytes[i, g] + working_set_bytes(table, i, used) + sum(
         n * (table.layer_state_bytes[q] + table.in_flight[i] * table.layer_activation_bytes[q, k])
         for q, per in enumerate(counts_i) for k, n in enumerate(per))
 

@@ -104,7 +104,8 @@ def megatron_deepspeed_args(plan: Plan, layouts: list[StageLayout], notes: list[
         raise InputError("Megatron-DeepSpeed's pretrain_gpt.py runs decoder-only GPT and Llama models",
                          hint="export this model to another target")
     args = ["--num-layers", str(m.num_layers), "--hidden-size", str(m.hidden_size),
-            "--ffn-hidden-size", str(m.expert_ffn_size if m.is_moe else m.ffn_size), "--num-attention-heads", str(m.num_attention_heads),
+            "--ffn-hidden-size", str(m.expert_ffn_size if m.is_moe else m.ffn_size),  # MoE: the experts (every layer)
+            "--num-attention-heads", str(m.num_attention_heads),
             "--num-key-value-heads", str(m.kv_heads), "--seq-length", str(t.seq_length),
             "--max-position-embeddings", str(max(t.seq_length, m.seq_length)),
             "--normalization", m.norm, "--attention-dropout", str(m.dropout), "--hidden-dropout", str(m.dropout)]

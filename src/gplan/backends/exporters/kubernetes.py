@@ -24,8 +24,8 @@ from pathlib import Path
 import yaml
 
 from gplan.backends.exporters import Export, ExportContext, stamp
-from gplan.backends.launch import (TORCHRUN_PORT, JobRecipe, LaunchOptions, default_nodes, node_groups_of, shell_words,
-                                  torchrun_argv)
+from gplan.backends.launch import (TORCHRUN_PORT, JobRecipe, LaunchOptions, default_nodes, node_ranks_by_group,
+                                  shell_words, torchrun_argv)
 from gplan.backends.torch.launcher import job_env, notes as launch_notes, worker_args
 from gplan.errors import InputError
 from gplan.plan import Plan
@@ -73,8 +73,7 @@ def annotations(notes: list[str]) -> dict[str, str]:
 
 
 def resources(plan: Plan, per_node: int) -> dict:
-    kind = plan.cluster.primary.hardware.kind
-    return {"limits": {DEVICE_RESOURCE.get(kind, "cpu"): per_node}}
+    return resources_of(plan.cluster.primary, per_node)
 
 
 def command(plan: Plan, endpoint: str) -> list[str]:
@@ -134,15 +133,14 @@ def hetero_service(plan: Plan) -> dict:
 def hetero_jobs(plan: Plan, image: str) -> list[dict]:
     """One Indexed Job per node group; pod `index` of group g runs node rank ranks_g[index]."""
     _, per_node = default_nodes(plan)
-    groups_of_node = node_groups_of(plan, per_node)
-    head_group = groups_of_node[0]
+    by_group = node_ranks_by_group(plan, per_node)
+    head_group = next(g for g, ranks in by_group.items() if 0 in ranks)
     head = f"{group_job_name(plan, head_group)}-0.{job_name(plan)}"  # node rank 0: its group's first pod
     program = worker_args(Path(PLAN_DIR) / "plan.json", LaunchOptions(run_dir=Path("/runs/gplan")))
-    job = JobRecipe(len(groups_of_node), per_node, program)
+    job = JobRecipe(sum(map(len, by_group.values())), per_node, program)
     argv = torchrun_argv(job, node_rank="$NODE_RANK", endpoint=f"{head}:{TORCHRUN_PORT}")
     jobs = []
-    for g in sorted(set(groups_of_node)):
-        ranks = [n for n, group in enumerate(groups_of_node) if group == g]
+    for g, ranks in by_group.items():
         # POSIX sh: the index-th of the group's node ranks
         script = f"set -- {' '.join(map(str, ranks))}; shift \"$JOB_COMPLETION_INDEX\"; NODE_RANK=$1; exec {shell_words(argv)}"
         group = plan.cluster.node_groups[g]
@@ -167,6 +165,7 @@ def group_job_name(plan: Plan, group: int) -> str:
 
 
 def resources_of(group, per_node: int) -> dict:
+    """The device plugin's resource a pod of `group` asks for, one per process."""
     return {"limits": {DEVICE_RESOURCE.get(group.hardware.kind, "cpu"): per_node}}
 
 

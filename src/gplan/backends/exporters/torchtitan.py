@@ -148,24 +148,28 @@ def model_shape(plan: Plan) -> dict:
             "tie_embeddings": m.tie_embeddings}
 
 
-CONFIG_TEMPLATE = '''{stamp}
+MODULE_HEAD = '''{stamp}
 """The plan's model and pipeline chunks as a torchtitan config function: `--module {module} --config
-{function}`. Built with torchtitan's own llama3 layer builder, so the model is torchtitan's Llama with
-the plan's shape."""
+{function}`. {built}"""
 
 import dataclasses
 
 from torchtitan.distributed.activation_checkpoint import FullAC
-from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
-from torchtitan.models.llama3 import (_EMBEDDING_INIT, _NORM_INIT, Llama3Model, _build_llama3_layers,
-                                      _output_linear_init, model_registry)
-from torchtitan.models.llama3.config_registry import llama3_8b
-
+{imports}
 SHAPE = {shape}
 MODULE_FQNS_PER_MODEL_PART = {fqns}
 ACTIVATION_CHECKPOINT = {ac!r}
 
+'''
+"""What every family's config module starts with: the stamp, what it builds, its constants."""
 
+LLAMA3_BUILT = "Built with torchtitan's own llama3 layer builder, so the model is torchtitan's Llama with\nthe plan's shape."
+LLAMA3_IMPORTS = '''from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
+from torchtitan.models.llama3 import (_EMBEDDING_INIT, _NORM_INIT, Llama3Model, _build_llama3_layers,
+                                      _output_linear_init, model_registry)
+from torchtitan.models.llama3.config_registry import llama3_8b
+'''
+LLAMA3_MODEL = '''
 def model_config() -> Llama3Model.Config:
     s = SHAPE
     dim, vocab = s["dim"], s["vocab_size"]
@@ -181,24 +185,13 @@ def model_config() -> Llama3Model.Config:
 
 '''
 
-
-QWEN3_MOE_TEMPLATE = '''{stamp}
-"""The plan's model and pipeline chunks as a torchtitan config function: `--module {module} --config
-{function}`. Built with torchtitan's own Qwen3 MoE layer builder under its qwen3 model spec."""
-
-import dataclasses
-
-from torchtitan.distributed.activation_checkpoint import FullAC
-from torchtitan.models.common import CosSinRoPE, Embedding, Linear
+QWEN3_MOE_BUILT = "Built with torchtitan's own Qwen3 MoE layer builder under its qwen3 model spec."
+QWEN3_MOE_IMPORTS = '''from torchtitan.models.common import CosSinRoPE, Embedding, Linear
 from torchtitan.models.qwen3 import (_EMBEDDING_INIT, _LINEAR_INIT, Qwen3Model, _build_qwen3_moe_layers, _qwen3_norm,
                                      model_registry)
 from torchtitan.models.qwen3.config_registry import qwen3_30b_a3b
-
-SHAPE = {shape}
-MODULE_FQNS_PER_MODEL_PART = {fqns}
-ACTIVATION_CHECKPOINT = {ac!r}
-
-
+'''
+QWEN3_MOE_MODEL = '''
 def model_config() -> Qwen3Model.Config:
     s = SHAPE
     dim, vocab, head_dim = s["dim"], s["vocab_size"], s["head_dim"]
@@ -215,24 +208,13 @@ def model_config() -> Qwen3Model.Config:
 
 '''
 
-DEEPSEEK_V3_TEMPLATE = '''{stamp}
-"""The plan's model and pipeline chunks as a torchtitan config function: `--module {module} --config
-{function}`. Built with torchtitan's own DeepSeek-V3 layer builder (latent attention, shared and routed
-experts, leading dense layers) under its deepseek_v3 model spec."""
-
-import dataclasses
-
-from torchtitan.distributed.activation_checkpoint import FullAC
-from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
+DEEPSEEK_V3_BUILT = "Built with torchtitan's own DeepSeek-V3 layer builder (latent attention, shared and routed\nexperts, leading dense layers) under its deepseek_v3 model spec."
+DEEPSEEK_V3_IMPORTS = '''from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
 from torchtitan.models.deepseek_v3 import (_EMBEDDING_INIT, _NORM_INIT, DeepSeekV3Model, _build_dsv3_layers,
                                            _output_linear_init, model_registry)
 from torchtitan.models.deepseek_v3.config_registry import deepseek_v3_671b
-
-SHAPE = {shape}
-MODULE_FQNS_PER_MODEL_PART = {fqns}
-ACTIVATION_CHECKPOINT = {ac!r}
-
-
+'''
+DEEPSEEK_V3_MODEL = '''
 def model_config() -> DeepSeekV3Model.Config:
     s = SHAPE
     dim, vocab = s["dim"], s["vocab_size"]
@@ -285,19 +267,15 @@ def expert_shape(plan: Plan) -> dict:
 
 def config_module(plan: Plan, context: ExportContext, ac: str) -> str:
     fqns = module_fqns(plan, context.layouts) if plan.parallel.pp > 1 else None
-    family, shape = "llama3", model_shape(plan)
-    if plan.model.is_moe:
-        family = expert_family(plan.model)
-        if family not in TEMPLATES or family == "llama3":  # llama3 is the dense family
-            raise InputError(f"torchtitan builds the MoE shapes qwen3_moe, deepseek_v3, not {plan.model.name}'s",
-                             hint="export to megatron")
-        shape = expert_shape(plan)
-    body, trainer, flavor = TEMPLATES[family]
-    return (body + CONFIG_FUNCTION).format(stamp=stamp(plan, context.version), module=CONFIG_MODULE,
-                                          function=CONFIG_FUNCTION_NAME, shape=repr(shape), fqns=repr(fqns), ac=ac,
-                                          trainer=trainer, flavor=repr(flavor))
+    # a MoE plan reaches here only in a family torchtitan builds (its capability, checked before export)
+    family, shape = (expert_family(plan.model), expert_shape(plan)) if plan.model.is_moe else ("llama3", model_shape(plan))
+    built, imports, model, trainer, flavor = TEMPLATES[family]
+    head = MODULE_HEAD.format(stamp=stamp(plan, context.version), module=CONFIG_MODULE, function=CONFIG_FUNCTION_NAME,
+                              built=built, imports=imports, shape=repr(shape), fqns=repr(fqns), ac=ac)
+    return head + model + CONFIG_FUNCTION.format(function=CONFIG_FUNCTION_NAME, trainer=trainer, flavor=repr(flavor))
 
 
-TEMPLATES = {"llama3": (CONFIG_TEMPLATE, "llama3_8b", "8B"), "qwen3_moe": (QWEN3_MOE_TEMPLATE, "qwen3_30b_a3b", "30B-A3B"),
-             "deepseek_v3": (DEEPSEEK_V3_TEMPLATE, "deepseek_v3_671b", "671B")}
-"""Family -> (imports and model_config(), torchtitan trainer config, model-registry flavor)."""
+TEMPLATES = {"llama3": (LLAMA3_BUILT, LLAMA3_IMPORTS, LLAMA3_MODEL, "llama3_8b", "8B"),
+             "qwen3_moe": (QWEN3_MOE_BUILT, QWEN3_MOE_IMPORTS, QWEN3_MOE_MODEL, "qwen3_30b_a3b", "30B-A3B"),
+             "deepseek_v3": (DEEPSEEK_V3_BUILT, DEEPSEEK_V3_IMPORTS, DEEPSEEK_V3_MODEL, "deepseek_v3_671b", "671B")}
+"""Family -> (what it builds, its imports, its model_config(), torchtitan trainer config, registry flavor)."""
