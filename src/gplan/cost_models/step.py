@@ -12,7 +12,7 @@ from gplan.cost_models import compute, experts, memory, pipeline
 from gplan.plan import Prediction, StageMemory, StagePrediction, StepBreakdown
 from gplan.profiles.schema import ClusterSpec, NodeGroup
 from gplan.spec.model import LayerKind, ModelSpec
-from gplan.spec.parallel import ParallelConfig, StageLayout, uniform_layout
+from gplan.spec.parallel import ParallelConfig, StageLayout, empty_stage, uniform_layout
 from gplan.spec.training import TrainingSpec
 
 
@@ -25,7 +25,18 @@ class StepModel:
     training: TrainingSpec
     cluster: ClusterSpec
     config: ParallelConfig
-    _layer_times: dict = field(default_factory=dict, repr=False)
+    _shared: dict = field(default_factory=dict, repr=False)
+    """Values that depend only on the shard (mbs, cp, tp, sp), the expert grid (ep, etp) and the device —
+    layer times, activation and working-set bytes: the planner hands one dict to every configuration
+    that agrees on those, so that each is priced once."""
+
+    def memo(self, key: tuple, price):
+        """`price()`, or its value already in the shared dict under `key`."""
+        try:
+            return self._shared[key]
+        except KeyError:
+            value = self._shared[key] = price()
+            return value
 
     @cached_property
     def shard(self) -> compute.Shard:
@@ -37,7 +48,7 @@ class StepModel:
 
     @cached_property
     def kinds(self) -> dict[str, LayerKind]:
-        return {k.name: k for k in self.model.layer_kinds()}
+        return self.memo(("kinds",), lambda: {k.name: k for k in self.model.layer_kinds()})
 
     def group(self, index: int) -> NodeGroup:
         return self.cluster.node_groups[index]
@@ -49,15 +60,15 @@ class StepModel:
     # ---- per layer ------------------------------------------------------------------------------
     def layer_time(self, kind: str, group: int) -> compute.LayerTime:
         """The layer's compute; an MoE layer's routed experts added on its busiest device."""
-        key = (kind, group)
-        if key not in self._layer_times:
-            lt = compute.layer_time(self.model, self.kinds[kind], self.training, self.shard, self.device(group))
-            if self.kinds[kind].moe:
-                f, b = experts.routed_time_s(self.model, self.training, self.shard, self.config, self.device(group))
-                lt = compute.LayerTime(forward_s=lt.forward_s + f, backward_s=lt.backward_s + b,
-                                       attention_forward_s=lt.attention_forward_s)
-            self._layer_times[key] = lt
-        return self._layer_times[key]
+        return self.memo(("layer_time", kind, group), lambda: self._price_layer_time(kind, group))
+
+    def _price_layer_time(self, kind: str, group: int) -> compute.LayerTime:
+        lt = compute.layer_time(self.model, self.kinds[kind], self.training, self.shard, self.device(group))
+        if self.kinds[kind].moe:
+            f, b = experts.routed_time_s(self.model, self.training, self.shard, self.config, self.device(group))
+            lt = compute.LayerTime(forward_s=lt.forward_s + f, backward_s=lt.backward_s + b,
+                                   attention_forward_s=lt.attention_forward_s)
+        return lt
 
     def activation_bytes_per_tensor(self) -> float:
         """One b·s·h activation on one device (the tp and pp message size)."""
@@ -109,6 +120,9 @@ class StepModel:
     def layer_params(self, kind: str) -> float:
         """One layer's parameters on one device: attention, norms, router and shared experts after tp;
         an MoE layer's routed experts after ep and etp."""
+        return self.memo(("layer_params", kind), lambda: self._count_layer_params(kind))
+
+    def _count_layer_params(self, kind: str) -> float:
         k = self.kinds[kind]
         if not k.moe:
             return self.model.layer_params_per_rank(k, self.config.tp)
@@ -125,6 +139,9 @@ class StepModel:
     def layer_activation_bytes(self, kind: str, recompute: str) -> float:
         """What a layer keeps per micro-batch in flight; an MoE layer's routed side beside it (the whole
         layer's input only under full recompute)."""
+        return self.memo(("activation", kind, recompute), lambda: self._price_activation_bytes(kind, recompute))
+
+    def _price_activation_bytes(self, kind: str, recompute: str) -> float:
         t = self.training
         kept = memory.layer_activation_bytes(self.model, self.kinds[kind], self.shard, t.element_bytes,
                                              t.flash_attention, recompute)
@@ -197,24 +214,33 @@ class StepModel:
     def stage(self, index: int, layout: StageLayout) -> StagePrediction:
         g = layout.node_group
         forward, backward, tp_s, cp_s, ep_s, pp_s = self.stage_times(layout)
-        activations = sum(c.count * self.layer_activation_bytes(c.kind, c.recompute) for c in layout.layers)
+        params = self.stage_params(layout)
+        mem = self.stage_memory(index, layout, params, self.stage_activation_bytes(index, layout))
+        return StagePrediction(
+            index=index, num_layers=layout.num_layers, node_group=g,
+            forward_s=forward, backward_s=backward, tp_comm_s=tp_s, cp_comm_s=cp_s, ep_comm_s=ep_s, pp_comm_s=pp_s,
+            time_s=forward + backward + tp_s + cp_s + ep_s + pp_s, in_flight=self.in_flight(index), params=params,
+            expert_params=self.stage_expert_params(layout),
+            memory=mem, memory_bytes=mem.total_bytes, memory_budget_bytes=self.memory_budget(g),
+        )
+
+    def stage_memory_of(self, index: int, layout: StageLayout) -> StageMemory:
+        """`stage(index, layout).memory` without pricing its times (the planner's memory tables)."""
+        return self.stage_memory(index, layout, self.stage_params(layout), self.stage_activation_bytes(index, layout))
+
+    def stage_activation_bytes(self, index: int, layout: StageLayout) -> float:
+        """Activations kept by stage `index`: its layers' and its embedding's per micro-batch in flight;
+        the head's logits for one micro-batch (all of them under GPipe)."""
         in_flight = self.in_flight(index)
-        activations *= in_flight
+        activations = in_flight * sum(c.count * self.layer_activation_bytes(c.kind, c.recompute)
+                                      for c in layout.layers)
         if layout.embedding:
             activations += in_flight * memory.embedding_activation_bytes(self.model, self.shard)
         if layout.head:
             head_held = self.num_microbatches if self.config.schedule == "gpipe" else 1
             activations += head_held * memory.head_activation_bytes(self.model, self.shard,
                                                                     self.training.element_bytes, self.training.engine)
-        params = self.stage_params(layout)
-        mem = self.stage_memory(index, layout, params, activations)
-        return StagePrediction(
-            index=index, num_layers=layout.num_layers, node_group=g,
-            forward_s=forward, backward_s=backward, tp_comm_s=tp_s, cp_comm_s=cp_s, ep_comm_s=ep_s, pp_comm_s=pp_s,
-            time_s=forward + backward + tp_s + cp_s + ep_s + pp_s, in_flight=in_flight, params=params,
-            expert_params=self.stage_expert_params(layout),
-            memory=mem, memory_bytes=mem.total_bytes, memory_budget_bytes=self.memory_budget(g),
-        )
+        return activations
 
     @cached_property
     def state_bytes(self) -> memory.StateBytes:
@@ -230,9 +256,9 @@ class StepModel:
 
     def states(self, params: float, expert_params: float) -> tuple[float, float, float]:
         """(weights, grads, optimizer) bytes of `params` on one device, `expert_params` of them routed experts."""
-        dense, routed = self.state_bytes, self.expert_state_bytes
-        return tuple((params - expert_params) * getattr(dense, f) + expert_params * getattr(routed, f)
-                     for f in ("weights", "grads", "optimizer"))
+        dense, routed, rest = self.state_bytes, self.expert_state_bytes, params - expert_params
+        return (rest * dense.weights + expert_params * routed.weights, rest * dense.grads + expert_params * routed.grads,
+                rest * dense.optimizer + expert_params * routed.optimizer)
 
     def layer_state_bytes(self, kind: str) -> float:
         """Weights, gradients and optimizer state of one layer on one device, with the quantised weight
@@ -243,6 +269,9 @@ class StepModel:
 
     def layer_transient_bytes(self, kind: str, recompute: str) -> float:
         """The working set while one layer of this kind runs its backward (recompute + gradients)."""
+        return self.memo(("transient", kind, recompute), lambda: self._price_transient_bytes(kind, recompute))
+
+    def _price_transient_bytes(self, kind: str, recompute: str) -> float:
         t = self.training
         working = (memory.recompute_working_bytes(self.model, self.kinds[kind], self.shard, t.element_bytes,
                                                   t.flash_attention, recompute)
@@ -270,7 +299,7 @@ class StepModel:
         if layout.embedding:
             units.append(self.model.embedding_params_per_rank(tp))
         if layout.head:
-            units.append(self.stage_fixed_params(StageLayout(layers=[], embedding=False, head=True)))
+            units.append(self.stage_fixed_params(empty_stage(False, True)))
         return units
 
     def fragmentation(self, group: int) -> float:
@@ -365,7 +394,7 @@ class StepModel:
             scatter = comm.reduce_scatter_time_s(params * memory.GRAD_BYTES, ranks, link)
             backward = lt.backward_s + lt.recompute_s(c.recompute)
             exposed += c.count * (max(0.0, gather - lt.forward_s) + max(0.0, gather + scatter - backward))
-        fixed = self.stage_fixed_params(StageLayout(layers=[], embedding=layout.embedding, head=layout.head))
+        fixed = self.stage_fixed_params(empty_stage(layout.embedding, layout.head))
         if fixed:
             exposed += 2 * comm.allgather_time_s(fixed * e, ranks, link) + \
                 comm.reduce_scatter_time_s(fixed * memory.GRAD_BYTES, ranks, link)

@@ -8,6 +8,10 @@ Every ILP result is re-priced by the cost model (the solver's objective is never
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import heapq
+import itertools
 import math
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -21,7 +25,8 @@ from gplan.plan import RunnerUp, SearchRecord, SolverInfo
 from gplan.planner import ilp, split_dp
 from gplan.planner.reuse import SolvedPool
 from gplan.planner.space import SearchLimits, candidates, uneven_interleaved
-from gplan.planner.table import CostTable, Split, build_table, expert_states_fit, time_table, uniform_split
+from gplan.planner.table import (CostTable, Split, build_table, expert_states_fit, pipeline_times, uniform_split,
+                                 with_floor)
 from gplan.profiles.schema import ClusterSpec
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import ParallelConfig, StageLayout
@@ -215,7 +220,7 @@ def _most_layers(caps: list[dict[int, float]], table: CostTable, need: float | N
 def least_working(table: CostTable, i: int) -> float:
     """The least working set stage i can have: it holds at least one layer, so at least the lightest
     option's working set, and its loss's."""
-    return max(table.stage_transient_bytes.get(i, 0.0), min(table.option_transient(k) for k in range(len(table.options))))
+    return max(table.stage_transient_bytes.get(i, 0.0), table.least_option_transient)
 
 
 def stage_layer_capacity(table: CostTable, i: int) -> int:
@@ -223,8 +228,7 @@ def stage_layer_capacity(table: CostTable, i: int) -> int:
     `M_i + W_i + n·μ_i` bytes, μ_i the lightest layer at its lightest option (state + in-flight
     activations) and W_i its least working set (`least_working`), on the node group that leaves it the
     most room. −1 when even its fixed bytes do not fit."""
-    lightest = min(table.layer_state_bytes[q] + table.in_flight[i] * table.layer_activation_bytes[q, k]
-                   for q in range(len(table.kinds)) for k in range(len(table.options)))
+    lightest = table.lightest_layer_bytes(i)
     room = max(table.budget_bytes[g] - table.fixed_memory_bytes[i, g] for g in table.groups) - least_working(table, i)
     if room < 0:
         return -1
@@ -248,7 +252,8 @@ def search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devic
            progress=None, bounds: bool = True) -> SearchResult:
     """Best configurations by predicted step time, fitting memory; raises InfeasibleError.
 
-    1. Price every candidate's stage times (`time_table`) for its lower bound.
+    1. Price every candidate's stage times (`pipeline_times`) for its lower bound; the floor outside
+       the pipeline is added as the candidate comes up (`in_bound_order`).
     2. Seed the ranking with the even (Megatron) splits of the first candidates by bound.
     3. Visit candidates by lower bound, pricing their memory (`build_table`): drop those no split can
        fit (`memory_admits_a_split`); solve the ILP while the bound beats the best step time found.
@@ -258,17 +263,40 @@ def search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devic
 
     `bounds=False` solves every candidate's ILP with no bound and no cut-off: the reference the tests
     hold the bounded search to (same best plan), far too slow for real use."""
-    limits = limits or SearchLimits()
+    with _collector_paused():
+        return _search(model, training, cluster, devices, limits or SearchLimits(), top, time_limit_s, progress,
+                       bounds)
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """Python's cyclic garbage collector off while searching: the search allocates hundreds of thousands
+    of short-lived objects without cycles (freed by reference counting), and each collection they
+    trigger rescans every long-lived object of the process (modules, pydantic schemas) — 40% of the
+    llama3-70b/64 search. Collections resume afterwards, catching any cycle it made."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devices: int, limits: SearchLimits,
+            top: int, time_limit_s: float, progress, bounds: bool) -> SearchResult:
     start = time.perf_counter()
     result = SearchResult(ranked=[])
-    scored, layer_times, zero_free, experts_fit = [], {}, {}, {}
+    scored, layer_times, zero_free, experts_fit, sized = [], {}, {}, {}, {}
     for config in candidates(model, training, cluster, devices, limits):
         result.candidates += 1
-        step_cluster = cluster if cluster.is_heterogeneous else cluster.sized(config.world_size)
+        world = config.world_size
+        step_cluster = cluster if cluster.is_heterogeneous else sized.get(world) or sized.setdefault(
+            world, cluster.sized(world))
         # layer times depend on the shard (mbs, cp, tp, sp), the expert grid (an MoE layer's GEMM shapes)
         # and the device, not on dp, pp or zero: shared
         shared = layer_times.setdefault((shard_of(training, config), config.ep, config.etp), {})
-        step = StepModel(model, training, step_cluster, config, _layer_times=shared)
+        step = StepModel(model, training, step_cluster, config, _shared=shared)
         # the expert states depend on the degrees and zero, not on mbs, vpp, recompute or the schedule
         grid = (config.dp, config.tp, config.pp, config.cp, config.ep, config.etp, config.zero, step_cluster.name)
         if bounds and grid not in experts_fit:
@@ -276,22 +304,24 @@ def search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devic
         if bounds and not experts_fit[grid]:  # its experts alone overflow: no split fits
             result.memory_infeasible += 1
             continue
-        # the bound needs times only: memory is priced for the candidates the bound lets through; the zero
-        # levels of one layout share every stage time
-        key = config.model_copy(update={"zero": 0})
-        times = time_table(step, limits.recompute, uneven_interleaved=uneven_interleaved(limits),
-                           same_times=zero_free.get(key))
-        zero_free.setdefault(key, times)
-        scored.append(_Scored(lower_bound_s(times), result.candidates, step, times))
+        # the first bound needs pipeline times only (memory is priced for the candidates the bounds let
+        # through); the zero levels of one layout share them
+        key = tuple(value for name, value in config if name != "zero")
+        if key not in zero_free:
+            times = pipeline_times(step, limits.recompute, uneven_interleaved=uneven_interleaved(limits))
+            zero_free[key] = times, lower_bound_s(times)
+        times, pipeline_bound = zero_free[key]
+        scored.append(_Scored(pipeline_bound, result.candidates, step, times))
     if not result.candidates:
         raise _no_candidate(model, training, cluster, devices, limits)
     found: dict[ParallelConfig, Candidate] = {}
     pool = SolvedPool()
-    scored.sort(key=lambda item: (item.bound, item.order))
+    ordered = in_bound_order(scored)
     # seeds: the even splits of the first candidates by bound, so that the bound prunes from the start
-    for s in [s for s in scored[:SEED_WINDOW] if s.uniform][:2 * top]:
+    head = list(itertools.islice(ordered, SEED_WINDOW))
+    for s in [s for s in head if s.uniform][:2 * top]:
         _keep(found, s.step, s.uniform.layouts(s.table), SolverInfo(name="uniform", status="none"), target=limits.target)
-    for index, s in enumerate(scored):
+    for index, s in enumerate(itertools.chain(head, ordered)):
         if progress:
             progress(index + 1, len(scored), result.solved, min((c.prediction.step_time_s for c in found.values()),
                                                                 default=None))
@@ -341,6 +371,25 @@ def search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devic
     return result
 
 
+def in_bound_order(scored: list[_Scored]):
+    """The candidates by `lower_bound_s` with their floor outside the pipeline (`with_floor`), priced
+    lazily: each starts keyed by its pipeline bound alone — lower, since the floor is ≥ 0 — and is
+    priced when that key reaches the front, then re-queued under its full bound. A candidate is yielded
+    when its full bound leads the queue, so the order is that of the full bounds (ties by `order`),
+    and one whose pipeline bound never reaches the front before the search stops is never priced. The
+    full bound is the pipeline bound plus the floor (`lower_bound_s` adds the floor last)."""
+    queue = [(s.bound, s.order, False, s) for s in scored]
+    heapq.heapify(queue)
+    while queue:
+        _, order, priced, s = heapq.heappop(queue)
+        if priced:
+            yield s
+            continue
+        s.times = with_floor(s.step, s.times)
+        s.bound += s.times.outside_pipeline_floor_s
+        heapq.heappush(queue, (s.bound, order, True, s))
+
+
 def _solve_split(table: CostTable, time_limit_s: float, cutoff: float | None) -> ilp.SolveResult:
     """The ILP, bounded first by the exact dynamic program on one node group (planner.split_dp): a table
     whose least objective cannot beat the cut-off, or in which nothing fits, is settled by that bound;
@@ -361,6 +410,7 @@ SEED_WINDOW = 64
 @dataclass
 class _Scored:
     bound: float
+    """`lower_bound_s(times)`: the pipeline bound alone until `in_bound_order` prices the floor."""
     order: int
     step: StepModel
     times: CostTable

@@ -14,7 +14,7 @@ from gplan.cost_models import communication as comm
 from gplan.cost_models import compute, memory
 from gplan.cost_models.pipeline import pipeline_time_s
 from gplan.cost_models.step import StepModel
-from gplan.spec.parallel import LayerCount, StageLayout, even_stage_sizes, min_stage_layers
+from gplan.spec.parallel import LayerCount, StageLayout, empty_stage, even_stage_sizes, min_stage_layers
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,8 @@ class CostTable:
     """i -> the working set of stage i's loss backward (the head's stage); the stage's transient is
     the largest of this and those of the options it holds."""
     outside_pipeline_floor_s: float = 0.0
-    """A lower bound, over every split, of what the step adds to the pipeline time (`off_pipeline_floor_s`)."""
+    """A lower bound, over every split, of what the step adds to the pipeline time (`off_pipeline_floor_s`;
+    0 — still a bound — until `with_floor` prices it)."""
 
     def option_transient(self, k: int) -> float:
         return self._option_transients[k]
@@ -68,6 +69,29 @@ class CostTable:
     def _option_transients(self) -> list[float]:
         return [max((v for (q, kk), v in self.layer_transient_bytes.items() if kk == k), default=0.0)
                 for k in range(len(self.options))]
+
+    @cached_property
+    def least_option_transient(self) -> float:
+        return min(self._option_transients)
+
+    def lightest_layer_bytes(self, i: int) -> float:
+        """The least bytes a layer adds to stage i: its state and its activations in flight, at the
+        lightest kind and option."""
+        return self.in_flight[i] * self._least_activation + self._least_state if self._one_kind else min(
+            self.layer_state_bytes[q] + self.in_flight[i] * self.layer_activation_bytes[q, k]
+            for q in range(len(self.kinds)) for k in range(len(self.options)))
+
+    @cached_property
+    def _one_kind(self) -> bool:
+        return len(self.kinds) == 1
+
+    @cached_property
+    def _least_activation(self) -> float:
+        return min(self.layer_activation_bytes.values())
+
+    @cached_property
+    def _least_state(self) -> float:
+        return min(self.layer_state_bytes)
 
     @property
     def total_layers(self) -> int:
@@ -79,15 +103,25 @@ class CostTable:
 
 
 def time_table(step: StepModel, options: list[str], groups: list[int] | None = None,
-               uneven_interleaved: bool = False, same_times: CostTable | None = None) -> CostTable:
-    """The time half of `build_table` (layer and stage times, the floor outside the pipeline): all the
-    search's first bound needs, so a candidate that bound prunes never prices its memory. Its memory
-    fields are empty until `build_table` fills them. `same_times`: the table of a configuration that
-    differs only in zero — every layer and stage time is the same (zero changes what the step adds
-    outside the pipeline), so only the floor is priced again."""
-    if same_times is not None:
-        floor_s = off_pipeline_floor_s(step, same_times.groups, _fixed_params(step), options)
-        return replace(same_times, outside_pipeline_floor_s=floor_s)
+               uneven_interleaved: bool = False) -> CostTable:
+    """The time half of `build_table`: `pipeline_times` with the floor outside the pipeline priced
+    (`with_floor`)."""
+    return with_floor(step, pipeline_times(step, options, groups, uneven_interleaved))
+
+
+def with_floor(step: StepModel, times: CostTable) -> CostTable:
+    """`times` with `outside_pipeline_floor_s` priced for this configuration (the search prices it only
+    for the candidates its pipeline bound alone does not prune)."""
+    floor_s = off_pipeline_floor_s(step, times.groups, _fixed_params(step), times.options)
+    return replace(times, outside_pipeline_floor_s=floor_s)
+
+
+def pipeline_times(step: StepModel, options: list[str], groups: list[int] | None = None,
+                   uneven_interleaved: bool = False) -> CostTable:
+    """Layer and stage times, all the search's first bound needs, so that a candidate that bound prunes
+    never prices its memory; the same for every zero level of one layout (zero changes only what the
+    step adds outside the pipeline). Its memory fields are empty until `build_table` fills them, its
+    floor 0 until `with_floor` prices it."""
     c = step.config
     kinds = [k.name for k in step.model.layer_kinds()]
     groups = groups if groups is not None else list(range(len(step.cluster.node_groups)))
@@ -98,18 +132,15 @@ def time_table(step: StepModel, options: list[str], groups: list[int] | None = N
             if 1 < i < c.pp - 1:  # every middle stage is the same
                 fixed_time[i, g] = fixed_time[1, g]
                 continue
-            f, b, tp_s, cp_s, ep_s, pp_s = step.stage_times(StageLayout(layers=[], embedding=i == 0,
-                                                                        head=i == c.pp - 1, node_group=g))
+            f, b, tp_s, cp_s, ep_s, pp_s = step.stage_times(empty_stage(i == 0, i == c.pp - 1, g))
             fixed_time[i, g] = f + b + tp_s + cp_s + ep_s + pp_s
-    floor_s = off_pipeline_floor_s(step, groups, _fixed_params(step), options)
     return CostTable(
         kinds=kinds, layers_per_kind=[k.count for k in step.model.layer_kinds()], options=list(options),
         groups=groups, group_stage_capacity=[step.cluster.node_groups[g].devices // step.devices_per_stage()
                                              for g in groups],
         pp=c.pp, vpp=c.vpp, num_microbatches=step.num_microbatches, layer_time_s=layer_time,
         layer_state_bytes=[], layer_activation_bytes={}, in_flight=[], fixed_time_s=fixed_time,
-        fixed_memory_bytes={}, budget_bytes=[], equal_layers=c.vpp > 1 and not uneven_interleaved,
-        outside_pipeline_floor_s=floor_s)
+        fixed_memory_bytes={}, budget_bytes=[], equal_layers=c.vpp > 1 and not uneven_interleaved)
 
 
 def _layer_times(step: StepModel, kinds: list[str], options: list[str], groups: list[int]) -> dict:
@@ -127,7 +158,7 @@ def _layer_times(step: StepModel, kinds: list[str], options: list[str], groups: 
 
 def _fixed_params(step: StepModel) -> list[float]:
     pp = step.config.pp
-    return [step.stage_params(StageLayout(layers=[], embedding=i == 0, head=i == pp - 1)) for i in range(pp)]
+    return [step.stage_fixed_params(empty_stage(i == 0, i == pp - 1)) for i in range(pp)]
 
 
 def build_table(step: StepModel, options: list[str], groups: list[int] | None = None,
@@ -144,10 +175,10 @@ def build_table(step: StepModel, options: list[str], groups: list[int] | None = 
             if 1 < i < c.pp - 1:
                 fixed_mem[i, g] = fixed_mem[1, g]
                 continue
-            empty = StageLayout(layers=[], embedding=i == 0, head=i == c.pp - 1, node_group=g)
+            empty = empty_stage(i == 0, i == c.pp - 1, g)
             # allocated bytes without layers; the engine's buffers at their largest and the zero-3 units
             # as if the stage held the widest layers (both at least what any split allocates)
-            m = step.stage(i, empty).memory
+            m = step.stage_memory_of(i, empty)
             buffers = memory.engine_buffer_bytes(step.training.engine, c.zero, step.training.element_bytes, math.inf)
             if c.zero >= 3 and memory.zero_shard_ranks(c) > 1:
                 units = step.unit_params(empty) + [widest, widest]
@@ -162,8 +193,8 @@ def build_table(step: StepModel, options: list[str], groups: list[int] | None = 
         in_flight=[step.in_flight(i) for i in range(c.pp)], fixed_memory_bytes=fixed_mem, budget_bytes=budgets,
         layer_transient_bytes={(q, k): step.layer_transient_bytes(kind, opt)
                                for q, kind in enumerate(kinds) for k, opt in enumerate(times.options)},
-        stage_transient_bytes={i: step.head_transient_bytes(StageLayout(layers=[], embedding=i == 0,
-                                                                         head=i == c.pp - 1)) for i in range(c.pp)},
+        stage_transient_bytes={i: step.head_transient_bytes(empty_stage(i == 0, i == c.pp - 1))
+                               for i in range(c.pp)},
     )
 
 
@@ -214,20 +245,24 @@ def dp_floor_s(step: StepModel, g: int, total_params: float, fixed_params: list[
     ranks = memory.zero_shard_ranks(c)
     if ranks == 1 and c.edp == 1:
         return 0.0
-    kinds = step.model.layer_kinds()
-    # every layer at its heaviest recompute: the most backward, so the least exposure
-    layers = [LayerCount(kind=k.name, count=k.count,
-                         recompute=max(options, key=lambda o, k=k: step.layer_time(k.name, g).recompute_s(o)))
-              for k in kinds]
+    # every layer at its heaviest recompute: the most backward, so the least exposure (shard-level values)
+    body = step.memo(("heaviest_layers", tuple(options), g), lambda: _heaviest_layers(step, options, g))
     if c.zero >= 3:
         link = comm.axis_link(step.group(g), c, "dp")
-        units = [StageLayout(layers=layers, embedding=False, head=False, node_group=g)]
-        units += [StageLayout(layers=[], embedding=i == 0, head=i == p - 1, node_group=g)
-                  for i, fixed in enumerate(fixed_params) if fixed]
+        units = [body] + [empty_stage(i == 0, i == p - 1, g) for i, fixed in enumerate(fixed_params) if fixed]
         return sum(step.zero3_exposed_s(u, ranks, link) for u in units) / p
-    forward, backward = step.compute_times(StageLayout(layers=layers, embedding=True, head=True, node_group=g))
-    routed = sum(k.count * step.layer_expert_params(k.name) for k in kinds)
+    forward, backward = step.memo(("model_compute", tuple(options), g), lambda: step.compute_times(
+        body.model_copy(update={"embedding": True, "head": True})))
+    routed = sum(k.count * step.layer_expert_params(k.name) for k in step.model.layer_kinds())
     return step.dp_sync_exposed_s(total_params / p, forward / p, backward / p, g, routed / p)
+
+
+def _heaviest_layers(step: StepModel, options: list[str], g: int) -> StageLayout:
+    """Every layer of the model on group g, each kind at the recompute option of most backward time."""
+    layers = [LayerCount(kind=k.name, count=k.count,
+                         recompute=max(options, key=lambda o, k=k: step.layer_time(k.name, g).recompute_s(o)))
+              for k in step.model.layer_kinds()]
+    return StageLayout(layers=layers, embedding=False, head=False, node_group=g)
 
 
 @dataclass(frozen=True)

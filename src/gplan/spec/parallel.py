@@ -3,6 +3,7 @@ pipeline stage); the rules a configuration must keep are `check_config`'s."""
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -150,6 +151,13 @@ class StageLayout(BaseModel):
     @property
     def num_layers(self) -> int:
         return sum(c.count for c in self.layers)
+
+
+@lru_cache(maxsize=None)
+def empty_stage(embedding: bool, head: bool, node_group: int = 0) -> StageLayout:
+    """A stage with no layers (its embedding and head only): the planner prices one per candidate and
+    stage, so the frozen layout is built once and shared."""
+    return StageLayout(layers=[], embedding=embedding, head=head, node_group=node_group)
 
 
 def check_config(model: ModelSpec, training: TrainingSpec, config: ParallelConfig, devices: int) -> None:
