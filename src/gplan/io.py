@@ -38,6 +38,16 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise InputError(f"cannot write {path}: {exc.strerror or exc}", hint="choose a writable path") from None
 
 
+#: libyaml's parser where PyYAML was built with it (the wheels are): the same safe subset, 10× faster on
+#: the bundled catalogues than the pure-Python one.
+_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def load_yaml(text: str) -> Any:
+    """`yaml.safe_load`, with libyaml's parser where available."""
+    return yaml.load(text, Loader=_SafeLoader)
+
+
 def read_data_file(path: Path) -> Any:
     """Read YAML (or JSON, a subset) with a one-line error on a missing, unreadable or malformed file."""
     path = Path(path)
@@ -47,7 +57,7 @@ def read_data_file(path: Path) -> Any:
         text = path.read_text(encoding="utf-8")
         if path.suffix == ".json":
             return json.loads(text)
-        return yaml.safe_load(text)
+        return load_yaml(text)
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: not UTF-8 text (byte {exc.start})", hint="save the file as UTF-8") from None
     except json.JSONDecodeError as exc:

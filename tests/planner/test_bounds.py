@@ -13,7 +13,7 @@ from gplan.planner import ilp
 from gplan.planner.reuse import SolvedPool
 from gplan.planner.search import lower_bound_s, memory_admits_a_split, search
 from gplan.planner.space import SearchLimits, candidates
-from gplan.planner.table import build_table
+from gplan.planner.table import build_table, states_fit
 from gplan.profiles.catalogue import load_cluster
 from gplan.spec.model import ModelSpec
 from gplan.spec.training import TrainingSpec
@@ -100,7 +100,7 @@ def random_moe_instance(rng: random.Random):
 
 @pytest.mark.parametrize("seed", range(8))
 def test_the_bounded_search_finds_the_unbounded_best_for_experts(seed):
-    """ep and the expert-state floor (`table.expert_states_fit`), uneven interleaved stages and their
+    """ep and the state floor (`table.states_fit`), uneven interleaved stages and their
     per-stage least layers, against every ILP solved with no bound (winners here take ep 2-4, some pp 2;
     some instances fit nowhere, and both searches must say so)."""
     model, training, cluster, devices = random_moe_instance(random.Random(seed))
@@ -145,6 +145,25 @@ def test_the_floor_outside_the_pipeline_is_below_every_splits(seed):
             pipeline = pipeline_time_s([s.time_s for s in predicted.stages], step.num_microbatches, config.vpp)
             assert predicted.step_time_s - pipeline >= table.outside_pipeline_floor_s * (1 - 1e-9), config.label()
             assert lower_bound_s(table) <= predicted.step_time_s * (1 + 1e-9), config.label()
+
+
+def test_a_configuration_whose_states_overflow_fits_no_split():
+    """`states_fit` is necessary: where it fails, no split of any recompute mix fits (random
+    configurations of the default space on tight budgets), and it does fail on some of them."""
+    options, refused = ["none", "selective", "full"], 0
+    for seed in range(8):
+        rng = random.Random(seed)
+        model, training, cluster, devices = random_instance(rng)
+        configs = list(candidates(model, training, cluster, devices, SearchLimits(allow_fewer_devices=False)))
+        for config in rng.sample(configs, min(40, len(configs))):
+            step = StepModel(model, training, cluster.sized(config.world_size), config)
+            if states_fit(step):
+                continue
+            refused += 1
+            table = build_table(step, options)
+            for _ in range(3):
+                assert not step.predict(random_split(rng, table, options)).fits, config.label()
+    assert refused > 0
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -25,7 +25,7 @@ from gplan.plan import RunnerUp, SearchRecord, SolverInfo
 from gplan.planner import ilp, split_dp
 from gplan.planner.reuse import SolvedPool
 from gplan.planner.space import SearchLimits, candidates, uneven_interleaved
-from gplan.planner.table import (CostTable, Split, build_table, expert_states_fit, pipeline_times, uniform_split,
+from gplan.planner.table import (CostTable, Split, build_table, pipeline_times, states_fit, uniform_split,
                                  with_floor)
 from gplan.profiles.schema import ClusterSpec
 from gplan.spec.model import ModelSpec
@@ -287,7 +287,7 @@ def _search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devi
             top: int, time_limit_s: float, progress, bounds: bool) -> SearchResult:
     start = time.perf_counter()
     result = SearchResult(ranked=[])
-    scored, layer_times, zero_free, experts_fit, sized = [], {}, {}, {}, {}
+    scored, layer_times, zero_free, fits, sized = [], {}, {}, {}, {}
     for config in candidates(model, training, cluster, devices, limits):
         result.candidates += 1
         world = config.world_size
@@ -297,11 +297,11 @@ def _search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devi
         # and the device, not on dp, pp or zero: shared
         shared = layer_times.setdefault((shard_of(training, config), config.ep, config.etp), {})
         step = StepModel(model, training, step_cluster, config, _shared=shared)
-        # the expert states depend on the degrees and zero, not on mbs, vpp, recompute or the schedule
+        # the states depend on the degrees and zero, not on mbs, vpp, recompute or the schedule
         grid = (config.dp, config.tp, config.pp, config.cp, config.ep, config.etp, config.zero, step_cluster.name)
-        if bounds and grid not in experts_fit:
-            experts_fit[grid] = expert_states_fit(step)
-        if bounds and not experts_fit[grid]:  # its experts alone overflow: no split fits
+        if bounds and grid not in fits:
+            fits[grid] = states_fit(step)
+        if bounds and not fits[grid]:  # its states alone overflow: no split fits
             result.memory_infeasible += 1
             continue
         # the first bound needs pipeline times only (memory is priced for the candidates the bounds let

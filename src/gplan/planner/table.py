@@ -206,17 +206,21 @@ def allocatable_bytes(step: StepModel, g: int) -> float:
     return usable / (1 + step.fragmentation(g))
 
 
-def expert_states_fit(step: StepModel) -> bool:
-    """A necessary condition, checked before any pricing: the routed experts' states (weights, gradients,
-    optimizer, FP8 copies) over the whole model, averaged over the p stages, fit the largest device's
-    allocatable bytes — some stage holds at least the mean, and it must fit its own device. With ep = 1
-    on a large mixture of experts most candidates fail here."""
-    kinds = [k for k in step.model.layer_kinds() if k.moe]
-    if not kinds:
-        return True
-    per_param = sum(step.states(1.0, 1.0)) + memory.low_precision_weight_bytes(step.training.precision)
-    mean = sum(k.count * step.layer_expert_params(k.name) for k in kinds) * per_param / step.config.pp
-    return mean <= max(allocatable_bytes(step, g) for g in range(len(step.cluster.node_groups)))
+def states_fit(step: StepModel) -> bool:
+    """A necessary condition, checked before any pricing: the states (weights, gradients, optimizer, FP8
+    copies of the layers' weights) of the whole model, averaged over the p stages, fit the largest
+    device's allocatable bytes. Each stage allocates at least its own states, the states are linear in
+    the parameters, and every layer sits on one stage, so some stage allocates at least the mean — and
+    it must fit its own device. Most candidates without enough sharding (zero 0 on a large model; ep 1 on
+    a large mixture of experts) fail here."""
+    kinds = step.model.layer_kinds()
+    layer_params = sum(k.count * step.layer_params(k.name) for k in kinds)
+    routed = sum(k.count * step.layer_expert_params(k.name) for k in kinds)
+    # the embedding on the first stage, the head on the last; the middle ones hold neither
+    fixed = sum(step.stage_fixed_params(empty_stage(i == 0, i == step.config.pp - 1)) for i in {0, step.config.pp - 1})
+    total = sum(step.states(layer_params + fixed, routed)) + \
+        layer_params * memory.low_precision_weight_bytes(step.training.precision)
+    return total / step.config.pp <= max(allocatable_bytes(step, g) for g in range(len(step.cluster.node_groups)))
 
 
 def off_pipeline_floor_s(step: StepModel, groups: list[int], fixed_params: list[float], options: list[str]) -> float:

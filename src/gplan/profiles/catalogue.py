@@ -9,10 +9,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from gplan.errors import InputError
-from gplan.io import read_data_file, validate_as
+from gplan.io import load_yaml, read_data_file, validate_as
 from gplan.profiles.schema import ClusterSpec
 from gplan.spec.loaders import load_model_file
 from gplan.spec.model import ModelSpec
@@ -21,7 +19,7 @@ from gplan.spec.model import ModelSpec
 @cache
 def _data(name: str) -> dict[str, Any]:
     text = resources.files("gplan.profiles").joinpath("data", name).read_text()
-    return yaml.safe_load(text)
+    return load_yaml(text)
 
 
 def bundled_hardware() -> dict[str, Any]:
