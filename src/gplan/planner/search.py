@@ -103,7 +103,7 @@ def lower_bound_s(table: CostTable) -> float:
     """`(m − 1/v)·W/p + W/v + F` with W the work at the cheapest option on the fastest group and F the
     step's floor outside the pipeline (`table.outside_pipeline_floor_s`): a valid bound on the step
     time since T_max ≥ Σ T_i / p."""
-    work = work_s(table)
+    work = table.least_work_s
     t_max = max(work / table.pp, slot_bound_s(table))
     return pipeline_objective(t_max, work, table.num_microbatches, table.vpp) + table.outside_pipeline_floor_s
 
@@ -118,13 +118,6 @@ def slot_bound_s(table: CostTable) -> float:
     slots = sorted((1 / per_group[g] for g, cap in zip(table.groups, table.group_stage_capacity) for _ in range(cap)),
                    reverse=True)[:table.pp]
     return table.total_layers / sum(slots) if slots and len(slots) == table.pp else 0.0
-
-
-def work_s(table: CostTable) -> float:
-    """Σ T_i at its least: every layer at its cheapest option on its fastest group."""
-    work = sum(count * min(table.layer_time_s[q, k, g] for k in range(len(table.options)) for g in table.groups)
-               for q, count in enumerate(table.layers_per_kind))
-    return work + sum(min(table.fixed_time_s[i, g] for g in table.groups) for i in range(table.pp))
 
 
 def _stage_capacity(t: list[float], mu: list[float], time_s: float, memory_bytes: float) -> float:
@@ -333,7 +326,7 @@ def _search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devi
         if bounds and not memory_admits_a_split(s.table):
             result.memory_infeasible += 1
             continue
-        if bounds and memory_aware_prunes(s.table, work_s(s.table), incumbent):
+        if bounds and memory_aware_prunes(s.table, s.table.least_work_s, incumbent):
             result.pruned += 1
             continue
         # the ILP optimises the pipeline time: a split must beat the incumbent less the step's floor

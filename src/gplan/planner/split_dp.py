@@ -68,8 +68,15 @@ def solve(table: CostTable, cutoff: float | None = None) -> SolveResult | None:
     tau0 = recursion.bottleneck()
     if tau0 == INF:
         return SolveResult(None, "dp", "infeasible", INF, time.perf_counter() - start)
+    def above_cutoff(least_sum: float) -> bool:
+        return cutoff is not None and alpha * tau0 + beta * least_sum > cutoff * (1 + 1e-12)
+
+    # D(∞) is at least the least work (each T*_i its fixed time and its layers' cheapest times): a bound
+    # that settles most cut-offs before the min-sum pass
+    if above_cutoff(table.least_work_s):
+        return SolveResult(None, "dp", "cutoff", INF, time.perf_counter() - start)
     unbounded = recursion.least_sum(INF)[0]
-    if cutoff is not None and alpha * tau0 + beta * unbounded > cutoff * (1 + 1e-12):
+    if above_cutoff(unbounded):
         return SolveResult(None, "dp", "cutoff", INF, time.perf_counter() - start)
     best_tau, best = tau0, alpha * tau0 + beta * recursion.least_sum(tau0)[0]
     finite = stage_s[np.isfinite(stage_s)]
@@ -107,15 +114,17 @@ class _Recursion:
     def __init__(self, stage_s: np.ndarray, capacity: list[int] | None):
         self.stage_s, self.capacity = stage_s, capacity
         self.groups, self.p, self.n = stage_s.shape[0], stage_s.shape[1], stage_s.shape[2]
+        # one group: no count to track (a single column), p + 1 times less work per stage
+        self.counts = self.p + 1 if capacity is not None else 1
 
     def _start(self) -> np.ndarray:
-        first = np.full((self.n, self.p + 1), INF)  # (end of the stages so far, stages on group 0)
+        first = np.full((self.n, self.counts), INF)  # (end of the stages so far, stages on group 0)
         first[0, 0] = 0.0
         return first
 
     def _admissible(self, i: int) -> np.ndarray:
         """Counts of group-0 stages possible after stage i."""
-        on_first = np.arange(self.p + 1)
+        on_first = np.arange(self.counts)
         if self.capacity is None:
             return on_first == 0
         return (on_first <= min(i + 1, self.capacity[0])) & (i + 1 - on_first <= self.capacity[1])
@@ -130,7 +139,7 @@ class _Recursion:
             times = self.stage_s[j, i]
             times = np.where(times <= tau, times, INF)
             shift = 1 if (j == 0 and self.capacity is not None) else 0
-            before = state[:, :self.p + 1 - shift]
+            before = state[:, :self.counts - shift]
             candidates = combine(before[:, None, :], times[:, :, None])  # (start, end, count before)
             value = candidates.min(axis=0)
             target = best[:, shift:]

@@ -71,6 +71,14 @@ class CostTable:
                 for k in range(len(self.options))]
 
     @cached_property
+    def least_work_s(self) -> float:
+        """Σ T_i at its least: every layer at its cheapest option on its fastest group, every stage's
+        fixed time on its fastest group."""
+        work = sum(count * min(self.layer_time_s[q, k, g] for k in range(len(self.options)) for g in self.groups)
+                   for q, count in enumerate(self.layers_per_kind))
+        return work + sum(min(self.fixed_time_s[i, g] for g in self.groups) for i in range(self.pp))
+
+    @cached_property
     def least_option_transient(self) -> float:
         return min(self._option_transients)
 
