@@ -133,7 +133,11 @@ def pipeline_times(step: StepModel, options: list[str], groups: list[int] | None
     c = step.config
     kinds = [k.name for k in step.model.layer_kinds()]
     groups = groups if groups is not None else list(range(len(step.cluster.node_groups)))
-    layer_time = _layer_times(step, kinds, options, groups)
+    # a layer's time depends on the shard, the expert grid and the links of tp, cp and ep, which only the
+    # scale-up domain's size changes: shared between configurations that agree on those
+    domains = tuple(g.domain_devices for g in step.cluster.node_groups)
+    layer_time = step.memo(("layer_table", tuple(options), tuple(groups), domains),
+                           lambda: _layer_times(step, kinds, options, groups))
     fixed_time = {}
     for i in range(c.pp):
         for g in groups:
