@@ -224,10 +224,6 @@ class StepModel:
             memory=mem, memory_bytes=mem.total_bytes, memory_budget_bytes=self.memory_budget(g),
         )
 
-    def stage_memory_of(self, index: int, layout: StageLayout) -> StageMemory:
-        """`stage(index, layout).memory` without pricing its times (the planner's memory tables)."""
-        return self.stage_memory(index, layout, self.stage_params(layout), self.stage_activation_bytes(index, layout))
-
     def stage_activation_bytes(self, index: int, layout: StageLayout) -> float:
         """Activations kept by stage `index`: its layers' and its embedding's per micro-batch in flight;
         the head's logits for one micro-batch (all of them under GPipe)."""

@@ -179,23 +179,11 @@ def build_table(step: StepModel, options: list[str], groups: list[int] | None = 
     or priced here) with the memory terms added."""
     times = times or time_table(step, options, groups)
     c, kinds, groups = step.config, times.kinds, times.groups
-    fixed_mem = {}
     widest = max(step.layer_params(k) for k in kinds)
-    for i in range(c.pp):
-        for g in groups:
-            # an empty middle stage has no activations (its in-flight count multiplies nothing): all alike
-            if 1 < i < c.pp - 1:
-                fixed_mem[i, g] = fixed_mem[1, g]
-                continue
-            empty = empty_stage(i == 0, i == c.pp - 1, g)
-            # allocated bytes without layers; the engine's buffers at their largest and the zero-3 units
-            # as if the stage held the widest layers (both at least what any split allocates)
-            m = step.stage_memory_of(i, empty)
-            buffers = memory.engine_buffer_bytes(step.training.engine, c.zero, step.training.element_bytes, math.inf)
-            if c.zero >= 3 and memory.zero_shard_ranks(c) > 1:
-                units = step.unit_params(empty) + [widest, widest]
-                buffers = buffers + memory.zero3_gather_buffer_bytes(units, step.training.element_bytes)
-            fixed_mem[i, g] = m.weights_bytes + m.grads_bytes + m.optimizer_bytes + m.activations_bytes + buffers
+    # an empty middle stage has no activations (its in-flight count multiplies nothing): all alike; and
+    # nothing here depends on the node group
+    by_stage = {i: _fixed_memory_bytes(step, i, widest) for i in {0, min(1, c.pp - 1), c.pp - 1}}
+    fixed_mem = {(i, g): by_stage[i if i in by_stage else 1] for i in range(c.pp) for g in groups}
     budgets = [allocatable_bytes(step, g) for g in range(len(step.cluster.node_groups))]
     return replace(
         times,
@@ -208,6 +196,19 @@ def build_table(step: StepModel, options: list[str], groups: list[int] | None = 
         stage_transient_bytes={i: step.head_transient_bytes(empty_stage(i == 0, i == c.pp - 1))
                                for i in range(c.pp)},
     )
+
+
+def _fixed_memory_bytes(step: StepModel, i: int, widest_layer_params: float) -> float:
+    """Allocated bytes of stage i without layers: the states of its embedding or head and their
+    activations; the engine's buffers at their largest and the zero-3 units as if the stage held the
+    widest layers (both at least what any split allocates)."""
+    c, t = step.config, step.training
+    empty = empty_stage(i == 0, i == c.pp - 1)
+    buffers = memory.engine_buffer_bytes(t.engine, c.zero, t.element_bytes, math.inf)
+    if c.zero >= 3 and memory.zero_shard_ranks(c) > 1:
+        units = step.unit_params(empty) + [widest_layer_params, widest_layer_params]
+        buffers = buffers + memory.zero3_gather_buffer_bytes(units, t.element_bytes)
+    return sum(step.states(step.stage_fixed_params(empty), 0.0)) + step.stage_activation_bytes(i, empty) + buffers
 
 
 def allocatable_bytes(step: StepModel, g: int) -> float:
