@@ -3,6 +3,9 @@ half-written."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -69,3 +72,16 @@ def test_a_closed_pipe_is_no_internal_error(gplan, tmp_path):
               f"--rdzv-endpoint n0:1 --dry-run | head -c 1")
     done = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
     assert "internal error" not in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("setting", [None, "4"])
+def test_the_cli_leaves_the_blas_thread_setting_as_it_found_it(setting):
+    """`main` loads numpy with one OpenBLAS thread (its pool only costs start-up here), but the processes
+    gplan launches see the user's environment: the variable is unset again, or the user's value kept."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if setting:
+        env["OPENBLAS_NUM_THREADS"] = setting
+    code = ("import os, sys; from gplan import cli; cli._load_numpy_single_threaded(); "
+            "print('numpy' in sys.modules, os.environ.get('OPENBLAS_NUM_THREADS'))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == [str(setting is None), str(setting)]  # a user's own setting: numpy loads as usual
