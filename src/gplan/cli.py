@@ -193,7 +193,7 @@ def search(
     from gplan.plan import write_plan
     from gplan.planner import plan as make_best_plan
     from gplan.planner.space import limits_from_options
-    from gplan.render import SearchProgress, search_json, search_summary, search_table, title
+    from gplan.render import SearchProgress, overlap_lines, search_json, search_summary, search_table, title
 
     if top < 1:
         raise InputError(f"--top {top}: show at least one plan", hint="for example --top 5")
@@ -210,7 +210,7 @@ def search(
     if as_json:
         return emit_json(search_json(out, planned.search))
     err.print(search_table(title(inputs), planned.search))
-    for line in search_summary(planned.search, inputs.devices):
+    for line in search_summary(planned.search, inputs.devices) + overlap_lines(planned.plan):
         err.print(line)
     err.print(f"[green]wrote[/] {out}")
 

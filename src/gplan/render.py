@@ -432,6 +432,18 @@ def search_summary(result, devices: int) -> list[str]:
     return lines
 
 
+def overlap_lines(plan) -> list[str]:
+    """What the plan's prediction takes as overlapped and its export turns on (spec.targets)."""
+    from gplan.spec.targets import overlaps_tp_comm
+
+    t, c = plan.training, plan.parallel
+    domain = min(g.domain_devices for g in plan.cluster.node_groups)
+    if t.tp_comm_overlap and overlaps_tp_comm(t.engine, c, t.precision, domain):
+        return [f"[dim]tp's collectives priced overlapped with the GEMMs, as {t.engine} runs them "
+                "(--tp-comm-overlap in its export; tp_comm_overlap: false in the plan prices them exposed)[/]"]
+    return []
+
+
 def profile_summary(profile, out) -> list[str]:
     group = profile.node_groups[0]
     return [f"gemm efficiency {group.hardware.efficiency.gemm:.3f}, launch per layer "

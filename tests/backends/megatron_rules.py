@@ -31,6 +31,7 @@ ARGUMENTS: dict[str, tuple[object, tuple | None]] = {
     "--recompute-granularity": (str, ("full", "selective")), "--recompute-method": (str, ("uniform", "block")),
     "--recompute-num-layers": (int, None), "--train-iters": (int, None), "--log-interval": (int, None),
     "--disable-bias-linear": (None, None), "--sequence-parallel": (None, None),
+    "--tp-comm-overlap": (None, None),
     # _add_learning_rate_args, _add_mixed_precision_args
     "--lr": (float, None), "--bf16": (None, None), "--fp16": (None, None),
     # _add_distributed_args
@@ -39,7 +40,8 @@ ARGUMENTS: dict[str, tuple[object, tuple | None]] = {
     "--pipeline-model-parallel-layout": (str, None), "--num-layers-per-virtual-pipeline-stage": (int, None),
     "--use-distributed-optimizer": (None, None), "--use-megatron-fsdp": (None, None),
     "--data-parallel-sharding-strategy": (str, ("no_shard", "optim", "optim_grads", "optim_grads_params")),
-    "--context-parallel-size": (int, None),
+    "--context-parallel-size": (int, None), "--overlap-grad-reduce": (None, None),
+    "--overlap-param-gather": (None, None),
     # _add_transformer_engine_args
     "--fp8-format": (str, ("e4m3", "hybrid")), "--fp8-recipe": (str, ("tensorwise", "delayed", "mxfp8", "blockwise", "custom")),
     "--fp4-format": (str, ("e2m1",)), "--fp4-recipe": (str, ("nvfp4", "custom")),
@@ -133,6 +135,14 @@ def validate(argv: list[str], world_size: int, env: dict[str, str], device_arch:
     # needs pp > 1 only: "When interleaved schedule is used, pipeline-model-parallel size should be greater than 1".
     if vpp is not None:
         _check(pp > 1, "When interleaved schedule is used, pipeline-model-parallel size should be greater than 1")
+    if a.overlap_param_gather:
+        _check(a.use_distributed_optimizer or a.use_megatron_fsdp,
+               "--overlap-param-gather only supported with distributed optimizer or megatron fsdp")
+        _check(a.overlap_grad_reduce, "Must use --overlap-param-gather with --overlap-grad-reduce")
+    # validate_args turns sequence parallelism off at tp = 1 before this check
+    if a.tp_comm_overlap:
+        _check(a.sequence_parallel and tp > 1, "Tensor parallel communication/GEMM overlap can happen only when "
+                                               "sequence parallelism is enabled")
     if a.use_megatron_fsdp:
         _check(env.get("CUDA_DEVICE_MAX_CONNECTIONS") != "1",
                "FSDP always requires CUDA_DEVICE_MAX_CONNECTIONS value large than one")

@@ -23,6 +23,7 @@ from gplan.backends.exporters.megatron import megatron_args, vocab_divisor
 from gplan.backends.exporters.torchtitan import overrides
 from gplan.errors import InputError
 from gplan.plan import Plan, layouts_of, write_plan
+from gplan.cost_models.step import StepModel
 from gplan.planner.build import make_plan, reprice_split
 from gplan.planner.placement import axis_groups
 from gplan.profiles.catalogue import load_cluster, load_model
@@ -41,12 +42,15 @@ TRAINING = TrainingSpec(gbs=64, seq_length=1024)
 
 
 def plan_of(config: ParallelConfig, stages: list[list[tuple[str, int]]] | None = None, model: ModelSpec = LLAMA,
-            cluster: str = "dgx-a100-80g") -> Plan:
+            cluster: str = "dgx-a100-80g", training: TrainingSpec = TRAINING) -> Plan:
     layouts = None
     if stages:
         layouts = [StageLayout(layers=[LayerCount(kind="decoder", recompute=r, count=n) for r, n in stage],
                                embedding=i == 0, head=i == len(stages) - 1) for i, stage in enumerate(stages)]
-    return make_plan(model, TRAINING, load_cluster(cluster, config.world_size), config, layouts)
+    return make_plan(model, training, load_cluster(cluster, config.world_size), config, layouts)
+
+
+MEGATRON_FP8 = TRAINING.model_copy(update={"engine": "megatron", "precision": "fp8"})
 
 
 PLANS = {
@@ -69,6 +73,16 @@ PLANS = {
                                             model=GPT),
     "mixtral_dp8_tp2_ep8": lambda: plan_of(ParallelConfig(dp=8, tp=2, ep=8, sp=True, zero=1),
                                            model=load_model("mixtral-8x7b"), cluster="dgx-h100"),
+    # priced for Megatron: tp's collectives overlapped with the GEMMs (--tp-comm-overlap) ...
+    "megatron_fp8_tp2_sp": lambda: plan_of(ParallelConfig(dp=4, tp=2, sp=True, zero=1), cluster="dgx-h100",
+                                           training=MEGATRON_FP8),
+    # ... but not in NVFP4 (Megatron-Bridge's recipes turn it off), nor the MXFP8 parameter all-gather
+    "megatron_nvfp4_tp2_sp": lambda: plan_of(ParallelConfig(dp=4, tp=2, sp=True, zero=1), cluster="dgx-b200",
+                                             training=MEGATRON_FP8.model_copy(update={"precision": "nvfp4"})),
+    "megatron_fp8_overlap_off": lambda: plan_of(ParallelConfig(dp=4, tp=2, sp=True, zero=1), cluster="dgx-h100",
+                                                training=MEGATRON_FP8.model_copy(update={"tp_comm_overlap": False})),
+    "megatron_mxfp8_tp2_sp_zero2": lambda: plan_of(ParallelConfig(dp=4, tp=2, sp=True, zero=2), cluster="dgx-b200",
+                                                   training=MEGATRON_FP8.model_copy(update={"precision": "mxfp8"})),
 }
 
 
@@ -160,6 +174,11 @@ def test_megatron_script_passes_megatron_lm_validate_args(name):
     # zero levels as Megatron shards them
     assert args.use_distributed_optimizer == (c.zero >= 1)
     assert args.data_parallel_sharding_strategy == {2: "optim_grads", 3: "optim_grads_params"}.get(c.zero, "no_shard")
+    # the communication overlap Megatron runs is the one the plan was priced with
+    step = StepModel(plan.model, plan.training, plan.cluster, plan.parallel)
+    assert args.tp_comm_overlap == (c.tp > 1 and step.tp_overlapped(0))
+    assert args.overlap_grad_reduce == (c.dp * c.cp > 1)
+    assert args.overlap_param_gather == (c.dp * c.cp > 1 and c.zero >= 1 and plan.training.precision != "mxfp8")
     # what Megatron recomputes on every stage is the split gplan re-priced
     engine = runs_as(TARGETS["megatron"], plan.model, plan.parallel, layouts_of(plan))
     expected = [{o: sum(x.count for x in s.layers if x.recompute == o) for o in ("full", "selective", "none")}

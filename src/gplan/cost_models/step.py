@@ -13,6 +13,7 @@ from gplan.plan import Prediction, StageMemory, StagePrediction, StepBreakdown
 from gplan.profiles.schema import ClusterSpec, NodeGroup
 from gplan.spec.model import LayerKind, ModelSpec
 from gplan.spec.parallel import ParallelConfig, StageLayout, empty_stage, uniform_layout
+from gplan.spec.targets import overlaps_param_gather, overlaps_tp_comm
 from gplan.spec.training import TrainingSpec
 
 
@@ -81,12 +82,33 @@ class StepModel:
     def layer_tp_comm_s(self, kind: str, recompute: str, group: int) -> float:
         """2 all-reduces forward and 2 backward per attention+MLP pair (Megatron's f/g operators;
         with sp an all-gather + reduce-scatter of the same volume); full recompute replays the forward's 2;
-        a cross-attention block adds one more each way."""
+        a cross-attention block adds one more each way. Where the engine overlaps them (`tp_overlapped`),
+        each pass exposes only what its collectives take beyond its GEMMs: Transformer Engine's
+        userbuffers pipeline every all-gather into the GEMM after it and every reduce-scatter out of
+        the GEMM before it — the forward's GEMMs, twice their time in the backward (data and weight
+        gradients), the forward's again when recomputed."""
         if self.config.tp == 1:
             return 0.0
         per_pass = 3 if self.kinds[kind].cross_attention else 2
         passes = 3 if recompute == "full" else 2
-        return per_pass * passes * self.tp_allreduce_s(group)
+        if not self.tp_overlapped(group):
+            return per_pass * passes * self.tp_allreduce_s(group)
+        collectives_s, gemm_s = per_pass * self.tp_allreduce_s(group), self.layer_gemm_s(kind, group)
+        return sum(max(0.0, collectives_s - k * gemm_s) for k in (1, 2, 1)[:passes])
+
+    def tp_overlapped(self, group: int) -> bool:
+        """The engine overlaps tp's collectives with GEMMs (`spec.targets.overlaps_tp_comm`, the tp group
+        inside every node group's scale-up domain: one switch for the whole job, as the export passes
+        it), and the run asks for it (`TrainingSpec.tp_comm_overlap`)."""
+        t = self.training
+        domain = min(g.domain_devices for g in self.cluster.node_groups)
+        return t.tp_comm_overlap and overlaps_tp_comm(t.engine, self.config, t.precision, domain)
+
+    def layer_gemm_s(self, kind: str, group: int) -> float:
+        """The forward GEMMs of one layer on one tp rank at the training precision (cost_models.compute)."""
+        return self.memo(("gemm_s", kind, group), lambda: sum(
+            compute.gemm_time_s(self.device(group), self.training.precision, g)
+            for g in compute.layer_gemms(self.model, self.kinds[kind], self.shard)))
 
     def layer_cp_comm_s(self, kind: str, group: int) -> float:
         """Ring attention passes K and V around the cp ring (`(cp−1)·2·b·(s/cp)·h_kv/t` bytes forward,
@@ -346,7 +368,8 @@ class StepModel:
         """What of a stage's data-parallel synchronisation (its params, its forward and backward per
         micro-batch) compute does not hide. zero 0: the all-reduce overlapped with the last micro-batch's
         backward; zero 1/2: the reduce-scatter there, and the parameter all-gather behind the first
-        forward; zero 3 as one unit per micro-batch. Routed-expert parameters (`expert_params` of
+        forward (unless the engine does not overlap it at this precision: `overlaps_param_gather`); zero 3
+        as one unit per micro-batch. Routed-expert parameters (`expert_params` of
         `params`) synchronise over the edp ranks, the rest over dp·cp, one after the other."""
         c, e = self.config, self.training.element_bytes
         groups = [(params - expert_params, memory.zero_shard_ranks(c), comm.axis_link(self.group(group), c, "dp")),
@@ -360,7 +383,8 @@ class StepModel:
         gather = sum(comm.allgather_time_s(p * e, n, link) for p, n, link in groups)
         scatter = sum(comm.reduce_scatter_time_s(p * memory.GRAD_BYTES, n, link) for p, n, link in groups)
         if c.zero < 3:
-            return max(0.0, scatter - backward_s) + max(0.0, gather - forward_s)
+            hidden_s = forward_s if overlaps_param_gather(self.training.engine, self.training.precision) else 0.0
+            return max(0.0, scatter - backward_s) + max(0.0, gather - hidden_s)
         per_mb = max(0.0, gather - forward_s) + max(0.0, gather + scatter - backward_s)
         return self.num_microbatches * per_mb
 

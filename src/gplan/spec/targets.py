@@ -79,6 +79,16 @@ class Capabilities:
     uneven_interleaved: bool = False
     """Interleaved chunks of different sizes (Megatron's `--pipeline-model-parallel-layout`), so that
     pp·vpp need not divide the layers."""
+    tp_comm_overlap: frozenset[str] = frozenset()
+    """Precisions at which it overlaps sequence parallelism's all-gathers and reduce-scatters with the
+    GEMMs beside them (Megatron-LM's `--tp-comm-overlap`: Transformer Engine's userbuffers, inside an
+    NVLink domain; `overlaps_tp_comm`). Megatron-Bridge's performance recipes run it wherever tp > 1
+    except NVFP4 (`scripts/performance/configs/llama/llama3_llm_pretrain.py`: `tp_comm_overlap = False
+    if precision == "nvfp4"`)."""
+    no_param_gather_overlap: frozenset[str] = frozenset()
+    """Precisions at which the distributed optimizer's parameter all-gather is not overlapped with the
+    next forward (Megatron-Bridge turns `overlap_param_gather` off for MXFP8 — "keeping this enabled
+    causes NaN grad norm", the same file — so gplan's export does too)."""
 
 
 ALL_SCHEDULES = frozenset({"gpipe", "1f1b", "interleaved_1f1b"})
@@ -102,7 +112,9 @@ TARGETS: dict[str, Capabilities] = {
                              zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False, sliding_window=True,
                              precisions=frozenset({"bf16", "fp16", "fp32", "fp8", "mxfp8", "nvfp4"}),
                              experts=True, latent_attention=True, latent_attention_split=True, expert_tp="any",
-                             uneven_interleaved=True, token_dropping=True),
+                             uneven_interleaved=True, token_dropping=True,
+                             tp_comm_overlap=frozenset({"bf16", "fp16", "fp8", "mxfp8"}),
+                             no_param_gather_overlap=frozenset({"mxfp8"})),
     # torchtitan: one activation-checkpoint policy for all layers (apply_ac over every block); its llama3
     # module (swiglu, RMSNorm, RoPE); FSDP2 has no optimizer-only sharding, so zero 1 runs as zero 2
     # there (the export says so). Stages are exact: the export lists every chunk's modules. Experts:
@@ -162,6 +174,22 @@ def expert_family(model: ModelSpec) -> str:
     if plain and model.router == "softmax":
         return "mixtral"
     return "other"
+
+
+def overlaps_tp_comm(engine: str | None, config: ParallelConfig, precision: str, domain_devices: int) -> bool:
+    """Whether `engine` hides tp's collectives behind the GEMMs for this configuration: it does at this
+    precision (`Capabilities.tp_comm_overlap`), with sequence parallelism (Megatron asserts
+    "Tensor parallel communication/GEMM overlap can happen only when sequence parallelism is enabled")
+    and the tp group inside one scale-up domain (the userbuffers exchange over NVLink)."""
+    target = TARGETS.get(engine or "")
+    return (target is not None and precision in target.tp_comm_overlap and config.sp and 1 < config.tp
+            and config.tp <= domain_devices)
+
+
+def overlaps_param_gather(engine: str | None, precision: str) -> bool:
+    """Whether the parameter all-gather after the optimizer hides behind the next forward (zero 1/2)."""
+    target = TARGETS.get(engine or "")
+    return target is None or precision not in target.no_param_gather_overlap
 
 
 def default_target(hardware_kind: str, precision: str | None = None, experts: bool = False) -> str:

@@ -48,8 +48,14 @@ class TrainingSpec(BaseModel):
     Megatron-Bridge runs force (`moe_router_force_load_balancing`); real routing with an auxiliary loss
     or DeepSeek's bias balancing runs above it: set it from your own routing statistics."""
 
+    tp_comm_overlap: bool = True
+    """Whether the engine overlaps tp's sequence-parallel collectives with its GEMMs where it can
+    (`spec.targets.overlaps_tp_comm`: Megatron-LM's --tp-comm-overlap, which its export then passes).
+    False prices and exports them exposed — runs without Transformer Engine's userbuffers, as before
+    2023."""
+
     #: Fields added after schema v1 plans were first written, left out of the digest at their default.
-    DIGEST_OPTIONAL: ClassVar[dict[str, object]] = {"engine": None, "expert_imbalance": 1.0}
+    DIGEST_OPTIONAL: ClassVar[dict[str, object]] = {"engine": None, "expert_imbalance": 1.0, "tp_comm_overlap": True}
 
     def digest_dump(self) -> dict:
         return drop_defaults(self.model_dump(mode="json"), self.DIGEST_OPTIONAL)

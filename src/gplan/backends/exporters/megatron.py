@@ -21,6 +21,7 @@ from gplan.backends.launch import default_nodes, script_node_variables, script_t
 from gplan.errors import InputError
 from gplan.plan import Plan
 from gplan.spec.parallel import StageLayout, chunk_sizes
+from gplan.spec.targets import overlaps_param_gather, overlaps_tp_comm
 
 VERSIONS = {"core_r0.16": "Megatron-LM core_r0.16 (pretrain_gpt.py; megatron/training/arguments.py as on main "
                           "at 000c4ac, 2026)"}
@@ -190,6 +191,7 @@ def parallel_args(plan: Plan, layouts: list[StageLayout]) -> list[str]:
             "--global-batch-size", str(plan.training.gbs)]
     if c.sp and c.tp > 1:
         args.append("--sequence-parallel")
+    args += overlap_args(plan)
     sizes = stage_sizes(layouts)
     if c.vpp > 1 and len(set(sizes)) == 1 and sizes[0] % c.vpp == 0:
         args += ["--num-layers-per-virtual-pipeline-stage", str(sizes[0] // c.vpp)]
@@ -203,6 +205,23 @@ def parallel_args(plan: Plan, layouts: list[StageLayout]) -> list[str]:
         strategy = "optim_grads" if c.zero == 2 else "optim_grads_params"
         args += ["--use-distributed-optimizer", "--use-megatron-fsdp", "--data-parallel-sharding-strategy", strategy,
                  "--ckpt-format", "fsdp_dtensor"]
+    return args
+
+
+def overlap_args(plan: Plan) -> list[str]:
+    """The communication overlap the plan was priced with (cost_models.step): tp's collectives behind
+    the GEMMs where its engine's rule says so (`overlaps_tp_comm`; userbuffers bootstrapped over NCCL,
+    Megatron's default), the data-parallel gradient reduction behind the backward (`--overlap-grad-
+    reduce`; off by default in Megatron) and, with the distributed optimizer or Megatron-FSDP, the
+    parameter all-gather behind the next forward (`--overlap-param-gather`, which needs both;
+    `overlaps_param_gather`)."""
+    c, t = plan.parallel, plan.training
+    domain = min(g.domain_devices for g in plan.cluster.node_groups)
+    args = ["--tp-comm-overlap"] if t.tp_comm_overlap and overlaps_tp_comm(t.engine, c, t.precision, domain) else []
+    if c.dp * c.cp > 1:
+        args.append("--overlap-grad-reduce")
+        if c.zero >= 1 and overlaps_param_gather(t.engine, t.precision):
+            args.append("--overlap-param-gather")
     return args
 
 

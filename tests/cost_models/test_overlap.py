@@ -1,0 +1,78 @@
+"""Communication overlap as the engines run it: Megatron-LM hides tp's collectives behind the GEMMs
+(--tp-comm-overlap) except in NVFP4 and outside an NVLink domain, and does not hide the MXFP8
+parameter all-gather; the other engines and runs that turn it off pay the collectives in full."""
+
+from __future__ import annotations
+
+import pytest
+
+from gplan.cost_models import communication as comm
+from gplan.cost_models import memory
+from gplan.cost_models.step import StepModel
+from gplan.profiles.catalogue import load_cluster, load_model
+from gplan.spec.model import ModelSpec
+from gplan.spec.parallel import ParallelConfig
+from gplan.spec.training import TrainingSpec
+
+LLAMA = load_model("llama3-70b")
+SMALL = ModelSpec(name="small", num_layers=4, hidden_size=512, num_attention_heads=8, ffn_hidden_size=1536,
+                  ffn_kind="swiglu", vocab_size=32000, seq_length=512, norm="rmsnorm", position_embedding="rope")
+
+
+def step_of(model, engine, precision="bf16", cluster="dgx-h100", tp=8, overlap=True, seq=8192) -> StepModel:
+    training = TrainingSpec(gbs=64, seq_length=seq, precision=precision, engine=engine, tp_comm_overlap=overlap)
+    return StepModel(model, training, load_cluster(cluster, 8 * tp), ParallelConfig(dp=8, tp=tp, sp=True, zero=1))
+
+
+def unoverlapped(step: StepModel, passes: int) -> float:
+    return 2 * passes * step.tp_allreduce_s(0)
+
+
+@pytest.mark.parametrize("model, seq", [(LLAMA, 8192), (SMALL, 512)])
+@pytest.mark.parametrize("recompute, passes", [("none", (1, 2)), ("full", (1, 2, 1))])
+def test_megatron_exposes_per_pass_only_what_tps_collectives_take_beyond_the_gemms(model, seq, recompute, passes):
+    step = step_of(model, "megatron", seq=seq)
+    assert step.tp_overlapped(0)
+    collectives, gemm = 2 * step.tp_allreduce_s(0), step.layer_gemm_s("decoder", 0)
+    exposed = step.layer_tp_comm_s("decoder", recompute, 0)
+    assert exposed == pytest.approx(sum(max(0.0, collectives - k * gemm) for k in passes))
+    assert exposed < unoverlapped(step, len(passes))
+
+
+def test_a_small_layers_gemms_cannot_hide_all_of_it():
+    """The 512-wide layer's GEMMs are shorter than its collectives' latency: part stays exposed."""
+    step = step_of(SMALL, "megatron", seq=512)
+    assert 0 < step.layer_tp_comm_s("decoder", "none", 0) < unoverlapped(step, 2)
+
+
+@pytest.mark.parametrize("engine, precision, cluster, overlap", [
+    ("torch", "bf16", "dgx-h100", True),          # gplan's worker and the other engines do not overlap it
+    ("torchtitan", "bf16", "dgx-h100", True),
+    (None, "bf16", "dgx-h100", True),             # plans written before engines were priced
+    ("megatron", "nvfp4", "dgx-b200", True),      # Megatron-Bridge's recipes turn it off in NVFP4
+    ("megatron", "bf16", "dgx-h100", False),      # a run that asks for it off (older releases)
+])
+def test_tp_collectives_are_paid_in_full_where_nothing_overlaps_them(engine, precision, cluster, overlap):
+    step = step_of(LLAMA, engine, precision, cluster, overlap=overlap)
+    assert not step.tp_overlapped(0)
+    assert step.layer_tp_comm_s("decoder", "none", 0) == unoverlapped(step, 2)
+
+
+def test_tp_across_nvlink_domains_is_not_overlapped():
+    """tp = 16 on 8-GPU nodes: its group leaves the NVLink domain the userbuffers exchange over."""
+    step = step_of(LLAMA, "megatron", tp=16)
+    assert step.cluster.primary.domain_devices == 8 and not step.tp_overlapped(0)
+    assert step.layer_tp_comm_s("decoder", "none", 0) == unoverlapped(step, 2)
+
+
+@pytest.mark.parametrize("precision, hidden", [("bf16", True), ("fp8", True), ("mxfp8", False)])
+def test_the_parameter_all_gather_hides_behind_the_forward_except_megatrons_mxfp8(precision, hidden):
+    step = StepModel(LLAMA, TrainingSpec(gbs=64, seq_length=8192, precision=precision, engine="megatron"),
+                     load_cluster("dgx-b200", 64), ParallelConfig(dp=64, zero=1))
+    params, forward_s, backward_s = 1e9, 10.0, 20.0
+    link = comm.axis_link(step.group(0), step.config, "dp")
+    gather = comm.allgather_time_s(params * step.training.element_bytes, 64, link)
+    scatter = comm.reduce_scatter_time_s(params * memory.GRAD_BYTES, 64, link)
+    expected = max(0.0, scatter - backward_s) + max(0.0, gather - (forward_s if hidden else 0.0))
+    assert step.dp_sync_exposed_s(params, forward_s, backward_s, 0) == pytest.approx(expected)
+    assert (step.dp_sync_exposed_s(params, forward_s, backward_s, 0) > 0) == (not hidden)
