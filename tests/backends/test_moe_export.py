@@ -60,8 +60,11 @@ def test_megatrons_rules_refuse_what_the_export_must_never_write():
     with pytest.raises(megatron_rules.Violation, match="multiple of expert model parallel"):
         megatron_rules.validate(broken, plan.world_size, env, device_arch=9)
     without_sp = [a for a in args if a != "--sequence-parallel"]
-    with pytest.raises(megatron_rules.Violation, match="sequence parallelism must be used"):
+    assert "--tp-comm-overlap" in args  # priced overlapped, so exported with it: it needs sp first
+    with pytest.raises(megatron_rules.Violation, match="overlap can happen only when sequence parallelism"):
         megatron_rules.validate(without_sp, plan.world_size, env, device_arch=9)
+    with pytest.raises(megatron_rules.Violation, match="sequence parallelism must be used"):
+        megatron_rules.validate([a for a in without_sp if a != "--tp-comm-overlap"], plan.world_size, env, device_arch=9)
 
 
 def test_uneven_interleaved_layout_gives_each_rank_the_plans_layers():
