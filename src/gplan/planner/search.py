@@ -286,8 +286,9 @@ def _search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devi
         world = config.world_size
         step_cluster = cluster if cluster.is_heterogeneous else sized.get(world) or sized.setdefault(
             world, cluster.sized(world))
-        # layer times depend on the shard (mbs, cp, tp, sp), the expert grid (an MoE layer's GEMM shapes)
-        # and the device, not on dp, pp or zero: shared
+        # a layer's times, bytes and parameters depend on the shard (mbs, cp, tp, sp), the expert grid (an
+        # MoE layer's GEMM shapes) and the device, not on dp, pp or zero: shared (StepModel.memo; the layer
+        # time table is keyed by the scale-up domains its links depend on as well)
         shared = layer_times.setdefault((shard_of(training, config), config.ep, config.etp), {})
         step = StepModel(model, training, step_cluster, config, _shared=shared)
         # the states depend on the degrees and zero, not on mbs, vpp, recompute or the schedule
@@ -299,7 +300,7 @@ def _search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devi
             continue
         # the first bound needs pipeline times only (memory is priced for the candidates the bounds let
         # through); the zero levels of one layout share them
-        key = tuple(value for name, value in config if name != "zero")
+        key = tuple(value for name, value in config.__dict__.items() if name != "zero")  # every field but zero
         if key not in zero_free:
             times = pipeline_times(step, limits.recompute, uneven_interleaved=uneven_interleaved(limits))
             zero_free[key] = times, lower_bound_s(times)
