@@ -110,3 +110,12 @@ def test_heterogeneous_cluster_file_uses_both_groups(gplan, tmp_path):
     # memory against each stage's own budget, not the largest stage beside the V100's smaller budget
     said = " ".join(gplan("estimate", str(out)).stderr.split())
     assert "of its budget at most" in said and "— fits" in said
+
+
+def test_a_megatron_search_says_it_priced_tp_overlapped_and_a_torch_one_does_not(gplan, tmp_path):
+    """The overlap the prediction takes (and the Megatron export turns on) is shown, not silent."""
+    args = ["search", "llama3-8b", "--cluster", "dgx-h100", "--devices", "16", "--tp", "2", "--pp", "1"]
+    megatron = gplan(*args, "--target", "megatron", "--precision", "fp8", "--out", str(tmp_path / "m.json"))
+    assert megatron.code == 0 and "tp's collectives priced overlapped with the GEMMs" in " ".join(megatron.stderr.split())
+    torch = gplan(*args, "--target", "torch", "--out", str(tmp_path / "t.json"))
+    assert torch.code == 0 and "priced overlapped" not in torch.stderr
