@@ -602,22 +602,19 @@ def bridge_report(path: Path = BRIDGE_CSV) -> str:
             for b, e in zip([b for b in rows if b.release == key], errs)}
     lomo = {b.case.row_id: e for key, errs in by_model.items()
             for b, e in zip([b for b in rows if b.case.model.name == key], errs)}
+    def medians(idx: list[int]) -> str:
+        """In-sample, held-out by release and by model, and shipped medians of the rows `idx`."""
+        errors = (in_sample, [loro[b.case.row_id] for b in rows], [lomo[b.case.row_id] for b in rows], shipped)
+        return " | ".join(f"{summarize([e[i] for i in idx])[0]:.1%}" for e in errors)
+
     for key in sorted({(b.system, b.case.training.precision) for b in rows}):
         idx = [i for i, b in enumerate(rows) if (b.system, b.case.training.precision) == key]
-        ins = [in_sample[i] for i in idx]
-        lr = [loro[rows[i].case.row_id] for i in idx]
-        lm = [lomo[rows[i].case.row_id] for i in idx]
-        lines.append(f"| {key[0]} | {key[1]} | {len(idx)} | {factors[key]:.3f} | {summarize(ins)[0]:.1%} | "
-                     f"{summarize(lr)[0]:.1%} | {summarize(lm)[0]:.1%} | {summarize([shipped[i] for i in idx])[0]:.1%} |")
+        lines.append(f"| {key[0]} | {key[1]} | {len(idx)} | {factors[key]:.3f} | {medians(idx)} |")
     for system in sorted({b.system for b in rows}):
-        idx = [i for i, b in enumerate(rows) if b.system == system]
-        lines.append(f"| {system} | all | {len(idx)} | | {summarize([in_sample[i] for i in idx])[0]:.1%} | "
-                     f"{summarize([loro[rows[i].case.row_id] for i in idx])[0]:.1%} | "
-                     f"{summarize([lomo[rows[i].case.row_id] for i in idx])[0]:.1%} | "
-                     f"{summarize([shipped[i] for i in idx])[0]:.1%} |")
-    lines.append(f"| **all** | | {len(rows)} | | **{summarize(in_sample)[0]:.1%}** | "
-                 f"{summarize(list(loro.values()))[0]:.1%} | {summarize(list(lomo.values()))[0]:.1%} | "
-                 f"{summarize(shipped)[0]:.1%} |")
+        lines.append(f"| {system} | all | {sum(b.system == system for b in rows)} | | "
+                     f"{medians([i for i, b in enumerate(rows) if b.system == system])} |")
+    everything = medians(list(range(len(rows)))).split(" | ", 1)
+    lines.append(f"| **all** | | {len(rows)} | | **{everything[0]}** | {everything[1]} |")
     lines += ["", "<details><summary>Per row</summary>", "", "| row | run | measured s | in-sample error |",
               "|---|---|---:|---:|"]
     lines += [f"| {b.case.row_id} | {b.case.label} | {b.case.measured_step_s:.3g} | {e:+.1%} |" for b, e in zip(rows, in_sample)]

@@ -436,10 +436,8 @@ def overlap_lines(plan) -> list[str]:
     """What the plan's prediction takes as overlapped and its export turns on (spec.targets)."""
     from gplan.spec.targets import overlaps_tp_comm
 
-    t, c = plan.training, plan.parallel
-    domain = min(g.domain_devices for g in plan.cluster.node_groups)
-    if t.tp_comm_overlap and overlaps_tp_comm(t.engine, c, t.precision, domain):
-        return [f"[dim]tp's collectives priced overlapped with the GEMMs, as {t.engine} runs them "
+    if overlaps_tp_comm(plan.training, plan.parallel, plan.cluster.smallest_domain_devices):
+        return [f"[dim]tp's collectives priced overlapped with the GEMMs, as {plan.training.engine} runs them "
                 "(--tp-comm-overlap in its export; tp_comm_overlap: false in the plan prices them exposed)[/]"]
     return []
 

@@ -97,12 +97,8 @@ class StepModel:
         return sum(max(0.0, collectives_s - k * gemm_s) for k in (1, 2, 1)[:passes])
 
     def tp_overlapped(self, group: int) -> bool:
-        """The engine overlaps tp's collectives with GEMMs (`spec.targets.overlaps_tp_comm`, the tp group
-        inside every node group's scale-up domain: one switch for the whole job, as the export passes
-        it), and the run asks for it (`TrainingSpec.tp_comm_overlap`)."""
-        t = self.training
-        domain = min(g.domain_devices for g in self.cluster.node_groups)
-        return t.tp_comm_overlap and overlaps_tp_comm(t.engine, self.config, t.precision, domain)
+        """The engine overlaps tp's collectives with GEMMs (`spec.targets.overlaps_tp_comm`)."""
+        return overlaps_tp_comm(self.training, self.config, self.cluster.smallest_domain_devices)
 
     def layer_gemm_s(self, kind: str, group: int) -> float:
         """The forward GEMMs of one layer on one tp rank at the training precision (cost_models.compute)."""

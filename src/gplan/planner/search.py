@@ -283,9 +283,9 @@ def _search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devi
     scored, layer_times, zero_free, fits, sized = [], {}, {}, {}, {}
     for config in candidates(model, training, cluster, devices, limits):
         result.candidates += 1
-        world = config.world_size
-        step_cluster = cluster if cluster.is_heterogeneous else sized.get(world) or sized.setdefault(
-            world, cluster.sized(world))
+        if not cluster.is_heterogeneous and config.world_size not in sized:
+            sized[config.world_size] = cluster.sized(config.world_size)
+        step_cluster = cluster if cluster.is_heterogeneous else sized[config.world_size]
         # a layer's times, bytes and parameters depend on the shard (mbs, cp, tp, sp), the expert grid (an
         # MoE layer's GEMM shapes) and the device, not on dp, pp or zero: shared (StepModel.memo; the layer
         # time table is keyed by the scale-up domains its links depend on as well)

@@ -84,22 +84,13 @@ class CostTable:
 
     def lightest_layer_bytes(self, i: int) -> float:
         """The least bytes a layer adds to stage i: its state and its activations in flight, at the
-        lightest kind and option."""
-        return self.in_flight[i] * self._least_activation + self._least_state if self._one_kind else min(
-            self.layer_state_bytes[q] + self.in_flight[i] * self.layer_activation_bytes[q, k]
-            for q in range(len(self.kinds)) for k in range(len(self.options)))
+        lightest kind and option (in flight ≥ 0, so each kind's lightest option)."""
+        return min(state + self.in_flight[i] * least for state, least in zip(self.layer_state_bytes,
+                                                                            self._least_activations))
 
     @cached_property
-    def _one_kind(self) -> bool:
-        return len(self.kinds) == 1
-
-    @cached_property
-    def _least_activation(self) -> float:
-        return min(self.layer_activation_bytes.values())
-
-    @cached_property
-    def _least_state(self) -> float:
-        return min(self.layer_state_bytes)
+    def _least_activations(self) -> list[float]:
+        return [min(self.layer_activation_bytes[q, k] for k in range(len(self.options))) for q in range(len(self.kinds))]
 
     @property
     def total_layers(self) -> int:
@@ -168,6 +159,14 @@ def _layer_times(step: StepModel, kinds: list[str], options: list[str], groups: 
     return out
 
 
+def _layer_param_sums(step: StepModel) -> tuple[float, float]:
+    """(all, routed-expert) parameters of every layer on one device, each layer counted once (on the
+    stage that holds it): what the model's states and the optimizer's work sum to over the stages."""
+    kinds = step.model.layer_kinds()
+    return (sum(k.count * step.layer_params(k.name) for k in kinds),
+            sum(k.count * step.layer_expert_params(k.name) for k in kinds))
+
+
 def _fixed_params(step: StepModel) -> list[float]:
     pp = step.config.pp
     return [step.stage_fixed_params(empty_stage(i == 0, i == pp - 1)) for i in range(pp)]
@@ -226,12 +225,8 @@ def states_fit(step: StepModel) -> bool:
     the parameters, and every layer sits on one stage, so some stage allocates at least the mean — and
     it must fit its own device. Most candidates without enough sharding (zero 0 on a large model; ep 1 on
     a large mixture of experts) fail here."""
-    kinds = step.model.layer_kinds()
-    layer_params = sum(k.count * step.layer_params(k.name) for k in kinds)
-    routed = sum(k.count * step.layer_expert_params(k.name) for k in kinds)
-    # the embedding on the first stage, the head on the last; the middle ones hold neither
-    fixed = sum(step.stage_fixed_params(empty_stage(i == 0, i == step.config.pp - 1)) for i in {0, step.config.pp - 1})
-    total = sum(step.states(layer_params + fixed, routed)) + \
+    layer_params, routed = _layer_param_sums(step)
+    total = sum(step.states(layer_params + sum(_fixed_params(step)), routed)) + \
         layer_params * memory.low_precision_weight_bytes(step.training.precision)
     return total / step.config.pp <= max(allocatable_bytes(step, g) for g in range(len(step.cluster.node_groups)))
 
@@ -245,8 +240,8 @@ def off_pipeline_floor_s(step: StepModel, groups: list[int], fixed_params: list[
     the mean stage; mean(max(0, x_i)) ≥ max(0, mean x_i). The data-parallel term counts 0 on a
     heterogeneous cluster (its stages' links differ)."""
     c = step.config
-    total = sum(fixed_params) + sum(k.count * step.layer_params(k.name) for k in step.model.layer_kinds())
-    routed = sum(k.count * step.layer_expert_params(k.name) for k in step.model.layer_kinds())
+    layer_params, routed = _layer_param_sums(step)
+    total = sum(fixed_params) + layer_params
     local = step.optimizer_local_params(total / c.pp, routed / c.pp)
     optimizer = min(compute.optimizer_time_s(step.device(g), local) for g in groups)
     overhead = min(step.cluster.node_groups[g].hardware.efficiency.step_overhead_s for g in groups)

@@ -207,6 +207,11 @@ class ClusterSpec(BaseModel):
     def primary(self) -> NodeGroup:
         return self.node_groups[0]
 
+    @property
+    def smallest_domain_devices(self) -> int:
+        """Devices of the smallest scale-up domain over the node groups (what a job-wide switch must fit)."""
+        return min(g.domain_devices for g in self.node_groups)
+
     def sized(self, devices: int) -> "ClusterSpec":
         """A single-group template resized to hold `devices` (bundled clusters are node templates)."""
         if len(self.node_groups) != 1:

@@ -12,6 +12,7 @@ from typing import Literal
 
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import LayerCount, ParallelConfig, StageLayout, even_sizes
+from gplan.spec.training import TrainingSpec
 
 Recompute = Literal["per_layer", "per_stage", "block", "every_layer"]
 ExpertTp = Literal["none", "etp", "etp1", "follows_tp", "any"]
@@ -59,9 +60,10 @@ class Capabilities:
     """MLA with tp or cp > 1."""
     expert_tp: ExpertTp = "none"
     """How experts meet tensor parallelism. none: tp = etp = 1; etp: tp = 1, etp a free degree (the torch
-    worker: its etp ranks gather their tokens, backends/torch/moe.py); etp1: any tp, experts never tp-sharded (MindFormers: its grouped experts keep the whole
-    width and ep folds into dp·tp, `parallel_core/training_graph/transformer/moe/ffn.py`); follows_tp:
-    tp-sharded at ep 1 and ep-sharded alone with ep, so etp = tp at ep 1, else 1 (torchtitan 0.3's
+    worker: its etp ranks gather their tokens, backends/torch/moe.py); etp1: any tp, experts never
+    tp-sharded (MindFormers: its grouped experts keep the whole width and ep folds into dp·tp,
+    `parallel_core/training_graph/transformer/moe/ffn.py`); follows_tp: tp-sharded at ep 1 and
+    ep-sharded alone with ep, so etp = tp at ep 1, else 1 (torchtitan 0.3's
     `models/common/moe_sharding.py`, `_routed_experts_sharding_configs`); any: etp a free degree
     (Megatron's --expert-tensor-parallel-size)."""
     expert_zero: frozenset[int] = frozenset({0, 1})
@@ -176,14 +178,16 @@ def expert_family(model: ModelSpec) -> str:
     return "other"
 
 
-def overlaps_tp_comm(engine: str | None, config: ParallelConfig, precision: str, domain_devices: int) -> bool:
-    """Whether `engine` hides tp's collectives behind the GEMMs for this configuration: it does at this
-    precision (`Capabilities.tp_comm_overlap`), with sequence parallelism (Megatron asserts
-    "Tensor parallel communication/GEMM overlap can happen only when sequence parallelism is enabled")
-    and the tp group inside one scale-up domain (the userbuffers exchange over NVLink)."""
-    target = TARGETS.get(engine or "")
-    return (target is not None and precision in target.tp_comm_overlap and config.sp and 1 < config.tp
-            and config.tp <= domain_devices)
+def overlaps_tp_comm(training: TrainingSpec, config: ParallelConfig, domain_devices: int) -> bool:
+    """Whether the run's engine hides tp's collectives behind the GEMMs — one switch for the whole job,
+    so the cost model, the export and the search's summary all ask here: the run asks for it
+    (`TrainingSpec.tp_comm_overlap`), its engine does it at this precision (`Capabilities.tp_comm_overlap`),
+    with sequence parallelism (Megatron asserts "Tensor parallel communication/GEMM overlap can happen
+    only when sequence parallelism is enabled") and the tp group inside the smallest scale-up domain of
+    the cluster (the userbuffers exchange over NVLink)."""
+    target = TARGETS.get(training.engine or "")
+    return (training.tp_comm_overlap and target is not None and training.precision in target.tp_comm_overlap
+            and config.sp and 1 < config.tp <= domain_devices)
 
 
 def overlaps_param_gather(engine: str | None, precision: str) -> bool:

@@ -216,8 +216,7 @@ def overlap_args(plan: Plan) -> list[str]:
     parameter all-gather behind the next forward (`--overlap-param-gather`, which needs both;
     `overlaps_param_gather`)."""
     c, t = plan.parallel, plan.training
-    domain = min(g.domain_devices for g in plan.cluster.node_groups)
-    args = ["--tp-comm-overlap"] if t.tp_comm_overlap and overlaps_tp_comm(t.engine, c, t.precision, domain) else []
+    args = ["--tp-comm-overlap"] if overlaps_tp_comm(t, c, plan.cluster.smallest_domain_devices) else []
     if c.dp * c.cp > 1:
         args.append("--overlap-grad-reduce")
         if c.zero >= 1 and overlaps_param_gather(t.engine, t.precision):
