@@ -97,6 +97,8 @@ class _StartedHiGHS(pulp.HiGHS):
 def _solver(time_limit_s: float, cutoff: float | None, prefer: str = "highs", started: bool = False):
     # objective_bound lets HiGHS prune every node that cannot beat the search's incumbent.
     options = {"objective_bound": cutoff} if cutoff is not None and cutoff < float("inf") else {}
+    if started:  # its primal heuristic hunts for a first solution, which the start already is: 4-5 ms a solve
+        options["mip_heuristic_run_feasibility_jump"] = False
     highs = (_StartedHiGHS if started else pulp.HiGHS)(msg=False, timeLimit=time_limit_s, **options)
     if prefer == "highs" and highs.available():
         return "highs", highs
