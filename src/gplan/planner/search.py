@@ -25,8 +25,7 @@ from gplan.plan import RunnerUp, SearchRecord, SolverInfo
 from gplan.planner import ilp, split_dp
 from gplan.planner.reuse import SolvedPool
 from gplan.planner.space import SearchLimits, candidates, uneven_interleaved
-from gplan.planner.table import (CostTable, Split, build_table, pipeline_times, states_fit, uniform_split,
-                                 with_floor)
+from gplan.planner.table import CostTable, Split, build_table, floor_s, pipeline_times, states_fit, uniform_split
 from gplan.profiles.schema import ClusterSpec
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import ParallelConfig, StageLayout
@@ -316,11 +315,11 @@ def _search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devi
     for s in [s for s in head if s.uniform][:2 * top]:
         _keep(found, s.step, s.uniform.layouts(s.table), SolverInfo(name="uniform", status="none"), target=limits.target)
     for index, s in enumerate(itertools.chain(head, ordered)):
+        best_s = min((c.prediction.step_time_s for c in found.values()), default=math.inf)
         if progress:
-            progress(index + 1, len(scored), result.solved, min((c.prediction.step_time_s for c in found.values()),
-                                                                default=None))
+            progress(index + 1, len(scored), result.solved, best_s if best_s < math.inf else None)
         # the bound proves the best plan only: runner-ups are the best other configurations found
-        incumbent = _kth_best(found, 1) if bounds else math.inf
+        incumbent = best_s if bounds else math.inf
         if s.bound >= incumbent:
             result.pruned += len(scored) - index
             break
@@ -366,7 +365,7 @@ def _search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devi
 
 
 def in_bound_order(scored: list[_Scored]):
-    """The candidates by `lower_bound_s` with their floor outside the pipeline (`with_floor`), priced
+    """The candidates by `lower_bound_s` with their floor outside the pipeline (`floor_s`), priced
     lazily: each starts keyed by its pipeline bound alone — lower, since the floor is ≥ 0 — and is
     priced when that key reaches the front, then re-queued under its full bound. A candidate is yielded
     when its full bound leads the queue, so the order is that of the full bounds (ties by `order`),
@@ -379,8 +378,8 @@ def in_bound_order(scored: list[_Scored]):
         if priced:
             yield s
             continue
-        s.times = with_floor(s.step, s.times)
-        s.bound += s.times.outside_pipeline_floor_s
+        s.floor_s = floor_s(s.step, s.times)
+        s.bound += s.floor_s
         heapq.heappush(queue, (s.bound, order, True, s))
 
 
@@ -408,11 +407,14 @@ class _Scored:
     order: int
     step: StepModel
     times: CostTable
-    """Its time table; `table` adds the memory terms when the search visits it."""
+    """Its time table (shared by the zero levels of one layout, its floor 0); `table` adds the memory
+    terms and the floor when the search visits it."""
+    floor_s: float = 0.0
+    """Its floor outside the pipeline, once `in_bound_order` prices it."""
 
     @cached_property
     def table(self) -> CostTable:
-        return build_table(self.step, self.times.options, times=self.times)
+        return build_table(self.step, self.times.options, times=self.times, outside_floor_s=self.floor_s)
 
     @cached_property
     def uniform(self) -> Split | None:
@@ -434,12 +436,6 @@ def _keep(found: dict, step: StepModel, layouts: list[StageLayout], info: Solver
     old = found.get(step.config)
     if old is None or (replace and prediction.step_time_s <= old.prediction.step_time_s * (1 + 1e-9)):
         found[step.config] = Candidate(step.config, layouts, prediction, info, step.cluster)
-
-
-def _kth_best(found: dict, k: int) -> float:
-    if len(found) < k:
-        return math.inf
-    return sorted(c.prediction.step_time_s for c in found.values())[k - 1]
 
 
 def _no_candidate(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devices: int,

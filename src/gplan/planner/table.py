@@ -109,10 +109,14 @@ def time_table(step: StepModel, options: list[str], groups: list[int] | None = N
 
 
 def with_floor(step: StepModel, times: CostTable) -> CostTable:
-    """`times` with `outside_pipeline_floor_s` priced for this configuration (the search prices it only
-    for the candidates its pipeline bound alone does not prune)."""
-    floor_s = off_pipeline_floor_s(step, times.groups, _fixed_params(step), times.options)
-    return replace(times, outside_pipeline_floor_s=floor_s)
+    """`times` with `outside_pipeline_floor_s` priced for this configuration."""
+    return replace(times, outside_pipeline_floor_s=floor_s(step, times))
+
+
+def floor_s(step: StepModel, times: CostTable) -> float:
+    """`off_pipeline_floor_s` of this configuration over the groups and options of its time table (the
+    search prices it only for the candidates its pipeline bound alone does not prune)."""
+    return off_pipeline_floor_s(step, times.groups, _fixed_params(step), times.options)
 
 
 def pipeline_times(step: StepModel, options: list[str], groups: list[int] | None = None,
@@ -173,10 +177,12 @@ def _fixed_params(step: StepModel) -> list[float]:
 
 
 def build_table(step: StepModel, options: list[str], groups: list[int] | None = None,
-                times: CostTable | None = None) -> CostTable:
+                times: CostTable | None = None, outside_floor_s: float | None = None) -> CostTable:
     """Price one configuration's layers and stages on each allowed node group: its `time_table` (given,
-    or priced here) with the memory terms added."""
+    or priced here) with the memory terms added; `outside_floor_s`, when given, is its `floor_s`."""
     times = times or time_table(step, options, groups)
+    if outside_floor_s is None:
+        outside_floor_s = times.outside_pipeline_floor_s
     c, kinds, groups = step.config, times.kinds, times.groups
     widest = max(step.layer_params(k) for k in kinds)
     # an empty middle stage has no activations (its in-flight count multiplies nothing): all alike; and
@@ -194,6 +200,7 @@ def build_table(step: StepModel, options: list[str], groups: list[int] | None = 
                                for q, kind in enumerate(kinds) for k, opt in enumerate(times.options)},
         stage_transient_bytes={i: step.head_transient_bytes(empty_stage(i == 0, i == c.pp - 1))
                                for i in range(c.pp)},
+        outside_pipeline_floor_s=outside_floor_s,
     )
 
 
