@@ -211,11 +211,17 @@ class StepModel:
             lt = self.layer_time(c.kind, g)
             forward += c.count * lt.forward_s
             backward += c.count * (lt.backward_s + lt.recompute_s(c.recompute))
-        for held, time_of in ((layout.embedding, compute.embedding_time), (layout.head, compute.head_time)):
+        for held, part in ((layout.embedding, "embedding"), (layout.head, "head")):
             if held:
-                f, b = time_of(self.model, self.training, self.shard, self.device(g))
+                f, b = self.end_time(part, g)
                 forward, backward = forward + f, backward + b
         return forward, backward
+
+    def end_time(self, part: str, group: int) -> tuple[float, float]:
+        """(forward, backward) seconds of the embedding or the head: like a layer's, shard-level."""
+        time_of = compute.embedding_time if part == "embedding" else compute.head_time
+        return self.memo(("end_time", part, group),
+                         lambda: time_of(self.model, self.training, self.shard, self.device(group)))
 
     def stage_times(self, layout: StageLayout) -> tuple[float, float, float, float, float, float]:
         """(forward, backward incl. recompute, tp, cp, ep, pp communication) seconds of one micro-batch."""
