@@ -220,3 +220,49 @@ def test_the_exit_4_hint_keeps_the_users_limits(gplan, tmp_path):
     assert r.code == 4 and "within the limits asked" in r.stderr
     named = re.search(r"devices with ≥ (\\d+) GiB", r.stderr)
     assert named is None or int(named.group(1)) > 40
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_memory_aware_bound_never_prunes_a_table_that_beats_the_incumbent(seed):
+    """`memory_aware_prunes` against brute force on random tables (one or two kinds, one or two node
+    groups, interleaved, tight budgets): at an incumbent just above a table's exact optimum it never
+    prunes. Its stage capacities are the floors of a relaxation (a stage holds whole layers): were they
+    rounded any further down, an optimum would be pruned here."""
+    from gplan.planner.reference import brute_force
+    from gplan.planner.search import memory_aware_prunes
+    from gplan.testing import random_table
+
+    rng = random.Random(seed)
+    shape = seed % 4
+    if shape == 0:
+        table = random_table(rng, [rng.randint(3, 8)], rng.randint(2, 3))
+    elif shape == 1:
+        table = random_table(rng, [rng.randint(1, 3), rng.randint(2, 4)], rng.randint(2, 3))
+    elif shape == 2:
+        table = random_table(rng, [rng.randint(3, 6)], rng.randint(2, 3), groups=2)
+    else:
+        pp = rng.choice([2, 3])
+        table = random_table(rng, [pp * rng.randint(1, 3)], pp, equal=True)
+    exact = brute_force(table)
+    if exact is None:
+        return
+    above = exact.objective * (1 + 1e-7) + table.outside_pipeline_floor_s
+    assert not memory_aware_prunes(table, table.least_work_s, above)
+
+
+def test_the_memory_aware_bound_counts_whole_layers():
+    """Three 1-second layers on two stages, two micro-batches: the best split (2/1) takes
+    (m − 1)·2 + 3 = 5 s. Below that incumbent, at a longest stage of 1.6 s, the relaxation lets each
+    stage hold 1.6 layers — 3.2 in all, enough; whole layers, 1 + 1 — so the bound prunes (it did not
+    before it counted whole layers), and at 5 s it must not."""
+    from gplan.planner.search import memory_aware_prunes
+    from gplan.planner.table import CostTable
+
+    table = CostTable(kinds=["k"], layers_per_kind=[3], options=["none"], groups=[0], group_stage_capacity=[2],
+                      pp=2, vpp=1, num_microbatches=2, layer_time_s={(0, 0, 0): 1.0}, layer_state_bytes=[1.0],
+                      layer_activation_bytes={(0, 0): 1.0}, in_flight=[2.0, 1.0],
+                      fixed_time_s={(0, 0): 0.0, (1, 0): 0.0}, fixed_memory_bytes={(0, 0): 0.0, (1, 0): 0.0},
+                      budget_bytes=[100.0])
+    assert table.objective([2.0, 1.0]) == pytest.approx(5.0)
+    assert not memory_aware_prunes(table, table.least_work_s, 5.0 * (1 + 1e-9))
+    assert memory_aware_prunes(table, table.least_work_s, 4.6)

@@ -139,10 +139,11 @@ def _stage_capacity(t: list[float], mu: list[float], time_s: float, memory_bytes
 
 def _memory_aware_holds(table: CostTable):
     """`holds(T_max)`: whether the stages, each limited by T_max and by its memory on the node group it
-    runs on, can hold all layers between them (each layer priced at the most favourable kind) — monotone
-    in T_max — and the interval [lo, hi] the least such T_max lies in (lo never holds; hi holds unless
-    nothing fits). On two node groups the stages are assigned to the groups as their capacities allow
-    (`_most_layers`); on more, each stage takes its best group."""
+    runs on, can hold all layers between them (each layer priced at the most favourable kind; a stage
+    holds whole layers, so at most the floor of its relaxation's count) — monotone in T_max — and the
+    interval [lo, hi] the least such T_max lies in (lo never holds; hi holds unless nothing fits). On
+    two node groups the stages are assigned to the groups as their capacities allow (`_most_layers`);
+    on more, each stage takes its best group."""
     K, p = len(table.options), table.pp
     t = {g: [min(table.layer_time_s[q, k, g] for q in range(len(table.kinds))) for k in range(K)] for g in table.groups}
     stages = []
@@ -155,7 +156,8 @@ def _memory_aware_holds(table: CostTable):
     need = table.total_layers / p if table.equal_layers else None
 
     def holds(t_max: float) -> bool:
-        caps = [{g: min(_stage_capacity(t[g], mu, t_max - fixed, room), table.total_layers)
+        # whole layers: the floor of the relaxation's count (1e-6 absorbs its rounding)
+        caps = [{g: min(math.floor(_stage_capacity(t[g], mu, t_max - fixed, room) + 1e-6), table.total_layers)
                  for g, (room, fixed) in per_group.items()} for mu, per_group in stages]
         return _most_layers(caps, table, need) >= table.total_layers - 1e-9
 
