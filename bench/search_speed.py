@@ -46,8 +46,9 @@ INSTANCES = [
 ]
 
 
-RUNS = 3
-"""Timed runs per instance: this 2-core machine's wall times vary by ±30% from run to run."""
+RUNS = 5
+"""Timed runs per instance: this 2-core VM's wall times vary by ±30% from run to run (its host's load
+drifts over minutes), so the median of five."""
 
 
 def run_instance(model: str, cluster: str, devices: int, gbs: int | None, seq_length: int | None, target: str) -> str:
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--readme", action="store_true")
     args = parser.parse_args(argv)
-    lines = ["| model | cluster | devices | target | wall time (whole CLI, median of 3) | configs / splits | winner's split; search | best plan | vs heuristic | vs uniform split |",
+    lines = [f"| model | cluster | devices | target | wall time (whole CLI, median of {RUNS}) | configs / splits | winner's split; search | best plan | vs heuristic | vs uniform split |",
              "|---|---|---:|---|---:|---:|---|---|---:|---:|"]
     lines += [run_instance(*inst) for inst in INSTANCES]
     text = "\n".join(lines) + "\n\n" + ilp_vs_brute_force()

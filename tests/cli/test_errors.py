@@ -85,3 +85,13 @@ def test_the_cli_leaves_the_blas_thread_setting_as_it_found_it(setting):
             "print('numpy' in sys.modules, os.environ.get('OPENBLAS_NUM_THREADS'))")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.split() == [str(setting is None), str(setting)]  # a user's own setting: numpy loads as usual
+
+
+@pytest.mark.parametrize("collecting", [True, False])
+def test_the_cli_leaves_the_garbage_collector_as_it_found_it(collecting):
+    """Importing the CLI (and `main`'s start-up) pause Python's cyclic collector while modules load; a
+    program that imports gplan.cli, or the command gplan runs, gets it back as it was."""
+    code = ("import gc, sys; gc.enable() if sys.argv[1] == 'True' else gc.disable(); from gplan import cli; "
+            "print(gc.isenabled()); cli.app = lambda: print(gc.isenabled()); cli.main()")  # the command's view
+    out = subprocess.run([sys.executable, "-c", code, str(collecting)], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [str(collecting)] * 2
