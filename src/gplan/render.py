@@ -459,12 +459,13 @@ class SearchProgress:
         import time
 
         self.console, self.after_s, self.start, self.live = console, after_s, time.perf_counter(), None
+        self.shown = console.is_terminal  # asked once: the search calls this for every candidate it visits
 
     def __call__(self, visited: int, total: int, solved: int, best_s: float | None) -> None:
         import time
 
         if self.live is None:
-            if not self.console.is_terminal or time.perf_counter() - self.start < self.after_s:
+            if not self.shown or time.perf_counter() - self.start < self.after_s:
                 return
             from rich.live import Live
 

@@ -119,3 +119,32 @@ def test_a_megatron_search_says_it_priced_tp_overlapped_and_a_torch_one_does_not
     assert megatron.code == 0 and "tp's collectives priced overlapped with the GEMMs" in " ".join(megatron.stderr.split())
     torch = gplan(*args, "--target", "torch", "--out", str(tmp_path / "t.json"))
     assert torch.code == 0 and "priced overlapped" not in torch.stderr
+
+
+def test_a_search_reports_its_progress_on_a_terminal_past_its_delay():
+    """The search calls its progress with every candidate it visits (visited of total, splits solved,
+    the best step so far); `SearchProgress` shows that as one line on a terminal once the search has run
+    past its delay, and nothing on a log or before the delay."""
+    import io
+
+    from rich.console import Console
+
+    from gplan.planner.inputs import resolve_inputs
+    from gplan.planner.search import search
+    from gplan.render import SearchProgress
+
+    calls = []
+    inputs = resolve_inputs("llama3-8b", 8, "dgx-a100-80g")
+    result = search(inputs.model, inputs.training, inputs.cluster, 8, progress=lambda *a: calls.append(a))
+    assert [c[0] for c in calls] == list(range(1, len(calls) + 1)) and all(c[1] == calls[0][1] for c in calls)
+    assert calls[-1][2] <= result.solved and calls[-1][3] >= result.best.prediction.step_time_s
+    assert all(b is None or a is None or b <= a for (*_, a), (*_, b) in zip(calls, calls[1:]))  # best only improves
+
+    def shown(terminal: bool, after_s: float) -> str:
+        out = io.StringIO()
+        with SearchProgress(Console(file=out, force_terminal=terminal, color_system=None, width=120), after_s=after_s) as progress:
+            progress(3, 10, 1, 12.5)
+        return out.getvalue()
+
+    assert "searching: 3/10 candidates by bound, 1 splits solved, best 12.50 s" in shown(True, 0.0)
+    assert shown(False, 0.0) == "" and shown(True, 60.0) == ""
