@@ -328,7 +328,7 @@ def _search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devi
         if bounds and not memory_admits_a_split(s.table):
             result.memory_infeasible += 1
             continue
-        if bounds and memory_aware_prunes(s.table, s.table.least_work_s, incumbent):
+        if bounds and memory_aware_prunes(s.table, s.times.least_work_s, incumbent):  # cached on the shared times
             result.pruned += 1
             continue
         # the ILP optimises the pipeline time: a split must beat the incumbent less the step's floor
