@@ -22,9 +22,10 @@ HELD_OUT = {"dp2_mbs2": dict(dp=2, mbs=2)}
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory):
-    """Each plan launched three times, the rounds interleaved, and the fastest launch kept: on two shared CPU
-    cores a background burst during one launch would otherwise read as a property of that plan's layout (two
-    rounds still let one burst through: 16.3% once)."""
+    """Each plan launched three times, the rounds interleaved, and its median launch kept: on two shared CPU
+    cores one launch's burst would otherwise read as a property of that plan's layout, and the speed drifts
+    both ways (keeping the fastest, one launch 20% quicker than its two others threw the held-out error to
+    16%; on the same launches the medians gave 1%)."""
     root = tmp_path_factory.mktemp("runs")
     plans = {name: tiny_plan(root / f"{name}.json", SMALL_LLAMA, None, TRAINING, **degrees)
              for name, degrees in {**FIT, **HELD_OUT}.items()}
@@ -36,7 +37,7 @@ def reports(tmp_path_factory):
                                          "--warmup-steps", "3", "--device", "cpu"])
             assert r.exit_code == 0, r.stderr[-2000:]
             launches[name].append(run_dir / "run_report.json")
-    return {name: min(paths, key=lambda p: json.loads(p.read_text())["step_time_s"])
+    return {name: sorted(paths, key=lambda p: json.loads(p.read_text())["step_time_s"])[len(paths) // 2]
             for name, paths in launches.items()}
 
 
