@@ -176,7 +176,7 @@ def test_megatron_script_passes_megatron_lm_validate_args(name):
     assert args.data_parallel_sharding_strategy == {2: "optim_grads", 3: "optim_grads_params"}.get(c.zero, "no_shard")
     # the communication overlap Megatron runs is the one the plan was priced with
     step = StepModel(plan.model, plan.training, plan.cluster, plan.parallel)
-    assert args.tp_comm_overlap == (c.tp > 1 and step.tp_overlapped(0))
+    assert args.tp_comm_overlap == (c.tp > 1 and step.tp_overlapped)
     assert args.overlap_grad_reduce == (c.dp * c.cp > 1)
     assert args.overlap_param_gather == (c.dp * c.cp > 1 and c.zero >= 1 and plan.training.precision != "mxfp8")
     # what Megatron recomputes on every stage is the split gplan re-priced

@@ -32,7 +32,7 @@ def unoverlapped(step: StepModel, passes: int) -> float:
 @pytest.mark.parametrize("recompute, passes", [("none", (1, 2)), ("full", (1, 2, 1))])
 def test_megatron_exposes_per_pass_only_what_tps_collectives_take_beyond_the_gemms(model, seq, recompute, passes):
     step = step_of(model, "megatron", seq=seq)
-    assert step.tp_overlapped(0)
+    assert step.tp_overlapped
     collectives, gemm = 2 * step.tp_allreduce_s(0), step.layer_gemm_s("decoder", 0)
     exposed = step.layer_tp_comm_s("decoder", recompute, 0)
     assert exposed == pytest.approx(sum(max(0.0, collectives - k * gemm) for k in passes))
@@ -54,14 +54,14 @@ def test_a_small_layers_gemms_cannot_hide_all_of_it():
 ])
 def test_tp_collectives_are_paid_in_full_where_nothing_overlaps_them(engine, precision, cluster, overlap):
     step = step_of(LLAMA, engine, precision, cluster, overlap=overlap)
-    assert not step.tp_overlapped(0)
+    assert not step.tp_overlapped
     assert step.layer_tp_comm_s("decoder", "none", 0) == unoverlapped(step, 2)
 
 
 def test_tp_across_nvlink_domains_is_not_overlapped():
     """tp = 16 on 8-GPU nodes: its group leaves the NVLink domain the userbuffers exchange over."""
     step = step_of(LLAMA, "megatron", tp=16)
-    assert step.cluster.primary.domain_devices == 8 and not step.tp_overlapped(0)
+    assert step.cluster.primary.domain_devices == 8 and not step.tp_overlapped
     assert step.layer_tp_comm_s("decoder", "none", 0) == unoverlapped(step, 2)
 
 

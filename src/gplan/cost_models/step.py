@@ -91,13 +91,15 @@ class StepModel:
             return 0.0
         per_pass = 3 if self.kinds[kind].cross_attention else 2
         passes = 3 if recompute == "full" else 2
-        if not self.tp_overlapped(group):
+        if not self.tp_overlapped:
             return per_pass * passes * self.tp_allreduce_s(group)
         collectives_s, gemm_s = per_pass * self.tp_allreduce_s(group), self.layer_gemm_s(kind, group)
         return sum(max(0.0, collectives_s - k * gemm_s) for k in (1, 2, 1)[:passes])
 
-    def tp_overlapped(self, group: int) -> bool:
-        """The engine overlaps tp's collectives with GEMMs (`spec.targets.overlaps_tp_comm`)."""
+    @cached_property
+    def tp_overlapped(self) -> bool:
+        """The engine overlaps tp's collectives with GEMMs (`spec.targets.overlaps_tp_comm`: one switch for
+        the whole job, whatever node group a stage runs on)."""
         return overlaps_tp_comm(self.training, self.config, self.cluster.smallest_domain_devices)
 
     def layer_gemm_s(self, kind: str, group: int) -> float:
