@@ -28,3 +28,37 @@ def test_the_default_space_holds_zero_2_cp_and_vpp_7():
     configs = list(candidates(inputs.model, inputs.training, inputs.cluster, 2304, SearchLimits(allow_fewer_devices=False)))
     assert {c.zero for c in configs} == {0, 1, 2, 3}
     assert any(c.tp == 8 and c.pp == 9 and c.vpp == 7 and c.cp == 2 and c.mbs == 1 for c in configs)
+
+
+def test_vpp_counts_the_embedding_and_the_loss_as_a_layer_each_where_the_target_runs_uneven_chunks():
+    """Meta's Llama 3.1 405B layout, 126 layers on pp 16 × vpp 8 with the first and last stage one layer
+    fewer (L + 2 = pp·vpp: the first chunk the embedding alone, the last the loss alone), is in the space of
+    a target running uneven chunks (Megatron's pipeline layout) and only there."""
+    assert vpp_options(126, 16, SearchLimits(), uneven=True) == [1, 2, 4, 7, 8]
+    assert vpp_options(126, 16, SearchLimits()) == [1]  # 16 does not divide 126: equal chunks impossible
+    assert vpp_options(62, 8, SearchLimits(), uneven=True) == [1, 2, 4, 7, 8]  # 64 = 8·8 chunks, or 8·4 of two
+    assert vpp_options(61, 8, SearchLimits(), uneven=True) == [1, 2, 4, 7]  # 63 is odd: none accounted
+    inputs = resolve_inputs("llama3-405b", 2048, "dgx-h100", gbs=2048)
+    meta = dict(tp=[8], pp=[16], cp=[1], mbs=[1], allow_fewer_devices=False)
+
+    def pp16_vpps(target):
+        configs = candidates(inputs.model, inputs.training, inputs.cluster, 2048, SearchLimits(target=target, **meta))
+        return {c.vpp for c in configs}
+
+    assert 8 in pp16_vpps("megatron")
+    assert pp16_vpps("torch") == {1}
+
+
+def test_the_search_finds_metas_405b_layout_and_megatron_gets_it_as_written():
+    """Held to Meta's degrees (tp 8, pp 16, vpp 8) on a Megatron target, the search returns 7/8/…/8/7 per
+    stage, and the export writes it as Megatron's pipeline layout: the embedding and the loss a chunk each."""
+    from gplan.backends.exporters.megatron import interleaved_layout
+    from gplan.planner import plan
+
+    inputs = resolve_inputs("llama3-405b", 2048, "dgx-h100", gbs=2048)
+    limits = SearchLimits(target="megatron", tp=[8], pp=[16], vpp=[8], cp=[1], mbs=[1], allow_fewer_devices=False)
+    best = plan(inputs, limits).plan
+    sizes = [sum(count.count for count in stage.layers) for stage in best.stages]
+    assert (best.parallel.pp, best.parallel.vpp, sum(sizes)) == (16, 8, 126)
+    assert sizes == [7] + [8] * 14 + [7]
+    assert interleaved_layout(sizes, 8) == "E|" + "t*1|" * 126 + "L"

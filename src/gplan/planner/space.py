@@ -28,7 +28,8 @@ class SearchLimits:
     """Default: 1, 2, 4, 8."""
     vpp: list[int] | None = None
     """Default: every chunking of a stage's layers (each v dividing L/pp), when the micro-batches divide
-    into pp; for a target that runs uneven chunks, every v dividing ⌊L/pp⌋ or ⌈L/pp⌉."""
+    into pp; for a target that runs uneven chunks, every v dividing ⌊L/pp⌋ or ⌈L/pp⌉ and every v
+    with L + 2 a multiple of pp·v (the embedding and the loss a chunk each: `vpp_options`)."""
     ep: list[int] | None = None
     """Default (MoE models): every power of two dividing the experts and a stage's dp·tp·cp ranks."""
     etp: list[int] | None = None
@@ -132,8 +133,10 @@ def cp_options(training: TrainingSpec, limits: SearchLimits) -> list[int]:
 def vpp_options(layers: int, pp: int, limits: SearchLimits, uneven: bool = False) -> list[int]:
     """The user's vpp list, else 1 and every v > 1 that divides each stage's L/pp layers into equal
     chunks; with `uneven` (a target running chunks of different sizes) every v dividing the even
-    split's stage sizes ⌊L/pp⌋ or ⌈L/pp⌉ (a stated cut: DeepSeek-V3's 61 layers on pp 8 take vpp
-    1, 2, 4, 7 or 8)."""
+    split's stage sizes ⌊L/pp⌋ or ⌈L/pp⌉, and every v for which the embedding and the loss counted as
+    a layer each fill pp·v equal chunks (L + 2 a multiple of pp·v; Llama 3.1 405B's 126 layers on pp 16
+    × vpp 8, the first and last stage one layer fewer). A stated cut: DeepSeek-V3's 61 layers on pp 8
+    take vpp 1, 2, 4 or 7."""
     if limits.vpp:
         return limits.vpp
     if pp == 1:
@@ -141,7 +144,9 @@ def vpp_options(layers: int, pp: int, limits: SearchLimits, uneven: bool = False
     if not uneven:
         return [1] if layers % pp else divisors(layers // pp)
     low, high = layers // pp, -(-layers // pp)
-    return sorted(v for v in set(divisors(low)) | set(divisors(high)) if v <= low)
+    whole = {v for v in set(divisors(low)) | set(divisors(high)) if v <= low}
+    accounted = {v for v in divisors((layers + 2) // pp) if (layers + 2) % (pp * v) == 0 and v > 1}
+    return sorted(whole | accounted)
 
 
 def uneven_interleaved(limits: SearchLimits) -> bool:
@@ -199,7 +204,7 @@ def _per_degrees(model: ModelSpec, training: TrainingSpec, limits: SearchLimits,
         m = per_replica // mbs
         uneven = uneven_interleaved(limits)
         for vpp in vpp_options(model.total_layers, pp, limits, uneven):
-            if vpp > 1 and (pp == 1 or m % pp or model.total_layers < pp * vpp
+            if vpp > 1 and (pp == 1 or m % pp or model.total_layers < pp * vpp - 2
                             or (model.total_layers % (pp * vpp) and not uneven)):
                 continue
             schedule = "interleaved_1f1b" if vpp > 1 else "1f1b"
