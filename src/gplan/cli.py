@@ -119,6 +119,27 @@ def stage_layouts_option(model, config, text: Optional[str]):
     return layout_from_sizes(model, sizes, [config.recompute] * config.pp)
 
 
+def target_refusals(inputs, config, layouts) -> tuple[list, list[str]]:
+    """What the pricing target would not run of this configuration and split, and the targets that would
+    run it as written: an estimate is a what-if and prices it anyway, but says so."""
+    from gplan.spec.parallel import uniform_layout
+    from gplan.spec.targets import TARGETS, refusals
+
+    layouts = layouts or uniform_layout(inputs.model, config.pp, config.recompute, config.vpp)
+    m = config.microbatches_for(inputs.training.gbs)
+
+    def refused(name: str) -> list:
+        return refusals(TARGETS[name], inputs.model, config, m, layouts, inputs.training.precision)
+
+    engine = inputs.training.engine
+    found, capabilities = [], set()
+    for refusal in refused(engine) if engine else []:  # the plan-level and split-level checks can name one cause
+        if refusal.capability not in capabilities:
+            found.append(refusal)
+            capabilities.add(refusal.capability)
+    return found, [name for name in TARGETS if found and name != engine and not refused(name)]
+
+
 # ---- commands ------------------------------------------------------------------------------------
 
 @app.command()
@@ -163,9 +184,15 @@ def estimate(
     check_config(inputs.model, inputs.training, config, inputs.devices)
     layouts = stage_layouts_option(inputs.model, config, stages)
     prediction = predict(inputs.model, inputs.training, inputs.cluster, config, layouts)
+    refused, runners = target_refusals(inputs, config, layouts)
     if as_json:
-        return emit_json({**prediction.model_dump(mode="json"), "profile": inputs.profile})
+        return emit_json({**prediction.model_dump(mode="json"), "profile": inputs.profile,
+                          "target": inputs.training.engine, "target_runs_it": not refused,
+                          "target_refusals": [r.detail for r in refused], "targets_that_run_it": runners})
     prediction_summary(err, title(inputs), config, prediction)
+    for r in refused:
+        err.print(f"note: {inputs.training.engine} would not run this as written: {r.detail}"
+                  + (f"; {', '.join(runners)} would (--target {runners[0]})" if runners else ""), highlight=False)
 
 
 @app.command()
@@ -239,7 +266,7 @@ def compare(
     from gplan.render import compare_table, explain_differences
     from gplan.spec.parallel import check_config, parse_config_text
 
-    entries = []
+    entries, notes = [], {}
     if config:
         if len(items) != 1:
             raise InputError("--config compares configurations of one model", hint="pass exactly one MODEL")
@@ -249,15 +276,20 @@ def compare(
             cfg = parse_config_text(text, inputs.devices)
             check_config(inputs.model, inputs.training, cfg, inputs.devices)
             entries.append((text, predict(inputs.model, inputs.training, inputs.cluster, cfg)))
+            notes[text] = [r.detail for r in target_refusals(inputs, cfg, None)[0]]
     else:
         if len(items) < 2:
             raise InputError("compare needs two or more plans, or one MODEL with --config", hint="gplan compare a.json b.json")
         entries = [(item, read_plan(Path(item)).prediction) for item in items]
     if as_json:
-        return emit_json([{"name": name, "prediction": p.model_dump(mode="json")} for name, p in entries])
+        return emit_json([{"name": name, "prediction": p.model_dump(mode="json")}
+                          | ({"target_refusals": notes[name]} if name in notes else {}) for name, p in entries])
     err.print(compare_table(entries))
     for line in explain_differences(entries):
         err.print(line, highlight=False)
+    for name, details in notes.items():
+        for detail in details:
+            err.print(f"note: {inputs.training.engine} would not run {name!r} as written: {detail}", highlight=False)
 
 
 @app.command()

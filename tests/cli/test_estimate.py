@@ -146,3 +146,38 @@ def test_estimate_takes_the_stage_split_it_is_given(gplan):
     for bad in ("7,8,8,8,8,8,8", "2,8,8,8,8,8,8,11"):
         r = gplan(*args, "--stages", bad)
         assert r.code == 3 and "--stages" in r.stderr and "hint:" in r.stderr and "Traceback" not in r.stderr
+
+
+META_405B = ["--cluster", "dgx-h100", "--devices", "2048", "--dp", "16", "--tp", "8", "--sp", "--pp", "16", "--vpp", "8",
+             "--gbs", "2048"]
+
+
+def test_estimate_says_when_its_target_would_not_run_the_configuration(gplan):
+    """An estimate prices a what-if, but one its target cannot run as written — Meta's Llama 3.1 405B layout
+    (126 layers over pp 16 × vpp 8: chunks of unequal size) on torch — is named so, with the targets that
+    would run it; the same configuration for Megatron-LM carries no such note."""
+    r = gplan("estimate", "llama3-405b", *META_405B, "--target", "torch", "--json")
+    assert r.code == 0, r.stderr
+    p = r.json()
+    assert p["target"] == "torch" and not p["target_runs_it"]
+    assert len(p["target_refusals"]) == 1 and "equal size" in p["target_refusals"][0]  # one cause, said once
+    assert "megatron" in p["targets_that_run_it"] and "torch" not in p["targets_that_run_it"]
+    human = gplan("estimate", "llama3-405b", *META_405B, "--target", "torch")
+    assert human.code == 0 and "note: torch would not run this as written" in human.stderr
+    runs = gplan("estimate", "llama3-405b", *META_405B, "--target", "megatron", "--json")
+    assert runs.json()["target_runs_it"] and runs.json()["target_refusals"] == []
+    assert "would not run" not in gplan("estimate", "llama3-405b", *META_405B, "--target", "megatron").stderr
+    assert p["step_time_s"] > 0 and p["stages"][0]["num_layers"] == 7  # priced all the same
+
+
+def test_compare_names_the_configurations_its_target_would_not_run(gplan):
+    r = gplan("compare", "llama3-405b", "--cluster", "dgx-h100", "--devices", "2048", "--gbs", "2048", "--target", "torch",
+              "--config", "tp=8,pp=16,vpp=8", "--config", "tp=8,pp=16,vpp=1", "--json")
+    assert r.code == 0, r.stderr
+    by_name = {e["name"]: e for e in r.json()}
+    assert by_name["tp=8,pp=16,vpp=1"]["target_refusals"] == []
+    assert "equal size" in by_name["tp=8,pp=16,vpp=8"]["target_refusals"][0]
+    human = gplan("compare", "llama3-405b", "--cluster", "dgx-h100", "--devices", "2048", "--gbs", "2048", "--target",
+                  "torch", "--config", "tp=8,pp=16,vpp=8", "--config", "tp=8,pp=16,vpp=1")
+    assert "note: torch would not run 'tp=8,pp=16,vpp=8'" in human.stderr
+    assert "'tp=8,pp=16,vpp=1' as written" not in human.stderr
