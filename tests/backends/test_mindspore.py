@@ -196,3 +196,33 @@ def test_launch_says_where_the_mindspore_run_differs_from_the_plan(gplan, tmp_pa
     replicated = tiny_plan(tmp_path / "replicated.json", TINY_LLAMA, dp=2, zero=0)
     assert gplan("launch", str(replicated), "--backend", "mindspore", "--dry-run", "--json",
                  "--nproc-per-node", "2").json()["notes"] == []
+
+
+@requires_engine("mindspore", "mindspore")
+def test_the_worker_refuses_a_device_smaller_than_the_plans_before_training(monkeypatch):
+    """No Ascend here: MindSpore's device query is answered as a 32 GB and a 64 GB device would answer it.
+    The worker's check (backends.common.device_mismatch, the torch worker's rule) refuses the first for a
+    plan priced on 64 GB 910B devices, accepts the second, and on CPU asks nothing."""
+    from types import SimpleNamespace
+
+    import mindspore as ms
+    from gplan.backends.mindspore import worker
+
+    plan = ascend_plan(dp=8, tp=4)
+    planned_bytes = plan.cluster.primary.hardware.memory_bytes
+    asked = []
+
+    def on(target: str, total_bytes: float):
+        context = {"device_target": target, "device_id": 0}
+        monkeypatch.setattr(ms, "get_context", lambda key: context[key])
+        monkeypatch.setattr(ms.hal, "get_device_properties", lambda device_id, device_target: asked.append(
+            device_target) or SimpleNamespace(name="Ascend910B", total_memory=total_bytes))
+
+    on("Ascend", 32 * 2**30)
+    with pytest.raises(RuntimeError, match="rank 3 runs on Ascend910B with 32.0 GiB; the plan put it on"):
+        worker.check_device(plan, 3)
+    on("Ascend", planned_bytes)
+    worker.check_device(plan, 3)
+    on("CPU", 1)
+    worker.check_device(plan, 3)
+    assert asked == ["Ascend", "Ascend"]

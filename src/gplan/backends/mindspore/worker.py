@@ -27,7 +27,7 @@ from mindspore import Parameter, Tensor, nn, ops
 from mindspore.common.initializer import Normal, One, initializer
 from mindspore.communication import get_group_size, get_rank, init
 
-from gplan.backends.common import add_worker_options, global_batch
+from gplan.backends.common import add_worker_options, device_mismatch, global_batch
 from gplan.backends.mindspore.strategy import ParallelLayout, layout
 from gplan.plan import Plan, read_plan
 from gplan.report import RankReport, build_report, stage_of_rank, write_report
@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     rank = get_rank() if distributed else 0
     log = _log(args.run_dir, rank)
     try:
+        check_device(plan, rank)
         ms.set_seed(args.seed)  # what MindSpore's own initializers draw from (lazy weights)
         weights = WeightInit(args.seed, lazy=distributed and uses_semi_auto())
         net = build_model(plan, plan_layout, weights)
@@ -92,6 +93,23 @@ def set_context(plan: Plan, plan_layout: ParallelLayout, device: str, distribute
     if not semi_auto:  # semi-automatic parallelism is configured on the AutoParallel wrapper instead
         ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True,
                                      device_num=get_group_size())
+
+
+def check_device(plan: Plan, rank: int) -> None:
+    """Refuse, before the first step, an Ascend or GPU device smaller than the one the plan priced this
+    rank on (the torch worker's check). `mindspore.hal.get_device_properties` reads the current device;
+    before the device is initialised its memory reads 0, which is no evidence either way, so a tiny op
+    runs first."""
+    target = ms.get_context("device_target")
+    if target == "CPU":
+        return
+    ops.ones((1,), ms.float32).asnumpy()  # initialises the device (Ascend reports 0 bytes before)
+    properties = ms.hal.get_device_properties(ms.get_context("device_id"), target)
+    total_bytes = getattr(properties, "total_memory", 0)
+    if total_bytes:
+        problem = device_mismatch(plan, rank, getattr(properties, "name", target), total_bytes)
+        if problem:
+            raise RuntimeError(problem)
 
 
 def uses_semi_auto() -> bool:
