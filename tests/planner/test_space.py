@@ -3,8 +3,12 @@ every chunking of a stage's layers for interleaving."""
 
 from __future__ import annotations
 
+import pytest
+
 from gplan.planner.inputs import resolve_inputs
 from gplan.planner.space import MIN_CP_CHUNK_TOKENS, SearchLimits, candidates, cp_options, vpp_options
+from gplan.spec.parallel import check_config
+from gplan.spec.targets import TARGETS, config_refusals
 from gplan.spec.training import TrainingSpec
 
 
@@ -62,3 +66,34 @@ def test_the_search_finds_metas_405b_layout_and_megatron_gets_it_as_written():
     assert (best.parallel.pp, best.parallel.vpp, sum(sizes)) == (16, 8, 126)
     assert sizes == [7] + [8] * 14 + [7]
     assert interleaved_layout(sizes, 8) == "E|" + "t*1|" * 126 + "L"
+
+
+SPACES = [("llama3-8b", "dgx-a100-80g", 64, None, None), ("qwen3-30b-a3b", "dgx-h100", 16, None, None),
+          ("deepseek-v3", "dgx-h100", 256, 4096, 4096), ("llama3-405b", "dgx-h100", 2048, 2048, None),
+          ("llama3-70b", "atlas-800-910b", 64, 512, None), ("gpt3-175b", "dgx-a100-80g", 1024, None, 2048)]
+
+
+@pytest.mark.parametrize("target", [*TARGETS, None])
+@pytest.mark.parametrize("case", SPACES, ids=[f"{m}/{n}" for m, _, n, _, _ in SPACES])
+def test_every_candidate_passes_the_plan_rules_and_its_targets(case, target):
+    """The space generates configurations with its own filters (faster than trying each); every one it
+    yields must pass what a plan is checked against — spec.parallel's rules (Megatron's asserts) and the
+    target's capabilities — or a searched plan would be refused when read back. Dense, MoE, latent
+    attention, uneven interleaving and Ascend; each target and none."""
+    model, cluster, devices, gbs, seq = case
+    inputs = resolve_inputs(model, devices, cluster, gbs=gbs, seq_length=seq)
+    seen = 0
+    for config in candidates(inputs.model, inputs.training, inputs.cluster, devices, SearchLimits(target=target)):
+        check_config(inputs.model, inputs.training, config, config.world_size)
+        if target:
+            m = config.microbatches_for(inputs.training.gbs)
+            assert config_refusals(TARGETS[target], inputs.model, config, m, inputs.training.precision) == [], config
+        seen += 1
+    assert seen > 0 or (target, model) in NOTHING_RUNS
+
+
+#: Pairs whose target builds none of the model's configurations: MindSpore's worker builds dense models,
+#: DeepSpeed's MoE only Mixtral's shapes, and these three only the Llama family (GPT-3 has GELU and biases).
+NOTHING_RUNS = {("mindspore", "qwen3-30b-a3b"), ("deepspeed", "qwen3-30b-a3b"),
+                ("mindspore", "deepseek-v3"), ("deepspeed", "deepseek-v3"),
+                ("mindspore", "gpt3-175b"), ("torchtitan", "gpt3-175b"), ("mindformers", "gpt3-175b")}
