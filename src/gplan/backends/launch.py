@@ -86,23 +86,14 @@ class JobRecipe:
         return int(self.nnodes) * self.nproc_per_node
 
 
-#: The targets `gplan launch` runs itself; the others are reached through `gplan export`.
-LAUNCH_BACKENDS = ("torch", "mindspore")
-
-
 def refuse_unsupported(plan: Plan, target: str) -> None:
     """Exit 3 before anything starts when the target cannot run the plan as priced, naming the
     capability and the search option that avoids it."""
     found = refusals(TARGETS[target], plan.model, plan.parallel, plan.parallel.num_microbatches, layouts_of(plan),
                      plan.training.precision)
     if found:
-        hint = found[0].hint(target)
-        if plan.target and plan.target != target:
-            run_it = (f"gplan launch PLAN --backend {plan.target}" if plan.target in LAUNCH_BACKENDS
-                      else f"gplan export PLAN --to {plan.target}")
-            hint = f"the plan was searched for {plan.target}: {run_it}; or {hint}"
         raise InputError(f"the {target} backend cannot run this plan ({found[0].capability}): {found[0].detail}",
-                         hint=hint)
+                         hint=found[0].hint(target, plan.target))
 
 
 def default_nodes(plan: Plan) -> tuple[int, int]:

@@ -154,12 +154,24 @@ class Refusal:
     avoid: str
     """The search option that avoids it."""
 
-    def hint(self, target: str) -> str:
-        """What to do: search for this target, or use the option that avoids the capability."""
+    def hint(self, target: str, planned_for: str | None = None) -> str:
+        """What to do: run the plan where it was searched for (`planned_for`, the plan's target, when that
+        is another), search for this target, or use the option that avoids the capability."""
+        if planned_for and planned_for != target:
+            return f"the plan was searched for {planned_for}: {how_to_run(planned_for)}; or {self.hint(target)}"
         if self.capability == "experts":  # no search makes a dense worker run experts
             return "run it through Megatron-LM: gplan export PLAN --to megatron"
         also = f" (or {self.avoid})" if self.avoid != f"--target {target}" else ""
         return f"search again with --target {target}{also}"
+
+
+#: The targets `gplan launch` runs itself; the others are reached through `gplan export`.
+LAUNCH_BACKENDS = ("torch", "mindspore")
+
+
+def how_to_run(target: str) -> str:
+    """The command that hands a plan to `target`."""
+    return f"gplan launch PLAN --backend {target}" if target in LAUNCH_BACKENDS else f"gplan export PLAN --to {target}"
 
 
 def expert_family(model: ModelSpec) -> str:

@@ -118,7 +118,7 @@ def engine_split(plan: Plan, engine: str, reprice: Reprice | None) -> tuple[list
     found = config_refusals(caps, plan.model, plan.parallel, plan.parallel.num_microbatches, plan.training.precision)
     if found:
         raise InputError(f"{engine} cannot run this plan ({found[0].capability}): {found[0].detail}",
-                         hint=found[0].hint(engine))
+                         hint=found[0].hint(engine, plan.target))
     planned = layouts_of(plan)
     layouts = runs_as(caps, plan.model, plan.parallel, planned)
     if same_split(layouts, planned):
