@@ -140,6 +140,16 @@ def target_refusals(inputs, config, layouts) -> tuple[list, list[str]]:
     return found, [name for name in TARGETS if found and name != engine and not refused(name)]
 
 
+def launch_backend_of(plan) -> str:
+    """The backend a plan launches on when --backend is not given: its target when gplan launches that
+    itself, else MindSpore for Ascend hardware and torch for the rest."""
+    from gplan.spec.targets import LAUNCH_BACKENDS
+
+    if plan.target in LAUNCH_BACKENDS:
+        return plan.target
+    return "mindspore" if plan.cluster.primary.hardware.kind == "npu" else "torch"
+
+
 # ---- commands ------------------------------------------------------------------------------------
 
 @app.command()
@@ -330,7 +340,9 @@ def explain(
 @guarded
 def launch(
     plan_file: Path = typer.Argument(..., metavar="PLAN", help="a plan.json"),
-    backend: str = typer.Option("torch", "--backend", help="torch (torchrun) | mindspore (msrun)"),
+    backend: Optional[str] = typer.Option(None, "--backend", help="torch (torchrun) | mindspore (msrun); default: "
+                                          "the plan's target if it is one of them, else mindspore on Ascend, torch "
+                                          "elsewhere"),
     nproc_per_node: Optional[int] = typer.Option(None, "--nproc-per-node", help="processes per node (default: the plan's devices per node)"),
     nnodes: Optional[int] = typer.Option(None, "--nnodes", help="nodes (default: world size / processes per node)"),
     node_rank: int = typer.Option(0, "--node-rank", help="this node's rank (several nodes)"),
@@ -368,6 +380,11 @@ def launch(
     from gplan.report import read_report
 
     plan = read_plan(plan_file)
+    if backend is None:
+        backend = launch_backend_of(plan)
+        if not as_json:
+            err.print(f"note: launching with the {backend} backend (the plan's {'target' if plan.target == backend else 'hardware'}; "
+                      "choose with --backend)", highlight=False)
     impl = backend_named(backend)
     check_launch_flags(steps, warmup_steps, data, checkpoint_dir, checkpoint_every, resume, device)
     if validate_only:

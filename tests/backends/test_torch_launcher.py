@@ -227,3 +227,30 @@ def test_a_plan_searched_for_megatron_is_refused_by_torch_with_the_way_to_run_it
     assert r.code == 3 and "uneven_interleaved" in r.stderr and "Traceback" not in r.stderr
     assert "hint: the plan was searched for megatron: gplan export PLAN --to megatron" in r.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_an_ascend_plan_launches_on_mindspore_by_default_and_torch_refuses_it(gplan, tmp_path):
+    """Without --backend a plan launches on its target (MindSpore for a plan searched on Atlas 910B), said in
+    a note; torch on those devices would find no CUDA and train on the host CPUs, so it is refused unless
+    --device cpu asks for exactly that."""
+    from gplan.testing import ascend_plan
+
+    path = tmp_path / "plan.json"
+    planned = ascend_plan(dp=8)
+    write_plan(planned.model_copy(update={"target": None}), path)  # no target: the hardware decides
+    data = gplan("launch", str(path), "--dry-run", "--json").json()
+    assert data["nodes"][0]["argv"][0] == "msrun"
+    human = gplan("launch", str(path), "--dry-run")
+    assert "note: launching with the mindspore backend (the plan's hardware; choose with --backend)" in human.stderr
+    r = gplan("launch", str(path), "--backend", "torch", "--dry-run", "--run-dir", str(tmp_path / "run"))
+    assert r.code == 3 and "this plan was priced on ascend-910b" in r.stderr
+    assert "hint: gplan launch PLAN --backend mindspore" in r.stderr and not (tmp_path / "run").exists()
+    on_cpu = gplan("launch", str(path), "--backend", "torch", "--device", "cpu", "--dry-run", "--json")
+    assert on_cpu.code == 0 and on_cpu.json()["nodes"][0]["argv"][0] == "torchrun"
+
+
+def test_a_plan_launches_on_its_own_target_by_default(gplan, plan_factory):
+    path = plan_factory(dp=2)
+    human = gplan("launch", str(path), "--dry-run")
+    assert human.code == 0 and "note: launching with the torch backend" in human.stderr
+    assert gplan("launch", str(path), "--dry-run", "--json").json()["nodes"][0]["argv"][0] == "torchrun"

@@ -21,7 +21,7 @@ from gplan.backends.common import worker_argv as common_worker_argv
 from gplan.backends.launch import (TORCHRUN_PORT, JobRecipe, LaunchOptions, LaunchSpec, NodeCommand, job_name,
                                    node_layout, refuse_unsupported, run_job, torchrun_argv)
 from gplan.backends.launch import hetero_slurm_script, slurm_script as slurm_script_of
-from gplan.errors import BackendError
+from gplan.errors import BackendError, InputError
 from gplan.plan import Plan
 
 WORKER_MODULE = "gplan.backends.torch.worker"
@@ -30,6 +30,15 @@ WORKER_MODULE = "gplan.backends.torch.worker"
 def check_supported(plan: Plan) -> None:
     """What the torch worker cannot run (spec.targets' "torch"), refused before any process starts."""
     refuse_unsupported(plan, "torch")
+
+
+def check_hardware(plan: Plan, device: str) -> None:
+    """The torch worker runs NVIDIA GPUs (NCCL) and CPUs (gloo). On Ascend NPUs `--device auto` would find no
+    CUDA and train on the host CPUs, so a plan priced on them is refused unless `--device cpu` asks for that."""
+    npus = [g.hardware.name for g in plan.cluster.node_groups if g.hardware.kind == "npu"]
+    if npus and device != "cpu":
+        raise InputError(f"the torch backend runs NVIDIA GPUs and CPUs; this plan was priced on {npus[0]} (Ascend)",
+                         hint="gplan launch PLAN --backend mindspore (or --device cpu to try it on CPUs)")
 
 
 def worker_args(plan_path: Path, options: LaunchOptions) -> list[str]:
@@ -48,6 +57,7 @@ def recipe(plan: Plan, plan_path: Path, options: LaunchOptions, nnodes: int, per
 def render(plan: Plan, plan_path: Path, options: LaunchOptions) -> LaunchSpec:
     """The command of every node. Single node: --standalone; else c10d rendezvous."""
     check_supported(plan)
+    check_hardware(plan, options.device)
     nnodes, per_node = node_layout(plan, options)
     job = recipe(plan, plan_path, options, nnodes, per_node)
     nodes = [NodeCommand(node, torchrun_argv(job, **({} if nnodes == 1 else dict(
