@@ -159,6 +159,24 @@ def test_an_export_its_engine_cannot_run_names_the_target_the_plan_was_searched_
     assert gplan("export", str(path), "--to", "megatron", "--out-dir", str(tmp_path / "megatron")).code == 0
 
 
+@pytest.mark.parametrize("to, hint", [("slurm", "--backend mindspore --slurm job.sh"),
+                                      ("k8s", "gplan export PLAN --to mindformers")])
+def test_a_torch_worker_export_of_an_ascend_plan_is_refused(gplan, tmp_path, to, hint):
+    """The SLURM and Kubernetes exports run gplan's torch worker with --device auto: on Ascend devices it
+    would find no CUDA and train on the host CPUs. Refused (exit 3, nothing written), pointing at what
+    runs the plan on MindSpore; MindSpore's own batch script is written for the same plan."""
+    from gplan.testing import ascend_plan
+
+    path = tmp_path / "plan.json"
+    write_plan(ascend_plan(dp=8), path)
+    r = gplan("export", str(path), "--to", to, "--image", "registry/gplan:1", "--out-dir", str(tmp_path / to))
+    assert r.code == 3 and "this plan was priced on ascend-910b (Ascend)" in r.stderr and hint in r.stderr
+    assert not (tmp_path / to).exists() and "Traceback" not in r.stderr
+    script = tmp_path / "job.sh"
+    ok = gplan("launch", str(path), "--backend", "mindspore", "--slurm", str(script), "--run-dir", str(tmp_path / "run"))
+    assert ok.code == 0 and "msrun" in script.read_text()
+
+
 # ---- Megatron-LM -------------------------------------------------------------------------------------
 
 def script_args(text: str, array: str) -> list[str]:

@@ -26,7 +26,7 @@ import yaml
 from gplan.backends.exporters import Export, ExportContext, stamp
 from gplan.backends.launch import (TORCHRUN_PORT, JobRecipe, LaunchOptions, default_nodes, node_ranks_by_group,
                                   shell_words, torchrun_argv)
-from gplan.backends.torch.launcher import job_env, notes as launch_notes, worker_args
+from gplan.backends.torch.launcher import check_hardware, job_env, notes as launch_notes, worker_args
 from gplan.errors import InputError
 from gplan.plan import Plan
 
@@ -43,6 +43,9 @@ are both named `node`."""
 
 
 def export(plan: Plan, context: ExportContext) -> Export:
+    check_hardware(plan, "auto", "the Kubernetes export (PyTorchJob, TrainJob)",
+                   "run it with MindSpore: gplan launch PLAN --backend mindspore --slurm job.sh, or gplan export "
+                   "PLAN --to mindformers")
     if not context.image:
         raise InputError("the Kubernetes export needs the container image its pods run",
                          hint="add --image REGISTRY/IMAGE:TAG (an image with gplan and torch==2.13.0 installed)")

@@ -10,7 +10,7 @@ from pathlib import Path
 from gplan.backends.exporters import Export, ExportContext, stamp
 from gplan.backends.launch import LaunchOptions
 from gplan.backends.torch.launcher import notes as launch_notes
-from gplan.backends.torch.launcher import slurm_script
+from gplan.backends.torch.launcher import check_hardware, slurm_script
 from gplan.errors import InputError
 from gplan.plan import Plan
 
@@ -21,6 +21,8 @@ VERSIONS = {"slurm": "SLURM (sbatch, srun) with torchrun c10d rendezvous (a hete
 def export(plan: Plan, context: ExportContext) -> Export:
     if context.plan_path is None:
         raise InputError("the SLURM export needs the plan file's path", hint="export from a plan.json file")
+    check_hardware(plan, "auto", "the SLURM export",
+                   "gplan launch PLAN --backend mindspore --slurm job.sh writes its msrun batch script")
     found = launch_notes(plan)
     header = [stamp(plan, context.version), *[f"# note: {n}" for n in context.notes + found]]
     script = slurm_script(plan, context.plan_path, LaunchOptions(run_dir=Path("gplan-run")), header=header)

@@ -32,13 +32,15 @@ def check_supported(plan: Plan) -> None:
     refuse_unsupported(plan, "torch")
 
 
-def check_hardware(plan: Plan, device: str) -> None:
+def check_hardware(plan: Plan, device: str, what: str = "the torch backend",
+                   hint: str = "gplan launch PLAN --backend mindspore (or --device cpu to try it on CPUs)") -> None:
     """The torch worker runs NVIDIA GPUs (NCCL) and CPUs (gloo). On Ascend NPUs `--device auto` would find no
-    CUDA and train on the host CPUs, so a plan priced on them is refused unless `--device cpu` asks for that."""
+    CUDA and train on the host CPUs, so a plan priced on them is refused unless `--device cpu` asks for that
+    (`what` runs the worker: the launch, or a SLURM or Kubernetes export)."""
     npus = [g.hardware.name for g in plan.cluster.node_groups if g.hardware.kind == "npu"]
     if npus and device != "cpu":
-        raise InputError(f"the torch backend runs NVIDIA GPUs and CPUs; this plan was priced on {npus[0]} (Ascend)",
-                         hint="gplan launch PLAN --backend mindspore (or --device cpu to try it on CPUs)")
+        raise InputError(f"{what} runs gplan's torch worker on NVIDIA GPUs and CPUs; this plan was priced on "
+                         f"{npus[0]} (Ascend)", hint=hint)
 
 
 def worker_args(plan_path: Path, options: LaunchOptions) -> list[str]:
