@@ -33,8 +33,8 @@ from gplan.plan import Plan
 VERSIONS = {"v1.9+v2.3": "Kubeflow training-operator v1.9 (kubeflow.org/v1 PyTorchJob) and Kubeflow Trainer v2.3 "
                          "(trainer.kubeflow.org/v1alpha1 TrainJob)"}
 
-DEVICE_RESOURCE = {"gpu": "nvidia.com/gpu", "npu": "huawei.com/Ascend910"}
-"""Extended resource names of the NVIDIA and Ascend device plugins."""
+DEVICE_RESOURCE = {"gpu": "nvidia.com/gpu"}
+"""Extended resource name of the NVIDIA device plugin (Ascend plans are refused: the torch worker runs no NPU)."""
 
 PLAN_DIR = "/plan"
 TRAINER_RUNTIME = "torch-distributed"
