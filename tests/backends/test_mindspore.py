@@ -226,3 +226,21 @@ def test_the_worker_refuses_a_device_smaller_than_the_plans_before_training(monk
     on("CPU", 1)
     worker.check_device(plan, 3)
     assert asked == ["Ascend", "Ascend"]
+
+
+def test_an_ascend_moe_plan_points_at_the_mindformers_export_it_was_searched_for(gplan, tmp_path):
+    """Qwen3-30B-A3B searched on Atlas 910B is priced as MindFormers runs it; gplan's MindSpore worker builds
+    dense models only, so the launch (MindSpore by default on Ascend) refuses it before anything starts and
+    names the export — not Megatron-LM, which is no way to run it on Ascend."""
+    from gplan.planner import plan as search_plan
+    from gplan.planner.inputs import resolve_inputs
+    from gplan.plan import write_plan
+
+    planned = search_plan(resolve_inputs("qwen3-30b-a3b", 16, "atlas-800-910b", gbs=256)).plan
+    assert planned.target == "mindformers"
+    path = tmp_path / "plan.json"
+    write_plan(planned, path)
+    r = gplan("launch", str(path), "--dry-run", "--run-dir", str(tmp_path / "run"))
+    assert r.code == 3 and "(experts)" in r.stderr
+    assert r.stderr.rstrip().endswith("hint: the plan was searched for mindformers: gplan export PLAN --to mindformers")
+    assert gplan("export", str(path), "--to", "mindformers", "--out-dir", str(tmp_path / "mf")).code == 0

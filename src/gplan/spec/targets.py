@@ -158,7 +158,8 @@ class Refusal:
         """What to do: run the plan where it was searched for (`planned_for`, the plan's target, when that
         is another), search for this target, or use the option that avoids the capability."""
         if planned_for and planned_for != target:
-            return f"the plan was searched for {planned_for}: {how_to_run(planned_for)}; or {self.hint(target)}"
+            there = f"the plan was searched for {planned_for}: {how_to_run(planned_for)}"
+            return there if self.capability == "experts" else f"{there}; or {self.hint(target)}"
         if self.capability == "experts":  # no search makes a dense worker run experts
             return "run it through Megatron-LM: gplan export PLAN --to megatron"
         also = f" (or {self.avoid})" if self.avoid != f"--target {target}" else ""
