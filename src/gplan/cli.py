@@ -140,16 +140,6 @@ def target_refusals(inputs, config, layouts) -> tuple[list, list[str]]:
     return found, [name for name in TARGETS if found and name != engine and not refused(name)]
 
 
-def launch_backend_of(plan) -> str:
-    """The backend a plan launches on when --backend is not given: its target when gplan launches that
-    itself, else MindSpore for Ascend hardware and torch for the rest."""
-    from gplan.spec.targets import LAUNCH_BACKENDS
-
-    if plan.target in LAUNCH_BACKENDS:
-        return plan.target
-    return "mindspore" if plan.cluster.primary.hardware.kind == "npu" else "torch"
-
-
 # ---- commands ------------------------------------------------------------------------------------
 
 @app.command()
@@ -372,7 +362,7 @@ def launch(
 ) -> None:
     """Run a plan: torchrun with DeviceMesh, tensor/sequence parallel, pipelining, FSDP2 (or msrun with
     MindSpore's semi-automatic parallelism); report measured versus predicted."""
-    from gplan.backends.base import backend as backend_named, require_framework
+    from gplan.backends.base import backend as backend_named, default_backend, require_framework
     from gplan.backends.launch import LaunchOptions, check_launch_flags, shell_line
     from gplan.plan import write_plan
     from gplan.planner.scale import scaled_plan
@@ -381,10 +371,9 @@ def launch(
 
     plan = read_plan(plan_file)
     if backend is None:
-        backend = launch_backend_of(plan)
+        backend, why = default_backend(plan)
         if not as_json:
-            err.print(f"note: launching with the {backend} backend (the plan's {'target' if plan.target == backend else 'hardware'}; "
-                      "choose with --backend)", highlight=False)
+            err.print(f"note: launching with the {backend} backend ({why}; choose with --backend)", highlight=False)
     impl = backend_named(backend)
     check_launch_flags(steps, warmup_steps, data, checkpoint_dir, checkpoint_every, resume, device)
     if validate_only:

@@ -254,3 +254,11 @@ def test_a_plan_launches_on_its_own_target_by_default(gplan, plan_factory):
     human = gplan("launch", str(path), "--dry-run")
     assert human.code == 0 and "note: launching with the torch backend" in human.stderr
     assert gplan("launch", str(path), "--dry-run", "--json").json()["nodes"][0]["argv"][0] == "torchrun"
+
+
+def test_the_targets_gplan_launches_are_its_backends():
+    """spec.targets names the launchable targets for its hints (it sits below the backends); the two lists are one."""
+    from gplan.backends.base import BACKENDS
+    from gplan.spec.targets import LAUNCH_BACKENDS, TARGETS
+
+    assert set(LAUNCH_BACKENDS) == set(BACKENDS) and set(LAUNCH_BACKENDS) <= set(TARGETS)

@@ -116,6 +116,14 @@ def backend(name: str) -> Backend:
     return BACKENDS[name]
 
 
+def default_backend(plan: Plan) -> tuple[str, str]:
+    """The backend a plan launches on without --backend, and why: its target when gplan launches that
+    itself, else MindSpore on Ascend hardware and torch on the rest."""
+    if plan.target in BACKENDS:
+        return plan.target, "the plan's target"
+    return ("mindspore" if plan.cluster.primary.hardware.kind == "npu" else "torch"), "the plan's hardware"
+
+
 def require_framework(name: str) -> None:
     if importlib.util.find_spec(name) is None:
         raise BackendError(f"the {name} backend needs {name} installed", hint=f"pip install -e '.[{name}]'")
