@@ -405,8 +405,9 @@ def launch(
         return
     if dry_run:
         if as_json:
-            emit_json({"nnodes": spec.nnodes, "nproc_per_node": spec.nproc_per_node, "env": spec.env,
-                       "nodes": [{"node_rank": n.node_rank, "argv": n.argv} for n in spec.nodes], "notes": spec.notes})
+            emit_json({"backend": backend, "nnodes": spec.nnodes, "nproc_per_node": spec.nproc_per_node,
+                       "env": spec.env, "nodes": [{"node_rank": n.node_rank, "argv": n.argv} for n in spec.nodes],
+                       "notes": spec.notes})
             return
         for node in spec.nodes:
             sys.stdout.write(f"# node {node.node_rank}\n{shell_line(node.argv, spec.env)}\n")

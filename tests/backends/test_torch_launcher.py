@@ -239,7 +239,7 @@ def test_an_ascend_plan_launches_on_mindspore_by_default_and_torch_refuses_it(gp
     planned = ascend_plan(dp=8)
     write_plan(planned.model_copy(update={"target": None}), path)  # no target: the hardware decides
     data = gplan("launch", str(path), "--dry-run", "--json").json()
-    assert data["nodes"][0]["argv"][0] == "msrun"
+    assert data["nodes"][0]["argv"][0] == "msrun" and data["backend"] == "mindspore"
     human = gplan("launch", str(path), "--dry-run")
     assert "note: launching with the mindspore backend (the plan's hardware; choose with --backend)" in human.stderr
     r = gplan("launch", str(path), "--backend", "torch", "--dry-run", "--run-dir", str(tmp_path / "run"))

@@ -1,4 +1,10 @@
-"""`gplan calibrate` on real CPU launches: fit on three plans, predict a fourth it has not seen."""
+"""`gplan calibrate` on real CPU launches: fit on three plans, predict a fourth it has not seen.
+
+The fit set varies the micro-batch size (mbs 1 and 2): with mbs 1 everywhere, the time per layer per
+micro-batch and the compute speed grow together in every run, the fit cannot tell them apart, and a
+held-out mbs-2 plan read whichever split the noise chose (29% off in one clean-clone run, 3–6% on two
+other sets of the same launches). Held out: the pipeline plan, whose bubble and sends no fitted run has
+(5–8% off on all three sets)."""
 
 from __future__ import annotations
 
@@ -16,8 +22,8 @@ from gplan.spec.training import TrainingSpec
 
 pytestmark = [pytest.mark.slow, requires_engine("torch", "torch")]
 TRAINING = TrainingSpec(gbs=8, seq_length=128, precision="fp32")
-FIT = {"one": {}, "dp2": dict(dp=2), "pp2": dict(pp=2)}
-HELD_OUT = {"dp2_mbs2": dict(dp=2, mbs=2)}
+FIT = {"one": {}, "dp2": dict(dp=2), "dp2_mbs2": dict(dp=2, mbs=2)}
+HELD_OUT = {"pp2": dict(pp=2)}
 
 
 @pytest.fixture(scope="module")
@@ -55,15 +61,15 @@ def test_calibration_predicts_a_held_out_plan_within_15_percent(gplan, reports, 
 
 def test_the_calibrated_profile_prices_the_held_out_plan_as_reported(gplan, reports, tmp_path):
     out = tmp_path / "calibrated.yaml"
-    args = [str(reports[n]) for n in FIT] + ["--held-out", str(reports["dp2_mbs2"])]
+    args = [str(reports[n]) for n in FIT] + ["--held-out", str(reports["pp2"])]
     data = gplan("calibrate", *args, "--out", str(out), "--json").json()
-    plan = json.loads((reports["dp2_mbs2"].parent / "plan.json").read_text())
-    estimate = gplan("estimate", str(reports["dp2_mbs2"].parent / "plan.json"), "--json").json()
+    plan = json.loads((reports["pp2"].parent / "plan.json").read_text())
+    estimate = gplan("estimate", str(reports["pp2"].parent / "plan.json"), "--json").json()
     assert estimate["step_time_s"] == pytest.approx(plan["prediction"]["step_time_s"])
     measured = data["held_out"][0]["measured_s"]
     calibrated = gplan("estimate", str(small_llama_file(tmp_path)), "--profile", str(out), "--devices", "2",
-                       "--dp", "2", "--mbs", "2", "--gbs", "8", "--seq-length", "128", "--precision", "fp32",
-                       "--json").json()
+                       "--pp", "2", "--schedule", plan["parallel"]["schedule"], "--gbs", "8", "--seq-length", "128",
+                       "--precision", "fp32", "--json").json()
     assert calibrated["step_time_s"] / measured - 1 == pytest.approx(data["held_out"][0]["error_after"], abs=1e-9)
 
 
