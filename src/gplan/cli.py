@@ -132,11 +132,7 @@ def target_refusals(inputs, config, layouts) -> tuple[list, list[str]]:
         return refusals(TARGETS[name], inputs.model, config, m, layouts, inputs.training.precision)
 
     engine = inputs.training.engine
-    found, capabilities = [], set()
-    for refusal in refused(engine) if engine else []:  # the plan-level and split-level checks can name one cause
-        if refusal.capability not in capabilities:
-            found.append(refusal)
-            capabilities.add(refusal.capability)
+    found = refused(engine) if engine else []
     return found, [name for name in TARGETS if found and name != engine and not refused(name)]
 
 

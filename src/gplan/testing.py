@@ -97,6 +97,18 @@ def ascend_plan(stages: list[list[tuple[str, int]]] | None = None, **degrees) ->
     return make_plan(load_model("llama3-8b"), TrainingSpec(gbs=64, seq_length=4096), cluster, config, layouts)
 
 
+def meta_405b_plan() -> Plan:
+    """Meta's Llama 3.1 405B layout as the search finds it for Megatron-LM held to its degrees (tp 8, pp 16,
+    vpp 8, cp 1, mbs 1) on 2048 H100 at gbs 2048: 126 layers as 7/8/…/8/7, interleaved chunks of unequal
+    size (the first the embedding alone, the last the loss alone)."""
+    from gplan.planner import plan
+    from gplan.planner.inputs import resolve_inputs
+    from gplan.planner.space import SearchLimits
+
+    limits = SearchLimits(target="megatron", tp=[8], pp=[16], vpp=[8], cp=[1], mbs=[1], allow_fewer_devices=False)
+    return plan(resolve_inputs("llama3-405b", 2048, "dgx-h100", gbs=2048), limits).plan
+
+
 OPTIONS = ["none", "selective", "full"]
 
 

@@ -144,13 +144,10 @@ def test_an_export_its_engine_cannot_run_names_the_target_the_plan_was_searched_
     """Meta's 405B layout searched for Megatron-LM (chunks of unequal size): torchtitan and gplan's SLURM
     job (the torch worker) cannot run it; each export exits 3, writes nothing, and says how to run the plan
     where it was searched for."""
-    from gplan.planner import plan as search_plan
-    from gplan.planner.inputs import resolve_inputs
-    from gplan.planner.space import SearchLimits
+    from gplan.testing import meta_405b_plan
 
-    limits = SearchLimits(target="megatron", tp=[8], pp=[16], vpp=[8], cp=[1], mbs=[1], allow_fewer_devices=False)
     path = tmp_path / "plan.json"
-    write_plan(search_plan(resolve_inputs("llama3-405b", 2048, "dgx-h100", gbs=2048), limits).plan, path)
+    write_plan(meta_405b_plan(), path)
     for to in ("torchtitan", "slurm"):
         r = gplan("export", str(path), "--to", to, "--out-dir", str(tmp_path / to))
         assert r.code == 3 and "(uneven_interleaved)" in r.stderr and "Traceback" not in r.stderr

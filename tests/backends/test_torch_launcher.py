@@ -215,14 +215,10 @@ def test_a_rank_on_a_smaller_gpu_than_planned_is_refused_before_training(tmp_pat
 def test_a_plan_searched_for_megatron_is_refused_by_torch_with_the_way_to_run_it(gplan, tmp_path):
     """Meta's 405B layout, searched for Megatron-LM (chunks of unequal size), cannot run on gplan's torch
     worker: the launch stops before anything starts and points at the export the plan was made for."""
-    from gplan.planner import plan as search_plan
-    from gplan.planner.inputs import resolve_inputs
-    from gplan.planner.space import SearchLimits
+    from gplan.testing import meta_405b_plan
 
-    limits = SearchLimits(target="megatron", tp=[8], pp=[16], vpp=[8], cp=[1], mbs=[1], allow_fewer_devices=False)
-    planned = search_plan(resolve_inputs("llama3-405b", 2048, "dgx-h100", gbs=2048), limits).plan
     path = tmp_path / "plan.json"
-    write_plan(planned, path)
+    write_plan(meta_405b_plan(), path)
     r = gplan("launch", str(path), "--dry-run", "--run-dir", str(tmp_path / "run"))
     assert r.code == 3 and "uneven_interleaved" in r.stderr and "Traceback" not in r.stderr
     assert "hint: the plan was searched for megatron: gplan export PLAN --to megatron" in r.stderr

@@ -57,11 +57,9 @@ def test_the_search_finds_metas_405b_layout_and_megatron_gets_it_as_written():
     """Held to Meta's degrees (tp 8, pp 16, vpp 8) on a Megatron target, the search returns 7/8/…/8/7 per
     stage, and the export writes it as Megatron's pipeline layout: the embedding and the loss a chunk each."""
     from gplan.backends.exporters.megatron import interleaved_layout
-    from gplan.planner import plan
+    from gplan.testing import meta_405b_plan
 
-    inputs = resolve_inputs("llama3-405b", 2048, "dgx-h100", gbs=2048)
-    limits = SearchLimits(target="megatron", tp=[8], pp=[16], vpp=[8], cp=[1], mbs=[1], allow_fewer_devices=False)
-    best = plan(inputs, limits).plan
+    best = meta_405b_plan()
     sizes = [sum(count.count for count in stage.layers) for stage in best.stages]
     assert (best.parallel.pp, best.parallel.vpp, sum(sizes)) == (16, 8, 126)
     assert sizes == [7] + [8] * 14 + [7]

@@ -60,7 +60,7 @@ class CostTable:
     the largest of this and those of the options it holds."""
     outside_pipeline_floor_s: float = 0.0
     """A lower bound, over every split, of what the step adds to the pipeline time (`off_pipeline_floor_s`;
-    0 — still a bound — until `with_floor` prices it)."""
+    0 — still a bound — until `floor_s` prices it)."""
 
     def option_transient(self, k: int) -> float:
         return self._option_transients[k]
@@ -104,12 +104,8 @@ class CostTable:
 def time_table(step: StepModel, options: list[str], groups: list[int] | None = None,
                uneven_interleaved: bool = False) -> CostTable:
     """The time half of `build_table`: `pipeline_times` with the floor outside the pipeline priced
-    (`with_floor`)."""
-    return with_floor(step, pipeline_times(step, options, groups, uneven_interleaved))
-
-
-def with_floor(step: StepModel, times: CostTable) -> CostTable:
-    """`times` with `outside_pipeline_floor_s` priced for this configuration."""
+    (`floor_s`)."""
+    times = pipeline_times(step, options, groups, uneven_interleaved)
     return replace(times, outside_pipeline_floor_s=floor_s(step, times))
 
 
@@ -124,7 +120,7 @@ def pipeline_times(step: StepModel, options: list[str], groups: list[int] | None
     """Layer and stage times, all the search's first bound needs, so that a candidate that bound prunes
     never prices its memory; the same for every zero level of one layout (zero changes only what the
     step adds outside the pipeline). Its memory fields are empty until `build_table` fills them, its
-    floor 0 until `with_floor` prices it."""
+    floor 0 until `floor_s` prices it."""
     c = step.config
     kinds = [k.name for k in step.model.layer_kinds()]
     groups = groups if groups is not None else list(range(len(step.cluster.node_groups)))

@@ -401,5 +401,8 @@ def _describe(layouts: list[StageLayout]) -> str:
 
 def refusals(target: Capabilities, model: ModelSpec, config: ParallelConfig, num_microbatches: int,
              layouts: list[StageLayout], precision: str | None = None) -> list[Refusal]:
-    return (config_refusals(target, model, config, num_microbatches, precision)
-            + split_refusals(target, model, config, layouts))
+    """Both checks, each capability named once (unequal interleaved chunks show in the configuration and
+    again in its split)."""
+    found = config_refusals(target, model, config, num_microbatches, precision)
+    named = {r.capability for r in found}
+    return found + [r for r in split_refusals(target, model, config, layouts) if r.capability not in named]
