@@ -383,7 +383,13 @@ DEEPSPEED_CHECK = """
 import json, os, sys
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[3], RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
 import deepspeed
+import importlib
 from deepspeed.runtime.config import DeepSpeedConfig
+# On a CPU host, DeepSpeed's TorchBackend JIT-compiles its shared-memory allreduce kernel (deepspeed_shm_comm,
+# comm/torch.py build_shm_op) on first use: minutes on 2 cores, and a lock in ~/.cache/torch_extensions left
+# behind if the run is killed. The config check sends no message, so the kernel is never built.
+# (`deepspeed.comm.torch` as an attribute is the torch package that deepspeed.comm imports: go by module name.)
+importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
 deepspeed.init_distributed(dist_backend="gloo")
 class DataParallelOnly:
     def get_data_parallel_world_size(self):
@@ -405,9 +411,13 @@ def test_deepspeed_config_passes_deepspeeds_own_validation(name, tmp_path):
     files = export(plan, "deepspeed").files
     (tmp_path / "ds_config.json").write_text(files["ds_config.json"])
     port = str(free_port())  # a fixed port collides with any other job on the machine
+    # A private, empty extensions folder: a JIT build would start from nothing here (and show), and no lock of
+    # another run's build can make this one wait.
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path / "torch_extensions")}
     done = subprocess.run([sys.executable, "-c", DEEPSPEED_CHECK, str(tmp_path / "ds_config.json"), str(plan.parallel.dp), port],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert not (tmp_path / "torch_extensions").exists(), "DeepSpeed compiled an extension during a config check"
     checked = json.loads(done.stdout.strip().splitlines()[-1])
     c = plan.parallel
     assert {k: checked[k] for k in ("stage", "train_batch_size", "micro", "accumulation", "bf16")} == {
