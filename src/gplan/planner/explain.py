@@ -17,7 +17,7 @@ from gplan.cost_models.step import StepModel
 from gplan.errors import InputError
 from gplan.plan import Plan, Prediction, RunnerUp, StepBreakdown, layouts_of
 from gplan.planner.build import repredict
-from gplan.planner.placement import axis_groups, group_link, topology
+from gplan.planner.placement import axis_groups, axis_link_classes
 from gplan.planner.space import SearchLimits
 from gplan.profiles.schema import ClusterSpec
 from gplan.spec.parallel import check_config
@@ -92,16 +92,9 @@ def _link_finding(plan: Plan, rides: dict[str, str], link: str, total_s: float) 
 
 def axis_links(plan: Plan) -> dict[str, str]:
     """The link class (`intra`, `inter`) the slowest group of each parallel axis rides, from the
-    plan's placement on the cluster's topology."""
-    graph = topology(plan.cluster)
-    devices = plan.rank_devices()
-    rides = {}
-    for axis in plan.placement.axis_order:
-        if getattr(plan.parallel, axis) < 2:
-            continue
-        links = [group_link(graph, [devices[r] for r in group])[0] for group in axis_groups(plan.parallel, axis)]
-        rides[axis] = "inter" if "inter" in links else "intra"
-    return rides
+    plan's placement on the cluster's topology (per axis from the rank grid: seconds at any scale)."""
+    links = axis_link_classes(plan.cluster, plan.placement, plan.parallel)
+    return {axis: links[axis][0] for axis in plan.placement.axis_order if axis in links}
 
 
 def scale_links(cluster: ClusterSpec, link: str, factor: float) -> ClusterSpec:
