@@ -34,7 +34,8 @@ from gplan.plan import read_plan
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="rich",
                   help="Plan and launch parallel training of large transformers.")
-err = Console(stderr=True, width=None if sys.stderr.isatty() else 150)
+# A terminal's own width (or $COLUMNS); 150 in a log. Tables fit it without cutting a number (render.fit).
+err = Console(stderr=True, width=None if sys.stderr.isatty() or os.environ.get("COLUMNS", "").isdigit() else 150)
 
 
 def emit_json(data: Any) -> None:
@@ -87,6 +88,15 @@ HeadroomOpt = typer.Option(0.1, "--memory-headroom", help="fraction of device me
 ImbalanceOpt = typer.Option(1.0, "--expert-imbalance", help="mixtures of experts: the busiest device's routed tokens "
                             "over the balanced share (1.0: balanced, what the published runs force)")
 JsonOpt = typer.Option(False, "--json", help="print one JSON document on stdout")
+WideOpt = typer.Option(False, "--wide", help="show every table column, however wide the terminal")
+
+
+def set_wide(wide: bool) -> None:
+    """--wide: no column is dropped to fit the terminal; long lines run on."""
+    if wide:
+        from gplan.render import WIDE
+
+        err.width = WIDE
 ProfileOpt = typer.Option(None, "--profile", help="a measured profile (gplan profile / gplan calibrate) instead of --cluster")
 
 
@@ -154,11 +164,12 @@ def estimate(
                                          "(default: Megatron's even split)"),
     gbs: Optional[int] = GbsOpt, seq_length: Optional[int] = SeqOpt, precision: Optional[str] = PrecisionOpt,
     memory_headroom: float = HeadroomOpt, profile: Optional[Path] = ProfileOpt, target: Optional[str] = TargetOpt,
-    expert_imbalance: float = ImbalanceOpt, as_json: bool = JsonOpt,
+    expert_imbalance: float = ImbalanceOpt, as_json: bool = JsonOpt, wide: bool = WideOpt,
 ) -> None:
     """Predict step time, throughput, MFU and memory of one configuration (no search).
 
     MODEL may also be a plan.json: its configuration and stage split are re-predicted."""
+    set_wide(wide)
     from gplan.cost_models.step import predict
     from gplan.plan import is_plan_file
     from gplan.planner.build import repredict
@@ -218,9 +229,10 @@ def search(
     top: int = typer.Option(5, "--top", help="plans to show"),
     out: Path = typer.Option(Path("plan.json"), "--out", "-o", help="where to write the best plan"),
     profile: Optional[Path] = ProfileOpt,
-    as_json: bool = JsonOpt,
+    as_json: bool = JsonOpt, wide: bool = WideOpt,
 ) -> None:
     """Search degrees, micro-batch, recompute, optimizer sharding, stage split and placement; write the best plan."""
+    set_wide(wide)
     from gplan.plan import write_plan
     from gplan.planner import plan as make_best_plan
     from gplan.planner.space import limits_from_options
@@ -240,7 +252,7 @@ def search(
     write_plan(planned.plan, out)
     if as_json:
         return emit_json(search_json(out, planned.search))
-    err.print(search_table(title(inputs), planned.search))
+    err.print(search_table(title(inputs), planned.search, err.width))
     for line in search_summary(planned.search, inputs.devices) + overlap_lines(planned.plan):
         err.print(line)
     err.print(f"[green]wrote[/] {out}")
@@ -254,15 +266,17 @@ def compare(
     devices: Optional[int] = DevicesOpt, cluster: Optional[str] = ClusterOpt, hardware: Optional[str] = HardwareOpt,
     devices_per_node: Optional[int] = PerNodeOpt, gbs: Optional[int] = GbsOpt, seq_length: Optional[int] = SeqOpt,
     precision: Optional[str] = PrecisionOpt, memory_headroom: float = HeadroomOpt, target: Optional[str] = TargetOpt,
-    as_json: bool = JsonOpt,
+    as_json: bool = JsonOpt, wide: bool = WideOpt,
 ) -> None:
     """Compare plans (or configurations of one model) side by side; the best value of each row is
     highlighted and the term that grew most is named."""
+    set_wide(wide)
     from gplan.cost_models.step import predict
-    from gplan.render import compare_table, explain_differences
+    from gplan.plan import layouts_of
+    from gplan.render import compare_table, explain_differences, setup_rows
     from gplan.spec.parallel import check_config, parse_config_text
 
-    entries, notes = [], {}
+    entries, notes, setups = [], {}, []
     if config:
         if len(items) != 1:
             raise InputError("--config compares configurations of one model", hint="pass exactly one MODEL")
@@ -272,15 +286,21 @@ def compare(
             cfg = parse_config_text(text, inputs.devices)
             check_config(inputs.model, inputs.training, cfg, inputs.devices)
             entries.append((text, predict(inputs.model, inputs.training, inputs.cluster, cfg)))
+            setups.append(setup_rows(cfg, inputs.training.gbs, inputs.training.seq_length))
             notes[text] = [r.detail for r in target_refusals(inputs, cfg, None)[0]]
     else:
         if len(items) < 2:
             raise InputError("compare needs two or more plans, or one MODEL with --config", hint="gplan compare a.json b.json")
-        entries = [(item, read_plan(Path(item)).prediction) for item in items]
+        plans = [read_plan(Path(item)) for item in items]
+        names = [Path(item).name for item in items]
+        names = names if len(set(names)) == len(names) else list(items)  # short names unless they collide
+        entries = [(name, p.prediction) for name, p in zip(names, plans)]
+        setups = [setup_rows(p.parallel, p.training.gbs, p.training.seq_length, layouts_of(p)) for p in plans]
     if as_json:
-        return emit_json([{"name": name, "prediction": p.model_dump(mode="json")}
-                          | ({"target_refusals": notes[name]} if name in notes else {}) for name, p in entries])
-    err.print(compare_table(entries))
+        return emit_json([{"name": name, "prediction": p.model_dump(mode="json"), "configuration": setup}
+                          | ({"target_refusals": notes[name]} if name in notes else {})
+                          for (name, p), setup in zip(entries, setups)])
+    err.print(compare_table(entries, err.width, setups))
     for line in explain_differences(entries):
         err.print(line, highlight=False)
     for name, details in notes.items():
@@ -296,10 +316,11 @@ def explain(
                                       '"memory=1.5x", "gbs=1024" (repeat to combine)'),
     svg: Optional[Path] = typer.Option(None, "--svg", help="also draw the pipeline schedule into this SVG file"),
     width: int = typer.Option(100, "--width", help="columns of the terminal schedule picture"),
-    as_json: bool = JsonOpt,
+    as_json: bool = JsonOpt, wide: bool = WideOpt,
 ) -> None:
     """Why this plan: per-stage time and memory, what binds, why the runner-ups lost, what-ifs, and a
     picture of the pipeline schedule."""
+    set_wide(wide)
     from gplan.planner import explain as ex
     from gplan.render import explain_json, explain_output
 
@@ -377,7 +398,7 @@ def launch(
         if as_json:
             emit_json(asdict(report) | {"ok": report.ok})
         else:
-            err.print(validation_table(report))
+            err.print(validation_table(report, err.width))
         report.raise_if_failed()
         return
     plan = scaled_plan(plan, layers, hidden, seq_length, gbs)
@@ -422,7 +443,7 @@ def launch(
     result = read_report(report_path)
     if as_json:
         return emit_json(result.model_dump(mode="json"))
-    err.print(run_report_table(result, plan))
+    err.print(run_report_table(result, plan, err.width))
     err.print(f"[green]wrote[/] {options.run_dir / 'run_report.json'}")
 
 
@@ -510,7 +531,7 @@ def calibrate(
     write_profile(c.profile, out)
     if as_json:
         return emit_json({"profile": str(out), **c.profile.calibration})
-    err.print(calibration_table(c.runs, c.fit, c.held, c.held_before, c.held_after))
+    err.print(calibration_table(c.runs, c.fit, c.held, c.held_before, c.held_after, err.width))
     kept = [k for k in c.fit.theta if k not in c.fit.fitted]
     if kept:
         err.print(f"[yellow]note:[/] {len(c.runs)} runs fit {len(c.fit.fitted)} of {len(c.fit.theta)} parameters "
@@ -521,8 +542,9 @@ def calibrate(
 
 @app.command()
 @guarded
-def models(as_json: bool = JsonOpt) -> None:
+def models(as_json: bool = JsonOpt, wide: bool = WideOpt) -> None:
     """List the bundled models."""
+    set_wide(wide)
     from gplan.profiles.catalogue import bundled_models, load_model
     from gplan.render import models_table
 
@@ -530,13 +552,14 @@ def models(as_json: bool = JsonOpt) -> None:
     if as_json:
         return emit_json([{"name": m.name, "params": m.total_params(), "active_params": m.active_params(),
                            **m.model_dump(mode="json")} for m in specs])
-    err.print(models_table(specs))
+    err.print(models_table(specs, err.width))
 
 
 @app.command()
 @guarded
-def hardware(as_json: bool = JsonOpt) -> None:
+def hardware(as_json: bool = JsonOpt, wide: bool = WideOpt) -> None:
     """List the bundled hardware and clusters."""
+    set_wide(wide)
     from gplan.profiles.catalogue import bundled_clusters, bundled_hardware, hardware_entry
     from gplan.profiles.schema import DeviceSpec
     from gplan.render import hardware_tables
@@ -544,7 +567,7 @@ def hardware(as_json: bool = JsonOpt) -> None:
     devices = [DeviceSpec.model_validate(hardware_entry(n)) for n in bundled_hardware()]
     if as_json:
         return emit_json({"hardware": [d.model_dump(mode="json") for d in devices], "clusters": bundled_clusters()})
-    for table in hardware_tables(devices, bundled_clusters()):
+    for table in hardware_tables(devices, bundled_clusters(), err.width):
         err.print(table)
 
 

@@ -11,6 +11,55 @@ from gplan.spec.parallel import ParallelConfig
 GIB = 1024**3
 
 
+WIDE = 10_000
+"""Console width under --wide: every column shown, lines as long as they need to be."""
+
+
+def fit(table: Table, width: int, drop: tuple[str, ...] = (), wrap: tuple[str, ...] = (),
+        fold: tuple[str, ...] = ()) -> Table:
+    """Make `table` fit `width` columns without cutting a number. Rich's own fitting shrinks every
+    column and cuts `1,934,567` to `1,9…`; here every column but those in `wrap` keeps its widest cell,
+    `wrap` columns (names, details) break between words, and while the table is still too wide, `fold`
+    columns that hold one value in every row go to the caption (`every row: vpp 1`), then `drop` columns
+    go in order (named in the caption, with `--wide`). A `fold` column that tells rows apart stays."""
+    from rich.text import Text
+
+    def plain(cell) -> str:
+        return Text.from_markup(cell).plain if isinstance(cell, str) else str(cell)
+
+    def needed(column) -> int:
+        words = column.header in wrap  # a column that wraps may break its cells and header between words
+        cells = [*column._cells, column.header]
+        parts = [w for c in cells for w in (plain(c).split() if words else plain(c).splitlines())]
+        return max(Text(p).cell_len for p in parts + [""])
+
+    def total() -> int:  # the left border, then per column its padding and right border
+        return 1 + sum(needed(c) + table.padding[1] + table.padding[3] + 1 for c in table.columns)
+
+    for column in table.columns:
+        if column.header not in wrap:
+            column.no_wrap, column.min_width = True, needed(column)
+        else:  # a word longer than the column (a path) folds onto the next line instead of ending in `…`
+            column.overflow = "fold"
+    constant, dropped = [], []
+    for only_constant, names in ((True, fold), (False, drop)):
+        for name in names:
+            column = next((c for c in table.columns if c.header == name), None)
+            if total() <= width or column is None:
+                continue
+            values = {plain(c) for c in column._cells}
+            if only_constant and len(values) != 1:
+                continue
+            table.columns.remove(column)
+            (constant if only_constant else dropped).append(f"{name} {values.pop()}" if only_constant else name)
+    notes = ([f"every row: {', '.join(constant)}"] if constant else []) + (
+        [f"not shown at {width} columns: {', '.join(dropped)} (--wide shows all)"] if dropped else [])
+    if notes:
+        table.caption = "; ".join(([table.caption] if table.caption else []) + notes)
+        table.caption_justify = "left"
+    return table
+
+
 def gib(value: float) -> str:
     return f"{value / GIB:.1f} GiB"
 
@@ -76,12 +125,12 @@ def prediction_summary(console: Console, title: str, config: ParallelConfig, p: 
     b = p.breakdown
     parts = [(k, v) for k, v in b.model_dump().items() if v > 0]
     table.add_row("step breakdown", "   ".join(f"{k} {v / p.step_time_s:.1%}" for k, v in parts))
-    console.print(table)
+    console.print(fit(table, console.width, wrap=("value",)))
     if stages:
-        console.print(stage_table(p))
+        console.print(stage_table(p, console.width))
 
 
-def stage_table(p: Prediction) -> Table:
+def stage_table(p: Prediction, width: int = WIDE) -> Table:
     table = Table(title="stages (per device; states = weights + grads + optimizer)", title_justify="left")
     for col in ("stage", "layers", "f+b/mb", "comm/mb", "in-flight", "states", "activ.", "memory", "budget"):
         table.add_column(col, justify="right")
@@ -94,7 +143,7 @@ def stage_table(p: Prediction) -> Table:
             gib(m.weights_bytes + m.grads_bytes + m.optimizer_bytes), gib(m.activations_bytes),
             f"[red]{gib(s.memory_bytes)}[/]" if over else gib(s.memory_bytes), gib(s.memory_budget_bytes),
         )
-    return table
+    return fit(table, width, drop=("in-flight", "comm/mb", "states", "activ."))
 
 
 def recompute_mix(layouts) -> str:
@@ -116,7 +165,7 @@ def split_text(layouts) -> str:
     return "/".join(map(str, sizes)) if len(sizes) <= 8 else f"{sizes[0]}/…/{sizes[-1]} (uneven)"
 
 
-def search_table(title: str, result) -> Table:
+def search_table(title: str, result, width: int = WIDE) -> Table:
     table = Table(title=title, title_justify="left")
     experts = any(c.config.ep > 1 or c.config.etp > 1 for c in result.ranked)
     cols = ("#", "dp", "tp", "pp", "vpp", "cp") + (("ep", "etp") if experts else ()) + (
@@ -132,7 +181,8 @@ def search_table(title: str, result) -> Table:
                       seconds(p.step_time_s), f"{p.tokens_per_s:,.0f}", f"{p.mfu:.1%}",
                       gib(p.memory_bytes_per_device_max), f"{p.bubble_fraction:.1%}", f"{p.comm_fraction:.1%}",
                       style=style)
-    return table
+    return fit(table, width, drop=("comm", "bubble", "MFU", "#", "split"), wrap=("recompute", "split"),
+               fold=("vpp", "cp", "etp", "ep", "zero", "mbs"))
 
 
 #: (row label, value function, lower is better)
@@ -147,12 +197,17 @@ COMPARE_ROWS = [
 ]
 
 
-def compare_table(entries) -> Table:
+def compare_table(entries, width: int = WIDE, setups: list[dict] | None = None) -> Table:
+    """Entries side by side: their configuration rows (`setups`, when given), then the prediction's. When
+    the entries train different batches, a row of time per million tokens is the one to rank by."""
     table = Table(title="comparison (best of each row in green)", title_justify="left")
     table.add_column("")
     for name, _ in entries:
         table.add_column(name, justify="right")
-    for label, value, lower, fmt in COMPARE_ROWS:
+    for label in (setups[0] if setups else {}):
+        table.add_row(label, *[str(s.get(label, "—")) for s in setups])
+    rows = COMPARE_ROWS[:1] + (PER_TOKEN_ROW if batches_differ(entries) else []) + COMPARE_ROWS[1:]
+    for label, value, lower, fmt in rows:
         values = [value(p) for _, p in entries]
         best = min(values) if lower else max(values)
         table.add_row(label, *[f"[bold green]{fmt(v)}[/]" if v == best else fmt(v) for v in values])
@@ -161,30 +216,67 @@ def compare_table(entries) -> Table:
         if any(values):
             best = min(values)
             table.add_row(f"  {term}", *[f"[bold green]{seconds(v)}[/]" if v == best else seconds(v) for v in values])
-    return table
+    return fit(table, width, wrap=tuple(name for name, _ in entries))
+
+
+def tokens_per_step(p: Prediction) -> float:
+    return p.tokens_per_s * p.step_time_s
+
+
+def batches_differ(entries) -> bool:
+    """Whether the entries' steps train different token counts: their step times do not compare."""
+    counts = [tokens_per_step(p) for _, p in entries]
+    return max(counts) > min(counts) * 1.0001
+
+
+PER_TOKEN_ROW = [("time / 1M tokens", lambda p: 2**20 / p.tokens_per_s, True, seconds)]
+
+
+def setup_rows(config, gbs: int, seq_length: int, layouts=None) -> dict:
+    """A configuration as compare's rows: the degrees, the batch and, with a split, the recompute mix."""
+    rows = {"dp tp pp": f"{config.dp} {config.tp}{'+sp' if config.sp else ''} {config.pp}",
+            "vpp cp": f"{config.vpp} {config.cp}"}
+    if config.ep > 1 or config.etp > 1:
+        rows["ep etp"] = f"{config.ep} {config.etp}"
+    rows |= {"mbs zero": f"{config.mbs} {config.zero}", "gbs × seq": f"{gbs} × {seq_length}",
+             "recompute": recompute_mix(layouts) if layouts else config.recompute}
+    return rows
 
 
 def explain_differences(entries) -> list[str]:
-    """For each entry slower than the fastest that fits: by how much, and which term grew most."""
+    """For each entry slower than the fastest that fits: by how much, and which term grew most — per
+    step when every entry trains the same batch, per token when batches differ (a step of twice the
+    tokens may take longer and still be the faster plan)."""
+    per_token = batches_differ(entries)
+
+    def cost(p):  # seconds per step, or per million tokens
+        return 2**20 / p.tokens_per_s if per_token else p.step_time_s
+
+    def terms(p) -> dict:
+        scale = 2**20 / tokens_per_step(p) if per_token else 1.0
+        return {k: v * scale for k, v in p.breakdown.model_dump().items()}
+
     fitting = [e for e in entries if e[1].fits] or entries
-    fastest_name, fastest = min(fitting, key=lambda e: e[1].step_time_s)
-    lines = []
+    fastest_name, fastest = min(fitting, key=lambda e: cost(e[1]))
+    unit = " per token" if per_token else ""
+    lines = [f"note: the batches differ ({', '.join(f'{tokens(tokens_per_step(p))} tokens' for _, p in entries)} "
+             "per step): ranked by time per token"] if per_token else []
     for name, p in entries:
         if p is fastest:
             continue
         if not p.fits:
             lines.append(f"{name} does not fit: {gib(p.memory_bytes_per_device_max)} per device")
             continue
-        growth = {k: v - getattr(fastest.breakdown, k) for k, v in p.breakdown.model_dump().items()}
+        growth = {k: v - terms(fastest)[k] for k, v in terms(p).items()}
         term = max(growth, key=growth.get)
-        lines.append(f"{name} is {p.step_time_s / fastest.step_time_s - 1:.1%} slower than {fastest_name}: "
-                     f"{term} grew most (+{seconds(growth[term])})")
+        lines.append(f"{name} is {cost(p) / cost(fastest) - 1:.1%} slower{unit} than {fastest_name}: "
+                     f"{term} grew most (+{seconds(growth[term])}{' per 1M tokens' if per_token else ''})")
     return lines
 
 
 # ---- explain -------------------------------------------------------------------------------------
 
-def plan_stage_table(plan, prediction) -> Table:
+def plan_stage_table(plan, prediction, width: int = WIDE) -> Table:
     """Per stage: its layers and options, time per micro-batch, and memory against the budget."""
     table = Table(title="stages (per micro-batch; memory per device)", title_justify="left")
     for col in ("stage", "layers", "recompute", "extras", "fwd+bwd", "comm", "T_i", "states", "activ.", "memory", "of budget"):
@@ -202,27 +294,27 @@ def plan_stage_table(plan, prediction) -> Table:
             gib(m.weights_bytes + m.grads_bytes + m.optimizer_bytes), gib(m.activations_bytes), gib(s.memory_bytes),
             f"[red]{used:.0%}[/]" if used > 1 else (f"[yellow]{used:.0%}[/]" if used >= 0.97 else f"{used:.0%}"),
         )
-    return table
+    return fit(table, width, drop=("states", "activ.", "comm", "fwd+bwd"), wrap=("recompute", "extras"))
 
 
-def findings_table(items) -> Table:
+def findings_table(items, width: int = WIDE) -> Table:
     table = Table(title="what binds", title_justify="left")
     for col in ("constraint", "binds", "relaxing saves", "detail"):
         table.add_column(col, justify="right" if col == "relaxing saves" else "left")
     for f in items:
         saving = "—" if f.constraint == "memory" else f"{f.saving_fraction:.1%}"
         table.add_row(f.constraint, "[bold red]yes[/]" if f.binds else "no", saving, f.detail)
-    return table
+    return fit(table, width, wrap=("constraint", "detail"))
 
 
-def runner_up_table(losers, source: str) -> Table:
+def runner_up_table(losers, source: str, width: int = WIDE) -> Table:
     table = Table(title=f"runner-ups ({source})", title_justify="left")
     for col in ("#", "configuration", "split", "step", "slower", "why it lost"):
         table.add_column(col, justify="right" if col in ("#", "step", "slower") else "left")
     for rank, lo in enumerate(losers, 2):
         table.add_row(str(rank), lo.label, lo.split, seconds(lo.step_time_s), f"+{lo.slower_fraction:.1%}",
                       f"{lo.reason}: {lo.term} +{seconds(lo.term_growth_s)}")
-    return table
+    return fit(table, width, drop=("split",), wrap=("configuration", "why it lost"))
 
 
 def timeline_text(ops, pp: int, width: int) -> list:
@@ -251,7 +343,7 @@ def timeline_text(ops, pp: int, width: int) -> list:
 
 # ---- launch --------------------------------------------------------------------------------------
 
-def run_report_table(report, plan) -> Table:
+def run_report_table(report, plan, width: int = WIDE) -> Table:
     """Measured against predicted, with the ratio."""
     table = Table(title=f"measured vs predicted — {report.parallel} on {report.world_size} × {report.device} "
                         f"({report.compute_dtype}, median of steps {report.warmup_steps + 1}–{len(report.losses)})",
@@ -270,10 +362,10 @@ def run_report_table(report, plan) -> Table:
     for stage, (measured, predicted) in enumerate(zip(report.stage_peak_bytes(), report.predicted_memory_bytes_per_stage)):
         row(f"memory stage {stage} ({kind})", measured, predicted, gib)
     table.add_row("loss first → last", f"{report.losses[0]:.4f} → {report.losses[-1]:.4f}", "", "")
-    return table
+    return fit(table, width, wrap=("",))
 
 
-def validation_table(report) -> Table:
+def validation_table(report, width: int = WIDE) -> Table:
     """A backend's ValidationReport: what it built against what the plan says."""
     table = Table(title=f"dry validation ({report.backend}): {report.title}", title_justify="left")
     for col in ("check", "built", "plan", "error", ""):
@@ -281,10 +373,10 @@ def validation_table(report) -> Table:
     for c in report.checks:
         table.add_row(c.subject, c.built, c.planned, "—" if c.error is None else f"{c.error:+.2%}",
                       "[green]ok[/]" if c.ok else "[red]differs[/]")
-    return table
+    return fit(table, width, wrap=("check",))
 
 
-def models_table(specs) -> Table:
+def models_table(specs, width: int = WIDE) -> Table:
     table = Table(title="bundled models", title_justify="left")
     for col in ("name", "params", "active", "layers", "hidden", "heads (kv)", "ffn", "experts", "vocab", "seq"):
         table.add_column(col, justify="right" if col != "name" else "left")
@@ -294,7 +386,7 @@ def models_table(specs) -> Table:
         table.add_row(m.name, f"{m.total_params() / 1e9:.2f} B", f"{m.active_params() / 1e9:.2f} B", layers,
                       str(m.hidden_size), heads, ffn_text(m), experts_text(m),
                       str(m.vocab_size), str(m.seq_length))
-    return table
+    return fit(table, width, drop=("seq", "vocab", "ffn", "hidden"), wrap=("experts",))
 
 
 def ffn_text(m) -> str:
@@ -313,7 +405,7 @@ def experts_text(m) -> str:
     return text + (f", {m.first_dense_layers} dense first" if m.first_dense_layers else "")
 
 
-def hardware_tables(devices, clusters: dict) -> list[Table]:
+def hardware_tables(devices, clusters: dict, width: int = WIDE) -> list[Table]:
     table = Table(title="bundled hardware (dense peak)", title_justify="left")
     for col in ("name", "kind", "memory", "bf16", "fp16", "fp32", "HBM", "gemm eff", "attn eff"):
         table.add_column(col, justify="left" if col in ("name", "kind") else "right")
@@ -324,28 +416,28 @@ def hardware_tables(devices, clusters: dict) -> list[Table]:
         table.add_row(d.name, d.kind, f"{d.memory_GiB:g} GiB", peak("bf16"), peak("fp16"), peak("fp32"),
                       f"{d.hbm_bandwidth_GBps:g} GB/s", f"{d.efficiency.gemm:.2f}", f"{d.efficiency.attention:.2f}")
     ctable = Table(title="bundled clusters (node templates; --devices sets the node count)", title_justify="left")
-    for col in ("name", "hardware", "devices/node", "intra-node GB/s", "inter-node GB/s"):
+    for col in ("name", "hardware", "per node", "intra GB/s", "inter GB/s"):
         ctable.add_column(col)
     for name, c in clusters.items():
         g = c["node_groups"][0]
         ctable.add_row(name, g["hardware"], str(g["devices_per_node"]), f"{g['intra_node']['bandwidth_GBps']:g}",
                        f"{g['inter_node']['bandwidth_GBps']:g}")
-    return [table, ctable]
+    return [fit(table, width, drop=("attn eff", "fp32", "fp16")), fit(ctable, width)]
 
 
-def calibration_table(runs, fit, held, held_before, held_after) -> Table:
+def calibration_table(runs, fit_result, held, held_before, held_after, width: int = WIDE) -> Table:
     table = Table(title="calibration: predicted / measured − 1 per run", title_justify="left")
     for col in ("run", "measured", "before", "after", "leave-one-out"):
         table.add_column(col, justify="left" if col == "run" else "right")
-    loo = fit.leave_one_out or [None] * len(runs)
-    for r, before, after, out in zip(runs, fit.before, fit.after, loo):
+    loo = fit_result.leave_one_out or [None] * len(runs)
+    for r, before, after, out in zip(runs, fit_result.before, fit_result.after, loo):
         table.add_row(r.name, seconds(r.measured_step_s), f"{before:+.1%}", f"{after:+.1%}",
                       "—" if out is None else f"{out:+.1%}")
     for r, before, after in zip(held, held_before, held_after):
         table.add_row(f"{r.name} (held out)", seconds(r.measured_step_s), f"{before:+.1%}", f"{after:+.1%}", "—")
-    theta = ", ".join(f"{k} {v:.3g}" for k, v in fit.theta.items())
+    theta = ", ".join(f"{k} {v:.3g}" for k, v in fit_result.theta.items())
     table.caption = f"fitted: {theta}"
-    return table
+    return fit(table, width, wrap=("run",))
 
 
 # ---- explain ---------------------------------------------------------------------------------------
@@ -355,8 +447,8 @@ def explain_output(console: Console, plan, e, width: int) -> None:
     c = plan.parallel
     prediction = e.prediction
     prediction_summary(console, f"{plan.model.name}: {c.label()}", c, prediction, stages=False)
-    console.print(plan_stage_table(plan, prediction))
-    console.print(findings_table(e.findings))
+    console.print(plan_stage_table(plan, prediction, console.width))
+    console.print(findings_table(e.findings, console.width))
     console.print(f"[bold]pipeline schedule[/] ({c.schedule}, first {e.shown} of {prediction.num_microbatches} "
                   "micro-batches; digits are micro-batches: [white on blue] forward [/] [black on green] backward [/] "
                   "· waiting)")
@@ -366,7 +458,7 @@ def explain_output(console: Console, plan, e, width: int) -> None:
         console.print(f"simulated pipeline: {e.simulated_s:.3f} s; the cost model's formula: {e.formula_s:.3f} s",
                       highlight=False)
     if e.losers:
-        console.print(runner_up_table(e.losers, e.runner_up_source))
+        console.print(runner_up_table(e.losers, e.runner_up_source, console.width))
     scenario = e.what_if
     if scenario:
         title = ", ".join(map(str, scenario.changes))
@@ -378,7 +470,7 @@ def explain_output(console: Console, plan, e, width: int) -> None:
         if scenario.this_plan_note:
             console.print(f"this plan cannot run: {scenario.this_plan_note}", highlight=False)
         console.print(f"best plan then: {scenario.best.config.label()}", highlight=False)
-        console.print(compare_table(entries))
+        console.print(compare_table(entries, console.width))
 
 
 def explain_json(plan_file, e, svg) -> dict:
