@@ -112,9 +112,9 @@ def _inputs(model: str, devices, cluster, hardware, devices_per_node, gbs, seq_l
                           str(profile) if profile else None, target, expert_imbalance)
 
 
-def stage_layouts_option(model, config, text: Optional[str]):
-    """`--stages 7,8,8,...`: one layer count per pipeline stage (None: the even split)."""
-    from gplan.spec.parallel import layout_from_sizes, min_stage_layers
+def stage_sizes_option(model, config, text: Optional[str]) -> Optional[list[int]]:
+    """`--stages 7,8,8,...`: one layer count per pipeline stage (None: the search's split)."""
+    from gplan.spec.parallel import min_stage_layers
     from gplan.planner.space import int_list
 
     sizes = int_list(text, "--stages")
@@ -126,7 +126,7 @@ def stage_layouts_option(model, config, text: Optional[str]):
     if len(sizes) != config.pp or sum(sizes) != model.total_layers or short:
         raise InputError(f"--stages {text!r}: {len(sizes)} stages of {sum(sizes)} layers"
                          + (f", stage {short[0]} cannot fill its chunks" if short else ""), hint=hint)
-    return layout_from_sizes(model, sizes, [config.recompute] * config.pp)
+    return sizes
 
 
 def target_refusals(inputs, config, layouts) -> tuple[list, list[str]]:
@@ -153,28 +153,32 @@ def target_refusals(inputs, config, layouts) -> tuple[list, list[str]]:
 def estimate(
     model: str = ModelArg, devices: Optional[int] = DevicesOpt, cluster: Optional[str] = ClusterOpt,
     hardware: Optional[str] = HardwareOpt, devices_per_node: Optional[int] = PerNodeOpt,
-    dp: int = typer.Option(1, "--dp"), tp: int = typer.Option(1, "--tp"), pp: int = typer.Option(1, "--pp"),
-    vpp: int = typer.Option(1, "--vpp"), cp: int = typer.Option(1, "--cp"),
-    ep: int = typer.Option(1, "--ep", help="expert parallelism (MoE models)"),
-    etp: int = typer.Option(1, "--etp", help="expert tensor parallelism (MoE models)"),
-    sp: bool = typer.Option(False, "--sp", help="Megatron sequence parallelism in the tp group"),
-    mbs: int = typer.Option(1, "--mbs"), recompute: str = typer.Option("none", "--recompute", help="none | selective | full"),
-    zero: int = typer.Option(0, "--zero", help="0..3"), schedule: Optional[str] = typer.Option(None, "--schedule", help="gpipe | 1f1b | interleaved_1f1b"),
-    stages: Optional[str] = typer.Option(None, "--stages", help="layers per pipeline stage, e.g. 7,8,8,8,8,8,8,6 "
-                                         "(default: Megatron's even split)"),
+    dp: Optional[int] = typer.Option(None, "--dp", help="default: the devices over tp·pp·cp"),
+    tp: int = typer.Option(1, "--tp"), pp: int = typer.Option(1, "--pp"),
+    vpp: Optional[int] = typer.Option(None, "--vpp"), cp: int = typer.Option(1, "--cp"),
+    ep: Optional[int] = typer.Option(None, "--ep", help="expert parallelism (MoE models)"),
+    etp: Optional[int] = typer.Option(None, "--etp", help="expert tensor parallelism (MoE models)"),
+    sp: Optional[bool] = typer.Option(None, "--sp/--no-sp", help="Megatron sequence parallelism in the tp group"),
+    mbs: Optional[int] = typer.Option(None, "--mbs"),
+    recompute: Optional[str] = typer.Option(None, "--recompute", help="none | selective | full for every layer"),
+    zero: Optional[int] = typer.Option(None, "--zero", help="0..3"),
+    schedule: Optional[str] = typer.Option(None, "--schedule", help="gpipe | 1f1b | interleaved_1f1b"),
+    stages: Optional[str] = typer.Option(None, "--stages", help="layers per pipeline stage, e.g. 7,8,8,8,8,8,8,6"),
     gbs: Optional[int] = GbsOpt, seq_length: Optional[int] = SeqOpt, precision: Optional[str] = PrecisionOpt,
     memory_headroom: float = HeadroomOpt, profile: Optional[Path] = ProfileOpt, target: Optional[str] = TargetOpt,
     expert_imbalance: float = ImbalanceOpt, as_json: bool = JsonOpt, wide: bool = WideOpt,
 ) -> None:
-    """Predict step time, throughput, MFU and memory of one configuration (no search).
+    """Predict step time, throughput, MFU and memory of one configuration.
 
-    MODEL may also be a plan.json: its configuration and stage split are re-predicted."""
+    What is not given (vpp, mbs, zero, sp, recompute, the split, ep/etp) is chosen as `gplan search`
+    would for these degrees, and printed. MODEL may also be a plan.json: its configuration and stage
+    split are re-predicted."""
     set_wide(wide)
-    from gplan.cost_models.step import predict
     from gplan.plan import is_plan_file
     from gplan.planner.build import repredict
-    from gplan.render import prediction_summary, title
-    from gplan.spec.parallel import check_config, config_from_options
+    from gplan.planner.complete import complete, given_options
+    from gplan.render import chosen_line, prediction_summary, title
+    from gplan.spec.parallel import check_config
 
     if is_plan_file(Path(model)):
         plan = read_plan(Path(model))
@@ -186,20 +190,33 @@ def estimate(
         return
     inputs = _inputs(model, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, memory_headroom,
                      profile, target, expert_imbalance)
-    config = config_from_options(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, sp=sp, mbs=mbs,
-                                 recompute=recompute, zero=zero, schedule=schedule)
-    check_config(inputs.model, inputs.training, config, inputs.devices)
-    layouts = stage_layouts_option(inputs.model, config, stages)
-    prediction = predict(inputs.model, inputs.training, inputs.cluster, config, layouts)
-    refused, runners = target_refusals(inputs, config, layouts)
+    given = given_options(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, sp=sp, mbs=mbs, recompute=recompute,
+                          zero=zero, schedule=schedule)
+    first = config_of(given, inputs.devices)
+    check_config(inputs.model, inputs.training, first, inputs.devices)
+    sizes = stage_sizes_option(inputs.model, first, stages)
+    done = complete(inputs, given, sizes)
+    refused, runners = target_refusals(inputs, done.config, done.layouts)
     if as_json:
-        return emit_json({**prediction.model_dump(mode="json"), "profile": inputs.profile,
-                          "target": inputs.training.engine, "target_runs_it": not refused,
+        return emit_json({**done.prediction.model_dump(mode="json"), "parallel": done.config.model_dump(mode="json"),
+                          "chosen": done.chosen, "chosen_by": "search" if done.by_search else "defaults",
+                          "profile": inputs.profile, "target": inputs.training.engine, "target_runs_it": not refused,
                           "target_refusals": [r.detail for r in refused], "targets_that_run_it": runners})
-    prediction_summary(err, title(inputs), config, prediction)
+    prediction_summary(err, title(inputs), done.config, done.prediction)
+    err.print(chosen_line(done), highlight=False)
     for r in refused:
         err.print(f"note: {inputs.training.engine} would not run this as written: {r.detail}"
                   + (f"; {', '.join(runners)} would (--target {runners[0]})" if runners else ""), highlight=False)
+
+
+def config_of(given: dict, devices: int):
+    """The configuration as given, the rest at ParallelConfig's defaults (sp with tp > 1): for the rules'
+    check, which the user's own values must pass before anything is chosen for them."""
+    from gplan.planner.complete import degrees_of
+    from gplan.spec.parallel import config_from_options
+
+    degrees = degrees_of(given, devices)
+    return config_from_options(**{"sp": degrees["tp"] > 1, **given, **degrees})  # sp with tp, as the search
 
 
 @app.command()
@@ -271,10 +288,10 @@ def compare(
     """Compare plans (or configurations of one model) side by side; the best value of each row is
     highlighted and the term that grew most is named."""
     set_wide(wide)
-    from gplan.cost_models.step import predict
     from gplan.plan import layouts_of
-    from gplan.render import compare_table, explain_differences, setup_rows
-    from gplan.spec.parallel import check_config, parse_config_text
+    from gplan.planner.complete import complete
+    from gplan.render import chosen_line, compare_table, explain_differences, setup_rows
+    from gplan.spec.parallel import check_config, parse_config_values
 
     entries, notes, setups = [], {}, []
     if config:
@@ -283,11 +300,14 @@ def compare(
         inputs = _inputs(items[0], devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, memory_headroom,
                          target=target)
         for text in config:
-            cfg = parse_config_text(text, inputs.devices)
-            check_config(inputs.model, inputs.training, cfg, inputs.devices)
-            entries.append((text, predict(inputs.model, inputs.training, inputs.cluster, cfg)))
-            setups.append(setup_rows(cfg, inputs.training.gbs, inputs.training.seq_length))
-            notes[text] = [r.detail for r in target_refusals(inputs, cfg, None)[0]]
+            given = parse_config_values(text)
+            check_config(inputs.model, inputs.training, config_of(given, inputs.devices), inputs.devices)
+            done = complete(inputs, given)
+            entries.append((text, done.prediction))
+            setups.append(setup_rows(done.config, inputs.training.gbs, inputs.training.seq_length, done.layouts))
+            notes[text] = [r.detail for r in target_refusals(inputs, done.config, done.layouts)[0]]
+            if done.chosen:
+                notes.setdefault("chosen", []).append(f"{text}: {chosen_line(done)}")
     else:
         if len(items) < 2:
             raise InputError("compare needs two or more plans, or one MODEL with --config", hint="gplan compare a.json b.json")
@@ -302,6 +322,8 @@ def compare(
                           for (name, p), setup in zip(entries, setups)])
     err.print(compare_table(entries, err.width, setups))
     for line in explain_differences(entries):
+        err.print(line, highlight=False)
+    for line in notes.pop("chosen", []):
         err.print(line, highlight=False)
     for name, details in notes.items():
         for detail in details:

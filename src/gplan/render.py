@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gplan.plan import Prediction
-from gplan.spec.parallel import ParallelConfig
+from gplan.spec.parallel import ParallelConfig, recompute_mix, split_text
 
 GIB = 1024**3
 
@@ -146,25 +146,6 @@ def stage_table(p: Prediction, width: int = WIDE) -> Table:
     return fit(table, width, drop=("in-flight", "comm/mb", "states", "activ."))
 
 
-def recompute_mix(layouts) -> str:
-    """'none' / 'full' when uniform, else counts per option, e.g. 'none 62 · full 18'."""
-    totals: dict[str, int] = {}
-    for stage in layouts:
-        for c in stage.layers:
-            totals[c.recompute] = totals.get(c.recompute, 0) + c.count
-    totals = {k: v for k, v in totals.items() if v}
-    if len(totals) == 1:
-        return next(iter(totals))
-    return " · ".join(f"{k} {v}" for k, v in totals.items())
-
-
-def split_text(layouts) -> str:
-    sizes = [s.num_layers for s in layouts]
-    if len(set(sizes)) == 1:
-        return f"{len(sizes)}×{sizes[0]}"
-    return "/".join(map(str, sizes)) if len(sizes) <= 8 else f"{sizes[0]}/…/{sizes[-1]} (uneven)"
-
-
 def search_table(title: str, result, width: int = WIDE) -> Table:
     table = Table(title=title, title_justify="left")
     experts = any(c.config.ep > 1 or c.config.etp > 1 for c in result.ranked)
@@ -241,6 +222,16 @@ def setup_rows(config, gbs: int, seq_length: int, layouts=None) -> dict:
     rows |= {"mbs zero": f"{config.mbs} {config.zero}", "gbs × seq": f"{gbs} × {seq_length}",
              "recompute": recompute_mix(layouts) if layouts else config.recompute}
     return rows
+
+
+def chosen_line(done) -> str:
+    """What `estimate`/`compare --config` chose for the options not given (planner.complete)."""
+    if not done.chosen:
+        return "every option given"
+    values = ", ".join(f"{k} {v}" for k, v in done.chosen.items())
+    if done.by_search:
+        return f"chosen as gplan search would for these degrees: {values}"
+    return f"gplan's defaults (the search found no plan: {done.why}): {values}"
 
 
 def explain_differences(entries) -> list[str]:

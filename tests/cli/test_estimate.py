@@ -181,3 +181,49 @@ def test_compare_names_the_configurations_its_target_would_not_run(gplan):
                   "torch", "--config", "tp=8,pp=16,vpp=8", "--config", "tp=8,pp=16,vpp=1")
     assert "note: torch would not run 'tp=8,pp=16,vpp=8'" in human.stderr
     assert "'tp=8,pp=16,vpp=1' as written" not in human.stderr
+
+
+SEARCHES = [
+    ["llama3-70b", "--cluster", "dgx-h100", "--devices", "64", "--gbs", "512"],
+    ["llama3-8b", "--devices", "8"],
+    ["mixtral-8x7b", "--cluster", "dgx-h100", "--devices", "64"],
+    ["gpt3-175b", "--cluster", "dgx-a100-80g", "--devices", "256", "--gbs", "512"],
+]
+
+
+@pytest.mark.parametrize("args", SEARCHES, ids=lambda a: f"{a[0]}-{a[a.index('--devices') + 1]}")
+def test_a_search_rows_degrees_reprice_to_the_row(gplan, tmp_path, args):
+    """Copy a row's columns (the degrees, mbs, zero) into `estimate`: what the row does not show (the split,
+    the per-layer recompute, sp) is chosen as the search chose it, so the numbers are the row's — for each
+    of the top 5."""
+    rows = gplan("search", *args, "--top", "5", "--out", str(tmp_path / "p.json"), "--json").json()["ranked"]
+    assert len(rows) >= 2
+    for row in rows:
+        c = row["parallel"]
+        flags = [f"--{k}={c[k]}" for k in ("dp", "tp", "pp", "vpp", "cp", "mbs", "zero")]
+        if c["ep"] > 1 or c["etp"] > 1:
+            flags += [f"--ep={c['ep']}", f"--etp={c['etp']}"]
+        got = gplan("estimate", *args, *flags, "--json")
+        assert got.code == 0, got.stderr
+        priced, searched = got.json(), row["prediction"]
+        assert priced["step_time_s"] == pytest.approx(searched["step_time_s"], rel=1e-9)
+        assert priced["memory_bytes_per_device_max"] == pytest.approx(searched["memory_bytes_per_device_max"], rel=1e-9)
+        assert priced["chosen_by"] == "search" and "split" in priced["chosen"]
+
+
+def test_estimate_says_what_it_chose(gplan):
+    r = gplan("estimate", "llama3-70b", "--cluster", "dgx-h100", "--devices", "64", "--gbs", "512", "--tp", "8", "--pp", "4")
+    assert r.code == 0
+    line = next(x for x in r.stderr.splitlines() if x.startswith("chosen as gplan search would"))
+    for option in ("mbs", "zero", "sp", "recompute", "split"):
+        assert f"{option} " in line
+    given = gplan("estimate", "llama3-70b", "--cluster", "dgx-h100", "--devices", "64", "--gbs", "512", "--tp", "8",
+                  "--pp", "4", "--zero", "0", "--no-sp", "--mbs", "1", "--recompute", "full", "--json").json()
+    assert given["parallel"]["zero"] == 0 and given["parallel"]["sp"] is False
+    assert not {"zero", "sp", "mbs", "recompute"} & set(given["chosen"])
+
+
+def test_estimate_of_a_layout_that_cannot_fit_still_prices_it_and_says_so(gplan):
+    r = gplan("estimate", "llama3-70b", "--cluster", "dgx-h100", "--devices", "8", "--gbs", "64", "--dp", "8", "--json")
+    data = r.json()
+    assert r.code == 0 and data["fits"] is False and data["chosen_by"] == "defaults"

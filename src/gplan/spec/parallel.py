@@ -103,24 +103,34 @@ def config_from_options(**values: Any) -> ParallelConfig:
         raise InputError(f"--{e['loc'][0]}: {message}", hint="degrees are integers ≥ 1; zero is 0..3") from exc
 
 
-def parse_config_text(text: str, devices: int) -> ParallelConfig:
-    """`"tp=8,pp=4,mbs=1"` -> ParallelConfig; dp fills the devices when omitted."""
+def parse_config_values(text: str) -> dict[str, Any]:
+    """`"tp=8,pp=4,sp=1,recompute=full"` -> {"tp": 8, "pp": 4, "sp": True, "recompute": "full"}: what the
+    user said, and nothing else (planner.complete chooses the rest)."""
     values: dict[str, Any] = {}
+    fields = set(ParallelConfig.model_fields)
     for part in filter(None, (p.strip() for p in text.split(","))):
         key, sep, value = part.partition("=")
         key, value = key.strip(), value.strip()
         if not sep:
             raise InputError(f"--config {text!r}: expected key=value pairs", hint='for example --config "tp=8,pp=4,mbs=1"')
+        if key not in fields:
+            raise InputError(f"--config {text!r}: unknown option {key!r}", hint="options: " + ", ".join(sorted(fields)))
         if key in ("recompute", "schedule"):
             values[key] = value
         elif key == "sp":
-            values[key] = value.lower() in ("1", "true", "yes")
+            values[key] = value.lower() in ("1", "true", "yes", "on")
         else:
             try:
                 values[key] = int(value)
             except ValueError:
                 raise InputError(f"--config {text!r}: {key}={value!r} is not an integer",
                                  hint='for example --config "tp=8,pp=4"') from None
+    return values
+
+
+def parse_config_text(text: str, devices: int) -> ParallelConfig:
+    """`"tp=8,pp=4,mbs=1"` -> ParallelConfig, the rest at its defaults; dp fills the devices when omitted."""
+    values = parse_config_values(text)
     if "dp" not in values:
         other = values.get("tp", 1) * values.get("pp", 1) * values.get("cp", 1)
         values["dp"] = max(1, devices // other)
@@ -287,3 +297,34 @@ def layout_from_sizes(model: ModelSpec, sizes: list[int], recompute: list[Recomp
                   for k in dict.fromkeys(chunk)]
         stages.append(StageLayout(layers=counts, embedding=i == 0, head=i == len(sizes) - 1))
     return stages
+
+
+# ---- in words ----------------------------------------------------------------------------------
+
+def recompute_mix(layouts) -> str:
+    """'none' / 'full' when uniform, else counts per option, e.g. 'none 62 · full 18'."""
+    totals: dict[str, int] = {}
+    for stage in layouts:
+        for c in stage.layers:
+            totals[c.recompute] = totals.get(c.recompute, 0) + c.count
+    totals = {k: v for k, v in totals.items() if v}
+    if len(totals) == 1:
+        return next(iter(totals))
+    return " · ".join(f"{k} {v}" for k, v in totals.items())
+
+
+def split_text(layouts) -> str:
+    """Layers per stage: `4×20` (4 stages of 20) when even, else stage by stage with runs counted the same
+    way (`7/14×8/7`: Llama 3.1 405B's split on pp 16); past eight runs, the range (`10–12 uneven`)."""
+    sizes = [s.num_layers for s in layouts]
+    if len(set(sizes)) == 1:
+        return f"{len(sizes)}×{sizes[0]}"
+    runs: list[list[int]] = []
+    for size in sizes:
+        if runs and runs[-1][0] == size:
+            runs[-1][1] += 1
+        else:
+            runs.append([size, 1])
+    if len(runs) > 8:
+        return f"{min(sizes)}–{max(sizes)} uneven"
+    return "/".join(f"{count}×{size}" if count > 1 else str(size) for size, count in runs)

@@ -1,0 +1,106 @@
+"""Complete a configuration a user gave in part, as the search would.
+
+`gplan estimate --tp 8 --pp 4` and `gplan compare --config "tp=8,pp=4"` name some options and leave the
+rest. Filling the rest with fixed defaults (zero 0, no sp, recompute none, the even split) priced a search
+row's degrees at 196.9 GiB where the search had found 71.2 GiB: the same degrees, two answers. Here what
+the user did not say is chosen by the search itself, restricted to what they did say — the same
+candidates, split solver and re-pricing — so a row's degrees give the row's numbers, and every choice
+is returned to be shown. Where the search finds no plan (nothing fits, or the target would not run the
+degrees) the configuration is still priced, with gplan's stated defaults, and says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gplan.cost_models import step
+from gplan.errors import InfeasibleError
+from gplan.plan import Prediction
+from gplan.planner.inputs import Inputs
+from gplan.planner.space import SearchLimits
+from gplan.spec.parallel import (ParallelConfig, StageLayout, config_from_options, layout_from_sizes, recompute_mix,
+                                 split_text)
+
+#: The options a configuration has; the degrees dp tp pp cp are the user's (dp fills the devices).
+KNOBS = ("vpp", "ep", "etp", "mbs", "zero", "sp", "recompute", "schedule")
+
+
+@dataclass(frozen=True)
+class Completed:
+    config: ParallelConfig
+    layouts: list[StageLayout] | None
+    """The stage split priced (None: the even split)."""
+    prediction: Prediction
+    chosen: dict[str, str]
+    """What the user did not give, and the value taken for it."""
+    by_search: bool
+    """True when the search chose them; False when gplan's defaults were taken (`why`)."""
+    why: str = ""
+
+
+def complete(inputs: Inputs, given: dict[str, Any], stage_sizes: list[int] | None = None) -> Completed:
+    """The configuration of `given` (keys of ParallelConfig; dp defaults to the devices over tp·pp·cp),
+    its other options chosen as `gplan search` would, priced. `stage_sizes` fixes the split (uniform
+    recompute); otherwise the search's split and per-layer recompute are taken."""
+    degrees = degrees_of(given, inputs.devices)
+    limits = SearchLimits(
+        **{axis: [v] for axis, v in degrees.items()},
+        **{k: [given[k]] for k in ("vpp", "ep", "etp", "mbs", "zero") if k in given},
+        **({"recompute": [given["recompute"]]} if "recompute" in given else {}),
+        schedule=[given["schedule"]] if "schedule" in given else None,
+        allow_fewer_devices=False, target=inputs.training.engine)
+    try:
+        best = _search_best(inputs, limits, _world(degrees))
+    except InfeasibleError as exc:
+        return _with_defaults(inputs, given, degrees, stage_sizes, why=exc.message)
+    config, layouts = best.config, best.layouts
+    if "sp" in given and given["sp"] != config.sp:  # the search runs sp whenever tp > 1
+        config = config.model_copy(update={"sp": given["sp"]})
+    if stage_sizes is not None:
+        layouts = layout_from_sizes(inputs.model, stage_sizes, [given.get("recompute", "none")] * config.pp)
+    prediction = step.predict(inputs.model, inputs.training, best.cluster, config, layouts)
+    return Completed(config, layouts, prediction, chosen_text(config, layouts, given, stage_sizes), True)
+
+
+def degrees_of(given: dict[str, Any], devices: int) -> dict[str, int]:
+    tp, pp, cp = (int(given.get(axis, 1)) for axis in ("tp", "pp", "cp"))
+    return {"dp": int(given.get("dp") or max(1, devices // (tp * pp * cp))), "tp": tp, "pp": pp, "cp": cp}
+
+
+def _world(degrees: dict[str, int]) -> int:
+    return degrees["dp"] * degrees["tp"] * degrees["pp"] * degrees["cp"]
+
+
+def _search_best(inputs: Inputs, limits: SearchLimits, devices: int):
+    from gplan.planner.search import search
+
+    return search(inputs.model, inputs.training, inputs.cluster, devices, limits, top=1).best
+
+
+def _with_defaults(inputs: Inputs, given: dict[str, Any], degrees: dict[str, int], stage_sizes, why: str) -> Completed:
+    """gplan's stated defaults for what was not given: sp with tp > 1 (as the search), the rest at their
+    plainest (mbs 1, zero 0, no recompute, one chunk per stage, no expert parallelism)."""
+    values = {**degrees, "sp": degrees["tp"] > 1, **{k: v for k, v in given.items() if k not in degrees}}
+    config = config_from_options(**values)
+    layouts = (layout_from_sizes(inputs.model, stage_sizes, [config.recompute] * config.pp)
+               if stage_sizes is not None else None)
+    prediction = step.predict(inputs.model, inputs.training, inputs.cluster, config, layouts)
+    return Completed(config, layouts, prediction, chosen_text(config, layouts, given, stage_sizes), False, why)
+
+
+def chosen_text(config: ParallelConfig, layouts, given: dict[str, Any], stage_sizes) -> dict[str, str]:
+    values = {"vpp": str(config.vpp), "mbs": str(config.mbs), "zero": str(config.zero),
+              "sp": "on" if config.sp else "off", "schedule": config.schedule,
+              "recompute": recompute_mix(layouts) if layouts else config.recompute}
+    if config.ep > 1 or config.etp > 1 or "ep" in given or "etp" in given:
+        values |= {"ep": str(config.ep), "etp": str(config.etp)}
+    if stage_sizes is None:
+        values["split"] = split_text(layouts) if layouts else "even"
+    return {k: v for k, v in values.items() if k not in given and not (k == "schedule" and "vpp" in given)}
+
+
+def given_options(**options: Any) -> dict[str, Any]:
+    """The options a user set (None: not said)."""
+    return {k: v for k, v in options.items() if v is not None}
+
