@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from gplan import __version__
-from gplan.errors import EXIT_INTERNAL, GplanError, InputError, UsageError
+from gplan.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, GplanError, InputError, UsageError
 from gplan.io import atomic_write_text
 from gplan.plan import read_plan
 
@@ -42,12 +42,19 @@ def emit_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
+def emit_error(command: str, message: str, hint: Optional[str], code: int) -> None:
+    """With --json, a failure is still one JSON document on stdout (the `error:` lines go to stderr)."""
+    emit_json({"gplan": __version__, "command": command, "ok": False,
+               "error": {"message": message, "hint": hint, "exit_code": code}})
+
+
 def guarded(fn: Callable) -> Callable:
     """Turn gplan's typed errors into `error:`/`hint:` lines and exit codes; anything else is an
     internal error (exit 1), with its traceback only when GPLAN_DEBUG=1."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        as_json = bool(kwargs.get("as_json"))
         try:
             return fn(*args, **kwargs)
         except GplanError as exc:
@@ -56,8 +63,17 @@ def guarded(fn: Callable) -> Callable:
             err.print(f"[red]error:[/] {escape(exc.message)}", highlight=False, soft_wrap=True)
             if exc.hint:
                 err.print(f"[yellow]hint:[/] {escape(exc.hint)}", highlight=False, soft_wrap=True)
+            if as_json:
+                emit_error(fn.__name__, exc.message, exc.hint, exc.code)
             raise typer.Exit(exc.code) from None
-        except (typer.Exit, typer.Abort, KeyboardInterrupt):
+        except KeyboardInterrupt:
+            # Ctrl-C: one line that says what stopped. gplan writes every file whole or not at all (io.atomic_write_text)
+            err.print(f"[yellow]interrupted:[/] gplan {fn.__name__} stopped by Ctrl-C before it finished; "
+                      "no file was left half-written", highlight=False)
+            if as_json:
+                emit_error(fn.__name__, f"{fn.__name__} interrupted", None, EXIT_INTERRUPTED)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        except (typer.Exit, typer.Abort):
             raise
         except BrokenPipeError:
             # The reader went away (`gplan … | head`): nothing more to say to it, and no traceback.
@@ -68,6 +84,9 @@ def guarded(fn: Callable) -> Callable:
                 traceback.print_exc()
             err.print(f"[red]internal error:[/] {type(exc).__name__}: {escape(str(exc))}", highlight=False, soft_wrap=True)
             err.print("[yellow]hint:[/] rerun with GPLAN_DEBUG=1 for the traceback and report it")
+            if as_json:
+                emit_error(fn.__name__, f"internal error: {type(exc).__name__}: {exc}",
+                           "rerun with GPLAN_DEBUG=1 for the traceback and report it", EXIT_INTERNAL)
             raise typer.Exit(EXIT_INTERNAL) from None
 
     return wrapper
@@ -602,6 +621,7 @@ def validate(file: Path = typer.Argument(..., help="a model.yaml, HF config.json
     """Check a model, cluster or plan file; exit 3 with the first problem."""
     from gplan.io import read_data_file
     from gplan.profiles.catalogue import load_cluster, load_model
+    from gplan.render import model_facts, model_size_text
 
     data = read_data_file(file)
     if isinstance(data, dict) and "schema_version" in data:
@@ -618,11 +638,14 @@ def validate(file: Path = typer.Argument(..., help="a model.yaml, HF config.json
     elif isinstance(data, dict) and "node_groups" in data:
         kind, name = "cluster", load_cluster(str(file)).name
     else:
-        kind, name = "model", load_model(str(file)).name
+        spec = load_model(str(file))
+        kind, name, facts = "model", spec.name, model_facts(spec)
     if as_json:
-        emit_json({"file": str(file), "kind": kind, "name": name, "valid": True, "refreshed": refresh})
+        emit_json({"file": str(file), "kind": kind, "name": name, "valid": True, "refreshed": refresh}
+                  | ({"model": facts} if kind == "model" else {}))
     else:
-        err.print(f"[green]{'refreshed' if refresh else 'ok'}:[/] {file} is a valid {kind} ({name})")
+        size = f": {model_size_text(spec)}" if kind == "model" else ""
+        err.print(f"[green]{'refreshed' if refresh else 'ok'}:[/] {file} is a valid {kind} ({name}{size})", highlight=False)
 
 
 def version_callback(value: bool) -> None:

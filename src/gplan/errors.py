@@ -13,6 +13,8 @@ EXIT_USAGE = 2
 EXIT_BAD_INPUT = 3
 EXIT_INFEASIBLE = 4
 EXIT_BACKEND = 5
+EXIT_INTERRUPTED = 130
+"""Ctrl-C (128 + SIGINT, as shells report it), after one line saying what stopped."""
 
 
 class GplanError(Exception):

@@ -466,6 +466,10 @@ def check_plan(plan: Plan, source: str = "plan") -> None:
     if inputs_digest(plan.model, plan.cluster, plan.training) != plan.digest:
         raise bad("digest", "does not match the plan's model, cluster and training (edited since it was written?)")
     c, t = plan.parallel, plan.training
+    placed = sum(r.count for r in plan.placement.stage_devices)
+    if c.world_size != placed:  # an edited degree: say so first, not the stage slice it breaks downstream
+        raise bad("parallel", f"dp·tp·pp·cp = {c.dp}·{c.tp}·{c.pp}·{c.cp} = {c.world_size} ≠ the {placed} devices "
+                              "the plan places (placement.stage_devices)")
     if c.num_microbatches * c.mbs * c.dp != t.gbs:
         raise bad("parallel.num_microbatches", f"m·mbs·dp = {c.num_microbatches}·{c.mbs}·{c.dp} ≠ gbs {t.gbs}")
     try:

@@ -79,12 +79,38 @@ def title(inputs) -> str:
         default = f" (measured profile {inputs.profile})"
     t = inputs.training
     batch = f" ({inputs.gbs_note}; choose with --gbs)" if inputs.gbs_note else ""
-    return (f"{inputs.model.name} on {devices_label(inputs.cluster, inputs.devices)}, "
+    return (f"{inputs.model.name} ({model_size_text(inputs.model)}) on {devices_label(inputs.cluster, inputs.devices)}, "
             f"cluster {inputs.cluster.name}{default}; gbs {t.gbs} × seq {t.seq_length} = "
             f"{tokens(t.tokens_per_step)} tokens/step{batch}, {t.precision}"
             + (f", priced as {t.engine} runs it (choose with --target)" if t.engine else "")
             + (f"; routing {'balanced' if t.expert_imbalance == 1 else f'imbalance {t.expert_imbalance:g}'}"
                " (choose with --expert-imbalance)" if inputs.model.is_moe else ""))
+
+
+def model_size_text(m) -> str:
+    """What gplan understood of a model: `70.6B params; 80 layers, hidden 8192, 64 heads (8 kv)`, with the
+    active parameters and experts of a mixture of experts."""
+    params = (f"{count_text(m.total_params())} params, {count_text(m.active_params())} active" if m.is_moe
+              else f"{count_text(m.total_params())} params")
+    heads = f"{m.num_attention_heads} MLA heads" if m.is_mla else f"{m.num_attention_heads} heads ({m.kv_heads} kv)"
+    layers = f"{m.num_encoder_layers}+{m.num_layers}" if m.is_encoder_decoder else str(m.num_layers)
+    text = f"{params}; {layers} layers, hidden {m.hidden_size}, {heads}"
+    return text + (f", experts {experts_text(m)}" if m.is_moe else "")
+
+
+def count_text(n: float) -> str:
+    """`70.6B`, `3.69M`, `812k`: three significant figures."""
+    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g}{unit}"
+    return f"{n:g}"
+
+
+def model_facts(m) -> dict:
+    """The same, for --json."""
+    return {"params": m.total_params(), "active_params": m.active_params(), "layers": m.total_layers,
+            "hidden_size": m.hidden_size, "attention_heads": m.num_attention_heads, "kv_heads": m.kv_heads,
+            "experts": m.num_experts if m.is_moe else 0, "top_k": m.top_k if m.is_moe else 0}
 
 
 def devices_label(cluster, devices: int) -> str:
@@ -440,6 +466,10 @@ def explain_output(console: Console, plan, e, width: int) -> None:
     prediction_summary(console, f"{plan.model.name}: {c.label()}", c, prediction, stages=False)
     console.print(plan_stage_table(plan, prediction, console.width))
     console.print(findings_table(e.findings, console.width))
+    from gplan.planner.explain import large_costs
+
+    for line in large_costs(c, prediction):
+        console.print(f"[yellow]warning:[/] {line}", highlight=False)
     console.print(f"[bold]pipeline schedule[/] ({c.schedule}, first {e.shown} of {prediction.num_microbatches} "
                   "micro-batches; digits are micro-batches: [white on blue] forward [/] [black on green] backward [/] "
                   "· waiting)")
@@ -506,6 +536,9 @@ def search_summary(result, devices: int) -> list[str]:
     if best.config.world_size < devices:
         lines.append(f"[yellow]note:[/] the best plan uses {best.config.world_size} of the {devices} devices "
                      "(faster than any layout of all of them)")
+    from gplan.planner.explain import large_costs
+
+    lines += [f"[yellow]warning:[/] {line}" for line in large_costs(best.config, best.prediction)]
     answered = f", {result.answered} more answered by a solved one" if result.answered else ""
     cut = result.statuses.get("cutoff", 0)
     lines.append(f"searched {result.candidates} configurations ({result.pruned} pruned by bounds, "

@@ -47,6 +47,39 @@ class Finding:
     detail: str
 
 
+LARGE_BUBBLE = 0.10
+"""A pipeline bubble above this fraction of the step is worth a word in the search summary."""
+LARGE_EXPOSED_COMM = 0.20
+"""Exposed communication above this fraction of the step, likewise."""
+
+#: What shrinks each exposed communication term, in words.
+COMM_REMEDY = {
+    "tp_comm": "a smaller tp (--tp), or a target that overlaps tp's collectives with the GEMMs (--target megatron)",
+    "cp_comm": "a smaller cp (--cp): each ring step's exchange is not hidden behind its attention block",
+    "pp_comm": "fewer pipeline stages (--pp), or a larger micro-batch (--mbs)",
+    "dp_comm": "a larger --gbs (one gradient reduction per step, amortised over more tokens)",
+    "ep_comm": "a smaller ep (--ep) inside the scale-up domain",
+}
+
+
+def large_costs(config, prediction: Prediction) -> list[str]:
+    """Warnings for a plan that idles: its bubble, scaling as (pp − 1)/(vpp·m) in 1F1B and its interleaved
+    form (Narayanan et al., SC21, §2.2), so twice the batch halves it, as does twice the vpp; and its
+    largest exposed communication term, with what would shrink it."""
+    lines = []
+    if prediction.bubble_fraction > LARGE_BUBBLE:
+        lines.append(f"the pipeline bubble is {prediction.bubble_fraction:.0%} of the step (pp {config.pp}, "
+                     f"{prediction.num_microbatches} micro-batches, vpp {config.vpp}); it scales as (pp−1)/(vpp·m): "
+                     "a 2× --gbs halves it, as would a 2× --vpp where the layers per stage divide")
+    comm = {k: v for k, v in prediction.breakdown.model_dump().items() if k.endswith("_comm")}
+    exposed = sum(comm.values()) / prediction.step_time_s
+    if exposed > LARGE_EXPOSED_COMM:
+        term = max(comm, key=comm.get)
+        lines.append(f"{exposed:.0%} of the step is exposed communication, most of it {term} "
+                     f"({comm[term] / prediction.step_time_s:.0%}): {COMM_REMEDY.get(term, 'faster links')} would shrink it")
+    return lines
+
+
 def findings(plan: Plan) -> list[Finding]:
     """Memory first, then the time terms by what relaxing them saves."""
     step = StepModel(plan.model, plan.training, plan.cluster, plan.parallel)

@@ -447,10 +447,14 @@ def _no_candidate(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec
     refused = next(candidates(model, training, cluster, devices, replace(limits, target=None)), None) \
         if limits.target else None
     if refused is not None:  # there are configurations; the target runs none of them
-        why = config_refusals(TARGETS[limits.target], model, refused, refused.microbatches_for(training.gbs),
-                               training.precision)[0]
+        m = refused.microbatches_for(training.gbs)
+        why = config_refusals(TARGETS[limits.target], model, refused, m, training.precision)[0]
+        runners = [name for name, t in TARGETS.items()
+                   if name != limits.target and not config_refusals(t, model, refused, m, training.precision)]
         return InfeasibleError(f"no configuration of {devices} devices that {limits.target} runs as priced: "
-                               f"{why.detail}", hint=f"{why.avoid}, or another --target")
+                               f"{why.detail}" + (f"; {', '.join(runners)} run{'s' if len(runners) == 1 else ''} it"
+                                                  if runners else ""),
+                               hint=f"--target {runners[0]}" if runners else f"{why.avoid}, or another --target")
     return InfeasibleError(_no_candidate_message(model, training, devices, limits),
                            hint="relax --tp/--pp/--mbs/--gbs so that dp·tp·pp·cp can equal the devices")
 
