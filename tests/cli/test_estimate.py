@@ -59,7 +59,8 @@ BAD = [
 def test_bad_input_is_one_line_with_hint_and_exit_3(gplan, args, fragment):
     r = gplan("estimate", "gpt3-175b", *args, "--json")
     assert r.code == 3, r.stderr
-    assert r.stdout == ""
+    error = r.json()["error"]  # --json: the failure as one document on stdout, the same line on stderr
+    assert error["exit_code"] == 3 and fragment in error["message"] and error["hint"]
     lines = r.stderr.strip().splitlines()
     assert lines[0].startswith("error:") and fragment in lines[0]
     assert lines[1].startswith("hint:") and len(lines) == 2
