@@ -30,7 +30,7 @@ ARGUMENTS: dict[str, tuple[object, tuple | None]] = {
     "--micro-batch-size": (int, None), "--global-batch-size": (int, None),
     "--recompute-granularity": (str, ("full", "selective")), "--recompute-method": (str, ("uniform", "block")),
     "--recompute-num-layers": (int, None), "--train-iters": (int, None), "--log-interval": (int, None),
-    "--disable-bias-linear": (None, None), "--sequence-parallel": (None, None),
+    "--disable-bias-linear": (None, None), "--add-qkv-bias": (None, None), "--sequence-parallel": (None, None),
     "--tp-comm-overlap": (None, None),
     # _add_learning_rate_args, _add_mixed_precision_args
     "--lr": (float, None), "--bf16": (None, None), "--fp16": (None, None),
@@ -55,6 +55,8 @@ ARGUMENTS: dict[str, tuple[object, tuple | None]] = {
     "--moe-router-score-function": (str, ("softmax", "sigmoid")), "--moe-router-enable-expert-bias": (None, None),
     "--moe-expert-capacity-factor": (float, None), "--moe-token-drop-policy": (str, ("probs", "position")),
     "--expert-model-parallel-size": (int, None), "--expert-tensor-parallel-size": (int, None),
+    "--moe-router-num-groups": (int, None), "--moe-router-group-topk": (int, None),
+    "--moe-router-topk-scaling-factor": (float, None),
     # _add_network_size_args (MLA) and the QK norm
     "--multi-latent-attention": (None, None), "--q-lora-rank": (int, None), "--kv-lora-rank": (int, None),
     "--qk-head-dim": (int, None), "--qk-pos-emb-head-dim": (int, None), "--v-head-dim": (int, None),

@@ -23,7 +23,8 @@ MINI_DEEPSEEK = ModelSpec(
     name="mini-deepseek", num_layers=9, hidden_size=512, num_attention_heads=8, ffn_hidden_size=1536,
     ffn_kind="swiglu", vocab_size=32000, seq_length=1024, norm="rmsnorm", position_embedding="rope",
     head_dim=64, num_experts=8, top_k=2, moe_ffn_hidden_size=256, num_shared_experts=1, first_dense_layers=1,
-    router="sigmoid", q_lora_rank=192, kv_lora_rank=128, qk_rope_head_dim=32, v_head_dim=64)
+    router="sigmoid", q_lora_rank=192, kv_lora_rank=128, qk_rope_head_dim=32, v_head_dim=64,
+    router_groups=4, router_group_topk=2, router_topk_scale=2.5)
 CONFIG = ParallelConfig(dp=4, tp=2, pp=2, vpp=2, ep=4, sp=True, zero=1)
 SIZES = [4, 5]  # uneven interleaved: 2+2 and 3+2 layers per chunk
 
@@ -51,6 +52,8 @@ def test_moe_args_pass_megatrons_rules():
                                           ns.v_head_dim) == (192, 128, 64, 32, 64)
     assert ns.moe_router_score_function == "sigmoid" and ns.moe_router_enable_expert_bias
     assert ns.moe_shared_expert_intermediate_size == 256 and ns.moe_grouped_gemm
+    # DeepSeek-V3's grouped (device-limited) routing and its routed-weight scale
+    assert (ns.moe_router_num_groups, ns.moe_router_group_topk, ns.moe_router_topk_scaling_factor) == (4, 2, 2.5)
 
 
 def test_megatrons_rules_refuse_what_the_export_must_never_write():
@@ -96,6 +99,8 @@ def test_moe_plan_builds_megatron_core_configs():
         moe_token_dispatcher_type=ns.moe_token_dispatcher_type,
         moe_router_score_function=ns.moe_router_score_function,
         moe_router_enable_expert_bias=ns.moe_router_enable_expert_bias,
+        moe_router_num_groups=ns.moe_router_num_groups, moe_router_group_topk=ns.moe_router_group_topk,
+        moe_router_topk_scaling_factor=ns.moe_router_topk_scaling_factor,
         expert_model_parallel_size=ns.expert_model_parallel_size,
         expert_tensor_parallel_size=ns.expert_tensor_parallel_size,
         q_lora_rank=ns.q_lora_rank, kv_lora_rank=ns.kv_lora_rank, qk_head_dim=ns.qk_head_dim,
@@ -242,3 +247,42 @@ def test_deepspeed_runs_mixtral_shaped_experts_without_pipeline_stages():
     assert refused(mixtral, ParallelConfig(dp=8, pp=2, ep=8, zero=1)) == {"experts"}  # no pp with MoE
     assert refused(mixtral, ParallelConfig(dp=8, tp=2, ep=4, etp=2, sp=True, zero=1)) == {"expert_tp"}
     assert refused(load_model("qwen3-30b-a3b"), ParallelConfig(dp=8, ep=8, zero=1)) == {"experts"}  # QK norm
+
+
+def test_deepseek_v3_config_json_reads_and_exports_its_grouped_routing(tmp_path):
+    """DeepSeek-V3's config.json: n_group 8, topk_group 4, routed_scaling_factor 2.5 — written as
+    Megatron's --moe-router-num-groups / --moe-router-group-topk / --moe-router-topk-scaling-factor."""
+    import json
+
+    from gplan.profiles.catalogue import load_model
+
+    config = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 7168,
+              "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_attention_heads": 128,
+              "num_key_value_heads": 128, "num_hidden_layers": 61, "vocab_size": 129280, "n_routed_experts": 256,
+              "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 3, "moe_layer_freq": 1,
+              "n_group": 8, "topk_group": 4, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid",
+              "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+              "v_head_dim": 128, "max_position_embeddings": 163840, "rope_theta": 10000, "hidden_act": "silu",
+              "tie_word_embeddings": False, "num_nextn_predict_layers": 1}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    model = load_model(str(path))
+    assert (model.router_groups, model.router_group_topk, model.router_topk_scale) == (8, 4, 2.5)
+    bundled = load_model("deepseek-v3")
+    assert (bundled.router_groups, bundled.router_group_topk, bundled.router_topk_scale) == (8, 4, 2.5)
+
+
+def test_qwen2_exports_qkv_bias_only():
+    """Qwen2's q/k/v biases: --add-qkv-bias beside --disable-bias-linear, which megatron-core builds
+    (TransformerConfig.add_qkv_bias); the dense exports without biases refuse it."""
+    from gplan.backends.exporters.megatron import switch_args
+
+    qwen = ModelSpec(name="qwen2-mini", num_layers=4, hidden_size=256, num_attention_heads=4, num_kv_heads=2,
+                     ffn_hidden_size=704, ffn_kind="swiglu", vocab_size=1024, seq_length=256, norm="rmsnorm",
+                     position_embedding="rope", qkv_bias=True)
+    training = TrainingSpec(gbs=8, seq_length=256, engine="megatron")
+    plan = make_plan(qwen, training, load_cluster("dgx-h100", 8), ParallelConfig(dp=8), None, target="megatron")
+    args = switch_args(plan)
+    assert "--add-qkv-bias" in args and "--disable-bias-linear" in args
+    for target in ("torchtitan", "mindspore", "mindformers"):
+        assert any(r.capability == "model" for r in config_refusals(TARGETS[target], qwen, ParallelConfig(dp=8), 1, "bf16"))

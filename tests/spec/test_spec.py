@@ -91,9 +91,16 @@ def test_added_fields_at_their_default_leave_the_inputs_digest_as_it_was():
     assert ModelSpec(**{**model.model_dump(), "rope_theta": 500000.0}).digest_dump()["rope_theta"] == 500000.0
 
 
-def test_qwen2_has_qkv_bias(tmp_path):
-    qwen = {**LLAMA3_8B_HF, "model_type": "qwen2"}
-    assert load_model(str(write(tmp_path, "config.json", qwen))).bias
+def test_qwen2_has_qkv_bias_only(tmp_path):
+    """Qwen2.5-7B's config.json: q, k and v carry biases, o_proj and the MLP none (modeling_qwen2) — its
+    model card's 7.61B parameters (7,615,616,512 in its safetensors index) to the parameter."""
+    qwen = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 3584,
+            "intermediate_size": 18944, "num_attention_heads": 28, "num_hidden_layers": 28, "num_key_value_heads": 4,
+            "vocab_size": 152064, "max_position_embeddings": 131072, "rope_theta": 1000000.0, "sliding_window": 131072,
+            "use_sliding_window": False, "hidden_act": "silu", "tie_word_embeddings": False}
+    model = load_model(str(write(tmp_path, "config.json", qwen)))
+    assert model.qkv_bias and not model.bias
+    assert model.total_params() == 7_615_616_512
 
 
 def test_model_yaml_defaults(tmp_path):

@@ -78,7 +78,10 @@ def _from_llama_like(c: dict[str, Any]) -> dict[str, Any]:
         "tie_embeddings": bool(c.get("tie_word_embeddings", False)),
         "norm": "rmsnorm",
         "position_embedding": "rope",
-        "bias": c.get("model_type") in ("qwen2", "qwen2_moe") or bool(c.get("attention_bias", False)),
+        # Qwen2's attention has q/k/v biases and no other (modeling_qwen2: o_proj and the MLP bias=False);
+        # Llama's `attention_bias` puts one on all four projections.
+        "bias": bool(c.get("attention_bias", False)),
+        "qkv_bias": c.get("model_type") in ("qwen2", "qwen2_moe"),
         "qk_norm": c.get("model_type") in ("qwen3", "qwen3_moe"),
     }
 
@@ -106,6 +109,9 @@ def _experts(c: dict[str, Any], source: str) -> dict[str, Any]:
             "moe_ffn_hidden_size": c["moe_intermediate_size"], "num_shared_experts": c.get("n_shared_experts") or 0,
             "first_dense_layers": c.get("first_k_dense_replace", 0),
             "router": "sigmoid" if c.get("scoring_func") == "sigmoid" else "softmax",
+            "router_groups": c.get("n_group") if (c.get("n_group") or 1) > 1 else None,
+            "router_group_topk": c.get("topk_group") if (c.get("n_group") or 1) > 1 else None,
+            "router_topk_scale": c.get("routed_scaling_factor"),
             "q_lora_rank": c.get("q_lora_rank"), "kv_lora_rank": c["kv_lora_rank"],
             "qk_rope_head_dim": c["qk_rope_head_dim"], "v_head_dim": c["v_head_dim"],
             "head_dim": c["qk_nope_head_dim"]}

@@ -60,6 +60,9 @@ class ModelSpec(BaseModel):
     """Dropout probability; > 0 adds the 1-byte masks of Korthikanti et al. to activation memory."""
     bias: bool = False
     """Whether linear layers carry biases."""
+    qkv_bias: bool = False
+    """Biases on the query, key and value projections only (Qwen2 and Qwen2.5; Megatron `--add-qkv-bias`);
+    implied by `bias`."""
     head_dim: int | None = Field(default=None, gt=0)
     """Width of one attention head (Hugging Face `head_dim`, Megatron `--kv-channels`); defaults to
     hidden_size / num_attention_heads. Mistral-Nemo's 32 heads of 128 project 5120 to 4096."""
@@ -97,6 +100,14 @@ class ModelSpec(BaseModel):
     router: Literal["softmax", "sigmoid"] = "softmax"
     """Top-k over softmax scores (Mixtral, Qwen) or over sigmoid scores with a per-expert bias for
     auxiliary-loss-free balancing (DeepSeek-V3 `scoring_func: sigmoid`, `e_score_correction_bias`)."""
+    router_groups: int | None = Field(default=None, gt=1)
+    """Device-limited routing: experts in this many groups, a token's top-k taken from its best
+    `router_group_topk` groups (DeepSeek-V3 `n_group` 8, `topk_group` 4; Megatron
+    `--moe-router-num-groups`, `--moe-router-group-topk`). Changes no cost gplan prices."""
+    router_group_topk: int | None = Field(default=None, gt=0)
+    router_topk_scale: float | None = Field(default=None, gt=0)
+    """Factor on the routed experts' weights (DeepSeek-V3 `routed_scaling_factor` 2.5; Megatron
+    `--moe-router-topk-scaling-factor`)."""
 
     # ---- multi-head latent attention (DeepSeek-V2 §2.1) --------------------------------------------------
     q_lora_rank: int | None = Field(default=None, gt=0)
@@ -115,7 +126,8 @@ class ModelSpec(BaseModel):
         "head_dim": None, "rope_theta": 10000.0, "sliding_window": None, "qk_norm": False, "num_experts": None,
         "top_k": None, "moe_ffn_hidden_size": None, "num_shared_experts": 0, "shared_expert_ffn_hidden_size": None,
         "first_dense_layers": 0, "capacity_factor": None, "router": "softmax", "q_lora_rank": None,
-        "kv_lora_rank": None, "qk_rope_head_dim": None, "v_head_dim": None}
+        "kv_lora_rank": None, "qk_rope_head_dim": None, "v_head_dim": None, "qkv_bias": False, "router_groups": None,
+        "router_group_topk": None, "router_topk_scale": None}
 
     @model_validator(mode="after")
     def _check_shapes(self) -> "ModelSpec":
@@ -228,7 +240,8 @@ class ModelSpec(BaseModel):
 
     # ---- parameter counts ----------------------------------------------------------------------
     def attention_params(self) -> int:
-        """Q, K, V and output projections: h·(h_q + 2·h_kv) + h_q·h (+ biases), with h_q = a·d the
+        """Q, K, V and output projections: h·(h_q + 2·h_kv) + h_q·h (+ biases: all four, or q, k, v only
+        with `qkv_bias`), with h_q = a·d the
         heads' width (h unless head_dim says otherwise); MLA as `latent_attention_params`; a QK norm
         adds one scale of d for queries and one for keys."""
         if self.is_mla:
@@ -236,7 +249,8 @@ class ModelSpec(BaseModel):
         h, hq, hkv = self.hidden_size, self.q_hidden_size, self.kv_hidden_size
         weights = h * (hq + 2 * hkv) + hq * h
         qk_norm = 2 * self.kv_channels if self.qk_norm else 0
-        return weights + ((hq + 2 * hkv) + h if self.bias else 0) + qk_norm
+        biases = (hq + 2 * hkv) + h if self.bias else (hq + 2 * hkv if self.qkv_bias else 0)
+        return weights + biases + qk_norm
 
     def latent_attention_params(self) -> int:
         """MLA (DeepSeek-V2 §2.1, eqs. 9-14; DeepSeek-V3's `modeling_deepseek.py`), a heads of

@@ -284,7 +284,8 @@ def config_refusals(target: Capabilities, model: ModelSpec, config: ParallelConf
     if model.num_encoder_layers and not target.encoder_decoder:
         found.append(Refusal("encoder_decoder", f"{t} runs decoder-only models", "--target megatron (export)"))
     if target.llama_family_only and ((model.ffn_kind, model.norm, model.position_embedding) != ("swiglu", "rmsnorm", "rope")
-                                     or model.bias or (model.tie_embeddings and not target.tied_embeddings)):
+                                     or model.bias or model.qkv_bias
+                                     or (model.tie_embeddings and not target.tied_embeddings)):
         head = "" if target.tied_embeddings else ", untied head"
         found.append(Refusal("model", f"{t} runs the Llama family (swiglu, RMSNorm, RoPE, no biases{head})",
                              "--target torch"))

@@ -124,6 +124,10 @@ def expert_args(plan: Plan) -> list[str]:
         args += ["--moe-shared-expert-intermediate-size", str(m.shared_expert_ffn_size)]
     if m.router == "sigmoid":
         args.append("--moe-router-enable-expert-bias")
+    if m.router_groups:  # DeepSeek-V3's device-limited routing: top-k over the best groups
+        args += ["--moe-router-num-groups", str(m.router_groups), "--moe-router-group-topk", str(m.router_group_topk)]
+    if m.router_topk_scale:
+        args += ["--moe-router-topk-scaling-factor", f"{m.router_topk_scale:g}"]
     if m.capacity_factor:
         args += ["--moe-expert-capacity-factor", str(m.capacity_factor), "--moe-token-drop-policy", "probs"]
     return args
@@ -146,6 +150,7 @@ def switch_args(plan: Plan) -> list[str]:
     args = ["--swiglu"] if m.ffn_kind == "swiglu" else []
     args += [] if m.tie_embeddings else ["--untie-embeddings-and-output-weights"]
     args += [] if m.bias else ["--disable-bias-linear"]
+    args += ["--add-qkv-bias"] if m.qkv_bias and not m.bias else []  # Qwen2: q/k/v biases only
     return args + ([f"--{t.precision}"] if t.precision in ("bf16", "fp16") else [])
 
 

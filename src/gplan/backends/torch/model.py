@@ -36,6 +36,8 @@ class ModelArgs:
     position: str
     tie_embeddings: bool
     bias: bool
+    qkv_bias: bool = False
+    """Biases on q, k and v only (Qwen2); `bias` puts them on every linear layer."""
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
     head_dim: int = 0
@@ -70,6 +72,7 @@ class ModelArgs:
                    n_kv_heads=spec.kv_heads, ffn_dim=spec.ffn_size, ffn_kind=spec.ffn_kind,
                    vocab_size=spec.vocab_size, max_seq_len=seq_length, norm=spec.norm,
                    position=spec.position_embedding, tie_embeddings=spec.tie_embeddings, bias=spec.bias,
+                   qkv_bias=spec.qkv_bias,
                    rope_theta=spec.rope_theta, head_dim=spec.kv_channels, **experts, **latent)
 
     def __post_init__(self):
@@ -106,9 +109,10 @@ class Attention(nn.Module):
         super().__init__()
         self.args = args
         q_dim, kv_dim = args.n_heads * args.head_dim, args.n_kv_heads * args.head_dim
-        self.wq = nn.Linear(args.dim, q_dim, bias=args.bias)
-        self.wk = nn.Linear(args.dim, kv_dim, bias=args.bias)
-        self.wv = nn.Linear(args.dim, kv_dim, bias=args.bias)
+        qkv_bias = args.bias or args.qkv_bias
+        self.wq = nn.Linear(args.dim, q_dim, bias=qkv_bias)
+        self.wk = nn.Linear(args.dim, kv_dim, bias=qkv_bias)
+        self.wv = nn.Linear(args.dim, kv_dim, bias=qkv_bias)
         self.wo = nn.Linear(q_dim, args.dim, bias=args.bias)
         self.recompute_core = False
         """Selective recomputation: keep only the inputs of softmax(QKᵀ)V for the backward."""
