@@ -770,3 +770,54 @@ def test_heterogeneous_kubernetes_jobs_select_each_groups_nodes_and_ranks(gplan,
             if node_rank == 0:  # the rendezvous endpoint is this very pod's DNS name
                 assert f"--rdzv-endpoint {job['metadata']['name']}-{index}.{service['metadata']['name']}:29500" in started
     assert sorted(seen) == list(range(len(groups_of_node)))
+
+
+def _imported_names(source: str) -> set[str]:
+    import ast
+
+    return {alias.name for node in ast.walk(ast.parse(source)) if isinstance(node, ast.ImportFrom)
+            for alias in node.names}
+
+
+@requires_engine("torchtitan", "dev")
+def test_the_llama3_module_uses_only_torchtitans_public_names_and_builds_as_its_builder(tmp_path):
+    """No `_private` import; the model config equals what torchtitan's own (private) llama3 builder makes
+    of the same shape: every parameter's shape and every initialiser's arguments."""
+    import torch
+    from torchtitan.models.common import ComplexRoPE
+    from torchtitan.models.llama3 import _build_llama3_layers
+
+    plan = PLANS["tp_pp_dp_sp_interleaved"]()
+    source = export(plan, "torchtitan").files["gplan_torchtitan.py"]
+    assert not {n for n in _imported_names(source) if n.startswith("_")}
+    namespace: dict = {}
+    exec(compile(source, "gplan_torchtitan.py", "exec"), namespace)
+    ours = namespace["model_config"]()
+    s = namespace["SHAPE"]
+    rope = ComplexRoPE.Config(dim=s["dim"] // s["n_heads"], max_seq_len=s["max_seq_len"], theta=s["rope_theta"])
+    theirs = _build_llama3_layers(n_layers=s["n_layers"], dim=s["dim"], n_heads=s["n_heads"], n_kv_heads=s["n_kv_heads"],
+                                  hidden_dim=s["hidden_dim"], rope=rope, attn_backend="flex", fuse_qkv=True)
+
+    def inits(config, path="") -> list:
+        """Every initialiser in a config tree: (path, parameter, function, its arguments)."""
+        import dataclasses
+
+        found = []
+        for field in dataclasses.fields(config) if dataclasses.is_dataclass(config) else []:
+            value = getattr(config, field.name)
+            if field.name == "param_init" and isinstance(value, dict):
+                found += [(path, k, getattr(f, "func", f).__name__, getattr(f, "keywords", {})) for k, f in value.items()]
+            elif dataclasses.is_dataclass(value):
+                found += inits(value, f"{path}.{field.name}")
+        return sorted(found, key=repr)
+
+    assert len(ours.layers) == len(theirs)
+    for a, b in zip(ours.layers, theirs):
+        assert inits(a) and inits(a) == inits(b)
+    with torch.device("meta"):
+        built = dict((n, p.shape) for n, p in ours.build().named_parameters())
+        import dataclasses
+
+        reference = dict((n, p.shape) for n, p in dataclasses.replace(ours, layers=theirs).build().named_parameters())
+    assert built == reference
+

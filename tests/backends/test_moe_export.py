@@ -286,3 +286,20 @@ def test_qwen2_exports_qkv_bias_only():
     assert "--add-qkv-bias" in args and "--disable-bias-linear" in args
     for target in ("torchtitan", "mindspore", "mindformers"):
         assert any(r.capability == "model" for r in config_refusals(TARGETS[target], qwen, ParallelConfig(dp=8), 1, "bf16"))
+
+
+@requires_engine("torchtitan", "dev")
+def test_a_moe_module_pins_the_torchtitan_whose_private_builder_it_calls(monkeypatch):
+    import torchtitan
+
+    from gplan.backends.exporters.torchtitan import PINNED
+
+    from gplan.backends.exporters import render_export
+    from gplan.planner.build import reprice_split
+
+    plan = titan_plan("qwen3-30b-a3b", ParallelConfig(dp=8, pp=2, ep=8, zero=1))
+    source = render_export(plan, "torchtitan", reprice=reprice_split).files["gplan_torchtitan.py"]
+    assert f'torchtitan.__version__ != "{PINNED}"' in source
+    monkeypatch.setattr(torchtitan, "__version__", "9.9.9")
+    with pytest.raises(ImportError, match=f"pip install torchtitan=={PINNED}"):
+        exec(compile(source, "gplan_torchtitan.py", "exec"), {})

@@ -27,7 +27,7 @@ from gplan.backends.exporters import Export, ExportContext, flag_lines, recomput
 from gplan.backends.launch import default_nodes, script_node_variables, script_torchrun_line
 from gplan.errors import InputError
 from gplan.plan import Plan
-from gplan.spec.parallel import StageLayout
+from gplan.spec.parallel import StageLayout, chunk_sizes
 from gplan.spec.targets import expert_family
 
 VERSIONS = {
@@ -127,14 +127,15 @@ def module_fqns(plan: Plan, layouts: list[StageLayout]) -> list[list[str]]:
     torchtitan's looped schedules place them), torchtitan's naming (tok_embeddings, layers.i, norm,
     lm_head)."""
     c = plan.parallel
-    if c.vpp == 1:
-        bounds, start = [], 0
-        for stage in layouts:
-            bounds.append((start, start + stage.num_layers))
-            start += stage.num_layers
-    else:
-        per_chunk = plan.model.num_layers // (c.pp * c.vpp)
-        bounds = [(s * per_chunk, (s + 1) * per_chunk) for s in range(c.pp * c.vpp)]
+    sizes = [stage.num_layers for stage in layouts]
+    # virtual stage j is chunk j // pp of rank j % pp, its layers following stage j − 1's: each rank's
+    # layers dealt over its chunks as Megatron's layout deals them (the plan's split, even or not)
+    chunks = [chunk_sizes(n, c.vpp, first=r == 0, last=r == c.pp - 1) for r, n in enumerate(sizes)]
+    bounds, start = [], 0
+    for j in range(c.pp * c.vpp):
+        count = chunks[j % c.pp][j // c.pp]
+        bounds.append((start, start + count))
+        start += count
     last = len(bounds) - 1
     return [(["tok_embeddings"] if i == 0 else []) + [f"layers.{j}" for j in range(a, b)]
             + (["norm", "lm_head"] if i == last else []) for i, (a, b) in enumerate(bounds)]
@@ -163,27 +164,70 @@ ACTIVATION_CHECKPOINT = {ac!r}
 '''
 """What every family's config module starts with: the stamp, what it builds, its constants."""
 
-LLAMA3_BUILT = "Built with torchtitan's own llama3 layer builder, so the model is torchtitan's Llama with\nthe plan's shape."
-LLAMA3_IMPORTS = '''from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
-from torchtitan.models.llama3 import (_EMBEDDING_INIT, _NORM_INIT, Llama3Model, _build_llama3_layers,
-                                      _output_linear_init, model_registry)
+LLAMA3_BUILT = ("Built from torchtitan's public config classes (its llama3 block, GQA and FFN config helpers),\n"
+                "initialised as its llama3 builder does, so the model is torchtitan's Llama with the plan's shape.")
+LLAMA3_IMPORTS = '''from functools import partial
+
+import torch.nn as nn
+from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
+from torchtitan.models.common.config_utils import get_attention_config, make_ffn_config, make_gqa_config
+from torchtitan.models.common.param_init import depth_scaled_std
+from torchtitan.models.llama3 import Llama3Model, model_registry
 from torchtitan.models.llama3.config_registry import llama3_8b
+from torchtitan.models.llama3.model import Llama3TransformerBlock
 '''
 LLAMA3_MODEL = '''
+
+def init(std: float) -> dict:
+    """Truncated-normal weights and zero biases: torchtitan's llama3 initialisation."""
+    return {"weight": partial(nn.init.trunc_normal_, std=std), "bias": nn.init.zeros_}
+
+
+def layer(layer_id: int, rope) -> Llama3TransformerBlock.Config:
+    s = SHAPE
+    dim, depth = s["dim"], init(depth_scaled_std(0.02, layer_id))  # outputs scaled by depth, as torchtitan's
+    return Llama3TransformerBlock.Config(
+        attention_norm=RMSNorm.Config(normalized_shape=dim, param_init={"weight": nn.init.ones_}),
+        ffn_norm=RMSNorm.Config(normalized_shape=dim, param_init={"weight": nn.init.ones_}),
+        attention=make_gqa_config(dim=dim, n_heads=s["n_heads"], n_kv_heads=s["n_kv_heads"], wqkv_param_init=init(0.02),
+                                  wo_param_init=depth, inner_attention=get_attention_config("flex"), fuse_qkv=True,
+                                  rope=rope),
+        feed_forward=make_ffn_config(dim=dim, hidden_dim=s["hidden_dim"], w1_param_init=init(0.02),
+                                     w2w3_param_init=depth),
+    )
+
+
 def model_config() -> Llama3Model.Config:
     s = SHAPE
     dim, vocab = s["dim"], s["vocab_size"]
     rope = ComplexRoPE.Config(dim=dim // s["n_heads"], max_seq_len=s["max_seq_len"], theta=s["rope_theta"])
+    output_std = dim ** -0.5
     return Llama3Model.Config(
         dim=dim, vocab_size=vocab, enable_weight_tying=s["tie_embeddings"],
-        tok_embeddings=Embedding.Config(num_embeddings=vocab, embedding_dim=dim, param_init=_EMBEDDING_INIT),
-        norm=RMSNorm.Config(normalized_shape=dim, param_init=_NORM_INIT),
-        lm_head=Linear.Config(in_features=dim, out_features=vocab, param_init=_output_linear_init(dim)),
-        layers=_build_llama3_layers(n_layers=s["n_layers"], dim=dim, n_heads=s["n_heads"], n_kv_heads=s["n_kv_heads"],
-                                    hidden_dim=s["hidden_dim"], rope=rope, attn_backend="flex", fuse_qkv=True),
+        tok_embeddings=Embedding.Config(num_embeddings=vocab, embedding_dim=dim,
+                                        param_init={"weight": partial(nn.init.normal_, std=1.0)}),
+        norm=RMSNorm.Config(normalized_shape=dim, param_init={"weight": nn.init.ones_}),
+        lm_head=Linear.Config(in_features=dim, out_features=vocab, param_init={
+            "weight": partial(nn.init.trunc_normal_, std=output_std, a=-3 * output_std, b=3 * output_std),
+            "bias": nn.init.zeros_}),
+        layers=[layer(i, rope) for i in range(s["n_layers"])],
     )
 
 '''
+
+PINNED_GUARD = '''
+import torchtitan
+
+# The {family} layers are built with torchtitan's own builder, which it does not export (a name with a
+# leading underscore): this module is written for torchtitan {pinned} and refuses any other version.
+if torchtitan.__version__ != "{pinned}":
+    raise ImportError(f"{module}.py builds {family} layers with torchtitan {pinned}'s private builder; this is "
+                      f"torchtitan {{torchtitan.__version__}}: pip install torchtitan=={pinned}, or export again")
+'''
+"""The version check of a family whose layer builder is private in torchtitan."""
+
+PINNED = "0.3.0"
+"""The torchtitan release whose private MoE layer builders the qwen3_moe and deepseek_v3 modules call."""
 
 QWEN3_MOE_BUILT = "Built with torchtitan's own Qwen3 MoE layer builder under its qwen3 model spec."
 QWEN3_MOE_IMPORTS = '''from torchtitan.models.common import CosSinRoPE, Embedding, Linear
@@ -270,6 +314,8 @@ def config_module(plan: Plan, context: ExportContext, ac: str) -> str:
     # a MoE plan reaches here only in a family torchtitan builds (its capability, checked before export)
     family, shape = (expert_family(plan.model), expert_shape(plan)) if plan.model.is_moe else ("llama3", model_shape(plan))
     built, imports, model, trainer, flavor = TEMPLATES[family]
+    if family != "llama3":
+        imports = PINNED_GUARD.format(family=family, pinned=PINNED, module=CONFIG_MODULE) + imports
     head = MODULE_HEAD.format(stamp=stamp(plan, context.version), module=CONFIG_MODULE, function=CONFIG_FUNCTION_NAME,
                               built=built, imports=imports, shape=repr(shape), fqns=repr(fqns), ac=ac)
     return head + model + CONFIG_FUNCTION.format(function=CONFIG_FUNCTION_NAME, trainer=trainer, flavor=repr(flavor))
