@@ -334,9 +334,42 @@ def runner_up_table(losers, source: str, width: int = WIDE) -> Table:
     return fit(table, width, drop=("split",), wrap=("configuration", "why it lost"))
 
 
+#: Cell styles by virtual chunk: forward in blues, backward in greens (chunk 1, 2, … of each rank).
+FORWARD_STYLES = ("white on blue", "black on cyan", "white on magenta", "black on bright_blue")
+BACKWARD_STYLES = ("black on green", "black on yellow", "black on bright_green", "black on bright_yellow")
+BACKWARD_LETTERS = "abcdefghij"
+"""A backward cell shows its micro-batch as a letter (a = 0 … j = 9) and a forward cell as a digit, so
+the picture reads without colour too (a log, a pipe)."""
+
+
+def timeline_cell(op) -> tuple[str, str]:
+    """(character, style) of one op: the micro-batch mod 10, a digit forward and a letter backward; the
+    colour tells the virtual chunk apart under the interleaved schedule."""
+    if op.kind == "F":
+        return str(op.microbatch % 10), FORWARD_STYLES[op.chunk % len(FORWARD_STYLES)]
+    return BACKWARD_LETTERS[op.microbatch % 10], BACKWARD_STYLES[op.chunk % len(BACKWARD_STYLES)]
+
+
+def timeline_legend(vpp: int) -> "Text":
+    """What the cells mean: forward digits, backward letters, one colour per chunk."""
+    from rich.text import Text
+
+    legend = Text("forward ")
+    for chunk in range(vpp):
+        legend.append(f" F{chunk + 1} " if vpp > 1 else " 0-9 ", style=FORWARD_STYLES[chunk % len(FORWARD_STYLES)])
+        legend.append(" ")
+    legend.append("  backward ")
+    for chunk in range(vpp):
+        legend.append(f" B{chunk + 1} " if vpp > 1 else " a-j ", style=BACKWARD_STYLES[chunk % len(BACKWARD_STYLES)])
+        legend.append(" ")
+    legend.append("  · waiting; digit/letter = micro-batch mod 10 (a = 0)"
+                  + (f"; F1…F{vpp}, B1…B{vpp}: each rank's virtual chunks" if vpp > 1 else ""))
+    return legend
+
+
 def timeline_text(ops, pp: int, width: int) -> list:
-    """The schedule as one line of coloured cells per stage; a cell shows the op at its middle
-    (micro-batch number mod 10: blue forward, green backward, `·` waiting)."""
+    """The schedule as one line of cells per stage; a cell shows the op at its middle (`timeline_cell`),
+    `·` waiting."""
     from rich.text import Text
 
     end_s = max(op.end_s for op in ops)
@@ -353,7 +386,7 @@ def timeline_text(ops, pp: int, width: int) -> list:
             if op is None:
                 line.append("·", style="dim")
             else:
-                line.append(str(op.microbatch % 10), style="white on blue" if op.kind == "F" else "black on green")
+                line.append(*timeline_cell(op))
         lines.append(line)
     return lines
 
@@ -471,8 +504,8 @@ def explain_output(console: Console, plan, e, width: int) -> None:
     for line in large_costs(c, prediction):
         console.print(f"[yellow]warning:[/] {line}", highlight=False)
     console.print(f"[bold]pipeline schedule[/] ({c.schedule}, first {e.shown} of {prediction.num_microbatches} "
-                  "micro-batches; digits are micro-batches: [white on blue] forward [/] [black on green] backward [/] "
-                  "· waiting)")
+                  f"micro-batches{f', {c.vpp} chunks per rank' if c.vpp > 1 else ''})")
+    console.print(timeline_legend(c.vpp))
     for line in timeline_text(e.shown_ops, c.pp, width):
         console.print(line)
     if e.simulated_s is not None:

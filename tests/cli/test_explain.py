@@ -94,3 +94,24 @@ def test_bad_what_if_is_one_line_exit_3(gplan, searched, what_if):
     r = gplan("explain", str(searched), "--what-if", what_if)
     assert r.code == 3
     assert r.stderr.startswith("error:") and "hint:" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_the_interleaved_picture_tells_forward_backward_and_chunks_apart(gplan, tmp_path):
+    """Forward a digit, backward a letter (readable without colour); each virtual chunk its own colour,
+    named in the legend."""
+    from gplan.cost_models.timeline import Op
+    from gplan.render import BACKWARD_STYLES, FORWARD_STYLES, timeline_cell, timeline_legend, timeline_text
+
+    ops = [Op(0, "F", 3, 1, 0.0, 1.0), Op(0, "B", 3, 1, 1.0, 2.0), Op(1, "F", 3, 0, 1.0, 2.0)]
+    assert timeline_cell(ops[0]) == ("3", FORWARD_STYLES[1]) and timeline_cell(ops[1]) == ("d", BACKWARD_STYLES[1])
+    lines = timeline_text(ops, 2, 8)
+    assert lines[0].plain == "stage  0 3333dddd" and lines[1].plain == "stage  1 ····3333"
+    assert {str(span.style) for span in lines[0].spans} == {FORWARD_STYLES[1], BACKWARD_STYLES[1]}
+    assert "F2" in timeline_legend(2).plain and "B2" in timeline_legend(2).plain
+    path = tmp_path / "v.json"
+    assert gplan("search", "llama3-8b", "--devices", "16", "--pp", "4", "--vpp", "2", "--gbs", "32",
+                 "--out", str(path)).code == 0
+    text = gplan("explain", str(path)).stderr
+    assert "2 chunks per rank" in text and "F1" in text and "B2" in text
+    rows = [line for line in text.splitlines() if line.startswith("stage  0 ")]
+    assert any(ch.isdigit() for ch in rows[0][9:]) and any(ch in "abcdefghij" for ch in rows[0][9:])
