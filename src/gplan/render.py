@@ -412,7 +412,9 @@ def run_report_table(report, plan, width: int = WIDE) -> Table:
     for stage, (measured, predicted) in enumerate(zip(report.stage_peak_bytes(), report.predicted_memory_bytes_per_stage)):
         row(f"memory stage {stage} ({kind})", measured, predicted, gib)
     table.add_row("loss first → last", f"{report.losses[0]:.4f} → {report.losses[-1]:.4f}", "", "")
-    return fit(table, width, wrap=("",))
+    if report.gemm_recipe:
+        table.add_row("GEMM recipe", report.gemm_recipe, plan.training.precision, "")
+    return fit(table, width, wrap=("", "measured"))
 
 
 def validation_table(report, width: int = WIDE) -> Table:

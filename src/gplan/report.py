@@ -39,6 +39,8 @@ class RunReport(BaseModel):
     framework_version: str
     device: str
     compute_dtype: str
+    gemm_recipe: str | None = None
+    """The low-precision GEMM recipe the layers ran (torchao float8 tensorwise/rowwise, MXFP8), if any."""
     plan_digest: str
     parallel: str
     world_size: int
@@ -83,7 +85,7 @@ def measured_mfu(plan: Plan, step_time_s: float) -> float:
 
 def build_report(plan: Plan, *, backend: str, framework_version: str, device: str, compute_dtype: str,
                  first_step: int, steps: int, warmup_steps: int, losses: list[float],
-                 ranks: list[RankReport]) -> RunReport:
+                 ranks: list[RankReport], gemm_recipe: str | None = None) -> RunReport:
     """The run report every worker writes (rank 0, after gathering every rank's RankReport): the step
     time is the slowest rank's, its median taken after the warm-up steps."""
     per_step = [max(r.step_times_s[i] for r in ranks) for i in range(min(len(r.step_times_s) for r in ranks))]
@@ -91,6 +93,7 @@ def build_report(plan: Plan, *, backend: str, framework_version: str, device: st
     step_s = statistics.median(measured) if measured else float("nan")
     return RunReport(
         backend=backend, framework_version=framework_version, device=device, compute_dtype=compute_dtype,
+        gemm_recipe=gemm_recipe,
         plan_digest=plan.digest, parallel=plan.parallel.label(), world_size=plan.world_size, first_step=first_step,
         steps=steps, warmup_steps=warmup_steps, gbs=plan.training.gbs, seq_length=plan.training.seq_length,
         losses=losses, step_times_s=per_step, step_time_s=step_s,

@@ -51,11 +51,12 @@ def mixed_cluster_file(path: Path, nodes: int, devices_per_node: int = 8) -> Pat
 
 
 def tiny_plan(path: Path, model: ModelSpec = TINY_LLAMA, stages: list[list[tuple[str, int]]] | None = None,
-              training: TrainingSpec = TRAINING, **degrees) -> Path:
+              training: TrainingSpec = TRAINING, cluster: str = "local-cpu", **degrees) -> Path:
     """Write a plan; `stages` gives each stage's (recompute, layers) in order, e.g. [[("none", 1)],
-    [("full", 2), ("none", 1)]]; default: the uniform split."""
+    [("full", 2), ("none", 1)]]; default: the uniform split. `cluster` prices it (an FP8 plan needs
+    hardware with FP8 tensor cores, though the tests run it on CPUs)."""
     config = ParallelConfig(**degrees)
-    cluster = load_cluster("local-cpu", config.world_size).sized(config.world_size)
+    cluster = load_cluster(cluster, config.world_size).sized(config.world_size)
     layouts = stage_layouts(stages, model) if stages else None
     plan: Plan = make_plan(model, training, cluster, config, layouts)
     write_plan(plan, path)

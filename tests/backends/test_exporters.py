@@ -667,7 +667,9 @@ def test_exports_refuse_what_their_engine_cannot_run_and_note_what_it_runs_diffe
 @pytest.mark.parametrize("precision, flags", [("fp8", ["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"]),
                                               ("mxfp8", ["--fp8-format", "e4m3", "--fp8-recipe", "mxfp8"]),
                                               ("nvfp4", ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"])])
-def test_megatron_carries_the_fp8_recipe_and_the_torch_backend_refuses_it(precision, flags, gplan, tmp_path):
+def test_megatron_carries_the_fp8_recipe_and_the_torch_backend_runs_what_torchao_has(precision, flags, gplan, tmp_path):
+    """Transformer Engine's recipes on Megatron's command line; gplan's torch worker runs FP8 through
+    torchao (tensorwise here), MXFP8 at tp = 1 only, and no NVFP4."""
     cluster = "dgx-h100" if precision == "fp8" else "dgx-b200"
     training = TRAINING.model_copy(update={"precision": precision, "engine": "megatron"})
     config = ParallelConfig(dp=2, tp=2, pp=2, sp=True, zero=1)
@@ -679,7 +681,11 @@ def test_megatron_carries_the_fp8_recipe_and_the_torch_backend_refuses_it(precis
     path = tmp_path / "plan.json"
     write_plan(plan, path)
     r = gplan("launch", str(path), "--dry-run")
-    assert r.code == 3 and "(precision)" in r.stderr and "not " + precision in r.stderr
+    if precision == "fp8":
+        assert r.code == 0, r.stderr
+    else:
+        assert r.code == 3 and "(precision)" in r.stderr
+        assert ("not nvfp4" if precision == "nvfp4" else "runs mxfp8 layers at tp = 1") in r.stderr
 
 
 def hetero_plan(gplan, tmp_path) -> tuple[Path, Plan]:
@@ -821,3 +827,38 @@ def test_the_llama3_module_uses_only_torchtitans_public_names_and_builds_as_its_
         reference = dict((n, p.shape) for n, p in dataclasses.replace(ours, layers=theirs).build().named_parameters())
     assert built == reference
 
+
+
+@requires_engine("torchtitan", "dev")
+@pytest.mark.parametrize("precision, cluster, converted", [("fp8-rowwise", "dgx-h100", "Float8Linear"),
+                                                           ("mxfp8", "dgx-b200", "MXFP8Linear")])
+def test_torchtitan_export_turns_the_recipe_on_with_its_own_converter(tmp_path, monkeypatch, precision, cluster, converted):
+    """torchtitan's ConfigManager builds the exported FP8 plan: every block's linear layers become its
+    low-precision layer config, the head stays BF16 (as priced). torchtitan checks the GPU's capability
+    when it builds the converter; that check answers as an H100/B200 would here."""
+    import torchtitan.components.quantization.float8 as float8
+    import torchtitan.components.quantization.mx as mx
+    from torchtitan.models.common import Linear
+
+    monkeypatch.setattr(float8, "has_cuda_capability", lambda major, minor: True)
+    monkeypatch.setattr(mx, "has_cuda_capability", lambda major, minor: True)
+    training = TrainingSpec(gbs=16, seq_length=2048, precision=precision, engine="torchtitan")
+    config = ParallelConfig(dp=8, zero=1)
+    plan = make_plan(LLAMA, training, load_cluster(cluster, 8), config, None, target="torchtitan")
+    parsed = titan_parse(tmp_path, plan).model_spec.model
+    kinds = {type(c).__qualname__.rsplit(".", 1)[0] for layer in parsed.layers
+             for _, c, _, _ in layer.traverse(Linear.Config)}
+    assert kinds == {converted}
+    assert type(parsed.lm_head).__qualname__ == "Linear.Config"
+    if precision == "fp8-rowwise":
+        first = next(c for _, c, _, _ in parsed.layers[0].traverse(Linear.Config))
+        assert "rowwise" in repr(first._torchao_config).lower() or first._torchao_config is not None
+
+
+@pytest.mark.parametrize("precision, target, hint", [("fp8", "torchtitan", "--target torch or megatron"),
+                                                     ("fp8-rowwise", "megatron", "--target torch or torchtitan")])
+def test_a_recipe_the_engine_lacks_is_refused_with_who_runs_it(precision, target, hint):
+    from gplan.spec.targets import TARGETS, config_refusals
+
+    found = config_refusals(TARGETS[target], LLAMA, ParallelConfig(dp=8), 1, precision)
+    assert found and found[0].capability == "precision" and hint in found[0].avoid

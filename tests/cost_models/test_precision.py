@@ -3,6 +3,8 @@ copies, MFU against the BF16 peak; an NVL72 rack as one 72-GPU NVLink domain."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from gplan.cost_models import communication as comm
@@ -89,9 +91,13 @@ def test_searches_of_the_2026_hardware_write_plans(gplan, tmp_path, cluster, dev
     assert plan.target == ("megatron" if precision != "bf16" else "torch")  # FP8 recipes: Megatron-LM by default
 
 
-def test_hopper_has_no_mxfp8_and_the_torch_worker_no_fp8(gplan, tmp_path):
+def test_hopper_has_no_mxfp8_and_the_torch_worker_no_nvfp4(gplan, tmp_path):
     r = gplan("search", "llama3-8b", "--cluster", "dgx-h100", "--devices", "8", "--precision", "mxfp8")
     assert r.code == 3 and "does not support mxfp8" in r.stderr
+    r = gplan("search", "llama3-8b", "--cluster", "dgx-b200", "--devices", "8", "--precision", "nvfp4",
+              "--target", "torch", "--out", str(tmp_path / "p.json"))
+    assert r.code == 4 and "torch trains bf16, fp16, fp32, fp8, fp8-rowwise, mxfp8, not nvfp4" in r.stderr
+    assert "hint: --target megatron" in r.stderr
     r = gplan("search", "llama3-8b", "--cluster", "dgx-h100", "--devices", "8", "--precision", "fp8",
               "--target", "torch", "--out", str(tmp_path / "p.json"))
-    assert r.code == 4 and "torch trains bf16, fp16, fp32, not fp8" in r.stderr
+    assert r.code == 0 and json.loads((tmp_path / "p.json").read_text())["training"]["precision"] == "fp8"

@@ -40,7 +40,7 @@ FIELDS = {
     "overlapping_stages": "stages[1].layer_start", "uncovered_layers": "stages[1].layers",
     "recompute_entries": "stages[0].layers", "two_ranks_one_device": "placement.stage_devices",
     "stage_missing_a_rank": "stages[0].num_ranks", "num_microbatches": "parallel.num_microbatches",
-    "dp_without_its_ranks": "parallel.num_microbatches", "gbs_edited": "digest",
+    "dp_without_its_ranks": "parallel: dp·tp·pp·cp", "gbs_edited": "digest",
     "head_on_the_first_stage": "stages[0]", "device_outside_its_node": "placement.stage_devices[0]",
 }
 

@@ -125,7 +125,7 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
     if precision is None:
         precision = "bf16" if all("bf16" in g.hardware.peak_tflops for g in spec.node_groups) else "fp16"
     for group in spec.node_groups:
-        if precision not in group.hardware.peak_tflops:
+        if not group.hardware.supports(precision):
             raise InputError(f"{group.hardware.name} does not support {precision}",
                              hint=f"use --precision {'/'.join(group.hardware.peak_tflops)}")
     if profile:

@@ -454,7 +454,8 @@ def _no_candidate(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec
         return InfeasibleError(f"no configuration of {devices} devices that {limits.target} runs as priced: "
                                f"{why.detail}" + (f"; {', '.join(runners)} run{'s' if len(runners) == 1 else ''} it"
                                                   if runners else ""),
-                               hint=f"--target {runners[0]}" if runners else f"{why.avoid}, or another --target")
+                               hint=why.avoid if "--target" in why.avoid or not runners
+                               else f"{why.avoid}, or --target {runners[0]}")
     return InfeasibleError(_no_candidate_message(model, training, devices, limits),
                            hint="relax --tp/--pp/--mbs/--gbs so that dp·tp·pp·cp can equal the devices")
 

@@ -120,7 +120,15 @@ class DeviceSpec(BaseModel):
         return self.memory_GiB * GIB
 
     def peak_flops(self, precision: str) -> float:
-        return self.peak_tflops[precision] * 1e12
+        """Dense peak of the tensor cores a precision runs on (fp8-rowwise on the fp8 ones)."""
+        from gplan.spec.training import tensor_core_format
+
+        return self.peak_tflops[tensor_core_format(precision)] * 1e12
+
+    def supports(self, precision: str) -> bool:
+        from gplan.spec.training import tensor_core_format
+
+        return tensor_core_format(precision) in self.peak_tflops
 
 
 class LinkSpec(BaseModel):

@@ -12,7 +12,7 @@ from typing import Literal
 
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import LayerCount, ParallelConfig, StageLayout, even_sizes
-from gplan.spec.training import TrainingSpec
+from gplan.spec.training import LOW_PRECISION, TrainingSpec
 
 Recompute = Literal["per_layer", "per_stage", "block", "every_layer"]
 ExpertTp = Literal["none", "etp", "etp1", "follows_tp", "any"]
@@ -46,6 +46,13 @@ class Capabilities:
     `enable_weight_tying`)."""
     precisions: frozenset[str] = frozenset({"bf16", "fp16", "fp32"})
     """Training precisions it runs (FP8 recipes need Transformer Engine or torchao's kernels)."""
+    low_precision_experts: bool = False
+    """Whether its routed experts' grouped GEMMs run the low-precision recipe too (Transformer Engine's
+    grouped FP8 GEMMs in Megatron-core); where not, it refuses an FP8 plan with experts rather than train
+    them in BF16 under a price that assumed FP8."""
+    low_precision_tp: bool = True
+    """Whether its low-precision layers run sharded by tensor parallelism (torchao's float8 linear
+    layers take DTensor weights; its MXFP8Linear does not, so gplan's worker runs MXFP8 at tp = 1)."""
     sliding_window: bool = False
     """Sliding-window attention (Megatron's --window-size); gplan's workers run full attention."""
     selective: bool = True
@@ -102,7 +109,10 @@ TARGETS: dict[str, Capabilities] = {
     "torch": Capabilities("torch", ALL_SCHEDULES, microbatches_at_least_stages=True, cp=True,
                           tied_embeddings_across_stages=True, recompute="per_layer", uneven_split=True,
                           zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False, experts=True,
-                          expert_zero=frozenset({0}), latent_attention=True, expert_tp="etp"),
+                          expert_zero=frozenset({0}), latent_attention=True, expert_tp="etp",
+                          # torchao (backends/torch/apply_lowp.py): float8 tensorwise and rowwise, MXFP8
+                          precisions=frozenset({"bf16", "fp16", "fp32", "fp8", "fp8-rowwise", "mxfp8"}),
+                          low_precision_tp=False),
     # gplan's MindSpore worker (backends/mindspore): the Llama family; MindSpore's Pipeline cell runs 1F1B.
     "mindspore": Capabilities("mindspore", frozenset({"1f1b", "interleaved_1f1b"}), microbatches_at_least_stages=True,
                               cp=False, tied_embeddings_across_stages=False, recompute="per_layer", uneven_split=True,
@@ -113,6 +123,7 @@ TARGETS: dict[str, Capabilities] = {
                              cp=True, tied_embeddings_across_stages=True, recompute="block", uneven_split=True,
                              zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False, sliding_window=True,
                              precisions=frozenset({"bf16", "fp16", "fp32", "fp8", "mxfp8", "nvfp4"}),
+                             low_precision_experts=True,
                              experts=True, latent_attention=True, latent_attention_split=True, expert_tp="any",
                              uneven_interleaved=True, token_dropping=True,
                              tp_comm_overlap=frozenset({"bf16", "fp16", "fp8", "mxfp8"}),
@@ -126,7 +137,11 @@ TARGETS: dict[str, Capabilities] = {
                                zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False, llama_family_only=True,
                                tied_embeddings=True, selective=False, experts=True, latent_attention=True,
                                expert_tp="follows_tp", ep_within_fsdp=True,
-                               expert_families=frozenset({"qwen3_moe", "deepseek_v3"})),
+                               expert_families=frozenset({"qwen3_moe", "deepseek_v3"}),
+                               # 0.3.0's converters: Float8LinearConverter (recipes rowwise and
+                               # rowwise_with_gw_hp only) and MXFP8LinearConverter
+                               # (components/quantization/float8.py, mx.py)
+                               precisions=frozenset({"bf16", "fp32", "fp8-rowwise", "mxfp8"})),
     # Megatron-DeepSpeed: its pipeline engine takes ZeRO ≤ 1; its partition method (type:transformer)
     # splits the layers evenly; its pipeline engine checkpoints every layer (--checkpoint-activations),
     # selective is Megatron's core-attention recompute on every layer.
@@ -215,6 +230,8 @@ def default_target(hardware_kind: str, precision: str | None = None, experts: bo
     (Transformer Engine and Megatron-core's MoE layer run them; gplan's torch worker runs only a subset)."""
     if hardware_kind == "npu":
         return "mindformers" if experts else "mindspore"  # MindFormers' MoE models; gplan's worker is dense
+    if precision == "fp8-rowwise":
+        return "torch"  # torchao's recipe; Transformer Engine has none by that name
     return "megatron" if precision in ("fp8", "mxfp8", "nvfp4") or experts else "torch"
 
 
@@ -258,8 +275,15 @@ def config_refusals(target: Capabilities, model: ModelSpec, config: ParallelConf
     elif c.ep > 1 or c.etp > 1:
         found.append(Refusal("ep", f"{t}: ep={c.ep} etp={c.etp} without experts", "--ep 1"))
     if precision is not None and precision not in target.precisions:
+        runners = [name for name, other in TARGETS.items() if precision in other.precisions]
         found.append(Refusal("precision", f"{t} trains {', '.join(sorted(target.precisions))}, not {precision}",
-                             "--target megatron, or --precision bf16"))
+                             (f"--target {' or '.join(runners)}, or " if runners else "") + "--precision bf16"))
+    elif precision in LOW_PRECISION and model.is_moe and not target.low_precision_experts:
+        found.append(Refusal("precision", f"{t} runs the routed experts in BF16 under {precision}, which gplan "
+                             "prices in the low-precision recipe", "--target megatron --precision fp8, or --precision bf16"))
+    elif precision in LOW_PRECISION and c.tp > 1 and not target.low_precision_tp and precision == "mxfp8":
+        found.append(Refusal("precision", f"{t} runs {precision} layers at tp = 1 (torchao's MXFP8Linear takes no "
+                             "tensor-parallel weights)", "--tp 1, or --precision fp8-rowwise"))
     if c.pp > 1 and c.schedule not in target.schedules:
         found.append(Refusal("schedule", f"{t} runs {', '.join(sorted(target.schedules))}, not {c.schedule}",
                              "--schedule " + ",".join(sorted(target.schedules))))

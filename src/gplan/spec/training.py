@@ -8,17 +8,27 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gplan.io import drop_defaults
 
-Precision = Literal["bf16", "fp16", "fp32", "fp8", "mxfp8", "nvfp4"]
+Precision = Literal["bf16", "fp16", "fp32", "fp8", "fp8-rowwise", "mxfp8", "nvfp4"]
 """fp8: FP8 GEMMs with per-tensor current scaling (Transformer Engine's `tensorwise`, Megatron-Bridge's
-FP8-CS); mxfp8: FP8 with 32-element block scales (Blackwell); nvfp4: FP4 with 16-element block scales
-(Blackwell). All three keep BF16 activations, weights, attention, norms, softmax and the loss."""
-LOW_PRECISION = ("fp8", "mxfp8", "nvfp4")
+FP8-CS, torchao's `tensorwise`); fp8-rowwise: FP8 with a scale per row of each operand (torchao's
+`rowwise`, torchtitan's float8 recipe); mxfp8: FP8 with 32-element block scales (Blackwell); nvfp4: FP4
+with 16-element block scales (Blackwell). All keep BF16 activations, weights, attention, norms, softmax
+and the loss."""
+LOW_PRECISION = ("fp8", "fp8-rowwise", "mxfp8", "nvfp4")
+LOW_PRECISION_RECIPES = {"fp8": "tensorwise", "fp8-rowwise": "rowwise", "mxfp8": "mxfp8"}
+"""The torchao recipe each precision runs in PyTorch (torchao.float8's recipe names; MXFP8Linear)."""
+TENSOR_CORE_FORMAT = {"fp8-rowwise": "fp8"}
+"""A recipe's tensor-core format where its name is not one (the peak it runs at: the hardware's fp8)."""
+
+
+def tensor_core_format(precision: str) -> str:
+    return TENSOR_CORE_FORMAT.get(precision, precision)
 Engine = Literal["torch", "mindspore", "megatron", "torchtitan", "deepspeed", "mindformers", "llm-foundry"]
 """The backends and export targets, and llm-foundry (MosaicML's FSDP stack): an engine gplan prices
 published runs of but neither launches nor exports to."""
 
 #: Bytes of one activation or weight element in each training precision.
-ELEMENT_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 2, "mxfp8": 2, "nvfp4": 2}
+ELEMENT_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 2, "fp8-rowwise": 2, "mxfp8": 2, "nvfp4": 2}
 
 
 class TrainingSpec(BaseModel):

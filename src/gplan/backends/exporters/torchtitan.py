@@ -286,7 +286,10 @@ CONFIG_FUNCTION = '''
 
 def {function}():
     config = {trainer}()
-    config.model_spec = dataclasses.replace(model_registry({flavor}), flavor="gplan", model=model_config())
+    model = model_config()
+    for converter in converters():  # as model_registry(converters=...) applies them
+        model = converter.build().convert(model)
+    config.model_spec = dataclasses.replace(model_registry({flavor}), flavor="gplan", model=model)
     config.loss.loss_fn.global_vocab_size = SHAPE["vocab_size"]
     config.activation_checkpoint = FullAC.Config() if ACTIVATION_CHECKPOINT == "full" else None
     if MODULE_FQNS_PER_MODEL_PART:
@@ -309,6 +312,29 @@ def expert_shape(plan: Plan) -> dict:
             "v_head_dim": m.v_head_dim or m.kv_channels}
 
 
+CONVERTERS = {
+    "fp8-rowwise": ("from torchtitan.components.quantization import Float8LinearConverter",
+                    'Float8LinearConverter.Config(recipe_name="rowwise", filter_fqns=["lm_head"])'),
+    "mxfp8": ("from torchtitan.components.quantization import MXFP8LinearConverter",
+              'MXFP8LinearConverter.Config(fqns=["layers."])'),
+}
+"""The plan's low-precision recipe as torchtitan's own converters (0.3.0: components/quantization): the
+layers' linear projections converted, the output head (`lm_head`) kept in BF16 as the cost model prices
+it. torchtitan 0.3's float8 recipes are rowwise only (`recipe_name: rowwise | rowwise_with_gw_hp`); a
+tensorwise `fp8` plan is refused before export (spec.targets)."""
+
+
+def converters_text(plan: Plan) -> str:
+    """The module's `converters()`: the recipe's converter, or none."""
+    found = CONVERTERS.get(plan.training.precision)
+    if found is None:
+        return "\n\n\ndef converters() -> list:\n    return []\n"
+    imported, config = found
+    return (f"\n\n\n{imported}\n\n\ndef converters() -> list:\n"
+            f"    \"\"\"The plan's {plan.training.precision} recipe: torchtitan checks the GPU when it builds it.\"\"\"\n"
+            f"    return [{config}]\n")
+
+
 def config_module(plan: Plan, context: ExportContext, ac: str) -> str:
     fqns = module_fqns(plan, context.layouts) if plan.parallel.pp > 1 else None
     # a MoE plan reaches here only in a family torchtitan builds (its capability, checked before export)
@@ -318,7 +344,8 @@ def config_module(plan: Plan, context: ExportContext, ac: str) -> str:
         imports = PINNED_GUARD.format(family=family, pinned=PINNED, module=CONFIG_MODULE) + imports
     head = MODULE_HEAD.format(stamp=stamp(plan, context.version), module=CONFIG_MODULE, function=CONFIG_FUNCTION_NAME,
                               built=built, imports=imports, shape=repr(shape), fqns=repr(fqns), ac=ac)
-    return head + model + CONFIG_FUNCTION.format(function=CONFIG_FUNCTION_NAME, trainer=trainer, flavor=repr(flavor))
+    return (head + model.rstrip("\n") + converters_text(plan)
+            + CONFIG_FUNCTION.format(function=CONFIG_FUNCTION_NAME, trainer=trainer, flavor=repr(flavor)))
 
 
 TEMPLATES = {"llama3": (LLAMA3_BUILT, LLAMA3_IMPORTS, LLAMA3_MODEL, "llama3_8b", "8B"),

@@ -23,6 +23,7 @@ from gplan.backends.launch import (TORCHRUN_PORT, JobRecipe, LaunchOptions, Laun
 from gplan.backends.launch import hetero_slurm_script, slurm_script as slurm_script_of
 from gplan.errors import BackendError, InputError
 from gplan.plan import Plan
+from gplan.spec.training import LOW_PRECISION_RECIPES
 
 WORKER_MODULE = "gplan.backends.torch.worker"
 
@@ -74,6 +75,10 @@ def notes(plan: Plan, device: str = "auto") -> list[str]:
     if cpu and plan.training.precision != "fp32":
         found.append(f"on CPU the worker computes in fp32: the plan priced {plan.training.precision} (2-byte weights "
                      "and messages), so measured memory and message sizes are larger than predicted")
+    recipe = LOW_PRECISION_RECIPES.get(plan.training.precision)
+    if cpu and recipe:
+        found.append(f"{plan.training.precision}: torchao's {recipe} casts run emulated "
+                     "on CPU (the same quantisation, computed in software), not at the speed the plan priced")
     elif not cpu and plan.training.precision != "fp32" and not (c.zero >= 1 and c.dp * c.cp > 1):
         found.append(f"without FSDP (zero 0) the weights stay fp32 under {plan.training.precision} autocast: "
                      "4-byte weights and gradients where the plan priced 2-byte weights")

@@ -16,6 +16,7 @@ from gplan.backends.torch import apply_pp
 from gplan.backends.torch.apply_ac import apply_recompute
 from gplan.backends.torch.apply_cp import Ring, apply_cp
 from gplan.backends.torch.apply_dp import apply_fsdp
+from gplan.backends.torch.apply_lowp import apply_low_precision, recipe_of
 from gplan.backends.torch.apply_tp import apply_tp
 from gplan.backends.torch.model import ModelArgs, Transformer, keep_stage
 from gplan.backends.torch.moe import ExpertGroup, apply_ep
@@ -33,6 +34,15 @@ class Chunks:
     """Parameters this rank holds after tensor parallelism, before any FSDP sharding."""
     edp_group: object | None = None
     """Mixture of experts: the ranks holding the same experts (their gradients are summed there)."""
+    low_precision_layers: int = 0
+    """Linear layers per chunk running the plan's FP8/MXFP8 recipe (apply_lowp)."""
+
+
+def fsdp_float8_all_gather(plan: Plan) -> bool:
+    """FSDP2 all-gathers float8 weights where it shards them under the tensorwise recipe (torchtitan's
+    `enable_fsdp_float8_all_gather`, on where dp_shard > 1)."""
+    c = plan.parallel
+    return recipe_of(plan.training.precision) == "tensorwise" and c.zero >= 1 and c.dp * c.cp > 1
 
 
 def cp_ring(mesh: DeviceMesh) -> Ring:
@@ -81,8 +91,10 @@ def build_chunks(plan: Plan, mesh: DeviceMesh, pp_rank: int, device: torch.devic
             part = keep_stage(Transformer(args), chunk.layer_ids, chunk.first, chunk.last)
         if experts is not None:
             apply_ep(part, experts)
+        built.low_precision_layers = apply_low_precision(part, plan.training.precision, emulate=device.type != "cuda",
+                                                         fsdp_all_gather=fsdp_float8_all_gather(plan))
         if c.tp > 1:
-            apply_tp(part, mesh["tp"], c.sp)
+            apply_tp(part, mesh["tp"], c.sp)  # bf16 collectives around float8 GEMMs, as the cost model prices tp
         if ring is not None:
             apply_cp(part, ring, plan.training.seq_length)
         apply_recompute(part, recompute)

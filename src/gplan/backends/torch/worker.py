@@ -33,7 +33,8 @@ from gplan.backends.torch import apply_pp, checkpoint, launcher
 from gplan.backends.torch.apply_cp import load_balanced_positions
 from gplan.backends.torch.apply_dp import average_expert_gradients, average_gradients
 from gplan.backends.torch.model import init_weights
-from gplan.backends.torch.parallelize import build_chunks, grad_mesh
+from gplan.backends.torch.apply_lowp import after_optimizer_step, check_capability, describe
+from gplan.backends.torch.parallelize import build_chunks, fsdp_float8_all_gather, grad_mesh
 from gplan.plan import Plan, read_plan
 from gplan.report import RankReport, build_report, write_report
 
@@ -69,6 +70,8 @@ class Job:
     """The embedding–head pair group when a tied model's ends sit on different stages."""
     edp_group: object | None = None
     """Mixture of experts: the expert data-parallel group (parallelize.expert_mesh)."""
+    recipe: str | None = None
+    """The low-precision GEMM recipe this rank runs (apply_lowp.describe), for the run report."""
     step_times_s: list[float] = field(default_factory=list)
 
 
@@ -98,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         plan = read_plan(args.plan)
         device = pick_device(args.device, local_rank)
         check_device(plan, rank, device)
+        check_capability(plan.training.precision, device)
         init_distributed(device)
         job = build_job(plan, device, args, log)
         first_step = resume(job, args)
@@ -163,19 +167,23 @@ def build_job(plan: Plan, device: torch.device, args: argparse.Namespace, log: R
     loss_fn = make_loss(tp_mesh)
     schedule = apply_pp.build_schedule(plan, built.stages, loss_fn) if c.pp > 1 else None
     optimizers = [torch.optim.AdamW(p.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1) for p in parts]
-    autocast = device.type == "cuda" and plan.training.precision in ("bf16", "fp16")
+    autocast = device.type == "cuda" and plan.training.base_precision in ("bf16", "fp16")
     log(f"rank {dist.get_rank()}: stage {pp_rank}, layers {[i for ch in apply_pp.rank_chunks(plan, pp_rank) for i in ch.layer_ids]}, "
         f"{sum(p.numel() for part in parts for p in part.parameters())} parameters here (local shards)")
     tied_group = apply_pp.tied_pair_group(plan, dist.get_rank())
+    recipe = describe(plan.training.precision, device.type != "cuda", built.low_precision_layers,
+                      fsdp_float8_all_gather(plan))
+    if recipe:
+        log(f"rank {dist.get_rank()}: {recipe}")
     return Job(plan, mesh, device, parts, optimizers, schedule, pp_rank, pp_rank == c.pp - 1, autocast, tp_mesh,
-               built.virtual_stages, log, tied_group=tied_group, edp_group=built.edp_group)
+               built.virtual_stages, log, tied_group=tied_group, edp_group=built.edp_group, recipe=recipe)
 
 
 def sixteen_bit(plan: Plan, device: torch.device) -> torch.dtype | None:
     """The 16-bit type the plan priced, where the device computes in it (GPUs); None on CPU (fp32)."""
-    if device.type != "cuda" or plan.training.precision not in ("bf16", "fp16"):
+    if device.type != "cuda" or plan.training.base_precision not in ("bf16", "fp16"):
         return None
-    return torch.bfloat16 if plan.training.precision == "bf16" else torch.float16
+    return torch.bfloat16 if plan.training.base_precision == "bf16" else torch.float16
 
 
 def make_loss(tp_mesh: DeviceMesh | None):
@@ -269,6 +277,7 @@ def train_step(job: Job, inputs: torch.Tensor, targets: torch.Tensor) -> float:
     apply_pp.reduce_tied_gradients(job.parts, job.tied_group)
     for opt in job.optimizers:
         opt.step()
+    after_optimizer_step(job.parts, job.plan.training.precision, fsdp_float8_all_gather(job.plan))
     return global_mean_loss(job, local)
 
 
@@ -339,7 +348,8 @@ def report(job: Job, args: argparse.Namespace, first_step: int, losses: list[flo
     device = torch.cuda.get_device_name(job.device) if job.device.type == "cuda" else "cpu"
     write_report(build_report(
         job.plan, backend="torch", framework_version=torch.__version__, device=device,
-        compute_dtype=job.plan.training.precision if job.autocast else "fp32", first_step=first_step,
+        compute_dtype=job.plan.training.base_precision if job.autocast else "fp32", gemm_recipe=job.recipe,
+        first_step=first_step,
         steps=args.steps, warmup_steps=args.warmup_steps, losses=losses,
         ranks=[RankReport.model_validate(r) for r in gathered]), args.run_dir / "run_report.json")
 
