@@ -15,7 +15,7 @@ from gplan.numeric import fit_line
 from gplan.profiles.schema import DeviceSpec
 from gplan.spec.model import LayerKind, ModelSpec
 from gplan.spec.parallel import ParallelConfig
-from gplan.spec.training import TrainingSpec
+from gplan.spec.training import TrainingSpec, tensor_core_format
 
 #: FlashAttention-2 backward runs 5 GEMM-like products against the forward's 2 (it recomputes the
 #: scores): 2.5× the forward FLOPs (Dao 2023, §3.1).
@@ -174,8 +174,9 @@ def gemm_efficiency(device: DeviceSpec, gemm: Gemm) -> float:
 
 def gemm_time_s(device: DeviceSpec, precision: str, gemm: Gemm) -> float:
     """At the peak of the GEMM's precision and the efficiency of its size, times the device's factor for
-    that precision (FP8's scaling and casts)."""
-    factor = device.precision_efficiency.get(precision, 1.0)
+    that precision (FP8's scaling and casts); a recipe without its own factor (fp8-rowwise where no run
+    measured it) takes its tensor-core format's, never a faster one than the tensorwise recipe's."""
+    factor = device.precision_efficiency.get(precision, device.precision_efficiency.get(tensor_core_format(precision), 1.0))
     return gemm.flops / (device.peak_flops(precision) * min(1.0, gemm_efficiency(device, gemm) * factor))
 
 

@@ -97,21 +97,28 @@ class DeviceSpec(BaseModel):
     """Engine -> factor on the compute efficiencies (GEMM, attention, element-wise) of runs that engine
     trains: the same layout runs at different speeds in Megatron-LM, Megatron-DeepSpeed and FSDP stacks.
     An engine not listed runs at `efficiency` (fitted on Megatron-LM's runs)."""
+    engine_precision_efficiency: dict[str, dict[str, float]] = {}
+    """Engine -> precision -> factor replacing `precision_efficiency` for that engine's low-precision
+    GEMMs (torchao's float8 kernels in gplan's torch worker and torchtitan are not Transformer Engine's)."""
 
     #: Fields added after schema v1 plans were first written, left out of the digest at their default.
     DIGEST_OPTIONAL: ClassVar[dict[str, object]] = {"communicator_MiB": 0.0, "fragmentation": 0.0,
-                                                    "engine_efficiency": {}, "precision_efficiency": {}}
+                                                    "engine_efficiency": {}, "precision_efficiency": {},
+                                                    "engine_precision_efficiency": {}}
 
     def for_engine(self, engine: str | None) -> "DeviceSpec":
         """This device as `engine` runs it: its compute efficiencies scaled by the engine's factor
         (capped at 1), the GEMM size at which efficiency halves divided by it."""
         factor = self.engine_efficiency.get(engine or "", 1.0)
+        precision = self.engine_precision_efficiency.get(engine or "", {})
+        device = self.model_copy(update={"precision_efficiency": {**self.precision_efficiency, **precision}}) \
+            if precision else self
         if factor == 1.0:
-            return self
+            return device
         e = self.efficiency
         scaled = e.model_copy(update={"gemm": min(1.0, e.gemm * factor), "attention": min(1.0, e.attention * factor),
                                       "memory": min(1.0, e.memory * factor), "gemm_half_gflop": e.gemm_half_gflop / factor})
-        return self.model_copy(update={"efficiency": scaled})
+        return device.model_copy(update={"efficiency": scaled})
     measured: list[LayerMeasurement] = []
     """Measured layer times (`gplan profile`); the cost model uses them where a shape matches."""
 
