@@ -14,6 +14,8 @@ def test_a_missing_engine_skips_with_the_extra_that_installs_it():
     assert mark.args == (True,)
     assert ENGINE_SKIP in mark.kwargs["reason"] and "pip install -e '.[dev]'" in mark.kwargs["reason"]
     assert requires_engine("json", "dev").args == (False,)
+    # a dotted module whose parent package is missing skips too (find_spec imports the parent and raises)
+    assert requires_engine("no_such_engine_xyz.core", "dev").args == (True,)
 
 
 def _run(tmp_path, require: str) -> subprocess.CompletedProcess:

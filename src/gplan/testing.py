@@ -155,7 +155,10 @@ def requires_engine(module: str, extra: str):
 
     import pytest
 
-    missing = importlib.util.find_spec(module) is None
+    try:  # a dotted name imports its parents: `megatron.core` without `megatron` raises, it is not None
+        missing = importlib.util.find_spec(module) is None
+    except ModuleNotFoundError:
+        missing = True
     return pytest.mark.skipif(missing, reason=f"{ENGINE_SKIP} {module} (pip install -e '.[{extra}]')")
 
 

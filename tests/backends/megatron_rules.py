@@ -56,7 +56,7 @@ ARGUMENTS: dict[str, tuple[object, tuple | None]] = {
     "--moe-expert-capacity-factor": (float, None), "--moe-token-drop-policy": (str, ("probs", "position")),
     "--expert-model-parallel-size": (int, None), "--expert-tensor-parallel-size": (int, None),
     "--moe-router-num-groups": (int, None), "--moe-router-group-topk": (int, None),
-    "--moe-router-topk-scaling-factor": (float, None),
+    "--moe-router-topk-scaling-factor": (float, None), "--mtp-num-layers": (int, None),
     # _add_network_size_args (MLA) and the QK norm
     "--multi-latent-attention": (None, None), "--q-lora-rank": (int, None), "--kv-lora-rank": (int, None),
     "--qk-head-dim": (int, None), "--qk-pos-emb-head-dim": (int, None), "--v-head-dim": (int, None),

@@ -303,3 +303,66 @@ def test_a_moe_module_pins_the_torchtitan_whose_private_builder_it_calls(monkeyp
     monkeypatch.setattr(torchtitan, "__version__", "9.9.9")
     with pytest.raises(ImportError, match=f"pip install torchtitan=={PINNED}"):
         exec(compile(source, "gplan_torchtitan.py", "exec"), {})
+
+
+def deepseek_v3_config(**extra) -> dict:
+    """DeepSeek-V3's config.json (deepseek-ai/DeepSeek-V3), the fields gplan reads."""
+    return {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 7168,
+            "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_attention_heads": 128,
+            "num_key_value_heads": 128, "num_hidden_layers": 61, "vocab_size": 129280, "n_routed_experts": 256,
+            "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 3, "moe_layer_freq": 1,
+            "n_group": 8, "topk_group": 4, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid",
+            "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+            "v_head_dim": 128, "max_position_embeddings": 163840, "rope_theta": 10000, "hidden_act": "silu",
+            "tie_word_embeddings": False, "num_nextn_predict_layers": 1, **extra}
+
+
+def test_deepseek_v3_multi_token_prediction_is_read_and_counted(tmp_path):
+    """One MTP depth (num_nextn_predict_layers 1): a MoE layer, the 2h → h projection and three norms —
+    671.0B + 11.6B (Hugging Face's 685B also counts the MTP module's own copies of the embedding and the
+    head, 2 × 0.93B, which Megatron shares with the model)."""
+    import json
+
+    from gplan.profiles.catalogue import load_model
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(deepseek_v3_config()))
+    with_mtp = load_model(str(path))
+    path.write_text(json.dumps(deepseek_v3_config(num_nextn_predict_layers=0)))
+    without = load_model(str(path))
+    assert with_mtp.mtp_layers == 1 and without.mtp_layers == 0
+    extra = with_mtp.total_params() - without.total_params()
+    assert extra == with_mtp.layer_params(with_mtp.mtp_kind) + 2 * 7168 * 7168 + 3 * 7168
+    assert round(without.total_params() / 1e9) == 671 and 11.5e9 < extra < 11.7e9
+
+
+def test_mtp_is_priced_on_the_last_stage_and_exported_as_megatron_builds_it():
+    from gplan.backends.exporters.megatron import megatron_args
+
+    mtp_model = MINI_DEEPSEEK.model_copy(update={"mtp_layers": 1})
+    training = TrainingSpec(gbs=32, seq_length=1024, engine="megatron")
+    layouts = layout_from_sizes(MINI_DEEPSEEK, SIZES, ["none", "none"])
+    cluster = load_cluster("dgx-h100", CONFIG.world_size)
+    plain = make_plan(MINI_DEEPSEEK, training, cluster, CONFIG, layouts, target="megatron").prediction
+    mtp_layouts = layout_from_sizes(mtp_model, SIZES, ["none", "none"])
+    priced = make_plan(mtp_model, training, cluster, CONFIG, mtp_layouts, target="megatron")
+    with_mtp = priced.prediction
+    first, last = (with_mtp.stages[i].forward_s - plain.stages[i].forward_s for i in (0, -1))
+    assert first == 0 and last > plain.stages[-1].forward_s / SIZES[-1]  # more than one layer's forward
+    assert with_mtp.stages[-1].memory_bytes > plain.stages[-1].memory_bytes
+    assert with_mtp.stages[0].memory_bytes == plain.stages[0].memory_bytes
+    args = megatron_args(priced, runs_as(TARGETS["megatron"], mtp_model, CONFIG, layouts_of(priced)))[0]
+    ns = megatron_rules.validate(args, priced.world_size, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, device_arch=9)
+    assert ns.mtp_num_layers == 1 and ns.pipeline_model_parallel_layout.endswith("mL")
+    assert {r.capability for r in config_refusals(TARGETS["torch"], mtp_model, ParallelConfig(dp=8, ep=4), 8, "bf16")} \
+        >= {"mtp"}
+
+
+@requires_engine("megatron.core", "dev")
+def test_megatron_core_accepts_the_mtp_layout():
+    from megatron.core.transformer.pipeline_parallel_layer_layout import PipelineParallelLayerLayout
+
+    layout = PipelineParallelLayerLayout(interleaved_layout([4, 5], 2, mtp=1), 2)
+    layout.validate_layer_layout(num_layers=9, mtp_num_layers=1)
+    with pytest.raises(AssertionError, match="mtp"):
+        PipelineParallelLayerLayout(interleaved_layout([4, 5], 2, mtp=0), 2).validate_layer_layout(9, 1)

@@ -98,7 +98,7 @@ def profile_machine(measurer: Measurer, request: ProfileRequest, progress: Calla
 
 def start_profile(path: Path, hardware: str, nproc: int, nnodes: int, device_name: str, framework: str) -> Profile:
     """The profile at `path` when resuming, else a new one on the catalogue's values."""
-    from importlib.metadata import version
+    from importlib.metadata import PackageNotFoundError, version
 
     if path.exists():
         return read_profile(path)
@@ -107,9 +107,17 @@ def start_profile(path: Path, hardware: str, nproc: int, nnodes: int, device_nam
                                                 "hardware": DeviceSpec.model_validate(hardware_entry(hardware))})
     provenance = ProfileProvenance(
         host=socket.gethostname(), devices=nproc * nnodes, device_name=device_name, framework=framework,
-        framework_version=version(framework), gplan_version=__version__,
+        framework_version=_version_of(framework, version, PackageNotFoundError), gplan_version=__version__,
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), command=" ".join(sys.argv))
     return Profile(name=f"{socket.gethostname()}-{hardware}-measured", node_groups=[group], provenance=provenance)
+
+
+def _version_of(framework: str, version, missing) -> str:
+    """The measuring framework's version; a measurer that needs no installed framework (a test's) says so."""
+    try:
+        return version(framework)
+    except (missing, StopIteration, ValueError):
+        return "not installed"
 
 
 def with_layers(profile: Profile, measured: list[LayerMeasurement]) -> Profile:

@@ -155,11 +155,14 @@ def model_flops_per_step(model: ModelSpec, training: TrainingSpec) -> float:
     """Model FLOPs of one step, forward + backward = 3 × forward, no recompute, causal attention
     counted as half the score matrix — what the kernels the step time prices compute, and the
     convention of Megatron-Bridge's published tables (so MFU cannot pass 100% at long sequences, as
-    the SC21 count, which has no causal halving, does at 128k). Without the halving, for GPT with
+    the SC21 count, which has no causal halving, does at 128k); multi-token prediction adds per depth a
+    layer, its 2h → h projection and the head (Megatron counts them too). Without the halving, for GPT with
     f = 4h this is `72·B·s·L·h²·(1 + s/(6h) + V/(12·L·h))` (Narayanan et al. 2021, eq. 3)."""
     whole = Shard(batch=training.gbs, seq=training.seq_length, kv_seq=training.seq_length, tp=1, sp=False)
     layers = sum(k.count * layer_forward_flops(model, k, whole, causal_skip=True) for k in model.layer_kinds())
-    return 3.0 * (layers + head_gemm(model, whole).flops)
+    mtp = model.mtp_layers * (layer_forward_flops(model, model.mtp_kind, whole, causal_skip=True)
+                              + 2 * whole.tokens * 2 * model.hidden_size * model.hidden_size + head_gemm(model, whole).flops)
+    return 3.0 * (layers + head_gemm(model, whole).flops + mtp)
 
 
 # ---- time --------------------------------------------------------------------------------------

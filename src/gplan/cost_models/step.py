@@ -154,7 +154,11 @@ class StepModel:
         return experts.expert_params_per_device(self.model, self.config) if self.kinds[kind].moe else 0.0
 
     def stage_expert_params(self, stage: StageLayout) -> float:
-        return sum(c.count * self.layer_expert_params(c.kind) for c in stage.layers)
+        return sum(c.count * self.layer_expert_params(c.kind) for c in stage.layers) + self.stage_fixed_expert_params(stage)
+
+    def stage_fixed_expert_params(self, stage: StageLayout) -> float:
+        """The routed experts among `stage_fixed_params`: the MTP depths' on the last stage."""
+        return self.mtp_expert_params() if stage.head else 0.0
 
     def layer_activation_bytes(self, kind: str, recompute: str) -> float:
         """What a layer keeps per micro-batch in flight; an MoE layer's routed side beside it (the whole
@@ -179,10 +183,37 @@ class StepModel:
         if stage.embedding:
             params += self.model.embedding_params_per_rank(tp)
         if stage.head:
-            params += self.model.head_params_per_rank(tp)
-            if self.model.tie_embeddings and not stage.embedding:
+            params += self.model.head_params_per_rank(tp) + self.mtp_params()
+            # a tied head, or MTP's embedding of the shifted tokens, keeps its own copy of the embedding
+            # when the two ends sit on different stages (Megatron-LM's shared embedding weight)
+            if (self.model.tie_embeddings or self.model.mtp_layers) and not stage.embedding:
                 params += self.model.vocab_size * self.model.hidden_size / tp
         return params
+
+    # ---- multi-token prediction (DeepSeek-V3 §2.2; Megatron's MultiTokenPredictionBlock) ------------
+    # Each depth on the last stage: a layer of the model's last kind, the 2h → h projection over its
+    # norms (column-parallel, /tp), and the output head once more on its shifted tokens.
+    def mtp_params(self) -> float:
+        m = self.model
+        if not m.mtp_layers:
+            return 0.0
+        extra = 2 * m.hidden_size * m.hidden_size / self.config.tp + 3 * m.norm_params()
+        return m.mtp_layers * (self.layer_params(m.mtp_kind.name) + extra)
+
+    def mtp_expert_params(self) -> float:
+        return self.model.mtp_layers * self.layer_expert_params(self.model.mtp_kind.name)
+
+    def mtp_times(self, group: int) -> tuple[float, float]:
+        """(forward, backward) seconds of the MTP depths per micro-batch."""
+        m = self.model
+        if not m.mtp_layers:
+            return 0.0, 0.0
+        lt = self.layer_time(m.mtp_kind.name, group)
+        projection = compute.Gemm(self.shard.tokens, m.hidden_size // self.config.tp, 2 * m.hidden_size)
+        proj_s = compute.gemm_time_s(self.device(group), self.training.precision, projection)
+        head_f, head_b = self.end_time("head", group)
+        return (m.mtp_layers * (lt.forward_s + proj_s + head_f),
+                m.mtp_layers * (lt.backward_s + compute.GEMM_BACKWARD_FLOP_RATIO * proj_s + head_b))
 
     def stage_params(self, stage: StageLayout) -> float:
         return sum(c.count * self.layer_params(c.kind) for c in stage.layers) + self.stage_fixed_params(stage)
@@ -217,6 +248,9 @@ class StepModel:
             if held:
                 f, b = self.end_time(part, g)
                 forward, backward = forward + f, backward + b
+        if layout.head:
+            f, b = self.mtp_times(g)
+            forward, backward = forward + f, backward + b
         return forward, backward
 
     def end_time(self, part: str, group: int) -> tuple[float, float]:
@@ -235,6 +269,10 @@ class StepModel:
         for held in (layout.embedding, layout.head):  # their all-reduce over tp
             if held and self.config.tp > 1:
                 tp_s += self.tp_allreduce_s(g)
+        if layout.head and self.model.mtp_layers:  # each MTP depth: its layer's collectives and its head's
+            kind, depths = self.model.mtp_kind.name, self.model.mtp_layers
+            tp_s += depths * (self.layer_tp_comm_s(kind, "none", g) + (self.tp_allreduce_s(g) if self.config.tp > 1 else 0))
+            ep_s += depths * self.layer_ep_comm_s(kind, "none", g)
         return forward, backward, tp_s, cp_s, ep_s, self.stage_sends(layout) * self.pp_send_s(g)
 
     def stage(self, index: int, layout: StageLayout) -> StagePrediction:
@@ -260,8 +298,11 @@ class StepModel:
             activations += in_flight * memory.embedding_activation_bytes(self.model, self.shard)
         if layout.head:
             head_held = self.num_microbatches if self.config.schedule == "gpipe" else 1
-            activations += head_held * memory.head_activation_bytes(self.model, self.shard,
-                                                                    self.training.element_bytes, self.training.engine)
+            head = memory.head_activation_bytes(self.model, self.shard, self.training.element_bytes, self.training.engine)
+            activations += head_held * head
+            if self.model.mtp_layers:  # each depth keeps a layer's activations per micro-batch in flight, and its logits
+                depth = in_flight * self.layer_activation_bytes(self.model.mtp_kind.name, "none") + head_held * head
+                activations += self.model.mtp_layers * depth
         return activations
 
     @cached_property
@@ -341,6 +382,8 @@ class StepModel:
         transient = self.stage_transient_bytes(layout)
         weights, grads, optimizer = self.states(params, self.stage_expert_params(layout))
         layer_params = sum(c.count * self.layer_params(c.kind) for c in layout.layers)
+        if layout.head:  # the MTP depths' layers are quantised like the model's
+            layer_params += self.model.mtp_layers * self.layer_params(self.model.mtp_kind.name)
         weights += layer_params * memory.low_precision_weight_bytes(t.precision)
         allocated = weights + grads + optimizer + activations + buffers + transient
         return StageMemory(

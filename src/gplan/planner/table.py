@@ -210,7 +210,8 @@ def _fixed_memory_bytes(step: StepModel, i: int, widest_layer_params: float) -> 
     if c.zero >= 3 and memory.zero_shard_ranks(c) > 1:
         units = step.unit_params(empty) + [widest_layer_params, widest_layer_params]
         buffers = buffers + memory.zero3_gather_buffer_bytes(units, t.element_bytes)
-    return sum(step.states(step.stage_fixed_params(empty), 0.0)) + step.stage_activation_bytes(i, empty) + buffers
+    return sum(step.states(step.stage_fixed_params(empty), step.stage_fixed_expert_params(empty))) + \
+        step.stage_activation_bytes(i, empty) + buffers
 
 
 def allocatable_bytes(step: StepModel, g: int) -> float:

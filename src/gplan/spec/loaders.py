@@ -89,7 +89,8 @@ def _from_llama_like(c: dict[str, Any]) -> dict[str, Any]:
 def _experts(c: dict[str, Any], source: str) -> dict[str, Any]:
     """The mixture-of-experts (and DeepSeek's latent attention) fields of Mixtral, Qwen2/Qwen3-MoE and
     DeepSeek-V3 configs. Every layer after the leading dense ones must be an MoE layer (the stack's
-    layer kinds are contiguous); DeepSeek's multi-token-prediction layers are not modelled."""
+    layer kinds are contiguous); DeepSeek's multi-token-prediction depths (`num_nextn_predict_layers`) run
+    on the last stage."""
     kind = c["model_type"]
     if kind == "mixtral":
         return {"num_experts": c["num_local_experts"], "top_k": c["num_experts_per_tok"]}
@@ -112,6 +113,7 @@ def _experts(c: dict[str, Any], source: str) -> dict[str, Any]:
             "router_groups": c.get("n_group") if (c.get("n_group") or 1) > 1 else None,
             "router_group_topk": c.get("topk_group") if (c.get("n_group") or 1) > 1 else None,
             "router_topk_scale": c.get("routed_scaling_factor"),
+            "mtp_layers": c.get("num_nextn_predict_layers") or 0,
             "q_lora_rank": c.get("q_lora_rank"), "kv_lora_rank": c["kv_lora_rank"],
             "qk_rope_head_dim": c["qk_rope_head_dim"], "v_head_dim": c["v_head_dim"],
             "head_dim": c["qk_nope_head_dim"]}

@@ -109,6 +109,12 @@ class ModelSpec(BaseModel):
     """Factor on the routed experts' weights (DeepSeek-V3 `routed_scaling_factor` 2.5; Megatron
     `--moe-router-topk-scaling-factor`)."""
 
+    mtp_layers: int = Field(default=0, ge=0)
+    """Multi-token prediction depths (DeepSeek-V3 §2.2: each predicts one more future token with a
+    transformer layer of the model's last kind, a 2h → h projection and three norms, sharing the
+    embedding and the output head; Hugging Face `num_nextn_predict_layers`, Megatron `--mtp-num-layers`).
+    They run on the last pipeline stage, after the model's layers."""
+
     # ---- multi-head latent attention (DeepSeek-V2 §2.1) --------------------------------------------------
     q_lora_rank: int | None = Field(default=None, gt=0)
     """Rank of the query's down-projection; None: queries projected directly from the hidden state."""
@@ -127,7 +133,7 @@ class ModelSpec(BaseModel):
         "top_k": None, "moe_ffn_hidden_size": None, "num_shared_experts": 0, "shared_expert_ffn_hidden_size": None,
         "first_dense_layers": 0, "capacity_factor": None, "router": "softmax", "q_lora_rank": None,
         "kv_lora_rank": None, "qk_rope_head_dim": None, "v_head_dim": None, "qkv_bias": False, "router_groups": None,
-        "router_group_topk": None, "router_topk_scale": None}
+        "router_group_topk": None, "router_topk_scale": None, "mtp_layers": 0}
 
     @model_validator(mode="after")
     def _check_shapes(self) -> "ModelSpec":
@@ -308,7 +314,8 @@ class ModelSpec(BaseModel):
         "2.4B" of DeepSeek-V2-Lite) — a lookup, not a matrix product."""
         unused = 0
         if self.is_moe:
-            unused = (self.num_layers - self.first_dense_layers) * (self.num_experts - self.top_k) * self.expert_params()
+            moe_layers = self.num_layers - self.first_dense_layers + (self.mtp_layers if self.mtp_kind.moe else 0)
+            unused = moe_layers * (self.num_experts - self.top_k) * self.expert_params()
         lookup = 0 if input_embedding else self.vocab_size * self.hidden_size
         return self.total_params() - unused - lookup
 
@@ -343,10 +350,23 @@ class ModelSpec(BaseModel):
         heads, the kv heads and the MLP width."""
         return not (self.num_attention_heads % tp or self.kv_heads % tp or self.ffn_size % tp)
 
+    @property
+    def mtp_kind(self) -> LayerKind:
+        """The layer kind of a multi-token-prediction depth: the model's last."""
+        return self.layer_kinds()[-1]
+
+    def mtp_extra_params(self) -> int:
+        """One MTP depth beside its transformer layer: the 2h → h projection of [norm(h); norm(emb)] and
+        its three norms (Megatron's MultiTokenPredictionLayer: enorm, hnorm, eh_proj, final_layernorm)."""
+        return 2 * self.hidden_size * self.hidden_size + 3 * self.norm_params()
+
+    def mtp_params(self) -> int:
+        return self.mtp_layers * (self.layer_params(self.mtp_kind) + self.mtp_extra_params())
+
     def total_params(self) -> int:
         layers = sum(k.count * self.layer_params(k) for k in self.layer_kinds())
         encoder_final_norm = self.norm_params() if self.is_encoder_decoder else 0
-        return layers + self.embedding_params() + self.head_params() + encoder_final_norm
+        return layers + self.embedding_params() + self.head_params() + encoder_final_norm + self.mtp_params()
 
 
 def check_tp_divides(model: ModelSpec, tp: int) -> None:

@@ -50,6 +50,9 @@ class Capabilities:
     """Whether its routed experts' grouped GEMMs run the low-precision recipe too (Transformer Engine's
     grouped FP8 GEMMs in Megatron-core); where not, it refuses an FP8 plan with experts rather than train
     them in BF16 under a price that assumed FP8."""
+    mtp: bool = False
+    """Multi-token prediction depths on the last stage (Megatron's `--mtp-num-layers`, MindFormers'
+    `num_nextn_predict_layers`); the others build no MTP module."""
     low_precision_tp: bool = True
     """Whether its low-precision layers run sharded by tensor parallelism (torchao's float8 linear
     layers take DTensor weights; its MXFP8Linear does not, so gplan's worker runs MXFP8 at tp = 1)."""
@@ -123,7 +126,7 @@ TARGETS: dict[str, Capabilities] = {
                              cp=True, tied_embeddings_across_stages=True, recompute="block", uneven_split=True,
                              zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False, sliding_window=True,
                              precisions=frozenset({"bf16", "fp16", "fp32", "fp8", "mxfp8", "nvfp4"}),
-                             low_precision_experts=True,
+                             low_precision_experts=True, mtp=True,
                              experts=True, latent_attention=True, latent_attention_split=True, expert_tp="any",
                              uneven_interleaved=True, token_dropping=True,
                              tp_comm_overlap=frozenset({"bf16", "fp16", "fp8", "mxfp8"}),
@@ -158,7 +161,7 @@ TARGETS: dict[str, Capabilities] = {
                                 recompute="per_stage", uneven_split=True, zero=ALL_ZERO, zero_with_pp=ALL_ZERO,
                                 encoder_decoder=False, llama_family_only=True, experts=True, latent_attention=True,
                                 latent_attention_split=True, expert_tp="etp1", token_dropping=True,
-                                expert_families=frozenset({"qwen3_moe", "deepseek_v3"})),
+                                expert_families=frozenset({"qwen3_moe", "deepseek_v3"}), mtp=True),
 }
 
 
@@ -274,6 +277,9 @@ def config_refusals(target: Capabilities, model: ModelSpec, config: ParallelConf
                                  "--zero " + ",".join(map(str, sorted(target.expert_zero)))))
     elif c.ep > 1 or c.etp > 1:
         found.append(Refusal("ep", f"{t}: ep={c.ep} etp={c.etp} without experts", "--ep 1"))
+    if model.mtp_layers and not target.mtp:
+        found.append(Refusal("mtp", f"{t} builds no multi-token-prediction module (the model has {model.mtp_layers})",
+                             "--target megatron, or mtp_layers: 0 in the model file"))
     if precision is not None and precision not in target.precisions:
         runners = [name for name, other in TARGETS.items() if precision in other.precisions]
         found.append(Refusal("precision", f"{t} trains {', '.join(sorted(target.precisions))}, not {precision}",

@@ -97,7 +97,7 @@ def model_args(plan: Plan, notes: list[str]) -> list[str]:
         args += ["--rotary-base", rotary_base(m.rope_theta)]
     if m.kv_heads != m.num_attention_heads:
         args += ["--group-query-attention", "--num-query-groups", str(m.kv_heads)]
-    args += switch_args(plan) + expert_args(plan) + latent_attention_args(plan)
+    args += switch_args(plan) + expert_args(plan) + latent_attention_args(plan) + mtp_args(plan)
     if m.qk_norm:
         args.append("--qk-layernorm")
     if t.precision in LOW_PRECISION_ARGS:
@@ -131,6 +131,12 @@ def expert_args(plan: Plan) -> list[str]:
     if m.capacity_factor:
         args += ["--moe-expert-capacity-factor", str(m.capacity_factor), "--moe-token-drop-policy", "probs"]
     return args
+
+
+def mtp_args(plan: Plan) -> list[str]:
+    """DeepSeek-V3's multi-token prediction: `--mtp-num-layers` depths on the last stage (its layout's
+    `m`, before the loss), as the plan prices them."""
+    return ["--mtp-num-layers", str(plan.model.mtp_layers)] if plan.model.mtp_layers else []
 
 
 def latent_attention_args(plan: Plan) -> list[str]:
@@ -201,9 +207,9 @@ def parallel_args(plan: Plan, layouts: list[StageLayout]) -> list[str]:
     if c.vpp > 1 and len(set(sizes)) == 1 and sizes[0] % c.vpp == 0:
         args += ["--num-layers-per-virtual-pipeline-stage", str(sizes[0] // c.vpp)]
     elif c.vpp > 1:
-        args += ["--pipeline-model-parallel-layout", interleaved_layout(sizes, c.vpp)]
+        args += ["--pipeline-model-parallel-layout", interleaved_layout(sizes, c.vpp, plan.model.mtp_layers)]
     else:
-        args += split_args(layouts)
+        args += split_args(layouts, plan.model.mtp_layers)
     if c.zero == 1:
         args.append("--use-distributed-optimizer")
     elif uses_fsdp(plan):
@@ -229,7 +235,7 @@ def overlap_args(plan: Plan) -> list[str]:
     return args
 
 
-def interleaved_layout(sizes: list[int], vpp: int) -> str:
+def interleaved_layout(sizes: list[int], vpp: int, mtp: int = 0) -> str:
     """Uneven interleaved stages as Megatron's `--pipeline-model-parallel-layout`: the pp·vpp virtual
     stages in order, virtual stage j = chunk j // pp of rank j % pp, each rank's layers dealt over its
     chunks as evenly as possible (`chunk_sizes`: only the first rank's first chunk and the last rank's
@@ -240,11 +246,12 @@ def interleaved_layout(sizes: list[int], vpp: int) -> str:
     for j in range(pp * vpp):
         rank, chunk = j % pp, j // pp
         layers = chunks[rank][chunk]
-        stages.append(("E" if j == 0 else "") + (f"t*{layers}" if layers else "") + ("L" if j == pp * vpp - 1 else ""))
+        last = j == pp * vpp - 1  # the MTP depths, then the loss, close the last virtual stage (megatron-core's rule)
+        stages.append(("E" if j == 0 else "") + (f"t*{layers}" if layers else "") + ("m" * mtp + "L" if last else ""))
     return "|".join(stages)
 
 
-def split_args(layouts: list[StageLayout]) -> list[str]:
+def split_args(layouts: list[StageLayout], mtp: int = 0) -> list[str]:
     """An uneven split: first/last stage sizes when the middle stages are equal, else the full
     `--pipeline-model-parallel-layout` (E embedding, t layer, L loss; `|` between stages)."""
     sizes = stage_sizes(layouts)
@@ -254,7 +261,8 @@ def split_args(layouts: list[StageLayout]) -> list[str]:
     if len(set(middle)) <= 1:
         return ["--decoder-first-pipeline-num-layers", str(sizes[0]),
                 "--decoder-last-pipeline-num-layers", str(sizes[-1])]
-    stages = [("E" if i == 0 else "") + f"t*{n}" + ("L" if i == len(sizes) - 1 else "") for i, n in enumerate(sizes)]
+    stages = [("E" if i == 0 else "") + f"t*{n}" + ("m" * mtp + "L" if i == len(sizes) - 1 else "")
+              for i, n in enumerate(sizes)]
     return ["--pipeline-model-parallel-layout", "|".join(stages)]
 
 

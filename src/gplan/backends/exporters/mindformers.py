@@ -111,7 +111,7 @@ def expert_model_config(plan: Plan, offset) -> dict:
             "kv_lora_rank": m.kv_lora_rank, "qk_nope_head_dim": m.kv_channels, "qk_rope_head_dim": m.qk_rope_head_dim,
             "v_head_dim": m.v_head_dim or m.kv_channels, "n_shared_experts": m.num_shared_experts,
             "first_k_dense_replace": m.first_dense_layers, "moe_layer_freq": 1, "scoring_func": m.router,
-            "moe_router_enable_expert_bias": m.router == "sigmoid", "num_nextn_predict_layers": 0}
+            "moe_router_enable_expert_bias": m.router == "sigmoid", "num_nextn_predict_layers": m.mtp_layers}
 
 
 def notes(plan: Plan, layouts: list[StageLayout]) -> list[str]:
