@@ -538,13 +538,14 @@ def profile(
     from rich.progress import Progress
 
     from gplan.backends.base import measurer
-    from gplan.calibration.profile import ProfileRequest, profile_machine
+    from gplan.calibration.profile import ProfileRequest, check_request, profile_machine
     from gplan.planner.space import int_list
     from gplan.profiles.catalogue import load_model
     from gplan.render import profile_summary
 
     request = ProfileRequest(load_model(model), out, nproc, nnodes, node_rank, rdzv_endpoint, int_list(mbs, "--mbs"),
                              int_list(tp, "--tp"), seq_length, precision, max_bytes, device)
+    check_request(request)  # the model and options first: a refusal needs no framework installed
     tool = measurer(backend)
     with Progress(console=err, transient=True) as bar:
         task = bar.add_task("layers", total=len(request.mbs) * len(request.tp) * 3)

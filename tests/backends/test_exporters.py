@@ -129,7 +129,7 @@ def test_an_export_re_prices_the_split_its_engine_runs_and_says_so():
     plan = PLANS["uneven_first_last"]()
     result = export(plan, "megatron")
     note = next(n for n in result.notes if "re-priced" in n)
-    step_s, fits, _ = reprice_split(plan, runs_as(TARGETS["megatron"], plan.model, plan.parallel, layouts_of(plan)))
+    step_s, fits, _ = reprice_split(plan, runs_as(TARGETS["megatron"], plan.model, plan.parallel, layouts_of(plan)), "megatron")
     assert f"{step_s:.3f} s/step" in note and fits
     assert note in result.files["megatron_pretrain_gpt.sh"]
 
@@ -137,7 +137,7 @@ def test_an_export_re_prices_the_split_its_engine_runs_and_says_so():
 def test_an_export_whose_engine_split_would_not_fit_is_refused():
     plan = PLANS["uneven_layout"]()
     with pytest.raises(InputError, match="stage 1 needs 9.0 GiB"):
-        engine_split(plan, "deepspeed", lambda p, layouts: (1.0, False, "stage 1 needs 9.0 GiB against its 8.0 GiB"))
+        engine_split(plan, "deepspeed", lambda p, layouts, engine: (1.0, False, "stage 1 needs 9.0 GiB against its 8.0 GiB"))
 
 
 def test_an_export_its_engine_cannot_run_names_the_target_the_plan_was_searched_for(gplan, tmp_path):
@@ -855,10 +855,50 @@ def test_torchtitan_export_turns_the_recipe_on_with_its_own_converter(tmp_path, 
         assert "rowwise" in repr(first._torchao_config).lower() or first._torchao_config is not None
 
 
-@pytest.mark.parametrize("precision, target, hint", [("fp8", "torchtitan", "--target torch or megatron"),
+@pytest.mark.parametrize("precision, target, hint", [("nvfp4", "torchtitan", "--target megatron"),
                                                      ("fp8-rowwise", "megatron", "--target torch or torchtitan")])
 def test_a_recipe_the_engine_lacks_is_refused_with_who_runs_it(precision, target, hint):
     from gplan.spec.targets import TARGETS, config_refusals
 
     found = config_refusals(TARGETS[target], LLAMA, ParallelConfig(dp=8), 1, precision)
     assert found and found[0].capability == "precision" and hint in found[0].avoid
+
+
+@requires_engine("torchtitan", "dev")
+def test_an_fp8_plan_for_gplans_worker_exports_to_torchtitan_rowwise_and_re_priced(gplan, tmp_path, monkeypatch):
+    """`gplan search llama3-8b --cluster dgx-h100 --devices 8 --precision fp8 --target torch`, exported to
+    torchtitan: its float8 converter (rowwise, torchtitan 0.3's only float8 recipe) turned on, the step
+    re-priced as torchtitan runs it and the difference in the file header; torchtitan's parser builds it."""
+    import torchtitan.components.quantization.float8 as float8
+    from torchtitan.models.common import Linear
+
+    from gplan.plan import read_plan
+
+    path = tmp_path / "plan.json"
+    assert gplan("search", "llama3-8b", "--cluster", "dgx-h100", "--devices", "8", "--precision", "fp8",
+                 "--target", "torch", "--out", str(path)).code == 0
+    r = gplan("export", str(path), "--to", "torchtitan", "-o", str(tmp_path / "tt"))
+    assert r.code == 0, r.stderr
+    plan = read_plan(path)
+    step_s, _, _ = reprice_split(plan, layouts_of(plan), "torchtitan")
+    header = (tmp_path / "tt" / "torchtitan_train.sh").read_text().splitlines()[:8]
+    assert any(f"re-priced as torchtitan runs it: {step_s:.3f} s/step" in line and line.startswith("# note:")
+               for line in header)
+    assert step_s > plan.prediction.step_time_s  # rowwise is slower than the tensorwise the plan priced
+    assert 'Float8LinearConverter.Config(recipe_name="rowwise"' in (tmp_path / "tt" / "gplan_torchtitan.py").read_text()
+    monkeypatch.setattr(float8, "has_cuda_capability", lambda major, minor: True)
+    parsed = titan_parse(tmp_path / "parse", plan) if (tmp_path / "parse").mkdir() is None else None
+    converted = {type(c).__qualname__ for layer in parsed.model_spec.model.layers for _, c, _, _ in layer.traverse(Linear.Config)}
+    assert converted == {"Float8Linear.Config"}
+
+
+def test_a_megatron_plans_overlap_is_not_carried_into_another_engines_timing(gplan, tmp_path):
+    """Searched for Megatron-LM (tp's collectives priced overlapped with the GEMMs), exported to torchtitan
+    (which pays them in full): the export re-prices the step as torchtitan runs it and says by how much."""
+    path = tmp_path / "plan.json"
+    assert gplan("search", "llama3-70b", "--cluster", "dgx-h100", "--devices", "64", "--gbs", "512", "--target",
+                 "megatron", "--tp", "8", "--out", str(path)).code == 0
+    r = gplan("export", str(path), "--to", "torchtitan", "-o", str(tmp_path / "tt"), "--json")
+    note = next(n for n in r.json()["notes"] if "re-priced as torchtitan runs it" in n)
+    change = float(note.split("(")[1].split("%")[0])
+    assert "priced for megatron, run by torchtitan" in note and change > 0

@@ -43,10 +43,12 @@ def repredict(plan: Plan):
     return StepModel(plan.model, plan.training, plan.cluster, plan.parallel).predict(layouts_of(plan))
 
 
-def reprice_split(plan: Plan, layouts: list[StageLayout]) -> tuple[float, bool, str]:
-    """The plan's configuration priced with another stage split (what an engine runs instead): step
-    seconds, whether every stage fits its budget, and, when one does not, which and by how much."""
-    prediction = StepModel(plan.model, plan.training, plan.cluster, plan.parallel).predict(layouts)
+def reprice_split(plan: Plan, layouts: list[StageLayout], engine: str | None = None) -> tuple[float, bool, str]:
+    """The plan's configuration priced as `engine` runs it (default: the plan's own; its overlap,
+    efficiency, low-precision kernels and memory accounting) with the stage split it runs: step seconds,
+    whether every stage fits its budget, and, when one does not, which and by how much."""
+    training = plan.training.model_copy(update={"engine": engine}) if engine else plan.training
+    prediction = StepModel(plan.model, training, plan.cluster, plan.parallel).predict(layouts)
     over = [s for s in prediction.stages if s.memory_bytes > s.memory_budget_bytes]
     binds = ""
     if over:

@@ -142,9 +142,9 @@ TARGETS: dict[str, Capabilities] = {
                                expert_tp="follows_tp", ep_within_fsdp=True,
                                expert_families=frozenset({"qwen3_moe", "deepseek_v3"}),
                                # 0.3.0's converters: Float8LinearConverter (recipes rowwise and
-                               # rowwise_with_gw_hp only) and MXFP8LinearConverter
-                               # (components/quantization/float8.py, mx.py)
-                               precisions=frozenset({"bf16", "fp32", "fp8-rowwise", "mxfp8"})),
+                               # rowwise_with_gw_hp only: an fp8 plan runs rowwise there, and is priced
+                               # so) and MXFP8LinearConverter (components/quantization/float8.py, mx.py)
+                               precisions=frozenset({"bf16", "fp32", "fp8", "fp8-rowwise", "mxfp8"})),
     # Megatron-DeepSpeed: its pipeline engine takes ZeRO ≤ 1; its partition method (type:transformer)
     # splits the layers evenly; its pipeline engine checkpoints every layer (--checkpoint-activations),
     # selective is Megatron's core-attention recompute on every layer.

@@ -104,14 +104,15 @@ def recompute_counts(layouts: list[StageLayout], option: str) -> list[int]:
     return [sum(c.count for c in s.layers if c.recompute == option) for s in layouts]
 
 
-Reprice = Callable[[Plan, list[StageLayout]], tuple[float, bool, str]]
+Reprice = Callable[[Plan, list[StageLayout], str], tuple[float, bool, str]]
 """(plan, split) -> (step seconds, fits, what binds when it does not fit) — the CLI's cost model."""
 
 
 def engine_split(plan: Plan, engine: str, reprice: Reprice | None) -> tuple[list[StageLayout], list[str]]:
     """Refuse (exit 3) a configuration the engine cannot run at all, naming the capability and the
-    option that avoids it. Return the split it runs and, where that differs from the plan's, a note with
-    the re-priced step — or refuse when that split no longer fits the devices."""
+    option that avoids it. Return the split it runs and, where the engine runs the plan otherwise — its
+    own split, or the same split at its own speed (another engine's overlap, efficiency, kernels, memory
+    accounting) — a note with the step re-priced as it runs; refuse when that no longer fits."""
     from gplan.spec.targets import TARGETS, config_refusals, same_split, split_refusals, runs_as
 
     caps = TARGETS[engine]
@@ -121,18 +122,26 @@ def engine_split(plan: Plan, engine: str, reprice: Reprice | None) -> tuple[list
                          hint=found[0].hint(engine, plan.target))
     planned = layouts_of(plan)
     layouts = runs_as(caps, plan.model, plan.parallel, planned)
-    if same_split(layouts, planned):
+    same = same_split(layouts, planned)
+    # a plan priced for no engine in particular is exported as it is; one priced for another engine is
+    # re-priced as this one runs it
+    if same and plan.training.engine in (None, engine):
         return planned, []
-    why = split_refusals(caps, plan.model, plan.parallel, planned)[0].detail
+    why = (f"priced for {plan.training.engine}, run by {engine}" if same
+           else split_refusals(caps, plan.model, plan.parallel, planned)[0].detail)
     if reprice is None:
-        return layouts, [f"{why}: not re-priced"]
-    step_s, fits, binds = reprice(plan, layouts)
-    if not fits:
+        return layouts, [] if same else [f"{why}: not re-priced"]
+    step_s, fits, binds = reprice(plan, layouts, engine)
+    if not fits and not same:
         raise InputError(f"{engine} would run this plan differently ({why}) and then {binds}",
                          hint=f"search again with --target {engine} for a plan it runs as priced")
     change = step_s / plan.prediction.step_time_s - 1
+    if same and abs(change) < 1e-4 and fits:
+        return planned, []
+    memory = f"; by its memory accounting {binds}" if not fits else ""
     return layouts, [f"{why}; re-priced as {engine} runs it: {step_s:.3f} s/step ({change:+.1%} on the plan's "
-                     f"{plan.prediction.step_time_s:.3f}); search with --target {engine} for a plan it runs exactly"]
+                     f"{plan.prediction.step_time_s:.3f}){memory}; search with --target {engine} for a plan it runs "
+                     "exactly"]
 
 
 def render_export(plan: Plan, target: str, plan_path: Path | None = None, image: str | None = None,

@@ -102,6 +102,9 @@ def overrides(plan: Plan, main: bool = False) -> tuple[list[str], list[str]]:
         "--parallelism.context_parallel_degree", str(c.cp),
         "--parallelism.pipeline_parallel_degree", str(c.pp),
     ]
+    if t.precision == "fp8":
+        notes.append("torchtitan 0.3's float8 converter scales rowwise (its only float8 recipes): the plan's fp8 "
+                     "(tensorwise) runs as fp8-rowwise here")
     if plan.model.is_moe:
         args += ["--parallelism.expert_parallel_degree", str(c.ep)]
         notes.append("routing details gplan does not model take torchtitan's defaults (no expert groups, route "
@@ -313,6 +316,8 @@ def expert_shape(plan: Plan) -> dict:
 
 
 CONVERTERS = {
+    "fp8": ("from torchtitan.components.quantization import Float8LinearConverter",
+            'Float8LinearConverter.Config(recipe_name="rowwise", filter_fqns=["lm_head"])'),
     "fp8-rowwise": ("from torchtitan.components.quantization import Float8LinearConverter",
                     'Float8LinearConverter.Config(recipe_name="rowwise", filter_fqns=["lm_head"])'),
     "mxfp8": ("from torchtitan.components.quantization import MXFP8LinearConverter",
