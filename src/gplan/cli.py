@@ -669,7 +669,11 @@ def main() -> None:
     gc.freeze()
     if _COLLECTING:
         gc.enable()
-    app()
+    try:
+        app()
+    except KeyboardInterrupt:  # between commands' own handling (start-up, argument parsing): still one line
+        sys.stderr.write("interrupted: gplan stopped by Ctrl-C before it finished; no file was left half-written\n")
+        sys.exit(EXIT_INTERRUPTED)
 
 
 def _load_numpy_single_threaded() -> None:
