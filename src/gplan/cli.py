@@ -183,6 +183,8 @@ def estimate(
     zero: Optional[int] = typer.Option(None, "--zero", help="0..3"),
     schedule: Optional[str] = typer.Option(None, "--schedule", help="gpipe | 1f1b | interleaved_1f1b"),
     stages: Optional[str] = typer.Option(None, "--stages", help="layers per pipeline stage, e.g. 7,8,8,8,8,8,8,6"),
+    from_file: Optional[Path] = typer.Option(None, "--from", help="price the layout of a Megatron-LM launch script "
+                                             "or argument file (its model flags checked against MODEL)"),
     gbs: Optional[int] = GbsOpt, seq_length: Optional[int] = SeqOpt, precision: Optional[str] = PrecisionOpt,
     memory_headroom: float = HeadroomOpt, profile: Optional[Path] = ProfileOpt, target: Optional[str] = TargetOpt,
     expert_imbalance: float = ImbalanceOpt, as_json: bool = JsonOpt, wide: bool = WideOpt,
@@ -207,6 +209,9 @@ def estimate(
         else:
             prediction_summary(err, f"{plan.model.name} from {model}", plan.parallel, prediction)
         return
+    if from_file is not None:
+        return estimate_launch(from_file, model, devices, cluster, hardware, devices_per_node, seq_length, memory_headroom,
+                               profile, target, expert_imbalance, as_json)
     inputs = _inputs(model, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, memory_headroom,
                      profile, target, expert_imbalance)
     given = given_options(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, sp=sp, mbs=mbs, recompute=recompute,
@@ -226,6 +231,42 @@ def estimate(
     for r in refused:
         err.print(f"note: {inputs.training.engine} would not run this as written: {r.detail}"
                   + (f"; {', '.join(runners)} would (--target {runners[0]})" if runners else ""), highlight=False)
+
+
+def priced_launch(from_file: Path, model: str, devices, cluster, hardware, devices_per_node, seq_length, headroom,
+                  profile, target, expert_imbalance):
+    """A launch file read, its inputs resolved (its batch, sequence and precision; priced as its engine runs
+    it unless --target says otherwise) and its configuration priced: (launch, inputs, config, layouts, prediction)."""
+    from gplan.cost_models.step import predict
+    from gplan.planner.launch_files import launch_config, launch_layouts, read_launch
+    from gplan.profiles.catalogue import load_model
+    from gplan.spec.parallel import check_config
+
+    launch = read_launch(from_file, load_model(model))
+    devices = devices or launch.world_size
+    if devices is None:
+        raise InputError(f"--from {from_file}: the launch does not say how many GPUs it runs on",
+                         hint="pass --devices N")
+    inputs = _inputs(model, devices, cluster, hardware, devices_per_node, launch.gbs, seq_length or launch.seq_length,
+                     launch.precision, headroom, profile, target or launch.engine, expert_imbalance)
+    config = launch_config(launch, inputs.model, inputs.devices)
+    check_config(inputs.model, inputs.training, config, inputs.devices)
+    layouts = launch_layouts(launch, inputs.model, config)
+    return launch, inputs, config, layouts, predict(inputs.model, inputs.training, inputs.cluster, config, layouts)
+
+
+def estimate_launch(from_file, model, devices, cluster, hardware, devices_per_node, seq_length, headroom, profile,
+                    target, expert_imbalance, as_json) -> None:
+    from gplan.render import prediction_summary, title
+
+    launch, inputs, config, _, prediction = priced_launch(from_file, model, devices, cluster, hardware, devices_per_node,
+                                                          seq_length, headroom, profile, target, expert_imbalance)
+    if as_json:
+        return emit_json({**prediction.model_dump(mode="json"), "parallel": config.model_dump(mode="json"),
+                          "from": str(from_file), "engine": launch.engine, "not_read": launch.unread})
+    prediction_summary(err, title(inputs) + f"; read from {from_file}", config, prediction)
+    if launch.unread:
+        err.print(f"not read (no effect on the layout or its cost): {', '.join(launch.unread)}", highlight=False)
 
 
 def config_of(given: dict, devices: int):
@@ -265,11 +306,14 @@ def search(
     top: int = typer.Option(5, "--top", help="plans to show"),
     out: Path = typer.Option(Path("plan.json"), "--out", "-o", help="where to write the best plan"),
     profile: Optional[Path] = ProfileOpt,
+    from_file: Optional[Path] = typer.Option(None, "--from", help="a Megatron-LM launch script or argument file: "
+                                             "search its model, batch and precision, and show its layout beside the "
+                                             "best plan"),
     as_json: bool = JsonOpt, wide: bool = WideOpt,
 ) -> None:
     """Search degrees, micro-batch, recompute, optimizer sharding, stage split and placement; write the best plan."""
     set_wide(wide)
-    from gplan.plan import write_plan
+    from gplan.plan import layouts_of, write_plan
     from gplan.planner import plan as make_best_plan
     from gplan.planner.space import limits_from_options
     from gplan.render import SearchProgress, overlap_lines, search_json, search_summary, search_table, title
@@ -278,6 +322,13 @@ def search(
         raise InputError(f"--top {top}: show at least one plan", hint="for example --top 5")
     if out.is_dir():
         raise InputError(f"--out {out}: is a directory", hint=f"name a file, e.g. --out {out / 'plan.json'}")
+    mine = None
+    if from_file is not None:  # the launch's batch, sequence, precision and engine, unless said otherwise
+        mine = priced_launch(from_file, model, devices, cluster, hardware, devices_per_node, seq_length, memory_headroom,
+                             profile, target, expert_imbalance)
+        launch, launch_inputs = mine[0], mine[1]
+        devices, gbs, target = launch_inputs.devices, gbs or launch.gbs, target or launch.engine
+        seq_length, precision = seq_length or launch_inputs.training.seq_length, precision or launch.precision
     inputs = _inputs(model, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, memory_headroom,
                      profile, target, expert_imbalance)
     if target is None and (inputs.model.is_moe or inputs.model.is_mla):
@@ -286,12 +337,36 @@ def search(
     with SearchProgress(err) as progress:
         planned = make_best_plan(inputs, limits, top=top, time_limit_s=time_limit, progress=progress)
     write_plan(planned.plan, out)
+    versus = launch_versus(mine, planned) if mine else None
     if as_json:
-        return emit_json(search_json(out, planned.search))
+        return emit_json(search_json(out, planned.search) | ({"from": versus} if versus else {}))
     err.print(search_table(title(inputs), planned.search, err.width))
     for line in search_summary(planned.search, inputs.devices) + overlap_lines(planned.plan):
         err.print(line)
+    if versus:
+        from gplan.render import compare_table, setup_rows
+
+        launch, launch_inputs, config, layouts, prediction = mine
+        t = launch_inputs.training
+        err.print(compare_table([(f"your launch ({from_file.name})", prediction), ("best plan", planned.plan.prediction)],
+                                err.width, [setup_rows(config, t.gbs, t.seq_length, layouts),
+                                            setup_rows(planned.plan.parallel, t.gbs, t.seq_length,
+                                                       layouts_of(planned.plan))]))
+        changes = ", ".join(f"{k} {a} → {b}" for k, (a, b) in versus["differences"].items()) or "nothing"
+        err.print(f"the best plan changes {changes}: {versus['gain']:+.1%} tokens/s over your launch", highlight=False)
     err.print(f"[green]wrote[/] {out}")
+
+
+def launch_versus(mine, planned) -> dict:
+    """The user's launch beside the best plan: its configuration and prediction, what differs, the gain."""
+    from gplan.planner.launch_files import differences
+
+    launch, _, config, _, prediction = mine
+    best = planned.plan.prediction
+    return {"source": launch.source, "engine": launch.engine, "parallel": config.model_dump(mode="json"),
+            "prediction": prediction.model_dump(mode="json"), "not_read": launch.unread,
+            "differences": differences(config, planned.plan.parallel),
+            "gain": best.tokens_per_s / prediction.tokens_per_s - 1}
 
 
 @app.command()

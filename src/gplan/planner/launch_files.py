@@ -1,0 +1,320 @@
+"""Read the launch a team already runs: a Megatron-LM script or argument list (`--from FILE`).
+
+The layout flags (degrees, micro- and global batch, recompute, precision, optimizer sharding, the
+pipeline split) become a configuration gplan prices as Megatron runs it; the model flags are checked
+against the model named beside `--from` (a launch that trains another model is refused, naming the
+flag). A flag gplan does not read is listed; one that would change the layout or its cost is refused
+(exit 3), never ignored silently. The flags and their meaning follow Megatron-LM's
+`megatron/training/arguments.py` (the rules gplan's own export keeps, tests/backends/megatron_rules.py).
+
+Covered today: Megatron-LM (and NeMo/Megatron-Bridge runs launched through `pretrain_gpt.py`). The
+other engines' launch files and the engines' logs are not read yet.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gplan.errors import InputError
+from gplan.spec.model import ModelSpec
+from gplan.spec.parallel import LayerCount, StageLayout, even_stage_sizes
+
+#: Megatron flags that set the model, with the ModelSpec value they must agree with.
+MODEL_FLAGS = {
+    "--num-layers": lambda m: m.num_layers, "--hidden-size": lambda m: m.hidden_size,
+    "--ffn-hidden-size": lambda m: m.ffn_size, "--num-attention-heads": lambda m: m.num_attention_heads,
+    "--num-query-groups": lambda m: m.kv_heads, "--num-experts": lambda m: m.num_experts,
+    "--moe-router-topk": lambda m: m.top_k, "--moe-ffn-hidden-size": lambda m: m.expert_ffn_size,
+    "--mtp-num-layers": lambda m: m.mtp_layers,
+}
+#: Flags read for the layout, the batch or the precision.
+LAYOUT_FLAGS = {
+    "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
+    "--expert-model-parallel-size", "--expert-tensor-parallel-size", "--num-layers-per-virtual-pipeline-stage",
+    "--virtual-pipeline-model-parallel-size", "--sequence-parallel", "--micro-batch-size", "--global-batch-size",
+    "--seq-length", "--use-distributed-optimizer", "--recompute-granularity", "--recompute-method",
+    "--recompute-num-layers", "--bf16", "--fp16", "--fp8-format", "--fp8-recipe", "--use-megatron-fsdp",
+    "--data-parallel-sharding-strategy", "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
+    "--tp-comm-overlap", "--overlap-grad-reduce", "--overlap-param-gather", "--pipeline-model-parallel-layout",
+}
+#: Model flags whose presence gplan reads through the named model (checked as switches).
+MODEL_SWITCHES = {
+    "--swiglu", "--untie-embeddings-and-output-weights", "--disable-bias-linear", "--add-qkv-bias",
+    "--group-query-attention", "--normalization", "--position-embedding-type", "--rotary-base", "--kv-channels",
+    "--max-position-embeddings", "--vocab-size", "--make-vocab-size-divisible-by", "--qk-layernorm",
+    "--attention-dropout", "--hidden-dropout", "--window-size", "--moe-layer-freq", "--moe-grouped-gemm",
+    "--moe-token-dispatcher-type", "--moe-router-score-function", "--moe-router-enable-expert-bias",
+    "--moe-shared-expert-intermediate-size", "--moe-router-num-groups", "--moe-router-group-topk",
+    "--moe-router-topk-scaling-factor", "--multi-latent-attention", "--q-lora-rank", "--kv-lora-rank",
+    "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim", "--moe-expert-capacity-factor",
+    "--moe-token-drop-policy", "--tokenizer-type", "--mock-data",
+}
+#: A flag gplan does not read that matches this could change the layout or its cost: refused.
+LAYOUT_LIKE = re.compile(r"parallel|pipeline|recompute|checkpoint-activations|batch|expert|fsdp|offload|zero|"
+                         r"overlap|fp8|fp4|moe|mtp|cuda-graph|num-layers|seq-length|hidden|heads")
+#: Launcher arguments (torchrun) and the values of the variables scripts use for the world size.
+WORLD = {"--nproc_per_node": "per_node", "--nproc-per-node": "per_node", "--nnodes": "nodes"}
+VARIABLES = {"GPUS_PER_NODE": "per_node", "NPROC_PER_NODE": "per_node", "NNODES": "nodes", "NUM_NODES": "nodes"}
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A launch as gplan prices it."""
+
+    source: str
+    engine: str
+    given: dict[str, Any]
+    """ParallelConfig options the launch sets (dp from the world size when it says)."""
+    gbs: int
+    seq_length: int | None
+    precision: str
+    stage_sizes: list[int] | None
+    """Layers per pipeline stage when the launch splits them unevenly; None: Megatron's even split."""
+    recompute_layers: int | None
+    """`--recompute-method block`: the layers of every chunk recomputed fully; None: per `given`."""
+    world_size: int | None
+    unread: list[str] = field(default_factory=list)
+    """Flags gplan does not read (data, tokenizer, checkpoints, learning rate, logging…)."""
+
+
+def read_launch(path: Path, model: ModelSpec) -> Launch:
+    """The Megatron-LM launch in `path` (a script, or a file of arguments), checked against `model`."""
+    if not path.is_file():
+        raise InputError(f"--from {path}: no such file", hint="pass a Megatron-LM launch script or argument file")
+    text = path.read_text(errors="replace")
+    args, variables = arguments(text)
+    if "--num-layers" not in args and "--tensor-model-parallel-size" not in args:
+        raise InputError(f"--from {path}: no Megatron-LM arguments found (no --num-layers, no "
+                         "--tensor-model-parallel-size)", hint="pass the script that runs pretrain_gpt.py")
+    check_model(args, model, path)
+    unread = sorted(a for a in args if a not in MODEL_FLAGS and a not in LAYOUT_FLAGS and a not in MODEL_SWITCHES
+                    and a not in WORLD)
+    changing = [a for a in unread if LAYOUT_LIKE.search(a)]
+    if changing:
+        raise InputError(f"--from {path}: {', '.join(changing)} would change the layout or its cost and gplan does "
+                         "not read it", hint="remove it, or price the launch without it (gplan estimate MODEL ...)")
+    return Launch(source=str(path), engine="megatron", given=layout_of(args), gbs=integer(args, "--global-batch-size", path),
+                  seq_length=optional_int(args, "--seq-length"), precision=precision_of(args),
+                  stage_sizes=stage_sizes_of(args, model), recompute_layers=block_layers(args),
+                  world_size=world_size(args, variables), unread=unread)
+
+
+def arguments(text: str) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """Every `--flag [value]` of the text (line continuations joined, comments dropped, bash arrays
+    flattened) and the script's plain variable assignments. A flag given twice keeps its last value, as
+    argparse does."""
+    joined = re.sub(r"\\\n", " ", text)
+    variables, tokens = {}, []
+    for line in joined.splitlines():
+        line = line.split(" #", 1)[0] if not line.lstrip().startswith("#") else ""
+        assign = re.match(r"\s*(?:export\s+)?([A-Z_][A-Z0-9_]*)=([^\s()]+)\s*$", line)
+        if assign:  # NAME=8, or NAME=${NAME:-8} (its default)
+            text = assign.group(2).strip("\"'")
+            default = re.fullmatch(r"\$\{\w+:-([^}]*)\}", text)
+            variables[assign.group(1)] = default.group(1) if default else text
+        try:
+            tokens += shlex.split(line.replace("(", " ").replace(")", " "))
+        except ValueError:
+            continue
+    found: dict[str, list[str]] = {}
+    for i, token in enumerate(tokens):
+        if not token.startswith("--") or len(token) < 3:
+            continue
+        name, sep, inline = token.partition("=")
+        values = [inline] if sep else []
+        for nxt in tokens[i + 1:]:
+            if nxt.startswith("--") or sep:
+                break
+            values.append(nxt)
+        found[name] = values
+    return found, variables
+
+
+def value(args: dict, flag: str) -> str | None:
+    values = args.get(flag)
+    return values[0] if values else None
+
+
+def optional_int(args: dict, flag: str) -> int | None:
+    text = value(args, flag)
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise InputError(f"{flag} {text!r}: expected an integer", hint="gplan reads literal values, not "
+                         "shell variables: write the number in the script, or pass it to gplan") from None
+
+
+def integer(args: dict, flag: str, path: Path) -> int:
+    found = optional_int(args, flag)
+    if found is None:
+        raise InputError(f"--from {path}: {flag} is missing", hint=f"add {flag} to the launch")
+    return found
+
+
+def check_model(args: dict, model: ModelSpec, path: Path) -> None:
+    """The launch trains the model named: each model flag it sets equals the model's."""
+    for flag, of in MODEL_FLAGS.items():
+        given = optional_int(args, flag)
+        if given is not None and of(model) is not None and given != of(model):
+            raise InputError(f"--from {path}: {flag} {given}, but {model.name} has {of(model)}",
+                             hint="name the model the launch trains (a bundled name, model.yaml or config.json)")
+
+
+def layout_of(args: dict) -> dict[str, Any]:
+    """The ParallelConfig options the flags set (Megatron's defaults for what they leave out)."""
+    given: dict[str, Any] = {"tp": optional_int(args, "--tensor-model-parallel-size") or 1,
+                             "pp": optional_int(args, "--pipeline-model-parallel-size") or 1,
+                             "cp": optional_int(args, "--context-parallel-size") or 1,
+                             "ep": optional_int(args, "--expert-model-parallel-size") or 1,
+                             "mbs": optional_int(args, "--micro-batch-size") or 1,
+                             "sp": "--sequence-parallel" in args}
+    etp = optional_int(args, "--expert-tensor-parallel-size")
+    given["etp"] = etp if etp is not None else given["tp"]  # Megatron: expert tp defaults to tp
+    per_chunk, vpp = optional_int(args, "--num-layers-per-virtual-pipeline-stage"), \
+        optional_int(args, "--virtual-pipeline-model-parallel-size")
+    layers = optional_int(args, "--num-layers")
+    layout = value(args, "--pipeline-model-parallel-layout")
+    if layout:
+        given["vpp"] = parse_layout(layout, given["pp"])[1]
+    elif vpp:
+        given["vpp"] = vpp
+    elif per_chunk and layers:
+        given["vpp"] = layers // (given["pp"] * per_chunk)
+    given["zero"] = zero_of(args)
+    granularity = value(args, "--recompute-granularity")
+    given["recompute"] = granularity if granularity in ("full", "selective") else "none"
+    return given
+
+
+def zero_of(args: dict) -> int:
+    """--use-distributed-optimizer: zero 1; Megatron-FSDP's sharding strategies: 2 and 3."""
+    if "--use-megatron-fsdp" in args:
+        return {"optim": 1, "optim_grads": 2, "optim_grads_params": 3}.get(
+            value(args, "--data-parallel-sharding-strategy") or "optim_grads_params", 3)
+    return 1 if "--use-distributed-optimizer" in args else 0
+
+
+def block_layers(args: dict) -> int | None:
+    """`--recompute-method block --recompute-num-layers N`: N layers of every chunk, fully."""
+    if value(args, "--recompute-granularity") == "full" and value(args, "--recompute-method") == "block":
+        return optional_int(args, "--recompute-num-layers")
+    return None
+
+
+def precision_of(args: dict) -> str:
+    if "--fp4-format" in args:
+        return "nvfp4"
+    if "--fp8-format" in args:
+        return "mxfp8" if value(args, "--fp8-recipe") == "mxfp8" else "fp8"
+    return "fp16" if "--fp16" in args else ("bf16" if "--bf16" in args else "fp32")
+
+
+def parse_layout(text: str, pp: int) -> tuple[list[int], int]:
+    """Megatron's `--pipeline-model-parallel-layout` (megatron-core's PipelineParallelLayerLayout: `|` between
+    virtual stages, `E` embedding, `t` a decoder layer, `m` an MTP depth, `L` the loss, `X*n` repeats,
+    `(…)*n` repeats a group): the decoder layers of each pipeline rank, and the chunks per rank. Virtual
+    stage j is chunk j // pp of rank j % pp."""
+    flat = text.strip().strip("'\"")
+    while True:  # expand the innermost groups first
+        group = re.search(r"\(([^()]*)\)\*(\d+)", flat)
+        if not group:
+            break
+        flat = flat[:group.start()] + group.group(1) * int(group.group(2)) + flat[group.end():]
+    stages = flat.split("|")
+    if len(stages) % pp:
+        raise InputError(f"--pipeline-model-parallel-layout {text!r}: {len(stages)} virtual stages for pp={pp}",
+                         hint="give pp × vpp stages separated by |")
+    sizes = [0] * pp
+    for j, stage in enumerate(stages):
+        for count in re.findall(r"t(?:\*(\d+))?", stage):
+            sizes[j % pp] += int(count or 1)
+    return sizes, len(stages) // pp
+
+
+def stage_sizes_of(args: dict, model: ModelSpec) -> list[int] | None:
+    """The split a launch asks for: its pipeline layout, or --decoder-first/last-pipeline-num-layers with the
+    middle stages sharing the rest evenly."""
+    layout = value(args, "--pipeline-model-parallel-layout")
+    if layout:
+        return parse_layout(layout, optional_int(args, "--pipeline-model-parallel-size") or 1)[0]
+    first, last = optional_int(args, "--decoder-first-pipeline-num-layers"), \
+        optional_int(args, "--decoder-last-pipeline-num-layers")
+    pp = optional_int(args, "--pipeline-model-parallel-size") or 1
+    if first is None and last is None or pp == 1:
+        return None
+    rest = model.total_layers - (first or 0) - (last or 0)
+    middle = pp - (first is not None) - (last is not None)
+    sizes = even_stage_sizes(rest, middle) if middle else []
+    return ([first] if first is not None else []) + sizes + ([last] if last is not None else [])
+
+
+def world_size(args: dict, variables: dict[str, str]) -> int | None:
+    """GPUs per node × nodes, from torchrun's arguments or the script's variables, when it says."""
+    found: dict[str, int] = {}
+    for flag, key in WORLD.items():
+        text = value(args, flag) or ""
+        text = variables.get(text.lstrip("$").strip("{}"), text) if text.startswith("$") else text
+        if text.isdigit():
+            found[key] = int(text)
+    for name, key in VARIABLES.items():
+        if key not in found and variables.get(name, "").isdigit():
+            found[key] = int(variables[name])
+    if "per_node" in found:
+        return found["per_node"] * found.get("nodes", 1)
+    return None
+
+
+def block_layout(model: ModelSpec, sizes: list[int], vpp: int, recompute_layers: int) -> list[StageLayout]:
+    """Megatron's block recompute: the first N layers of every chunk fully recomputed."""
+    kinds = [k.name for k in model.layer_kinds() for _ in range(k.count)]
+    stages, start = [], 0
+    for i, size in enumerate(sizes):
+        per_chunk = max(1, size // vpp)
+        flags = ["full" if (j % per_chunk) < recompute_layers else "none" for j in range(size)]
+        counts: dict[tuple[str, str], int] = {}
+        for kind, option in zip(kinds[start:start + size], flags):
+            counts[(kind, option)] = counts.get((kind, option), 0) + 1
+        start += size
+        stages.append(StageLayout(layers=[LayerCount(kind=k, recompute=r, count=n) for (k, r), n in counts.items()],
+                                  embedding=i == 0, head=i == len(sizes) - 1))
+    return stages
+
+
+def launch_config(launch: Launch, model: ModelSpec, devices: int):
+    """The launch's ParallelConfig on `devices` (dp = devices / (tp·pp·cp), as Megatron derives it)."""
+    from gplan.spec.parallel import config_from_options
+
+    given = dict(launch.given)
+    if not model.is_moe:
+        given["ep"] = given["etp"] = 1
+    per_replica = given["tp"] * given["pp"] * given["cp"]
+    if devices % per_replica:
+        raise InputError(f"{devices} devices do not divide into tp·pp·cp = {per_replica} (from {launch.source})",
+                         hint="pass the launch's --devices")
+    return config_from_options(dp=devices // per_replica, **given)
+
+
+def launch_layouts(launch: Launch, model: ModelSpec, config) -> list[StageLayout]:
+    """The stage split and recompute Megatron runs for the launch."""
+    from gplan.spec.parallel import layout_from_sizes
+
+    sizes = launch.stage_sizes or even_stage_sizes(model.total_layers, config.pp, config.vpp)
+    if launch.recompute_layers is not None:
+        return block_layout(model, sizes, config.vpp, launch.recompute_layers)
+    return layout_from_sizes(model, sizes, [config.recompute] * config.pp)
+
+
+def differences(mine, best) -> dict[str, tuple[str, str]]:
+    """Option by option, what the best plan changes in the launch's configuration."""
+    found = {}
+    for key in ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "sp", "mbs", "zero", "recompute"):
+        a, b = getattr(mine, key), getattr(best, key)
+        if a != b:
+            found[key] = (str(a), str(b))
+    return found

@@ -1,0 +1,96 @@
+"""`--from FILE`: a Megatron-LM launch read and priced as Megatron runs it (planner.launch_files)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+TRAIN_SH = Path(__file__).resolve().parents[1] / "data" / "megatron_llama3_70b_train.sh"
+ARGS = ["--cluster", "dgx-h100"]
+
+
+def test_a_team_script_is_read_with_its_layout_and_its_recipe_left_alone(gplan):
+    data = gplan("estimate", "llama3-70b", "--from", str(TRAIN_SH), *ARGS, "--json").json()
+    c = data["parallel"]
+    assert (c["dp"], c["tp"], c["pp"], c["sp"], c["mbs"], c["zero"], c["recompute"]) == (2, 8, 4, True, 1, 1, "full")
+    assert {"--data-path", "--save", "--lr", "--tokenizer-model"} <= set(data["not_read"])
+
+
+def test_search_from_a_launch_shows_it_beside_the_best_plan_and_the_gain(gplan, tmp_path):
+    out = tmp_path / "plan.json"
+    r = gplan("search", "llama3-70b", "--from", str(TRAIN_SH), *ARGS, "--out", str(out), "--json")
+    assert r.code == 0, r.stderr
+    versus = r.json()["from"]
+    plan = json.loads(out.read_text())
+    c = plan["parallel"]
+    assert plan["training"]["gbs"] == 512 and plan["training"]["seq_length"] == 8192
+    assert c["dp"] * c["tp"] * c["pp"] * c["cp"] == 64 and plan["target"] == "megatron"
+    assert versus["gain"] >= 0  # the search's best is at least as fast as the launch under the model
+    assert versus["gain"] == pytest.approx(plan["prediction"]["tokens_per_s"] / versus["prediction"]["tokens_per_s"] - 1)
+    for key, (mine, best) in versus["differences"].items():
+        assert str(versus["parallel"][key]) == mine and str(plan["parallel"][key]) == best
+    text = gplan("search", "llama3-70b", "--from", str(TRAIN_SH), *ARGS, "--out", str(out)).stderr
+    assert "your launch (megatron_llama3_70b_train.sh)" in text and "tokens/s over your launch" in text
+
+
+@pytest.mark.parametrize("args", [
+    ["llama3-70b", "--cluster", "dgx-h100", "--devices", "64", "--gbs", "512", "--target", "megatron"],
+    ["mixtral-8x7b", "--cluster", "dgx-h100", "--devices", "64"],
+    ["llama3-8b", "--cluster", "dgx-h100", "--devices", "16", "--target", "megatron", "--pp", "4", "--vpp", "2"],
+])
+def test_an_export_read_back_is_the_same_configuration_and_prediction(gplan, tmp_path, args):
+    """`gplan export --to megatron` then `--from`: the plan's degrees, batch and split, priced alike."""
+    plan_path = tmp_path / "plan.json"
+    assert gplan("search", *args, "--out", str(plan_path)).code == 0
+    assert gplan("export", str(plan_path), "--to", "megatron", "-o", str(tmp_path / "m")).code == 0
+    plan = json.loads(plan_path.read_text())
+    cluster = args[args.index("--cluster") + 1]
+    back = gplan("estimate", args[0], "--from", str(tmp_path / "m" / "megatron_pretrain_gpt.sh"), "--cluster", cluster,
+                 "--json").json()
+    keys = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "sp", "mbs", "zero")
+    assert {k: back["parallel"][k] for k in keys} == {k: plan["parallel"][k] for k in keys}
+    assert back["step_time_s"] == pytest.approx(plan["prediction"]["step_time_s"], rel=1e-9)
+    assert back["memory_bytes_per_device_max"] == pytest.approx(plan["prediction"]["memory_bytes_per_device_max"], rel=1e-9)
+
+
+def bad_script(tmp_path, extra: str) -> Path:
+    path = tmp_path / "train.sh"
+    path.write_text(TRAIN_SH.read_text().replace("    --use-distributed-optimizer\n",
+                                                 f"    --use-distributed-optimizer\n    {extra}\n"))
+    return path
+
+
+@pytest.mark.parametrize("extra, fragment", [
+    ("--cpu-offloading", "--cpu-offloading would change the layout"),
+    ("--num-layers-per-virtual-pipeline-stage $VPP_LAYERS", "expected an integer"),
+])
+def test_a_launch_gplan_cannot_read_whole_is_refused_naming_the_flag(gplan, tmp_path, extra, fragment):
+    r = gplan("search", "llama3-70b", "--from", str(bad_script(tmp_path, extra)), *ARGS,
+              "--out", str(tmp_path / "p.json"))
+    assert r.code == 3 and fragment in r.stderr and "hint:" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_a_launch_of_another_model_or_without_a_device_count_is_refused(gplan, tmp_path):
+    r = gplan("estimate", "llama3-8b", "--from", str(TRAIN_SH), *ARGS)
+    assert r.code == 3 and "--num-layers 80, but llama3-8b has 32" in r.stderr
+    bare = tmp_path / "args.txt"
+    bare.write_text("--num-layers 80 --hidden-size 8192 --tensor-model-parallel-size 8 --global-batch-size 64\n")
+    r = gplan("estimate", "llama3-70b", "--from", str(bare), *ARGS)
+    assert r.code == 3 and "does not say how many GPUs" in r.stderr and "--devices" in r.stderr
+    assert gplan("estimate", "llama3-70b", "--from", str(bare), *ARGS, "--devices", "16").code == 0
+    r = gplan("estimate", "llama3-70b", "--from", str(tmp_path / "missing.sh"), *ARGS)
+    assert r.code == 3 and "no such file" in r.stderr
+
+
+@pytest.mark.parametrize("layout, pp, sizes, vpp", [
+    ("Et*4|t*4|t*4|t*4|t*5|t*4|t*4|t*3L", 4, [9, 8, 8, 7], 2),
+    ("Et|(tt|)*30mL", 8, [7, 8, 8, 8, 8, 8, 8, 6], 4),       # DeepSeek-V3's published layout (Megatron-Bridge)
+    ("Et*4|(t*4|)*14tmL", 16, [4] * 15 + [1], 1),
+])
+def test_megatrons_pipeline_layout_is_read_rank_by_rank(layout, pp, sizes, vpp):
+    from gplan.planner.launch_files import parse_layout
+
+    assert parse_layout(layout, pp) == (sizes, vpp)
