@@ -633,18 +633,27 @@ def profile(
 @app.command()
 @guarded
 def calibrate(
-    reports: list[Path] = typer.Argument(..., help="run_report.json files of gplan launch (their plan.json beside them)"),
+    reports: list[Path] = typer.Argument(..., help="run_report.json files of gplan launch (their plan.json beside "
+                                         "them), or Megatron-LM training logs"),
     held_out: list[Path] = typer.Option([], "--held-out", help="reports to predict but not fit (repeat)"),
     out: Path = typer.Option(Path("profile.yaml"), "--out", "-o", help="the calibrated profile"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="the cluster Megatron-LM logs ran on (a log "
+                                          "does not name its hardware)"),
+    hardware: Optional[str] = HardwareOpt, devices_per_node: Optional[int] = PerNodeOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Fit compute efficiency, per-layer and per-step overhead and link efficiency to measured runs;
     report the error per run before and after, leave-one-out, and on held-out runs."""
-    from gplan.calibration.runs import calibrate_runs, read_run
+    from gplan.calibration.runs import calibrate_runs, read_log_run, read_run
     from gplan.profiles.files import write_profile
     from gplan.render import calibration_table
 
-    c = calibrate_runs([read_run(p) for p in reports], [read_run(p) for p in held_out])
+    def read(path: Path):  # a run report is JSON; anything else is read as a Megatron-LM log
+        if path.suffix == ".json":
+            return read_run(path)
+        return read_log_run(path, cluster, hardware, devices_per_node)
+
+    c = calibrate_runs([read(p) for p in reports], [read(p) for p in held_out])
     write_profile(c.profile, out)
     if as_json:
         return emit_json({"profile": str(out), **c.profile.calibration})

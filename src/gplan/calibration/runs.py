@@ -175,3 +175,44 @@ def as_profile(plan: Plan, fit_result: Fit, runs: list[Run], held: list[Run], he
     }
     return Profile(name=f"{cluster.name}-calibrated", node_groups=cluster.node_groups, provenance=provenance,
                    calibration=report)
+
+
+def read_log_run(path: Path, cluster: str | None, hardware: str | None, devices_per_node: int | None) -> Run:
+    """A run from a Megatron-LM log (calibration.megatron_log): the plan its arguments describe, priced as
+    Megatron runs it on the cluster given (a log does not name its hardware), and its steady step."""
+    from gplan.calibration.megatron_log import config_values, model_from_args, precision, read_megatron_log
+    from gplan.planner.build import make_plan
+    from gplan.planner.inputs import resolve_cluster
+    from gplan.planner.launch_files import block_layout, parse_layout
+    from gplan.spec.parallel import check_config, config_from_options, even_stage_sizes, layout_from_sizes
+    from gplan.spec.training import TrainingSpec
+
+    if not path.is_file():
+        raise InputError(f"{path}: no such file", hint="pass run_report.json files or Megatron-LM logs")
+    if not (cluster or hardware):
+        raise InputError(f"{path}: a Megatron-LM log does not name its hardware",
+                         hint="pass --cluster (or --hardware and --devices-per-node)")
+    log = read_megatron_log(path)
+    args = log.args
+    model = model_from_args(args, path.stem)
+    world = int(args["world_size"])
+    spec, devices, _ = resolve_cluster(world, cluster, hardware, devices_per_node)
+    training = TrainingSpec(gbs=args["global_batch_size"], seq_length=args["seq_length"], precision=precision(args),
+                            engine="megatron")
+    values = config_values(args)
+    config = config_from_options(dp=world // (values["tp"] * values["pp"] * values["cp"]), **values)
+    check_config(model, training, config, world)
+    layout = args.get("pipeline_model_parallel_layout")
+    sizes = (parse_layout(str(layout), config.pp)[0] if layout and layout != "None"
+             else even_stage_sizes(model.total_layers, config.pp, config.vpp))
+    first, last = args.get("decoder_first_pipeline_num_layers"), args.get("decoder_last_pipeline_num_layers")
+    if (first or last) and not layout and config.pp > 1:
+        middle = config.pp - bool(first) - bool(last)
+        rest = even_stage_sizes(model.total_layers - (first or 0) - (last or 0), middle) if middle else []
+        sizes = ([first] if first else []) + rest + ([last] if last else [])
+    if config.recompute == "full" and args.get("recompute_method") == "block":
+        layouts = block_layout(model, sizes, config.vpp, int(args.get("recompute_num_layers") or 0))
+    else:
+        layouts = layout_from_sizes(model, sizes, [config.recompute] * config.pp)
+    plan = make_plan(model, training, spec.sized(devices), config, layouts, target="megatron")
+    return Run(str(path), plan, log.step_s)

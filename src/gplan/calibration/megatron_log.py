@@ -1,0 +1,172 @@
+"""A Megatron-LM training log as a calibration run: the configuration from the arguments block it prints
+at start-up, the steady-state step from its iteration lines.
+
+Formats, from Megatron-LM's own logging (NVIDIA/Megatron-LM main, 2026):
+  - `megatron/training/arguments.py`, `_print_args`: a block between `------------------------ arguments
+    ------------------------` and `-------------------- end of arguments ---------------------`, one
+    `  {name} {dots} {value}` line per argument, the dots padding the name to 48 characters;
+  - `megatron/training/training.py`, `training_log`: ` iteration {:8d}/{:8d} | consumed samples: … |
+    elapsed time per iteration (ms): {:.1f} | throughput per GPU (TFLOP/s/GPU): {:.1f} | … | number of
+    skipped iterations: {:3d} | number of nan iterations: {:3d} |`, every `--log-interval` iterations,
+    the elapsed time averaged over the interval;
+  - `megatron/training/utils.py`, `report_memory`: `[Rank r] (after N iterations) memory (MB) | allocated: …
+    | max allocated: … | reserved: … | max reserved: …`.
+The steady-state step is the median elapsed time of the logged intervals after the first `warmup`
+(compilation, allocator warm-up), leaving out intervals that skipped iterations. A log whose
+configuration is not complete, that logged too few intervals, or that ends in a traceback is refused
+with what is missing — never guessed.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from gplan.errors import InputError
+from gplan.spec.model import ModelSpec
+
+ARGS_BEGIN = re.compile(r"-{8,} arguments -{8,}")
+ARGS_END = re.compile(r"-{8,} end of arguments -{8,}")
+ARG_LINE = re.compile(r"^\s*(\w+) \.+ (.*)$")
+ITERATION = re.compile(r"iteration\s+(\d+)/\s*(\d+) \|.*?elapsed time per iteration \(ms\): ([\d.]+) \|(.*)$", re.MULTILINE)
+SKIPPED = re.compile(r"number of skipped iterations:\s*(\d+)")
+MEMORY = re.compile(r"\[Rank (\d+)\] \(after (\d+) iterations\) memory \(MB\) \| allocated: ([\d.]+) \| "
+                    r"max allocated: ([\d.]+) \| reserved: ([\d.]+) \| max reserved: ([\d.]+)")
+OTHER_ENGINES = {"torchtitan": re.compile(r"step:\s*\d+\s+loss:.*(tps|mfu)"),
+                 "deepspeed": re.compile(r"samples/sec|DeepSpeed Engine"),
+                 "mindformers": re.compile(r"per_step_time|MindFormers")}
+REQUIRED = ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "micro_batch_size", "global_batch_size",
+            "tensor_model_parallel_size", "pipeline_model_parallel_size", "world_size")
+WARMUP_INTERVALS = 1
+"""Logged intervals left out at the start (the first holds compilation and allocator warm-up)."""
+
+
+@dataclass(frozen=True)
+class MegatronLog:
+    source: str
+    args: dict[str, object]
+    step_s: float
+    """The steady-state step time: the median logged interval after warm-up, skipped ones left out."""
+    intervals: int
+    max_allocated_bytes: float | None
+
+
+def read_megatron_log(path: Path, warmup: int = WARMUP_INTERVALS) -> MegatronLog:
+    text = path.read_text(errors="replace")
+    args = arguments_block(text, path)
+    iterations = [(int(m.group(1)), float(m.group(3)), _skipped(m.group(4))) for m in ITERATION.finditer(text)]
+    last = text.rstrip().splitlines()[-40:]
+    if any("Traceback (most recent call last)" in line for line in last) or "CUDA out of memory" in text:
+        raise InputError(f"{path}: the run crashed after iteration {iterations[-1][0] if iterations else 0} (a "
+                         "traceback ends the log)", hint="calibrate on runs that completed their steps")
+    steady = [ms for _, ms, skipped in iterations[warmup:] if not skipped]
+    if not steady:
+        raise InputError(f"{path}: {len(iterations)} iteration line(s) logged, none after the first {warmup} "
+                         "(warm-up) without skipped iterations", hint="log more iterations (--log-interval, --train-iters)")
+    peaks = [float(m.group(4)) * 2**20 for m in MEMORY.finditer(text)]
+    return MegatronLog(str(path), args, statistics.median(steady) / 1000.0, len(steady), max(peaks) if peaks else None)
+
+
+def arguments_block(text: str, path: Path) -> dict[str, object]:
+    begin, end = ARGS_BEGIN.search(text), ARGS_END.search(text)
+    if begin is None:
+        for engine, pattern in OTHER_ENGINES.items():
+            if pattern.search(text):
+                raise InputError(f"{path}: a {engine} log, not Megatron-LM's (no arguments block)",
+                                 hint="gplan calibrate reads Megatron-LM logs and gplan launch run reports today")
+        raise InputError(f"{path}: no Megatron-LM arguments block (`---- arguments ----`)",
+                         hint="pass the log of the rank that prints the arguments (rank 0), from its start")
+    if end is None:
+        raise InputError(f"{path}: the arguments block is cut short (no `end of arguments`)",
+                         hint="pass the whole log from its start")
+    args = {}
+    for line in text[begin.end():end.start()].splitlines():
+        match = ARG_LINE.match(line)
+        if match:
+            args[match.group(1)] = _value(match.group(2).strip())
+    missing = [name for name in REQUIRED if args.get(name) is None]
+    if missing:
+        raise InputError(f"{path}: the arguments block has no {', '.join(missing)}",
+                         hint="the configuration must be complete to be priced; gplan does not guess it")
+    return args
+
+
+def _value(text: str) -> object:
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def _skipped(rest: str) -> int:
+    found = SKIPPED.search(rest)
+    return int(found.group(1)) if found else 0
+
+
+def model_from_args(args: dict, name: str) -> ModelSpec:
+    """The model Megatron built, from its arguments (the inverse of gplan's Megatron export)."""
+    a = args.get
+    layer_freq = a("moe_layer_freq", 1)
+    first_dense = 0
+    if isinstance(layer_freq, list):
+        first_dense = next((i for i, v in enumerate(layer_freq) if v), len(layer_freq))
+    fields = {
+        "name": name, "num_layers": a("num_layers"), "hidden_size": a("hidden_size"),
+        "ffn_hidden_size": a("ffn_hidden_size"), "num_attention_heads": a("num_attention_heads"),
+        "num_kv_heads": a("num_query_groups") if a("group_query_attention") else None,
+        "head_dim": a("kv_channels") if a("kv_channels") and a("kv_channels") != a("hidden_size") // a("num_attention_heads") else None,
+        "vocab_size": _vocab(args), "seq_length": a("seq_length"),
+        "ffn_kind": "swiglu" if a("swiglu") else "gelu",
+        "norm": "rmsnorm" if a("normalization") == "RMSNorm" else "layernorm",
+        "position_embedding": "rope" if a("position_embedding_type") == "rope" else "learned",
+        "rope_theta": float(a("rotary_base") or 10000), "tie_embeddings": not a("untie_embeddings_and_output_weights"),
+        "bias": bool(a("add_bias_linear", False)), "qkv_bias": bool(a("add_qkv_bias", False)) and not a("add_bias_linear"),
+        "qk_norm": bool(a("qk_layernorm", False)), "mtp_layers": a("mtp_num_layers") or 0,
+    }
+    if a("num_experts"):
+        fields |= {"num_experts": a("num_experts"), "top_k": a("moe_router_topk"),
+                   "moe_ffn_hidden_size": a("moe_ffn_hidden_size"), "first_dense_layers": first_dense,
+                   "shared_expert_ffn_hidden_size": a("moe_shared_expert_intermediate_size"),
+                   "num_shared_experts": 1 if a("moe_shared_expert_intermediate_size") else 0,
+                   "router": a("moe_router_score_function") or "softmax"}
+    return ModelSpec.model_validate({k: v for k, v in fields.items() if v is not None})
+
+
+def _vocab(args: dict) -> int:
+    """The vocabulary Megatron built: the padded size when it printed one, else --vocab-size (plus the end
+    of document token of its NullTokenizer)."""
+    if args.get("padded_vocab_size"):
+        return args["padded_vocab_size"]
+    vocab = args.get("vocab_size")
+    if not vocab:
+        raise InputError("the arguments block has no vocab_size or padded_vocab_size",
+                         hint="the vocabulary decides the embedding and head: it must be in the log")
+    return vocab + (1 if args.get("tokenizer_type") == "NullTokenizer" else 0)
+
+
+def config_values(args: dict) -> dict:
+    """The ParallelConfig options the arguments set."""
+    a = args.get
+    fsdp = a("use_megatron_fsdp")
+    zero = ({"optim": 1, "optim_grads": 2, "optim_grads_params": 3}.get(a("data_parallel_sharding_strategy"), 3)
+            if fsdp else (1 if a("use_distributed_optimizer") else 0))
+    granularity = a("recompute_granularity")
+    values = {"tp": a("tensor_model_parallel_size"), "pp": a("pipeline_model_parallel_size"),
+              "cp": a("context_parallel_size") or 1, "vpp": a("virtual_pipeline_model_parallel_size") or 1,
+              "sp": bool(a("sequence_parallel")), "mbs": a("micro_batch_size"), "zero": zero,
+              "recompute": granularity if granularity in ("full", "selective") else "none"}
+    if a("num_experts"):
+        values |= {"ep": a("expert_model_parallel_size") or 1,
+                   "etp": a("expert_tensor_parallel_size") or a("tensor_model_parallel_size")}
+    return values
+
+
+def precision(args: dict) -> str:
+    if args.get("fp4"):
+        return "nvfp4"
+    if args.get("fp8"):
+        return "mxfp8" if args.get("fp8_recipe") == "mxfp8" else "fp8"
+    return "bf16" if args.get("bf16") else ("fp16" if args.get("fp16") else "fp32")

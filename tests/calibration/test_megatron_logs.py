@@ -1,0 +1,137 @@
+"""`gplan calibrate` on Megatron-LM logs (calibration.megatron_log). The fixtures are written from
+Megatron-LM's own format strings (`_print_args` in megatron/training/arguments.py; `training_log` in
+megatron/training/training.py; `report_memory` in megatron/training/utils.py) with the numbers of
+Megatron-Bridge's published H100 FP8 rows (../shared/reference/megatron_bridge_perf.csv, rows 70, 250, 39:
+Llama 3 70B on 64 GPUs, Llama 3 8B on 8, Llama 3.1 405B on 1024)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gplan.calibration.megatron_log import read_megatron_log
+from gplan.calibration.runs import read_log_run
+from gplan.errors import InputError
+
+LLAMA = dict(group_query_attention=True, swiglu=True, normalization="RMSNorm", position_embedding_type="rope",
+             untie_embeddings_and_output_weights=True, add_bias_linear=False, add_qkv_bias=False, seq_length=8192,
+             max_position_embeddings=8192, rotary_base=500000, padded_vocab_size=128256, tokenizer_type="NullTokenizer",
+             micro_batch_size=1, sequence_parallel=True, use_distributed_optimizer=True, context_parallel_size=1,
+             recompute_granularity=None, recompute_method=None, recompute_num_layers=None, fp8="hybrid",
+             fp8_recipe="tensorwise", bf16=True, fp16=False, num_experts=None, lr=0.00015, data_path=["/data/x"],
+             pipeline_model_parallel_layout=None, decoder_first_pipeline_num_layers=None,
+             decoder_last_pipeline_num_layers=None)
+#: (Bridge row, arguments, tokens/s per GPU)
+ROWS = {
+    "llama3-70b-row70": (dict(LLAMA, num_layers=80, hidden_size=8192, ffn_hidden_size=28672, num_attention_heads=64,
+                              num_query_groups=8, kv_channels=128, tensor_model_parallel_size=4,
+                              pipeline_model_parallel_size=8, virtual_pipeline_model_parallel_size=5,
+                              global_batch_size=256, world_size=64, data_parallel_size=2), 1664),
+    "llama3-8b-row250": (dict(LLAMA, num_layers=32, hidden_size=4096, ffn_hidden_size=14336, num_attention_heads=32,
+                              num_query_groups=8, kv_channels=128, tensor_model_parallel_size=1,
+                              pipeline_model_parallel_size=1, virtual_pipeline_model_parallel_size=None,
+                              global_batch_size=128, world_size=8, data_parallel_size=8, sequence_parallel=False), 14451),
+    "llama3.1-405b-row39": (dict(LLAMA, num_layers=126, hidden_size=16384, ffn_hidden_size=53248,
+                                 num_attention_heads=128, num_query_groups=8, kv_channels=128,
+                                 tensor_model_parallel_size=8, pipeline_model_parallel_size=8, context_parallel_size=2,
+                                 virtual_pipeline_model_parallel_size=8, global_batch_size=1536, world_size=1024,
+                                 data_parallel_size=8), 326),
+}
+
+
+def megatron_log(args: dict, step_s: float, iterations: int = 6, skipped_at: int | None = None,
+                 crash: bool = False) -> str:
+    """A rank-0 log: the arguments block, a memory report, one line per logged iteration."""
+    lines = ["------------------------ arguments ------------------------"]
+    for line in sorted((f"  {k} {'.' * (48 - len(k))} {v}" for k, v in args.items()), key=str.lower):
+        lines.append(line)
+    lines.append("-------------------- end of arguments ---------------------")
+    lines.append("[Rank 0] (after 1 iterations) memory (MB) | allocated: 30528.1 | max allocated: 61234.5 | "
+                 "reserved: 63000.0 | max reserved: 63000.0")
+    for i in range(1, iterations + 1):
+        ms = step_s * 1000 * (1.6 if i == 1 else 1.0 + 0.002 * (i % 3))  # the first interval compiles and warms up
+        skipped = 1 if i == skipped_at else 0
+        lines.append(f" [2026-05-01 10:{i:02d}:00] iteration {i:8d}/{500:8d} | consumed samples: {i * args['global_batch_size']:12d} | "
+                     f"elapsed time per iteration (ms): {ms:.1f} | throughput per GPU (TFLOP/s/GPU): 400.0 | "
+                     f"learning rate: {1.5e-4:.6E} | global batch size: {args['global_batch_size']:5d} | lm loss: "
+                     f"{10.5 - i * 0.01:.6E} | loss scale: 1.0 | grad norm: 1.000 | number of skipped iterations: "
+                     f"{skipped:3d} | number of nan iterations: {0:3d} |")
+    if crash:
+        lines += ["Traceback (most recent call last):", '  File "pretrain_gpt.py", line 1', "RuntimeError: NCCL error"]
+    return "\n".join(lines) + "\n"
+
+
+def write(tmp_path: Path, name: str, **kw) -> Path:
+    args, tokens_per_gpu = ROWS[name]
+    step_s = args["global_batch_size"] * args["seq_length"] / (tokens_per_gpu * args["world_size"])
+    path = tmp_path / f"{name}.log"
+    path.write_text(megatron_log(args, step_s, **kw))
+    return path
+
+
+def test_the_log_gives_the_rows_configuration_and_step_exactly(tmp_path):
+    path = write(tmp_path, "llama3-70b-row70")
+    log = read_megatron_log(path)
+    assert log.step_s == pytest.approx(256 * 8192 / (1664 * 64), rel=3e-3)  # the median after the warm-up interval
+    assert log.max_allocated_bytes == pytest.approx(61234.5 * 2**20)
+    run = read_log_run(path, "dgx-h100", None, None)
+    c, m, t = run.plan.parallel, run.plan.model, run.plan.training
+    assert (c.dp, c.tp, c.pp, c.vpp, c.cp, c.sp, c.mbs, c.zero) == (2, 4, 8, 5, 1, True, 1, 1)
+    assert (t.gbs, t.seq_length, t.precision, t.engine) == (256, 8192, "fp8", "megatron")
+    from gplan.profiles.catalogue import load_model
+
+    bundled = load_model("llama3-70b")
+    assert m.total_params() == bundled.total_params() and m.kv_heads == 8 and m.rope_theta == 500000
+
+
+def test_skipped_iterations_are_left_out_of_the_steady_step(tmp_path):
+    args, _ = ROWS["llama3-8b-row250"]
+    path = tmp_path / "skip.log"
+    path.write_text(megatron_log(args, 1.0, iterations=6, skipped_at=3).replace(
+        "elapsed time per iteration (ms): 1002.0 | throughput per GPU (TFLOP/s/GPU): 400.0 | learning rate: "
+        "1.500000E-04 | global batch size:   128 | lm loss: 1.047000E+01 | loss scale: 1.0 | grad norm: 1.000 | "
+        "number of skipped iterations:   1",
+        "elapsed time per iteration (ms): 9000.0 | throughput per GPU (TFLOP/s/GPU): 400.0 | learning rate: "
+        "1.500000E-04 | global batch size:   128 | lm loss: 1.047000E+01 | loss scale: 1.0 | grad norm: 1.000 | "
+        "number of skipped iterations:   1"))
+    log = read_megatron_log(path)
+    assert log.intervals == 4 and log.step_s < 1.01
+
+
+def test_calibrate_fits_megatron_logs_and_predicts_a_held_out_one(gplan, tmp_path):
+    fit = [write(tmp_path, "llama3-70b-row70"), write(tmp_path, "llama3-8b-row250")]
+    held = write(tmp_path, "llama3.1-405b-row39")
+    r = gplan("calibrate", *map(str, fit), "--held-out", str(held), "--cluster", "dgx-h100",
+              "--out", str(tmp_path / "p.yaml"), "--json")
+    assert r.code == 0, r.stderr
+    data = r.json()
+    assert len(data["runs"]) == 2 and len(data["held_out"]) == 1
+    assert all(abs(run["error_after"]) < 0.02 for run in data["runs"])  # two runs, two parameters: fitted
+    assert abs(data["held_out"][0]["error_after"]) < 0.25
+    assert (tmp_path / "p.yaml").exists()
+
+
+@pytest.mark.parametrize("change, fragment", [
+    (lambda t: t.replace("  world_size ", "  world_sizeX "), "has no world_size"),
+    (lambda t: t.split("-------------------- end of arguments")[0], "cut short"),
+    (lambda t: t.split(" [2026-05-01 10:02:00]")[0], "none after the first 1"),
+    (lambda t: "step: 10  loss: 3.2  memory: 40.1GiB(50%)  tps: 6,150  tflops: 350  mfu: 35%\n", "a torchtitan log"),
+])
+def test_a_log_that_cannot_be_priced_whole_is_refused(gplan, tmp_path, change, fragment):
+    path = write(tmp_path, "llama3-8b-row250")
+    path.write_text(change(path.read_text()))
+    other = write(tmp_path, "llama3-70b-row70")
+    r = gplan("calibrate", str(path), str(other), "--cluster", "dgx-h100", "--out", str(tmp_path / "p.yaml"))
+    assert r.code == 3 and fragment in r.stderr and "hint:" in r.stderr
+    assert not (tmp_path / "p.yaml").exists()
+
+
+def test_a_crashed_run_and_a_log_without_hardware_are_refused(gplan, tmp_path):
+    crashed = write(tmp_path, "llama3-8b-row250", crash=True)
+    other = write(tmp_path, "llama3-70b-row70")
+    r = gplan("calibrate", str(crashed), str(other), "--cluster", "dgx-h100", "--out", str(tmp_path / "p.yaml"))
+    assert r.code == 3 and "crashed" in r.stderr
+    r = gplan("calibrate", str(other), str(other), "--out", str(tmp_path / "p.yaml"))
+    assert r.code == 3 and "does not name its hardware" in r.stderr and "--cluster" in r.stderr
