@@ -65,10 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n".join(lines) + f"\n\nFitted: {theta}.\n"
     sys.stdout.write(text)
     if args.readme:
-        readme = ROOT / "README.md"
-        content = readme.read_text()
-        start_at, end_at = content.index(BEGIN) + len(BEGIN), content.index(END)
-        readme.write_text(content[:start_at] + "\n" + text + content[end_at:])
+        from readme_section import write_section
+
+        write_section(BEGIN, END, text)
     return 0
 
 

@@ -17,7 +17,6 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- command-scale:begin -->", "<!-- command-scale:end -->"
 RUNS = 3
 #: (devices, gbs): seq 8192 (Llama 3.1's pre-training context), a batch of 16M and 128M tokens.
@@ -65,10 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     text = run()
     print(text)
     if args.readme:
-        readme = ROOT / "README.md"
-        content = readme.read_text()
-        start, end = content.index(BEGIN) + len(BEGIN), content.index(END)
-        readme.write_text(content[:start] + "\n" + text + "\n" + content[end:])
+        from readme_section import write_section
+
+        write_section(BEGIN, END, text)
     return 0
 
 

@@ -105,10 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     text, _ = run()
     print(text)
     if args.readme:
-        readme = ROOT / "README.md"
-        content = readme.read_text()
-        start, end = content.index(BEGIN) + len(BEGIN), content.index(END)
-        readme.write_text(content[:start] + "\n" + text + "\n" + content[end:])
+        from readme_section import write_section
+
+        write_section(BEGIN, END, text)
     return 0
 
 

@@ -135,10 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n".join(lines) + "\n\n" + ilp_vs_brute_force()
     sys.stdout.write(text + "\n")
     if args.readme:
-        readme = ROOT / "README.md"
-        content = readme.read_text()
-        start, end = content.index(BEGIN) + len(BEGIN), content.index(END)
-        readme.write_text(content[:start] + "\n" + text + "\n" + content[end:])
+        from readme_section import write_section
+
+        write_section(BEGIN, END, text)
     return 0
 
 

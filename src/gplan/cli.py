@@ -294,8 +294,10 @@ def search(
                                      "two dividing the experts)"),
     etp: Optional[str] = typer.Option(None, "--etp", help="allowed expert tensor-parallel degrees (MoE; default 1)"),
     mbs: Optional[str] = typer.Option(None, "--mbs", help="allowed micro-batch sizes (default 1,2,4,8)"),
-    vpp: Optional[str] = typer.Option(None, "--vpp", help="allowed virtual stages per rank (default 1,2,4)"),
-    zero: Optional[str] = typer.Option(None, "--zero", help="allowed optimizer sharding levels (default 0,1,3)"),
+    vpp: Optional[str] = typer.Option(None, "--vpp", help="allowed virtual stages per rank (default: every chunking "
+                                      "of a stage's layers the target runs)"),
+    zero: Optional[str] = typer.Option(None, "--zero", help="allowed optimizer sharding levels (default 0,1,2,3; "
+                                       "0,1 with experts)"),
     recompute: str = typer.Option("none,selective,full", "--recompute", help="recompute options the ILP may give each layer"),
     schedule: Optional[str] = typer.Option(None, "--schedule", help="allowed schedules: gpipe,1f1b,interleaved_1f1b"),
     all_devices: bool = typer.Option(False, "--all-devices", help="never use fewer devices than given"),

@@ -256,14 +256,7 @@ def test_deepseek_v3_config_json_reads_and_exports_its_grouped_routing(tmp_path)
 
     from gplan.profiles.catalogue import load_model
 
-    config = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 7168,
-              "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_attention_heads": 128,
-              "num_key_value_heads": 128, "num_hidden_layers": 61, "vocab_size": 129280, "n_routed_experts": 256,
-              "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 3, "moe_layer_freq": 1,
-              "n_group": 8, "topk_group": 4, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid",
-              "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
-              "v_head_dim": 128, "max_position_embeddings": 163840, "rope_theta": 10000, "hidden_act": "silu",
-              "tie_word_embeddings": False, "num_nextn_predict_layers": 1}
+    config = deepseek_v3_config()
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     model = load_model(str(path))
