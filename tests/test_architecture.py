@@ -27,7 +27,7 @@ LAYERS = [
     {"gplan.planner"},
     {"gplan.calibration"},
     {"gplan.backends"},
-    {"gplan.cli", "gplan.render", "gplan.svg", "gplan.testing"},
+    {"gplan.cli", "gplan.render", "gplan.svg", "gplan.testing", "gplan.golden"},
 ]
 BACKENDS_MAY_READ = {"gplan", "gplan.errors", "gplan.io", "gplan.spec", "gplan.profiles", "gplan.plan",
                      "gplan.report", "gplan.backends"}
