@@ -311,6 +311,8 @@ def search(
     from_file: Optional[Path] = typer.Option(None, "--from", help="a Megatron-LM launch script or argument file: "
                                              "search its model, batch and precision, and show its layout beside the "
                                              "best plan"),
+    out_launch: Optional[Path] = typer.Option(None, "--out-launch", help="with --from: write the launch back here "
+                                              "with only its layout flags changed to the best plan's"),
     as_json: bool = JsonOpt, wide: bool = WideOpt,
 ) -> None:
     """Search degrees, micro-batch, recompute, optimizer sharding, stage split and placement; write the best plan."""
@@ -325,6 +327,8 @@ def search(
     if out.is_dir():
         raise InputError(f"--out {out}: is a directory", hint=f"name a file, e.g. --out {out / 'plan.json'}")
     mine = None
+    if out_launch is not None and from_file is None:
+        raise UsageError("--out-launch rewrites the launch of --from", hint="add --from train.sh")
     if from_file is not None:  # the launch's batch, sequence, precision and engine, unless said otherwise
         mine = priced_launch(from_file, model, devices, cluster, hardware, devices_per_node, seq_length, memory_headroom,
                              profile, target, expert_imbalance)
@@ -338,7 +342,16 @@ def search(
     limits = limits_from_options(tp, pp, dp, cp, mbs, vpp, zero, recompute, schedule, all_devices, target, ep, etp)
     with SearchProgress(err) as progress:
         planned = make_best_plan(inputs, limits, top=top, time_limit_s=time_limit, progress=progress)
+    if out_launch is not None:  # written before the plan: a launch that cannot be rewritten writes nothing
+        from gplan.backends.exporters.megatron import KEEP_UNLESS_SET, layout_flags
+        from gplan.planner.launch_files import rewrite_launch
+
+        best = planned.plan
+        rewritten = rewrite_launch(from_file.read_text(), layout_flags(best, layouts_of(best)), KEEP_UNLESS_SET)
     write_plan(planned.plan, out)
+    if out_launch is not None:
+        atomic_write_text(out_launch, rewritten)
+        err.print(f"[green]wrote[/] {out_launch} (your launch, its layout flags the best plan's)", highlight=False)
     versus = launch_versus(mine, planned) if mine else None
     if as_json:
         return emit_json(search_json(out, planned.search) | ({"from": versus} if versus else {}))

@@ -94,3 +94,33 @@ def test_megatrons_pipeline_layout_is_read_rank_by_rank(layout, pp, sizes, vpp):
     from gplan.planner.launch_files import parse_layout
 
     assert parse_layout(layout, pp) == (sizes, vpp)
+
+
+def test_the_best_plan_is_written_back_into_the_users_own_launch(gplan, tmp_path):
+    """`search --from train.sh --out-launch better.sh`: only the layout flags change — read back, it is the
+    best plan, priced the same — and every line that is not a layout flag (data, tokenizer, checkpoints,
+    learning-rate schedule, logging) is still there as it was."""
+    from gplan.backends.exporters.megatron import LAYOUT_OWNED
+
+    better, plan_path = tmp_path / "better.sh", tmp_path / "plan.json"
+    r = gplan("search", "llama3-70b", "--from", str(TRAIN_SH), *ARGS, "--out", str(plan_path),
+              "--out-launch", str(better))
+    assert r.code == 0, r.stderr
+    plan = json.loads(plan_path.read_text())
+    back = gplan("estimate", "llama3-70b", "--from", str(better), *ARGS, "--json").json()
+    keys = ("dp", "tp", "pp", "vpp", "cp", "sp", "mbs", "zero")
+    assert {k: back["parallel"][k] for k in keys} == {k: plan["parallel"][k] for k in keys}
+    assert back["step_time_s"] == pytest.approx(plan["prediction"]["step_time_s"], rel=1e-9)
+    kept = [line for line in TRAIN_SH.read_text().splitlines()
+            if not any(flag in line for flag in LAYOUT_OWNED)]
+    assert all(line in better.read_text().splitlines() for line in kept)
+    assert "--data-path $DATA_PATH" in better.read_text() and "--lr 1.5e-4" in better.read_text()
+    import subprocess
+
+    assert subprocess.run(["bash", "-n", str(better)]).returncode == 0  # still a valid script
+
+
+def test_out_launch_needs_a_launch_to_rewrite(gplan, tmp_path):
+    r = gplan("search", "llama3-70b", *ARGS, "--devices", "64", "--out-launch", str(tmp_path / "x.sh"),
+              "--out", str(tmp_path / "p.json"))
+    assert r.code == 2 and "--from" in r.stderr and not (tmp_path / "x.sh").exists()

@@ -318,3 +318,40 @@ def differences(mine, best) -> dict[str, tuple[str, str]]:
         if a != b:
             found[key] = (str(a), str(b))
     return found
+
+
+# ---- writing a better plan back into the user's launch -----------------------------------------------
+
+DEFAULTS = {"--context-parallel-size": "1", "--tensor-model-parallel-size": "1", "--pipeline-model-parallel-size": "1",
+            "--expert-model-parallel-size": "1"}
+"""Megatron's defaults: a missing flag at its default is not added."""
+
+
+def rewrite_launch(text: str, flags: dict[str, str | None], keep: tuple[str, ...] = ()) -> str:
+    """`text` with only the layout flags changed (an engine's `layout_flags`): each present flag's value
+    replaced, or the flag removed with its value where the plan does not use it (but `keep` flags, which
+    are only ever set); each missing one added after the launch's --tensor-model-parallel-size line;
+    every other line — data, tokenizer, checkpoints, schedule, logging — kept as it was."""
+    missing = []
+    for flag, new in flags.items():
+        pattern = re.compile(rf"(?<![\w-]){re.escape(flag)}(?:(?:=|[ \t]+)(?!--)([^\s\\)]+))?")
+        if pattern.search(text) is None:
+            if new is not None and DEFAULTS.get(flag) != new:
+                missing.append(f"{flag} {new}".rstrip())
+            continue
+        if new is None and flag in keep:
+            continue
+        if new is None:
+            text = pattern.sub("", text)
+        else:
+            text = pattern.sub(f"{flag} {new}".rstrip(), text, count=1)
+    if missing:
+        anchor = re.search(r"^([ \t]*)--tensor-model-parallel-size\b.*$", text, re.MULTILINE)
+        if anchor is None:
+            raise InputError("the launch has no --tensor-model-parallel-size line to add the layout flags beside",
+                             hint="write the launch's layout flags one per line, or use gplan export")
+        indent, end = anchor.group(1), anchor.end()
+        continuation = " \\" if anchor.group(0).rstrip().endswith("\\") else ""
+        added = "".join(f"\n{indent}{line}{continuation}" for line in missing)
+        text = text[:end] + added + text[end:]
+    return re.sub(r"[ \t]+\n", "\n", re.sub(r"[ \t]{2,}\\\n", " \\\n", text))

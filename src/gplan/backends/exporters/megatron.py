@@ -279,6 +279,40 @@ def recompute_args(plan: Plan, layouts: list[StageLayout]) -> list[str]:
     return []
 
 
+#: The flags a launch's layout consists of: what `gplan search --from … --out-launch` may change in a user's
+#: own script (everything else in it is kept as it was).
+LAYOUT_OWNED = ("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
+                "--micro-batch-size", "--sequence-parallel", "--tp-comm-overlap", "--overlap-grad-reduce",
+                "--overlap-param-gather", "--num-layers-per-virtual-pipeline-stage",
+                "--virtual-pipeline-model-parallel-size", "--pipeline-model-parallel-layout",
+                "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
+                "--use-distributed-optimizer", "--use-megatron-fsdp", "--data-parallel-sharding-strategy",
+                "--recompute-granularity", "--recompute-method", "--recompute-num-layers",
+                "--expert-model-parallel-size", "--expert-tensor-parallel-size")
+KEEP_UNLESS_SET = ("--ckpt-format",)
+"""Set only where the layout needs it (Megatron-FSDP's fsdp_dtensor checkpoints); else the launch's own."""
+
+
+def layout_flags(plan: Plan, layouts: list[StageLayout]) -> dict[str, str | None]:
+    """The layout flags of the plan as its export writes them (`parallel_args`, `recompute_args`: the
+    arguments Megatron's rules were checked on): flag -> value ("" for a switch), None for an owned flag
+    the plan does not use."""
+    args = parallel_args(plan, layouts) + recompute_args(plan, layouts) + expert_parallel_args(plan)
+    found: dict[str, str | None] = {flag: None for flag in LAYOUT_OWNED}
+    for i, token in enumerate(args):
+        if token.startswith("--"):
+            following = args[i + 1] if i + 1 < len(args) else ""
+            found[token] = "" if following.startswith("--") or not following else following
+    return {k: v for k, v in found.items() if k in LAYOUT_OWNED or k in KEEP_UNLESS_SET}
+
+
+def expert_parallel_args(plan: Plan) -> list[str]:
+    c = plan.parallel
+    if not plan.model.is_moe:
+        return []
+    return ["--expert-model-parallel-size", str(c.ep), "--expert-tensor-parallel-size", str(c.etp)]
+
+
 def run_args(plan: Plan) -> list[str]:
     """Synthetic data, so the script runs as exported."""
     return ["--mock-data", "--tokenizer-type", "NullTokenizer", "--train-iters", "100", "--lr", "3.0e-4",
