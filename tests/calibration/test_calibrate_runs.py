@@ -67,9 +67,13 @@ def test_the_calibrated_profile_prices_the_held_out_plan_as_reported(gplan, repo
     estimate = gplan("estimate", str(reports["pp2"].parent / "plan.json"), "--json").json()
     assert estimate["step_time_s"] == pytest.approx(plan["prediction"]["step_time_s"])
     measured = data["held_out"][0]["measured_s"]
+    c = plan["parallel"]  # every option given, and the plan's split: nothing left for estimate to choose
     calibrated = gplan("estimate", str(small_llama_file(tmp_path)), "--profile", str(out), "--devices", "2",
-                       "--pp", "2", "--schedule", plan["parallel"]["schedule"], "--gbs", "8", "--seq-length", "128",
-                       "--precision", "fp32", "--json").json()
+                       "--pp", "2", "--schedule", c["schedule"], "--mbs", str(c["mbs"]), "--zero", str(c["zero"]),
+                       "--recompute", c["recompute"], "--no-sp", "--vpp", str(c["vpp"]),
+                       "--stages", ",".join(str(s["layer_end"] - s["layer_start"]) for s in plan["stages"]),
+                       "--gbs", "8", "--seq-length", "128", "--precision", "fp32", "--json").json()
+    assert calibrated["chosen"] == {}
     assert calibrated["step_time_s"] / measured - 1 == pytest.approx(data["held_out"][0]["error_after"], abs=1e-9)
 
 
