@@ -387,8 +387,9 @@ def launch_versus(mine, planned) -> dict:
 @app.command()
 @guarded
 def compare(
-    items: list[str] = typer.Argument(..., help="plan.json files, or one MODEL followed by --config options"),
+    items: list[str] = typer.Argument(..., help="plan.json files, or one MODEL followed by --config or --from options"),
     config: list[str] = typer.Option([], "--config", help='a configuration, e.g. "tp=8,pp=4,mbs=1" (repeat)'),
+    from_files: list[Path] = typer.Option([], "--from", help="a Megatron-LM launch of MODEL, priced as it runs (repeat)"),
     devices: Optional[int] = DevicesOpt, cluster: Optional[str] = ClusterOpt, hardware: Optional[str] = HardwareOpt,
     devices_per_node: Optional[int] = PerNodeOpt, gbs: Optional[int] = GbsOpt, seq_length: Optional[int] = SeqOpt,
     precision: Optional[str] = PrecisionOpt, memory_headroom: float = HeadroomOpt, target: Optional[str] = TargetOpt,
@@ -403,6 +404,15 @@ def compare(
     from gplan.spec.parallel import check_config, parse_config_values
 
     entries, notes, setups = [], {}, []
+    if from_files:
+        if len(items) != 1:
+            raise InputError("--from compares launches of one model", hint="pass exactly one MODEL")
+        for path in from_files:
+            launch, launch_inputs, cfg, layouts, prediction = priced_launch(
+                path, items[0], devices, cluster, hardware, devices_per_node, seq_length, memory_headroom, None,
+                target, 1.0)
+            entries.append((path.name, prediction))
+            setups.append(setup_rows(cfg, launch_inputs.training.gbs, launch_inputs.training.seq_length, layouts))
     if config:
         if len(items) != 1:
             raise InputError("--config compares configurations of one model", hint="pass exactly one MODEL")
@@ -417,9 +427,10 @@ def compare(
             notes[text] = [r.detail for r in target_refusals(inputs, done.config, done.layouts)[0]]
             if done.chosen:
                 notes.setdefault("chosen", []).append(f"{text}: {chosen_line(done)}")
-    else:
+    elif not from_files:
         if len(items) < 2:
-            raise InputError("compare needs two or more plans, or one MODEL with --config", hint="gplan compare a.json b.json")
+            raise InputError("compare needs two or more plans, or one MODEL with --config or --from",
+                             hint="gplan compare a.json b.json")
         plans = [read_plan(Path(item)) for item in items]
         names = [Path(item).name for item in items]
         names = names if len(set(names)) == len(names) else list(items)  # short names unless they collide

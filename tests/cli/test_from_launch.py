@@ -124,3 +124,13 @@ def test_out_launch_needs_a_launch_to_rewrite(gplan, tmp_path):
     r = gplan("search", "llama3-70b", *ARGS, "--devices", "64", "--out-launch", str(tmp_path / "x.sh"),
               "--out", str(tmp_path / "p.json"))
     assert r.code == 2 and "--from" in r.stderr and not (tmp_path / "x.sh").exists()
+
+
+def test_compare_prices_launches_side_by_side(gplan, tmp_path):
+    better = tmp_path / "better.sh"
+    assert gplan("search", "llama3-70b", "--from", str(TRAIN_SH), *ARGS, "--out", str(tmp_path / "p.json"),
+                 "--out-launch", str(better)).code == 0
+    data = gplan("compare", "llama3-70b", "--from", str(TRAIN_SH), "--from", str(better), *ARGS, "--json").json()
+    mine, best = (d["prediction"]["tokens_per_s"] for d in data)
+    assert [d["name"] for d in data] == [TRAIN_SH.name, "better.sh"] and best > mine
+    assert data[0]["configuration"]["recompute"] == "full" and data[1]["configuration"]["recompute"] == "none"
