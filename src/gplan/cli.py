@@ -238,7 +238,7 @@ def priced_launch(from_file: Path, model: str, devices, cluster, hardware, devic
     """A launch file read, its inputs resolved (its batch, sequence and precision; priced as its engine runs
     it unless --target says otherwise) and its configuration priced: (launch, inputs, config, layouts, prediction)."""
     from gplan.cost_models.step import predict
-    from gplan.planner.launch_files import launch_config, launch_layouts, read_launch
+    from gplan.planner.launch_files import launch_batch, launch_config, launch_layouts, read_launch
     from gplan.profiles.catalogue import load_model
     from gplan.spec.parallel import check_config
 
@@ -247,7 +247,9 @@ def priced_launch(from_file: Path, model: str, devices, cluster, hardware, devic
     if devices is None:
         raise InputError(f"--from {from_file}: the launch does not say how many GPUs it runs on",
                          hint="pass --devices N")
-    inputs = _inputs(model, devices, cluster, hardware, devices_per_node, launch.gbs, seq_length or launch.seq_length,
+    spec = load_model(model)
+    gbs = launch_batch(launch, launch_config(launch, spec, devices))
+    inputs = _inputs(model, devices, cluster, hardware, devices_per_node, gbs, seq_length or launch.seq_length,
                      launch.precision, headroom, profile, target or launch.engine, expert_imbalance)
     config = launch_config(launch, inputs.model, inputs.devices)
     check_config(inputs.model, inputs.training, config, inputs.devices)
@@ -333,7 +335,7 @@ def search(
         mine = priced_launch(from_file, model, devices, cluster, hardware, devices_per_node, seq_length, memory_headroom,
                              profile, target, expert_imbalance)
         launch, launch_inputs = mine[0], mine[1]
-        devices, gbs, target = launch_inputs.devices, gbs or launch.gbs, target or launch.engine
+        devices, gbs, target = launch_inputs.devices, gbs or launch_inputs.training.gbs, target or launch.engine
         seq_length, precision = seq_length or launch_inputs.training.seq_length, precision or launch.precision
     inputs = _inputs(model, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, memory_headroom,
                      profile, target, expert_imbalance)

@@ -134,3 +134,45 @@ def test_compare_prices_launches_side_by_side(gplan, tmp_path):
     mine, best = (d["prediction"]["tokens_per_s"] for d in data)
     assert [d["name"] for d in data] == [TRAIN_SH.name, "better.sh"] and best > mine
     assert data[0]["configuration"]["recompute"] == "full" and data[1]["configuration"]["recompute"] == "none"
+
+
+TITAN_TOML = Path(__file__).resolve().parents[1] / "data" / "torchtitan_llama3_8b.toml"
+
+
+def test_a_torchtitan_job_toml_is_read_as_torchtitan_runs_it(gplan):
+    data = gplan("estimate", "llama3-8b", "--from", str(TITAN_TOML), "--cluster", "dgx-h100", "--devices", "16",
+                 "--json").json()
+    c = data["parallel"]
+    assert (c["dp"], c["tp"], c["sp"], c["zero"], c["mbs"], c["recompute"]) == (8, 2, True, 3, 2, "full")
+    assert data["engine"] == "torchtitan" and "training.dataset" in data["not_read"]
+    assert "float8.enable_fsdp_float8_all_gather" in data["not_read"]  # float8 is off: its section changes nothing
+
+
+@pytest.mark.parametrize("args", [
+    ["llama3-8b", "--cluster", "dgx-h100", "--devices", "16", "--target", "torchtitan"],
+    ["llama3-8b", "--cluster", "dgx-h100", "--devices", "16", "--target", "torchtitan", "--pp", "2", "--tp", "2",
+     "--zero", "3"],
+    ["llama3-8b", "--cluster", "dgx-h100", "--devices", "16", "--target", "torchtitan", "--pp", "4", "--vpp", "2"],
+])
+def test_a_torchtitan_export_read_back_is_the_same_plan(gplan, tmp_path, args):
+    """`gplan export --to torchtitan` then `--from` (its script, with the config module beside it): the same
+    degrees, batch, split and prediction — zero 1 comes back as 2, as the export's note says torchtitan runs it."""
+    plan_path = tmp_path / "plan.json"
+    assert gplan("search", *args, "--out", str(plan_path)).code == 0
+    assert gplan("export", str(plan_path), "--to", "torchtitan", "-o", str(tmp_path / "t")).code == 0
+    plan = json.loads(plan_path.read_text())
+    back = gplan("estimate", "llama3-8b", "--from", str(tmp_path / "t" / "torchtitan_train.sh"), "--cluster",
+                 "dgx-h100", "--json").json()
+    keys = ("dp", "tp", "pp", "vpp", "cp", "sp", "mbs")
+    assert {k: back["parallel"][k] for k in keys} == {k: plan["parallel"][k] for k in keys}
+    assert back["parallel"]["zero"] == (2 if plan["parallel"]["zero"] == 1 else plan["parallel"]["zero"])
+    assert back["step_time_s"] == pytest.approx(plan["prediction"]["step_time_s"], rel=1e-9)
+
+
+def test_search_from_a_torchtitan_toml_shows_the_gain(gplan, tmp_path):
+    r = gplan("search", "llama3-8b", "--from", str(TITAN_TOML), "--cluster", "dgx-h100", "--devices", "16",
+              "--out", str(tmp_path / "p.json"), "--json")
+    assert r.code == 0, r.stderr
+    versus = r.json()["from"]
+    assert versus["engine"] == "torchtitan" and versus["gain"] >= 0
+    assert json.loads((tmp_path / "p.json").read_text())["target"] == "torchtitan"

@@ -79,13 +79,23 @@ class Launch:
     world_size: int | None
     unread: list[str] = field(default_factory=list)
     """Flags gplan does not read (data, tokenizer, checkpoints, learning rate, logging…)."""
+    local_batch: int | None = None
+    """torchtitan's sequences per data-parallel rank per step, where the launch sets no global batch."""
 
 
 def read_launch(path: Path, model: ModelSpec) -> Launch:
-    """The Megatron-LM launch in `path` (a script, or a file of arguments), checked against `model`."""
+    """The launch in `path`, by its engine: a torchtitan TOML or script (`--parallelism.…` overrides,
+    `torchtitan.train`), else a Megatron-LM script or argument file; checked against `model`."""
     if not path.is_file():
-        raise InputError(f"--from {path}: no such file", hint="pass a Megatron-LM launch script or argument file")
+        raise InputError(f"--from {path}: no such file", hint="pass a Megatron-LM or torchtitan launch")
     text = path.read_text(errors="replace")
+    if path.suffix == ".toml" or "torchtitan" in text or "--parallelism." in text:
+        return read_torchtitan_launch(path, model)
+    return read_megatron_launch(path, model, text)
+
+
+def read_megatron_launch(path: Path, model: ModelSpec, text: str) -> Launch:
+    """The Megatron-LM launch in `path` (a script, or a file of arguments), checked against `model`."""
     args, variables = arguments(text)
     if "--num-layers" not in args and "--tensor-model-parallel-size" not in args:
         raise InputError(f"--from {path}: no Megatron-LM arguments found (no --num-layers, no "
@@ -291,13 +301,24 @@ def launch_config(launch: Launch, model: ModelSpec, devices: int):
     from gplan.spec.parallel import config_from_options
 
     given = dict(launch.given)
+    shard, replicate = given.pop("dp_shard", None), given.pop("dp_replicate", None)
     if not model.is_moe:
         given["ep"] = given["etp"] = 1
     per_replica = given["tp"] * given["pp"] * given["cp"]
     if devices % per_replica:
         raise InputError(f"{devices} devices do not divide into tp·pp·cp = {per_replica} (from {launch.source})",
                          hint="pass the launch's --devices")
-    return config_from_options(dp=devices // per_replica, **given)
+    dp = devices // per_replica
+    if shard not in (None, -1) and (replicate or 1) * shard != dp:
+        raise InputError(f"{launch.source}: data parallel replicate × shard = {(replicate or 1) * shard}, but "
+                         f"{devices} devices over tp·pp·cp = {per_replica} leave dp = {dp}",
+                         hint="pass the launch's --devices")
+    return config_from_options(dp=dp, **given)
+
+
+def launch_batch(launch: Launch, config) -> int:
+    """The launch's global batch; torchtitan's default is its local batch on every data-parallel rank."""
+    return launch.gbs or (launch.local_batch or 1) * config.dp
 
 
 def launch_layouts(launch: Launch, model: ModelSpec, config) -> list[StageLayout]:
@@ -355,3 +376,155 @@ def rewrite_launch(text: str, flags: dict[str, str | None], keep: tuple[str, ...
         added = "".join(f"\n{indent}{line}{continuation}" for line in missing)
         text = text[:end] + added + text[end:]
     return re.sub(r"[ \t]+\n", "\n", re.sub(r"[ \t]{2,}\\\n", " \\\n", text))
+
+
+# ---- torchtitan ----------------------------------------------------------------------------------------
+
+#: torchtitan's job-config keys gplan reads (torchtitan/config/job_config.py: Parallelism, Training,
+#: ActivationCheckpoint; 0.3's `local_batch_size`, before it `batch_size`).
+TITAN_KEYS = {
+    "parallelism.data_parallel_replicate_degree", "parallelism.data_parallel_shard_degree",
+    "parallelism.tensor_parallel_degree", "parallelism.context_parallel_degree", "parallelism.pipeline_parallel_degree",
+    "parallelism.expert_parallel_degree", "parallelism.enable_sequence_parallel", "parallelism.fsdp_reshard_after_forward",
+    "parallelism.pipeline_parallel_schedule", "parallelism.pipeline_parallel_microbatch_size",
+    "parallelism.pipeline_parallel_layers_per_stage", "training.local_batch_size", "training.batch_size",
+    "training.global_batch_size", "training.seq_len", "training.mixed_precision_param", "activation_checkpoint.mode",
+    "model.converters", "float8.recipe_name", "quantize.linear.float8.recipe_name", "model.name", "model.flavor",
+    "training.disable_cuda_graphs", "activation_checkpoint.selective_ac_option",
+}
+TITAN_LAYOUT_LIKE = re.compile(r"^(parallelism|activation_checkpoint)\.|batch|seq_len")
+"""Unread keys that would change the layout or its cost. The float8/mx/quantize sections count only when
+`model.converters` turns them on (torchtitan's TOMLs carry them switched off)."""
+
+
+def read_torchtitan_launch(path: Path, model: ModelSpec) -> Launch:
+    """A torchtitan launch: a job TOML (torchtitan ≤ 0.2's `--job.config_file`), or a script of
+    `--section.key value` overrides (with the TOML it names, and gplan's exported config module beside it)."""
+    import tomllib
+
+    if not path.is_file():
+        raise InputError(f"--from {path}: no such file", hint="pass a torchtitan TOML or launch script")
+    values: dict[str, Any] = {}
+    if path.suffix == ".toml":
+        values = _flatten(tomllib.loads(path.read_text()))
+        args, variables = {}, {}
+    else:
+        args, variables = arguments(path.read_text())
+        toml = value(args, "--job.config_file")
+        if toml:
+            values = _flatten(tomllib.loads((path.parent / toml).read_text()))
+        for flag, vals in args.items():
+            key = flag[2:]
+            if key.count(".") and not key.startswith("job."):
+                name = key.replace("no-", "", 1) if ".no-" in key else key
+                name = name.replace(".no-", ".")
+                values[name] = (vals[0] if vals else ".no-" not in key)
+    _check_titan_model(path, values, model)
+    module = path.parent / "gplan_torchtitan.py"
+    parts = _module_constant(module, "MODULE_FQNS_PER_MODEL_PART") if module.is_file() else None
+    ac = _module_constant(module, "ACTIVATION_CHECKPOINT") if module.is_file() else None
+    given, notes = _titan_layout(values, model, parts, ac)
+    unread = sorted(k for k in values if k not in TITAN_KEYS)
+    lowp_on = _titan_precision(values) in ("fp8", "fp8-rowwise", "mxfp8")
+    changing = [k for k in unread if TITAN_LAYOUT_LIKE.search(k)
+                or (lowp_on and re.match(r"(float8|mx|quantize)\.", k) and not k.endswith(("filter_fqns", "emulate")))]
+    if changing:
+        raise InputError(f"--from {path}: {', '.join(changing)} would change the layout or its cost and gplan does "
+                         "not read it", hint="remove it, or price the launch without it (gplan estimate MODEL ...)")
+    gbs = _int(values.get("training.global_batch_size"))
+    local = _int(values.get("training.local_batch_size", values.get("training.batch_size")))
+    if gbs is None or gbs < 0:
+        if local is None:
+            raise InputError(f"--from {path}: no training.global_batch_size or local_batch_size",
+                             hint="add --training.global_batch_size")
+        gbs = None  # local × dp: fixed once the devices are known
+    pp = given["pp"]
+    sizes = None  # the chunks the module lists (virtual stage j on rank j % pp), summed per rank
+    if parts and pp > 1:
+        sizes = [0] * pp
+        for j, part in enumerate(parts):
+            sizes[j % pp] += sum(1 for name in part if name.startswith("layers."))
+    return Launch(source=str(path), engine="torchtitan", given=given, gbs=gbs or 0,
+                  seq_length=_int(values.get("training.seq_len")), precision=_titan_precision(values),
+                  stage_sizes=sizes, recompute_layers=None, world_size=world_size(args, variables),
+                  unread=unread + notes, local_batch=local)
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+    flat = {}
+    for key, item in tree.items():
+        if isinstance(item, dict):
+            flat |= _flatten(item, f"{prefix}{key}.")
+        else:
+            flat[f"{prefix}{key}"] = item
+    return flat
+
+
+def _int(item) -> int | None:
+    if item is None:
+        return None
+    try:
+        return int(item)
+    except (TypeError, ValueError):
+        raise InputError(f"{item!r}: expected an integer", hint="write the number in the launch") from None
+
+
+def _module_constant(module: Path, name: str):
+    import ast as syntax
+
+    for node in syntax.parse(module.read_text()).body:
+        if isinstance(node, syntax.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
+            return syntax.literal_eval(node.value)
+    return None
+
+
+def _check_titan_model(path: Path, values: dict, model: ModelSpec) -> None:
+    name = str(values.get("model.name", "llama3"))
+    if model.is_moe != (name in ("qwen3", "deepseek_v3")) and "model.name" in values:
+        raise InputError(f"--from {path}: model.name {name}, but {model.name} is "
+                         f"{'a mixture of experts' if model.is_moe else 'dense'}",
+                         hint="name the model the launch trains")
+
+
+def _titan_layout(values: dict, model: ModelSpec, parts, ac) -> tuple[dict[str, Any], list[str]]:
+    notes = []
+    tp = _int(values.get("parallelism.tensor_parallel_degree", 1))
+    pp = _int(values.get("parallelism.pipeline_parallel_degree", 1))
+    cp = _int(values.get("parallelism.context_parallel_degree", 1))
+    replicate = _int(values.get("parallelism.data_parallel_replicate_degree", 1))
+    shard = _int(values.get("parallelism.data_parallel_shard_degree", -1))
+    reshard = str(values.get("parallelism.fsdp_reshard_after_forward", "default"))
+    zero = 0 if shard == 1 else (2 if reshard == "never" else 3)
+    mode = str(values.get("activation_checkpoint.mode", ac or "none")).lower()
+    if mode == "selective":
+        option = values.get("activation_checkpoint.selective_ac_option", "op")
+        notes.append(f"(activation_checkpoint selective, option {option}: torchtitan's selective AC is priced as full "
+                     "recompute of every layer — more time and less memory than it takes)")
+    recompute = "none" if mode in ("none", "") else "full"
+    sp = str(values.get("parallelism.enable_sequence_parallel", True)).lower() not in ("false", "0")
+    micro = _int(values.get("parallelism.pipeline_parallel_microbatch_size", 1))
+    local = _int(values.get("training.local_batch_size", values.get("training.batch_size", 1)))
+    vpp = 1
+    if pp > 1 and parts:
+        vpp = len(parts) // pp
+    elif pp > 1 and values.get("parallelism.pipeline_parallel_layers_per_stage"):
+        vpp = model.total_layers // (pp * _int(values["parallelism.pipeline_parallel_layers_per_stage"]))
+    schedule = str(values.get("parallelism.pipeline_parallel_schedule", "1F1B"))
+    given = {"tp": tp, "pp": pp, "cp": cp, "sp": sp and tp > 1, "zero": zero, "recompute": recompute,
+             "mbs": micro if pp > 1 else local, "vpp": vpp, "ep": _int(values.get("parallelism.expert_parallel_degree", 1)),
+             "dp_shard": shard, "dp_replicate": replicate}
+    if pp > 1:
+        given["schedule"] = {"GPipe": "gpipe", "1F1B": "1f1b"}.get(schedule, "interleaved_1f1b" if vpp > 1 else "1f1b")
+    given["etp"] = tp if given["ep"] == 1 else 1  # torchtitan's experts follow tp at ep 1 (spec.targets)
+    return given, notes
+
+
+def _titan_precision(values: dict) -> str:
+    converters = values.get("model.converters") or []
+    converters = [converters] if isinstance(converters, str) else list(converters)
+    if any("float8" in c for c in converters):
+        recipe = values.get("quantize.linear.float8.recipe_name", values.get("float8.recipe_name", "tensorwise"))
+        return "fp8" if recipe == "tensorwise" else "fp8-rowwise"
+    if any("mx" in c for c in converters):
+        return "mxfp8"
+    return "fp32" if str(values.get("training.mixed_precision_param", "bfloat16")) == "float32" else "bf16"
