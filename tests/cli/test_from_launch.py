@@ -176,3 +176,35 @@ def test_search_from_a_torchtitan_toml_shows_the_gain(gplan, tmp_path):
     versus = r.json()["from"]
     assert versus["engine"] == "torchtitan" and versus["gain"] >= 0
     assert json.loads((tmp_path / "p.json").read_text())["target"] == "torchtitan"
+
+
+@pytest.mark.parametrize("args", [
+    ["llama3-8b", "--cluster", "dgx-h100", "--devices", "16", "--target", "deepspeed", "--pp", "2"],
+    ["llama3-8b", "--cluster", "dgx-h100", "--devices", "16", "--target", "deepspeed", "--zero", "3",
+     "--recompute", "full"],
+    ["mixtral-8x7b", "--cluster", "dgx-h100", "--devices", "64", "--target", "deepspeed"],
+])
+def test_a_deepspeed_export_read_back_is_the_same_plan(gplan, tmp_path, args):
+    """`gplan export --to deepspeed` (a Megatron-DeepSpeed script and its ds_config.json) then `--from`."""
+    plan_path = tmp_path / "plan.json"
+    r = gplan("search", *args, "--out", str(plan_path))
+    assert r.code == 0, r.stderr
+    assert gplan("export", str(plan_path), "--to", "deepspeed", "-o", str(tmp_path / "d")).code == 0
+    plan = json.loads(plan_path.read_text())
+    back = gplan("estimate", args[0], "--from", str(tmp_path / "d" / "megatron_deepspeed_pretrain_gpt.sh"),
+                 "--cluster", "dgx-h100", "--json").json()
+    assert back["engine"] == "deepspeed"
+    keys = ("dp", "tp", "pp", "vpp", "cp", "ep", "sp", "mbs", "zero")
+    assert {k: back["parallel"][k] for k in keys} == {k: plan["parallel"][k] for k in keys}
+    assert back["step_time_s"] == pytest.approx(plan["prediction"]["step_time_s"], rel=1e-9)
+
+
+def test_a_deepspeed_launch_without_its_config_is_refused(gplan, tmp_path):
+    plan_path = tmp_path / "plan.json"
+    assert gplan("search", "llama3-8b", "--cluster", "dgx-h100", "--devices", "16", "--target", "deepspeed",
+                 "--out", str(plan_path)).code == 0
+    assert gplan("export", str(plan_path), "--to", "deepspeed", "-o", str(tmp_path / "d")).code == 0
+    (tmp_path / "d" / "ds_config.json").unlink()
+    r = gplan("search", "llama3-8b", "--from", str(tmp_path / "d" / "megatron_deepspeed_pretrain_gpt.sh"),
+              "--cluster", "dgx-h100", "--out", str(tmp_path / "p2.json"))
+    assert r.code == 3 and "ds_config.json" in r.stderr and not (tmp_path / "p2.json").exists()
