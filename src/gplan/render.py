@@ -485,8 +485,11 @@ def calibration_table(runs, fit_result, held, held_before, held_after, width: in
     for r, before, after, out in zip(runs, fit_result.before, fit_result.after, loo):
         table.add_row(r.name, seconds(r.measured_step_s), f"{before:+.1%}", f"{after:+.1%}",
                       "—" if out is None else f"{out:+.1%}")
+    fitted_engines = {r.plan.training.engine for r in runs}
     for r, before, after in zip(held, held_before, held_after):
-        table.add_row(f"{r.name} (held out)", seconds(r.measured_step_s), f"{before:+.1%}", f"{after:+.1%}", "—")
+        other = r.plan.training.engine not in fitted_engines
+        table.add_row(f"{r.name} (held out{f', another engine: {r.plan.training.engine}' if other else ''})",
+                      seconds(r.measured_step_s), f"{before:+.1%}", f"{after:+.1%}", "—")
     theta = ", ".join(f"{k} {v:.3g}" for k, v in fit_result.theta.items())
     table.caption = f"fitted: {theta}"
     return fit(table, width, wrap=("run",))

@@ -7,6 +7,7 @@ Llama 3 70B on 64 GPUs, Llama 3 8B on 8, Llama 3.1 405B on 1024)."""
 from __future__ import annotations
 
 import json
+import json
 from pathlib import Path
 
 import pytest
@@ -135,3 +136,74 @@ def test_a_crashed_run_and_a_log_without_hardware_are_refused(gplan, tmp_path):
     assert r.code == 3 and "crashed" in r.stderr
     r = gplan("calibrate", str(other), str(other), "--out", str(tmp_path / "p.yaml"))
     assert r.code == 3 and "does not name its hardware" in r.stderr and "--cluster" in r.stderr
+
+
+# ---- torchtitan --------------------------------------------------------------------------------------
+
+def torchtitan_log(tokens_per_device_s: float, steps: int = 6, shard: int = -1) -> str:
+    """A rank-0 torchtitan 0.3 log: `Running with configs:` (trainer.py, --debug.print_config), the mesh line
+    (distributed/parallel_dims.py), step lines in metrics.py's format with its colour codes."""
+    config = {"job": {"description": "Llama 3 8B training"},
+              "parallelism": {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": shard,
+                              "tensor_parallel_degree": 1, "pipeline_parallel_degree": 1, "context_parallel_degree": 1,
+                              "expert_parallel_degree": 1, "fsdp_reshard_after_forward": "default"},
+              "training": {"local_batch_size": 1, "global_batch_size": -1, "seq_len": 8192,
+                           "mixed_precision_param": "bfloat16", "steps": 100},
+              "activation_checkpoint": {"mode": "selective", "selective_ac_option": "op"},
+              "model_spec": {"name": "llama3", "flavor": "8B", "model": {"dim": 4096}}}
+    lines = ["[titan] 2026-05-01 10:00:00,000 - root - INFO - Starting job: Llama 3 8B training",
+             "[titan] 2026-05-01 10:00:00,001 - root - INFO - Running with configs: " + json.dumps(config, indent=2),
+             "[titan] 2026-05-01 10:00:01,000 - root - INFO - Building device mesh with parallelism: pp=1, "
+             "dp_replicate=1, dp_shard=8, cp=1, tp=1, ep=1"]
+    for step in range(1, steps + 1):
+        tps = tokens_per_device_s * (0.3 if step == 1 else 1.0)
+        lines.append(f"[titan] 2026-05-01 10:0{step}:00,000 - root - INFO - \x1b[31mstep: {step:2}  \x1b[32mloss: "
+                     f"{8.0 - step * 0.1:8.5f}  \x1b[33mgrad_norm: {1.0:7.4f}  \x1b[36mmemory: {47.65:5.2f}GiB(50.16%)  "
+                     f"\x1b[34mtps: {round(tps):,}  \x1b[36mtflops: {350.0:,.2f}  \x1b[35mmfu: 35.00%\x1b[39m")
+    return "\n".join(lines) + "\n"
+
+
+def test_a_torchtitan_log_gives_its_configuration_and_step(tmp_path):
+    """torchao's float8 README, H100: Llama 3 8B on 8 GPUs, batch 1 × 8192, FSDP2, per-op SAC, 6150 tokens/s
+    per GPU in BF16 — a step of 8 × 8192 / (6150 × 8) s."""
+    path = tmp_path / "titan.log"
+    path.write_text(torchtitan_log(6150))
+    run = read_log_run(path, "dgx-h100", None, None)
+    c, t = run.plan.parallel, run.plan.training
+    assert (c.dp, c.tp, c.pp, c.zero, c.mbs, c.recompute) == (8, 1, 1, 3, 1, "full")
+    assert (t.gbs, t.seq_length, t.precision, t.engine) == (8, 8192, "bf16", "torchtitan")
+    assert run.measured_step_s == pytest.approx(8 * 8192 / (6150 * 8))
+    assert run.plan.model.name == "llama3-8b"
+
+
+def test_calibrate_mixes_engines_and_reports_the_other_engines_prediction_apart(gplan, tmp_path):
+    """Fit on two torchtitan runs (torchao's README: 6150 tokens/s; torchtitan commit 7a04053: 5760), predict a
+    Megatron-LM run on the same GPUs: reported as another engine's."""
+    first, second = tmp_path / "a.log", tmp_path / "b.log"
+    first.write_text(torchtitan_log(6150))
+    second.write_text(torchtitan_log(5760))
+    held = write(tmp_path, "llama3-8b-row250")
+    r = gplan("calibrate", str(first), str(second), "--held-out", str(held), "--cluster", "dgx-h100",
+              "--out", str(tmp_path / "p.yaml"), "--json")
+    assert r.code == 0, r.stderr
+    data = r.json()
+    assert data["engines"] == ["torchtitan"] and data["held_out"][0]["engine"] == "megatron"
+    assert data["held_out"][0]["other_engine"] is True
+    text = gplan("calibrate", str(first), str(second), "--held-out", str(held), "--cluster", "dgx-h100",
+                 "--out", str(tmp_path / "q.yaml")).stderr
+    assert "another" in text and "(held out" in text  # the run's row says so (wrapped at this width)
+
+
+@pytest.mark.parametrize("change, fragment", [
+    (lambda t: t.replace("Running with configs:", "Running:"), "without its job config"),
+    (lambda t: t.split("\x1b[31mstep:  2")[0], "none after the first 2"),
+    (lambda t: t.replace('"flavor": "8B"', '"flavor": "1B"'), "no bundled model"),
+    (lambda t: t.replace("dp_shard=8", "dp_sh=8"), "does not say how many devices"),
+])
+def test_a_torchtitan_log_that_cannot_be_priced_whole_is_refused(gplan, tmp_path, change, fragment):
+    path = tmp_path / "titan.log"
+    path.write_text(change(torchtitan_log(6150)))
+    other = tmp_path / "other.log"
+    other.write_text(torchtitan_log(5760))
+    r = gplan("calibrate", str(path), str(other), "--cluster", "dgx-h100", "--out", str(tmp_path / "p.yaml"))
+    assert r.code == 3 and fragment in r.stderr and not (tmp_path / "p.yaml").exists()

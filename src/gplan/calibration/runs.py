@@ -166,11 +166,15 @@ def as_profile(plan: Plan, fit_result: Fit, runs: list[Run], held: list[Run], he
         "theta": fit_result.theta,
         "fitted": list(fit_result.fitted),
         "kept_at_catalogue": [k for k in fit_result.theta if k not in fit_result.fitted],
-        "runs": [{"run": r.name, "measured_s": r.measured_step_s, "error_before": b, "error_after": a,
-                  "error_leave_one_out": loo}
+        "engines": sorted({str(r.plan.training.engine) for r in runs}),
+        "runs": [{"run": r.name, "engine": r.plan.training.engine, "measured_s": r.measured_step_s,
+                  "error_before": b, "error_after": a, "error_leave_one_out": loo}
                  for r, b, a, loo in zip(runs, fit_result.before, fit_result.after,
                                          fit_result.leave_one_out or [None] * len(runs))],
-        "held_out": [{"run": r.name, "measured_s": r.measured_step_s, "error_before": b, "error_after": a}
+        # a held-out run of an engine no fitted run used predicts across engines: reported as such
+        "held_out": [{"run": r.name, "engine": r.plan.training.engine, "measured_s": r.measured_step_s,
+                      "error_before": b, "error_after": a,
+                      "other_engine": r.plan.training.engine not in {f.plan.training.engine for f in runs}}
                      for r, b, a in zip(held, held_before, held_after)],
     }
     return Profile(name=f"{cluster.name}-calibrated", node_groups=cluster.node_groups, provenance=provenance,
@@ -190,8 +194,11 @@ def read_log_run(path: Path, cluster: str | None, hardware: str | None, devices_
     if not path.is_file():
         raise InputError(f"{path}: no such file", hint="pass run_report.json files or Megatron-LM logs")
     if not (cluster or hardware):
-        raise InputError(f"{path}: a Megatron-LM log does not name its hardware",
+        raise InputError(f"{path}: an engine's log does not name its hardware",
                          hint="pass --cluster (or --hardware and --devices-per-node)")
+    text = path.read_text(errors="replace")
+    if "Running with configs:" in text or ("tps:" in text and "step:" in text and "end of arguments" not in text):
+        return read_torchtitan_run(path, cluster, hardware, devices_per_node)
     log = read_megatron_log(path)
     args = log.args
     model = model_from_args(args, path.stem)
@@ -216,3 +223,35 @@ def read_log_run(path: Path, cluster: str | None, hardware: str | None, devices_
         layouts = layout_from_sizes(model, sizes, [config.recompute] * config.pp)
     plan = make_plan(model, training, spec.sized(devices), config, layouts, target="megatron")
     return Run(str(path), plan, log.step_s)
+
+
+def read_torchtitan_run(path: Path, cluster: str | None, hardware: str | None, devices_per_node: int | None) -> Run:
+    """A run from a torchtitan log (calibration.torchtitan_log): its job config read as `--from` reads a
+    torchtitan launch (planner.launch_files), priced as torchtitan runs it, and its steady step."""
+    from gplan.calibration.torchtitan_log import flat_values, read_torchtitan_log, world_size
+    from gplan.planner.build import make_plan
+    from gplan.planner.inputs import resolve_cluster
+    from gplan.planner.launch_files import _titan_layout, _titan_precision
+    from gplan.profiles.catalogue import load_model
+    from gplan.spec.parallel import check_config, config_from_options, even_stage_sizes, layout_from_sizes
+    from gplan.spec.training import TrainingSpec
+
+    log = read_torchtitan_log(path)
+    model, values, world = load_model(log.model), flat_values(log.config), world_size(log.config)
+    given, _ = _titan_layout(values, model, None, None)
+    given.pop("dp_shard"), given.pop("dp_replicate")
+    if not model.is_moe:
+        given["ep"] = given["etp"] = 1
+    config = config_from_options(dp=world // (given["tp"] * given["pp"] * given["cp"]), **given)
+    t = log.config.get("training", {})
+    seq, local = int(t.get("seq_len", model.seq_length)), int(t.get("local_batch_size", t.get("batch_size", 1)))
+    gbs = int(t.get("global_batch_size", -1))
+    gbs = gbs if gbs > 0 else local * config.dp
+    training = TrainingSpec(gbs=gbs, seq_length=seq, precision=_titan_precision(values), engine="torchtitan")
+    check_config(model, training, config, world)
+    spec, devices, _ = resolve_cluster(world, cluster, hardware, devices_per_node)
+    layouts = layout_from_sizes(model, even_stage_sizes(model.total_layers, config.pp, config.vpp),
+                                [config.recompute] * config.pp)
+    plan = make_plan(model, training, spec.sized(devices), config, layouts, target="torchtitan")
+    step_s = gbs * seq / (log.step_tokens_per_device_s * world)  # tps is per device: see torchtitan_log
+    return Run(str(path), plan, step_s)

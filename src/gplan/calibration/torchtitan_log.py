@@ -1,0 +1,109 @@
+"""A torchtitan training log as a calibration run: the configuration from the job config it prints, the
+steady-state step from its step lines.
+
+Formats, from torchtitan 0.3.0's own logging:
+  - `trainer.py`, `Trainer.Config.maybe_log`: with `--debug.print_config`, `Running with configs: ` and the
+    job config as indented JSON (`parallelism`, `training`, `activation_checkpoint`, `model_spec` with its
+    `name` and `flavor`, …);
+  - `components/metrics.py`, `MetricsProcessor.log`: `step: {step:2}  loss: …  grad_norm: …  memory:
+    {GiB:5.2f}GiB({pct:.2f}%)  tps: {tokens/s per device:,}  tflops: …  mfu: …%`, colour codes around the
+    fields.
+tps is per device (tokens a data-parallel rank processed, over the step time and its tp·pp·cp devices),
+so a step takes gbs·seq / (tps · world size). The steady step is the median of the logged steps after
+the first `warmup` (compilation, allocator warm-up). The model is the bundled one of the config's
+`model_spec` (name and flavor); a log whose configuration is not printed, or names a model gplan has no
+shape for, is refused — never guessed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from gplan.errors import InputError
+
+CONFIG_MARK = "Running with configs:"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+MESH = re.compile(r"Building device mesh with parallelism: pp=(\d+), dp_replicate=(\d+), dp_shard=(\d+), cp=(\d+), "
+                  r"tp=(\d+), ep=(\d+)")
+"""distributed/parallel_dims.py, `ParallelDims.build_mesh`: the degrees as resolved (dp_shard -1 filled)."""
+STEP = re.compile(r"step:\s*(\d+)\s+loss:\s*([-\d.naninf]+).*?memory:\s*([\d.]+)GiB\(([\d.]+)%\)\s+tps:\s*([\d,]+)")
+#: torchtitan's (model name, flavor) -> gplan's bundled model of that shape.
+BUNDLED = {("llama3", "8B"): "llama3-8b", ("llama3", "70B"): "llama3-70b", ("llama3", "405B"): "llama3-405b",
+           ("qwen3", "30B-A3B"): "qwen3-30b-a3b", ("qwen3", "235B-A22B"): "qwen3-235b-a22b",
+           ("deepseek_v3", "671B"): "deepseek-v3"}
+WARMUP_STEPS = 2
+"""Logged steps left out at the start: the first compiles and warms the allocator up."""
+
+
+@dataclass(frozen=True)
+class TorchtitanLog:
+    source: str
+    config: dict
+    model: str
+    """The bundled model of the config's model_spec."""
+    step_tokens_per_device_s: float
+    """The median tokens/s per device of the steady steps."""
+    steps: int
+    max_reserved_bytes: float
+
+
+def read_torchtitan_log(path: Path, warmup: int = WARMUP_STEPS) -> TorchtitanLog:
+    text = ANSI.sub("", path.read_text(errors="replace"))
+    at = text.find(CONFIG_MARK)
+    if at < 0:
+        raise InputError(f"{path}: a torchtitan log without its job config (no `{CONFIG_MARK}`)",
+                         hint="run with --debug.print_config, so that the log says what it ran")
+    try:
+        config, _ = json.JSONDecoder().raw_decode(text[text.index("{", at):])
+    except ValueError as exc:
+        raise InputError(f"{path}: the job config after `{CONFIG_MARK}` is cut short ({exc.msg})",
+                         hint="pass the whole log from its start") from None
+    if any("Traceback (most recent call last)" in line for line in text.rstrip().splitlines()[-40:]):
+        raise InputError(f"{path}: the run crashed (a traceback ends the log)",
+                         hint="calibrate on runs that completed their steps")
+    steps = [(int(m.group(1)), float(m.group(5).replace(",", "")), float(m.group(3)))
+             for m in STEP.finditer(text)]
+    steady = [tps for _, tps, _ in steps[warmup:]]
+    if not steady:
+        raise InputError(f"{path}: {len(steps)} step line(s) logged, none after the first {warmup} (warm-up)",
+                         hint="train more steps, or log every step (--metrics.log_freq 1)")
+    mesh = MESH.search(text)
+    if mesh:  # the degrees as torchtitan resolved them (a dp_shard of -1 filled in)
+        for key, degree in zip(("pipeline_parallel_degree", "data_parallel_replicate_degree",
+                                "data_parallel_shard_degree", "context_parallel_degree", "tensor_parallel_degree",
+                                "expert_parallel_degree"), mesh.groups()):
+            config.setdefault("parallelism", {})[key] = int(degree)
+    if int((config.get("parallelism") or {}).get("data_parallel_shard_degree", -1)) < 0:
+        raise InputError(f"{path}: data_parallel_shard_degree -1 and no `Building device mesh` line: the log does "
+                         "not say how many devices ran", hint="pass the log from its start (torchtitan logs the mesh)")
+    spec = config.get("model_spec") or {}
+    key = (spec.get("name"), spec.get("flavor"))
+    if key not in BUNDLED:
+        raise InputError(f"{path}: model_spec {key[0]}/{key[1]} has no bundled model of its shape",
+                         hint="the bundled torchtitan shapes: " + ", ".join(f"{n}/{f}" for n, f in BUNDLED))
+    return TorchtitanLog(str(path), config, BUNDLED[key], statistics.median(steady), len(steady),
+                         max(gib for _, _, gib in steps) * 2**30)
+
+
+def flat_values(config: dict) -> dict:
+    """The config as the `section.key` values a torchtitan TOML gives (planner.launch_files reads them)."""
+    values = {}
+    for section in ("parallelism", "training", "activation_checkpoint"):
+        for key, item in (config.get(section) or {}).items():
+            if not isinstance(item, dict):
+                values[f"{section}.{key}"] = item
+    checkpoint = config.get("activation_checkpoint")
+    if isinstance(checkpoint, dict) and checkpoint and "mode" not in checkpoint:
+        values["activation_checkpoint.mode"] = "full"  # 0.3's FullAC.Config, printed by its fields
+    return values
+
+
+def world_size(config: dict) -> int:
+    p = config["parallelism"]
+    return (int(p.get("pipeline_parallel_degree", 1)) * int(p.get("data_parallel_replicate_degree", 1))
+            * int(p["data_parallel_shard_degree"]) * int(p.get("context_parallel_degree", 1))
+            * int(p.get("tensor_parallel_degree", 1)))
