@@ -1,4 +1,4 @@
-"""`gplan calibrate` on Megatron-LM logs (calibration.megatron_log). The fixtures are written from
+"""`gplan calibrate` on engine logs (calibration.megatron_log, calibration.torchtitan_log). The fixtures are written from
 Megatron-LM's own format strings (`_print_args` in megatron/training/arguments.py; `training_log` in
 megatron/training/training.py; `report_memory` in megatron/training/utils.py) with the numbers of
 Megatron-Bridge's published H100 FP8 rows (../shared/reference/megatron_bridge_perf.csv, rows 70, 250, 39:
