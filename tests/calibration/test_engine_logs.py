@@ -207,3 +207,20 @@ def test_a_torchtitan_log_that_cannot_be_priced_whole_is_refused(gplan, tmp_path
     other.write_text(torchtitan_log(5760))
     r = gplan("calibrate", str(path), str(other), "--cluster", "dgx-h100", "--out", str(tmp_path / "p.yaml"))
     assert r.code == 3 and fragment in r.stderr and not (tmp_path / "p.yaml").exists()
+
+
+def test_a_megatron_deepspeed_log_is_priced_as_deepspeed_runs_it(tmp_path):
+    """Megatron-DeepSpeed prints Megatron's arguments block (its fork) with deepspeed, zero_stage and
+    checkpoint_activations, and its own names for kv heads and rotary embeddings."""
+    args, _ = ROWS["llama3-8b-row250"]
+    ds = {k: v for k, v in args.items() if k not in ("group_query_attention", "num_query_groups", "position_embedding_type",
+                                                       "rotary_base", "use_distributed_optimizer")}
+    ds |= dict(deepspeed=True, zero_stage=3, checkpoint_activations=True, num_key_value_heads=8,
+               use_rotary_position_embeddings=True, rotary_position_embeddings_theta=500000, normalization="rmsnorm",
+               deepspeed_config="ds_config.json")
+    path = tmp_path / "mds.log"
+    path.write_text(megatron_log(ds, 10.0))
+    run = read_log_run(path, "dgx-h100", None, None)
+    c, m = run.plan.parallel, run.plan.model
+    assert run.plan.training.engine == "deepspeed" and run.plan.target == "deepspeed"
+    assert (c.dp, c.zero, c.recompute) == (8, 3, "full") and (m.kv_heads, m.rope_theta, m.norm) == (8, 500000, "rmsnorm")

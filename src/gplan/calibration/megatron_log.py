@@ -1,5 +1,7 @@
-"""A Megatron-LM training log as a calibration run: the configuration from the arguments block it prints
-at start-up, the steady-state step from its iteration lines.
+"""A Megatron-LM (or Megatron-DeepSpeed) training log as a calibration run: the configuration from the
+arguments block it prints at start-up, the steady-state step from its iteration lines. Megatron-DeepSpeed
+prints the same block (its fork of arguments.py) with `deepspeed`, `zero_stage` and
+`checkpoint_activations`, and the same iteration lines; its runs are priced as DeepSpeed runs them.
 
 Formats, from Megatron-LM's own logging (NVIDIA/Megatron-LM main, 2026):
   - `megatron/training/arguments.py`, `_print_args`: a block between `------------------------ arguments
@@ -116,13 +118,15 @@ def model_from_args(args: dict, name: str) -> ModelSpec:
     fields = {
         "name": name, "num_layers": a("num_layers"), "hidden_size": a("hidden_size"),
         "ffn_hidden_size": a("ffn_hidden_size"), "num_attention_heads": a("num_attention_heads"),
-        "num_kv_heads": a("num_query_groups") if a("group_query_attention") else None,
+        "num_kv_heads": (a("num_query_groups") if a("group_query_attention") else None) or a("num_key_value_heads"),
         "head_dim": a("kv_channels") if a("kv_channels") and a("kv_channels") != a("hidden_size") // a("num_attention_heads") else None,
         "vocab_size": _vocab(args), "seq_length": a("seq_length"),
         "ffn_kind": "swiglu" if a("swiglu") else "gelu",
-        "norm": "rmsnorm" if a("normalization") == "RMSNorm" else "layernorm",
-        "position_embedding": "rope" if a("position_embedding_type") == "rope" else "learned",
-        "rope_theta": float(a("rotary_base") or 10000), "tie_embeddings": not a("untie_embeddings_and_output_weights"),
+        "norm": "rmsnorm" if str(a("normalization")).lower() == "rmsnorm" else "layernorm",
+        "position_embedding": "rope" if a("position_embedding_type") == "rope" or a("use_rotary_position_embeddings")
+        else "learned",
+        "rope_theta": float(a("rotary_base") or a("rotary_position_embeddings_theta") or 10000),
+        "tie_embeddings": not a("untie_embeddings_and_output_weights"),
         "bias": bool(a("add_bias_linear", False)), "qkv_bias": bool(a("add_qkv_bias", False)) and not a("add_bias_linear"),
         "qk_norm": bool(a("qk_layernorm", False)), "mtp_layers": a("mtp_num_layers") or 0,
     }
@@ -154,6 +158,9 @@ def config_values(args: dict) -> dict:
     zero = ({"optim": 1, "optim_grads": 2, "optim_grads_params": 3}.get(a("data_parallel_sharding_strategy"), 3)
             if fsdp else (1 if a("use_distributed_optimizer") else 0))
     granularity = a("recompute_granularity")
+    if a("deepspeed"):  # Megatron-DeepSpeed: ZeRO by stage, --checkpoint-activations for full recompute
+        zero = int(a("zero_stage") or 0)
+        granularity = "full" if a("checkpoint_activations") else granularity
     values = {"tp": a("tensor_model_parallel_size"), "pp": a("pipeline_model_parallel_size"),
               "cp": a("context_parallel_size") or 1, "vpp": a("virtual_pipeline_model_parallel_size") or 1,
               "sp": bool(a("sequence_parallel")), "mbs": a("micro_batch_size"), "zero": zero,
@@ -170,3 +177,7 @@ def precision(args: dict) -> str:
     if args.get("fp8"):
         return "mxfp8" if args.get("fp8_recipe") == "mxfp8" else "fp8"
     return "bf16" if args.get("bf16") else ("fp16" if args.get("fp16") else "fp32")
+
+
+def engine(args: dict) -> str:
+    return "deepspeed" if args.get("deepspeed") else "megatron"

@@ -184,7 +184,7 @@ def as_profile(plan: Plan, fit_result: Fit, runs: list[Run], held: list[Run], he
 def read_log_run(path: Path, cluster: str | None, hardware: str | None, devices_per_node: int | None) -> Run:
     """A run from a Megatron-LM log (calibration.megatron_log): the plan its arguments describe, priced as
     Megatron runs it on the cluster given (a log does not name its hardware), and its steady step."""
-    from gplan.calibration.megatron_log import config_values, model_from_args, precision, read_megatron_log
+    from gplan.calibration.megatron_log import config_values, engine, model_from_args, precision, read_megatron_log
     from gplan.planner.build import make_plan
     from gplan.planner.inputs import resolve_cluster
     from gplan.planner.launch_files import block_layout, parse_layout
@@ -205,7 +205,7 @@ def read_log_run(path: Path, cluster: str | None, hardware: str | None, devices_
     world = int(args["world_size"])
     spec, devices, _ = resolve_cluster(world, cluster, hardware, devices_per_node)
     training = TrainingSpec(gbs=args["global_batch_size"], seq_length=args["seq_length"], precision=precision(args),
-                            engine="megatron")
+                            engine=engine(args))
     values = config_values(args)
     config = config_from_options(dp=world // (values["tp"] * values["pp"] * values["cp"]), **values)
     check_config(model, training, config, world)
@@ -221,7 +221,7 @@ def read_log_run(path: Path, cluster: str | None, hardware: str | None, devices_
         layouts = block_layout(model, sizes, config.vpp, int(args.get("recompute_num_layers") or 0))
     else:
         layouts = layout_from_sizes(model, sizes, [config.recompute] * config.pp)
-    plan = make_plan(model, training, spec.sized(devices), config, layouts, target="megatron")
+    plan = make_plan(model, training, spec.sized(devices), config, layouts, target=engine(args))
     return Run(str(path), plan, log.step_s)
 
 
