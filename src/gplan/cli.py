@@ -243,6 +243,16 @@ def priced_launch(from_file: Path, model: str, devices, cluster, hardware, devic
     from gplan.spec.parallel import check_config
 
     launch = read_launch(from_file, load_model(model))
+    if launch.plan is not None:  # gplan's own worker runs the plan it names, as written, priced as it runs it
+        from gplan.cost_models.step import predict
+        from gplan.plan import layouts_of
+        from gplan.planner.inputs import Inputs
+
+        p = launch.plan
+        training = p.training.model_copy(update={"engine": "torch"})
+        config, layouts = p.parallel.to_config(), layouts_of(p)
+        return (launch, Inputs(model=p.model, training=training, cluster=p.cluster, devices=p.world_size), config,
+                layouts, predict(p.model, training, p.cluster, config, layouts))
     devices = devices or launch.world_size
     if devices is None:
         raise InputError(f"--from {from_file}: the launch does not say how many GPUs it runs on",

@@ -208,3 +208,20 @@ def test_a_deepspeed_launch_without_its_config_is_refused(gplan, tmp_path):
     r = gplan("search", "llama3-8b", "--from", str(tmp_path / "d" / "megatron_deepspeed_pretrain_gpt.sh"),
               "--cluster", "dgx-h100", "--out", str(tmp_path / "p2.json"))
     assert r.code == 3 and "ds_config.json" in r.stderr and not (tmp_path / "p2.json").exists()
+
+
+@pytest.mark.parametrize("to, file", [("slurm", "slurm_job.sh"), ("k8s", "plan-configmap.yaml")])
+def test_a_launch_of_gplans_own_worker_reads_back_as_its_plan(gplan, tmp_path, to, file):
+    """SLURM and Kubernetes exports run gplan's torch worker on the plan they name or carry: read back, the
+    plan itself, priced as the worker runs it."""
+    plan_path = tmp_path / "plan.json"
+    assert gplan("search", "llama3-8b", "--cluster", "dgx-h100", "--devices", "16", "--out", str(plan_path)).code == 0
+    assert gplan("export", str(plan_path), "--to", to, "-o", str(tmp_path / "e"), "--image", "registry/gplan:1").code == 0
+    plan = json.loads(plan_path.read_text())
+    back = gplan("estimate", "llama3-8b", "--from", str(tmp_path / "e" / file), "--json").json()
+    keys = ("dp", "tp", "pp", "vpp", "cp", "sp", "mbs", "zero")
+    assert {k: back["parallel"][k] for k in keys} == {k: plan["parallel"][k] for k in keys}
+    assert back["engine"] == "torch"
+    assert back["step_time_s"] == pytest.approx(plan["prediction"]["step_time_s"], rel=1e-9)
+    r = gplan("estimate", "llama3-70b", "--from", str(tmp_path / "e" / file), "--json")
+    assert r.code == 3 and "runs llama3-8b, not llama3-70b" in r.json()["error"]["message"]

@@ -81,6 +81,8 @@ class Launch:
     """Flags gplan does not read (data, tokenizer, checkpoints, learning rate, logging…)."""
     local_batch: int | None = None
     """torchtitan's sequences per data-parallel rank per step, where the launch sets no global batch."""
+    plan: Any = None
+    """The gplan plan a launch of gplan's own worker runs (a SLURM or Kubernetes export): priced as written."""
 
 
 def read_launch(path: Path, model: ModelSpec) -> Launch:
@@ -90,11 +92,42 @@ def read_launch(path: Path, model: ModelSpec) -> Launch:
     if not path.is_file():
         raise InputError(f"--from {path}: no such file", hint="pass a Megatron-LM or torchtitan launch")
     text = path.read_text(errors="replace")
+    plan = gplan_plan_of(path, text)
+    if plan is not None:
+        if plan.model.total_params() != model.total_params():
+            raise InputError(f"--from {path}: it runs {plan.model.name}, not {model.name}",
+                             hint="name the model the launch trains")
+        return Launch(source=str(path), engine="torch", given={}, gbs=plan.training.gbs,
+                      seq_length=plan.training.seq_length, precision=plan.training.precision, stage_sizes=None,
+                      recompute_layers=None, world_size=plan.world_size, plan=plan)
     if path.suffix == ".toml" or "torchtitan" in text or "--parallelism." in text:
         return read_torchtitan_launch(path, model)
     if re.search(r"--deepspeed[_-]config|--deepspeed\b", text):
         return read_deepspeed_launch(path, model, text)
     return read_megatron_launch(path, model, text)
+
+
+def gplan_plan_of(path: Path, text: str):
+    """The plan a launch of gplan's own worker runs: the `--plan FILE` of a SLURM script (or any torchrun
+    line of `gplan.backends.torch.worker`), the plan.json a Kubernetes ConfigMap carries; None otherwise."""
+    from gplan.plan import Plan, check_plan, read_plan
+
+    named = re.search(r"gplan\.backends\.torch\.worker\b.*?--plan\s+(\S+)", text)
+    if named:
+        file = Path(named.group(1).strip("\"'"))
+        return read_plan(file if file.is_absolute() else path.parent / file)
+    if "kind: ConfigMap" in text and "plan.json" in text:
+        import json
+
+        import yaml
+
+        for document in yaml.safe_load_all(text):
+            carried = ((document or {}).get("data") or {}).get("plan.json")
+            if carried:
+                plan = Plan.model_validate(json.loads(carried))
+                check_plan(plan, str(path))
+                return plan
+    return None
 
 
 def read_megatron_launch(path: Path, model: ModelSpec, text: str) -> Launch:
