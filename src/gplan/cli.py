@@ -263,7 +263,7 @@ def priced_launch(from_file: Path, model: str, devices, cluster, hardware, devic
                      launch.precision, headroom, profile, target or launch.engine, expert_imbalance)
     config = launch_config(launch, inputs.model, inputs.devices)
     check_config(inputs.model, inputs.training, config, inputs.devices)
-    layouts = launch_layouts(launch, inputs.model, config)
+    layouts = launch_layouts(launch, inputs.model, config, inputs.cluster)
     return launch, inputs, config, layouts, predict(inputs.model, inputs.training, inputs.cluster, config, layouts)
 
 

@@ -225,3 +225,51 @@ def test_a_launch_of_gplans_own_worker_reads_back_as_its_plan(gplan, tmp_path, t
     assert back["step_time_s"] == pytest.approx(plan["prediction"]["step_time_s"], rel=1e-9)
     r = gplan("estimate", "llama3-70b", "--from", str(tmp_path / "e" / file), "--json")
     assert r.code == 3 and "runs llama3-8b, not llama3-70b" in r.json()["error"]["message"]
+
+
+READ_BACK = {"megatron": "megatron_pretrain_gpt.sh", "torchtitan": "torchtitan_train.sh",
+             "deepspeed": "megatron_deepspeed_pretrain_gpt.sh", "mindformers": "mindformers_parallel.yaml",
+             "slurm": "slurm_job.sh", "k8s": "plan-configmap.yaml"}
+#: What an engine cannot express comes back as what it runs (the export's note says so).
+RUNS_AS = {("torchtitan", 1): 2, ("mindformers", 3): 2}
+
+
+@pytest.mark.parametrize("golden", sorted(__import__("gplan.golden", fromlist=["INSTANCES"]).INSTANCES))
+def test_every_export_of_every_golden_plan_reads_back_as_its_engine_runs_it(gplan, tmp_path, golden):
+    """For each golden search and each export target that takes its plan: `gplan export` then `--from`
+    gives the plan's configuration (or what that engine runs of it: RUNS_AS) and the step the export's
+    note re-priced it at (the plan's own where the engine is the plan's)."""
+    from gplan.backends.exporters import targets
+    from gplan.golden import INSTANCES
+    from gplan.plan import layouts_of, read_plan
+    from gplan.planner.build import reprice_split
+    from gplan.spec.targets import TARGETS, runs_as
+
+    args = list(INSTANCES[golden])
+    plan_path = tmp_path / "plan.json"
+    assert gplan("search", *args, "--out", str(plan_path)).code == 0
+    plan = read_plan(plan_path)
+    cluster = args[args.index("--cluster") + 1]
+    read = 0
+    for to, file in READ_BACK.items():
+        out = tmp_path / to
+        r = gplan("export", str(plan_path), "--to", to, "-o", str(out), "--image", "registry/gplan:1")
+        if r.code == 3:  # the engine does not run this plan: refused, nothing to read back
+            assert not out.exists()
+            continue
+        assert r.code == 0, (to, r.stderr)
+        back = gplan("estimate", args[0], "--from", str(out / file), "--cluster", cluster, "--json").json()
+        assert "error" not in back, (to, back)
+        c = plan.parallel
+        for key in ("dp", "tp", "pp", "vpp", "cp", "ep", "mbs"):
+            assert back["parallel"][key] == getattr(c, key), (to, key)
+        assert back["parallel"]["zero"] == RUNS_AS.get((targets()[to].engine, c.zero), c.zero), to
+        engine = back["engine"]
+        if plan.cluster.is_heterogeneous and engine != "torch":
+            continue  # a launch names no node group: its stages land where its launcher puts them
+        layouts = runs_as(TARGETS[engine], plan.model, c, layouts_of(plan))
+        expected = (plan.prediction.step_time_s if engine == plan.training.engine
+                    else reprice_split(plan, layouts, engine)[0])
+        assert back["step_time_s"] == pytest.approx(expected, rel=1e-6), to
+        read += 1
+    assert read >= 1

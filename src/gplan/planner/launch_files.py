@@ -83,6 +83,8 @@ class Launch:
     """torchtitan's sequences per data-parallel rank per step, where the launch sets no global batch."""
     plan: Any = None
     """The gplan plan a launch of gplan's own worker runs (a SLURM or Kubernetes export): priced as written."""
+    per_stage_recompute: tuple | None = None
+    """MindFormers' (full, selective) recompute counts per stage (or True for every layer)."""
 
 
 def read_launch(path: Path, model: ModelSpec) -> Launch:
@@ -100,6 +102,8 @@ def read_launch(path: Path, model: ModelSpec) -> Launch:
         return Launch(source=str(path), engine="torch", given={}, gbs=plan.training.gbs,
                       seq_length=plan.training.seq_length, precision=plan.training.precision, stage_sizes=None,
                       recompute_layers=None, world_size=plan.world_size, plan=plan)
+    if path.suffix in (".yaml", ".yml") and "parallel_config:" in text:
+        return read_mindformers_launch(path, model)
     if path.suffix == ".toml" or "torchtitan" in text or "--parallelism." in text:
         return read_torchtitan_launch(path, model)
     if re.search(r"--deepspeed[_-]config|--deepspeed\b", text):
@@ -357,14 +361,27 @@ def launch_batch(launch: Launch, config) -> int:
     return launch.gbs or (launch.local_batch or 1) * config.dp
 
 
-def launch_layouts(launch: Launch, model: ModelSpec, config) -> list[StageLayout]:
-    """The stage split and recompute Megatron runs for the launch."""
+def launch_layouts(launch: Launch, model: ModelSpec, config, cluster=None) -> list[StageLayout]:
+    """The stage split and recompute the engine runs for the launch; on a cluster of several node groups,
+    each stage on the group its ranks fall in, the devices taken in the cluster's order (a launch names no
+    node group: its launcher hands ranks out over the nodes in order)."""
     from gplan.spec.parallel import layout_from_sizes
 
     sizes = launch.stage_sizes or even_stage_sizes(model.total_layers, config.pp, config.vpp)
-    if launch.recompute_layers is not None:
-        return block_layout(model, sizes, config.vpp, launch.recompute_layers)
-    return layout_from_sizes(model, sizes, [config.recompute] * config.pp)
+    if launch.per_stage_recompute is not None:
+        layouts = per_stage_layout(model, sizes, *launch.per_stage_recompute)
+    elif launch.recompute_layers is not None:
+        layouts = block_layout(model, sizes, config.vpp, launch.recompute_layers)
+    else:
+        layouts = layout_from_sizes(model, sizes, [config.recompute] * config.pp)
+    if cluster is not None and len(cluster.node_groups) > 1:
+        per_stage, bounds, total = config.dp * config.tp * config.cp, [], 0
+        for group in cluster.node_groups:
+            total += group.devices
+            bounds.append(total)
+        layouts = [s.model_copy(update={"node_group": next(g for g, end in enumerate(bounds) if i * per_stage < end)})
+                   for i, s in enumerate(layouts)]
+    return layouts
 
 
 def differences(mine, best) -> dict[str, tuple[str, str]]:
@@ -631,3 +648,74 @@ def read_deepspeed_launch(path: Path, model: ModelSpec, text: str) -> Launch:
     return Launch(source=str(path), engine="deepspeed", given=given, gbs=int(gbs),
                   seq_length=optional_int(args, "--seq-length"), precision=precision, stage_sizes=None,
                   recompute_layers=None, world_size=world_size(args, variables), unread=unread)
+
+
+# ---- MindFormers ---------------------------------------------------------------------------------------
+
+def read_mindformers_launch(path: Path, model: ModelSpec) -> Launch:
+    """A MindFormers training YAML (its `parallel_config`, `parallel`, `recompute_config`, `model_config`
+    and `runner_config`, as MindFormers 2.1's trainer reads them — the rules gplan's MindFormers export
+    writes by): the degrees, the batch (with stages `batch_size × data_parallel × micro_batch_num`, without
+    them `× gradient_accumulation_steps`), the per-stage `offset` split and recompute counts."""
+    import yaml
+
+    data = yaml.safe_load(path.read_text()) or {}
+    pc, par = data.get("parallel_config") or {}, data.get("parallel") or {}
+    mc = ((data.get("model") or {}).get("model_config")) or {}
+    runner = data.get("runner_config") or {}
+    for key, of in (("num_layers", lambda m: m.num_layers), ("hidden_size", lambda m: m.hidden_size),
+                    ("num_heads", lambda m: m.num_attention_heads), ("num_attention_heads", lambda m: m.num_attention_heads),
+                    ("n_kv_heads", lambda m: m.kv_heads), ("intermediate_size", lambda m: m.ffn_size if not m.is_moe else None),
+                    ("num_experts", lambda m: m.num_experts)):
+        given = mc.get(key)
+        if given is not None and of(model) is not None and int(given) != of(model):
+            raise InputError(f"--from {path}: model_config.{key} {given}, but {model.name} has {of(model)}",
+                             hint="name the model the launch trains")
+    for key in ("data_parallel", "model_parallel", "pipeline_stage"):
+        if key not in pc:
+            raise InputError(f"--from {path}: parallel_config.{key} is missing",
+                             hint="the layout must be complete to be priced; gplan does not guess it")
+    dp, tp, pp = int(pc["data_parallel"]), int(pc["model_parallel"]), int(pc["pipeline_stage"])
+    mbs = int(runner.get("batch_size", 1))
+    steps = int(pc.get("micro_batch_num", 1)) if pp > 1 else int(runner.get("gradient_accumulation_steps", 1))
+    options = par.get("parallel_optimizer_config") or {}
+    zero = (2 if options.get("gradient_accumulation_shard") else 1) if par.get("enable_parallel_optimizer") else 0
+    vpp = int(mc.get("pp_interleave_num", 1) or 1)
+    given = {"tp": tp, "pp": pp, "cp": int(pc.get("context_parallel", 1)), "sp": bool(pc.get("use_seq_parallel")),
+             "mbs": mbs, "zero": zero, "vpp": vpp, "ep": int(pc.get("expert_parallel", 1)), "etp": 1,
+             "recompute": "none"}
+    offsets = mc.get("offset", 0)
+    sizes = None
+    if isinstance(offsets, list) and vpp == 1 and pp > 1:
+        sizes = [model.num_layers // pp + int(o) for o in offsets]
+    rc = data.get("recompute_config") or {}
+    return Launch(source=str(path), engine="mindformers", given=given, gbs=mbs * dp * steps,
+                  seq_length=mc.get("seq_length"), precision={"bfloat16": "bf16", "float16": "fp16"}.get(
+                      str(mc.get("compute_dtype", "bfloat16")), "fp32"),
+                  stage_sizes=sizes, recompute_layers=None, world_size=dp * tp * pp * given["cp"],
+                  per_stage_recompute=(_counts(rc.get("recompute"), pp), _counts(rc.get("select_recompute"), pp)))
+
+
+def _counts(item, pp: int) -> list[int] | bool:
+    """MindFormers' recompute value: False, True (every layer) or per-stage counts."""
+    if isinstance(item, list):
+        return [int(n) for n in item] + [0] * (pp - len(item))
+    return bool(item)
+
+
+def per_stage_layout(model: ModelSpec, sizes: list[int], full, selective) -> list[StageLayout]:
+    """Each stage's first `full[i]` layers fully recomputed, the next `selective[i]` selectively (MindFormers'
+    rule); True: every layer."""
+    kinds = [k.name for k in model.layer_kinds() for _ in range(k.count)]
+    stages, start = [], 0
+    for i, size in enumerate(sizes):
+        n_full = size if full is True else (full[i] if full else 0)
+        n_sel = size - n_full if selective is True else (min(selective[i], size - n_full) if selective else 0)
+        flags = ["full"] * n_full + ["selective"] * n_sel + ["none"] * (size - n_full - n_sel)
+        counts: dict[tuple[str, str], int] = {}
+        for kind, option in zip(kinds[start:start + size], flags):
+            counts[(kind, option)] = counts.get((kind, option), 0) + 1
+        start += size
+        stages.append(StageLayout(layers=[LayerCount(kind=k, recompute=r, count=n) for (k, r), n in counts.items()],
+                                  embedding=i == 0, head=i == len(sizes) - 1))
+    return stages
