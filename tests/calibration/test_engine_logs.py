@@ -224,3 +224,24 @@ def test_a_megatron_deepspeed_log_is_priced_as_deepspeed_runs_it(tmp_path):
     c, m = run.plan.parallel, run.plan.model
     assert run.plan.training.engine == "deepspeed" and run.plan.target == "deepspeed"
     assert (c.dp, c.zero, c.recompute) == (8, 3, "full") and (m.kv_heads, m.rope_theta, m.norm) == (8, 500000, "rmsnorm")
+
+
+def test_runs_of_two_engines_fit_the_compute_speed_and_the_other_engines_factor(gplan, tmp_path):
+    """Two Megatron-LM logs and two torchtitan logs of one cluster: the compute speed fits Megatron's (the
+    engine most runs used), `engine_factor:torchtitan` the FSDP stack's own speed — the profile carries it
+    as the engine's efficiency, so `--profile` prices each engine's plans at its own."""
+    runs = [write(tmp_path, "llama3-70b-row70"), write(tmp_path, "llama3-8b-row250")]
+    for name, tps in (("a.log", 6150), ("b.log", 5760)):
+        (tmp_path / name).write_text(torchtitan_log(tps))
+        runs.append(tmp_path / name)
+    out = tmp_path / "p.yaml"
+    r = gplan("calibrate", *map(str, runs), "--cluster", "dgx-h100", "--out", str(out), "--json")
+    assert r.code == 0, r.stderr
+    data = r.json()
+    assert "engine_factor:torchtitan" in data["fitted"] and data["fitted"][0] == "compute_scale"
+    factor = data["theta"]["engine_factor:torchtitan"]
+    assert 0.3 < factor < 1.0  # the FSDP runs reach less of the device than gplan's catalogue assumes
+    assert all(abs(run["error_after"]) < 0.1 for run in data["runs"])
+    from gplan.profiles.files import read_profile
+
+    assert read_profile(out).node_groups[0].hardware.engine_efficiency["torchtitan"] == pytest.approx(factor)

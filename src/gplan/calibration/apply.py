@@ -8,6 +8,8 @@
     <Efficiency field>     sets that field (gemm, gemm_half_gflop, attention, memory, layer_overhead_s,
                            step_overhead_s)
     intra_node, inter_node a mapping of LinkSpec fields to set (a measured link)
+    engine_factor:<engine> sets that engine's factor on the compute efficiencies (DeviceSpec.engine_efficiency:
+                           runs of several engines on one cluster, each at its own speed)
 and applies to every node group.
 """
 
@@ -19,11 +21,12 @@ from gplan.profiles.schema import ClusterSpec, Efficiency, NodeGroup
 
 C = TypeVar("C", bound=ClusterSpec)
 LINKS = ("intra_node", "inter_node")
+ENGINE_FACTOR = "engine_factor:"
 
 
 def apply(cluster: C, theta: dict[str, Any]) -> C:
-    unknown = set(theta) - {"compute_scale", "link_efficiency_scale", "link_latency_scale", *LINKS,
-                            *Efficiency.model_fields}
+    unknown = {k for k in theta if not k.startswith(ENGINE_FACTOR)} - {
+        "compute_scale", "link_efficiency_scale", "link_latency_scale", *LINKS, *Efficiency.model_fields}
     if unknown:
         raise ValueError(f"unknown calibration parameters: {sorted(unknown)}")
     return cluster.model_copy(update={"node_groups": [_group(g, theta) for g in cluster.node_groups]})
@@ -37,7 +40,10 @@ def _group(group: NodeGroup, theta: dict[str, Any]) -> NodeGroup:
         update.update(gemm=min(1.0, eff.gemm * c), attention=min(1.0, eff.attention * c),
                       memory=min(1.0, eff.memory * c), gemm_half_gflop=eff.gemm_half_gflop / c)
     update.update({k: v for k, v in theta.items() if k in Efficiency.model_fields})
-    hardware = group.hardware.model_copy(update={"efficiency": eff.model_copy(update=update)})
+    engines = {**group.hardware.engine_efficiency,
+               **{k[len(ENGINE_FACTOR):]: v for k, v in theta.items() if k.startswith(ENGINE_FACTOR)}}
+    hardware = group.hardware.model_copy(update={"efficiency": eff.model_copy(update=update),
+                                                 "engine_efficiency": engines})
     links = {}
     for name in LINKS:
         link = getattr(group, name)

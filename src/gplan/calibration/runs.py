@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from gplan.calibration.apply import apply
+from gplan.calibration.apply import ENGINE_FACTOR, apply
 from gplan.calibration.fit import fit_log
 from gplan.cost_models.step import StepModel
 from gplan.errors import InputError
@@ -59,9 +59,21 @@ PRIORITY = ("compute_scale", "layer_overhead_s", "step_overhead_s", "link_effici
 run's time, the overheads the small ones, the links only runs that communicate."""
 
 
-def fitted_names(runs: int) -> tuple[str, ...]:
-    """One parameter per run at most: each run is one equation."""
-    return PRIORITY[:max(1, min(len(PRIORITY), runs))]
+def fitted_names(runs: int, engines: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """One parameter per run at most: each run is one equation. With runs of several engines, each engine
+    but the reference one (`engine_factors`) gets its factor right after the compute speed."""
+    order = PRIORITY[:1] + engines + PRIORITY[1:]
+    return order[:max(1, min(len(order), runs))]
+
+
+def engine_factors(runs: list[Run]) -> tuple[str, ...]:
+    """The engine-factor parameters the runs can fit: every engine but the one most runs used (whose speed
+    the compute scale fits), named `engine_factor:<engine>`."""
+    counts: dict[str, int] = {}
+    for r in runs:
+        counts[str(r.plan.training.engine)] = counts.get(str(r.plan.training.engine), 0) + 1
+    reference = max(sorted(counts), key=counts.get)
+    return tuple(f"{ENGINE_FACTOR}{e}" for e in sorted(counts) if e != reference)
 
 
 def prior(cluster: ClusterSpec) -> dict[str, float]:
@@ -95,8 +107,11 @@ def fit(runs: list[Run], start: dict[str, float], names: tuple[str, ...] | None 
 
 
 def calibrate(runs: list[Run]) -> Fit:
-    start = prior(runs[0].plan.cluster)
-    names = fitted_names(len(runs))
+    engines = engine_factors(runs)
+    hardware = runs[0].plan.cluster.primary.hardware
+    start = prior(runs[0].plan.cluster) | {k: hardware.engine_efficiency.get(k[len(ENGINE_FACTOR):], 1.0)
+                                            for k in engines}
+    names = fitted_names(len(runs), engines)
     theta = fit(runs, start, names)
     before = [relative_error(r, start) for r in runs]
     after = [relative_error(r, theta) for r in runs]
@@ -104,7 +119,7 @@ def calibrate(runs: list[Run]) -> Fit:
     if len(runs) > 2:
         for i, held in enumerate(runs):
             others = runs[:i] + runs[i + 1:]
-            loo.append(relative_error(held, fit(others, start, fitted_names(len(others)))))
+            loo.append(relative_error(held, fit(others, start, fitted_names(len(others), engines))))
     return Fit(theta, before, after, loo, names)
 
 
