@@ -33,7 +33,8 @@ ROWS = {
     "llama3-8b-row250": (dict(LLAMA, num_layers=32, hidden_size=4096, ffn_hidden_size=14336, num_attention_heads=32,
                               num_query_groups=8, kv_channels=128, tensor_model_parallel_size=1,
                               pipeline_model_parallel_size=1, virtual_pipeline_model_parallel_size=None,
-                              global_batch_size=128, world_size=8, data_parallel_size=8, sequence_parallel=False), 14451),
+                              global_batch_size=128, world_size=8, data_parallel_size=8, sequence_parallel=False,
+                              use_megatron_fsdp=True, data_parallel_sharding_strategy="optim_grads_params"), 14451),
     "llama3.1-405b-row39": (dict(LLAMA, num_layers=126, hidden_size=16384, ffn_hidden_size=53248,
                                  num_attention_heads=128, num_query_groups=8, kv_channels=128,
                                  tensor_model_parallel_size=8, pipeline_model_parallel_size=8, context_parallel_size=2,
@@ -245,3 +246,28 @@ def test_runs_of_two_engines_fit_the_compute_speed_and_the_other_engines_factor(
     from gplan.profiles.files import read_profile
 
     assert read_profile(out).node_groups[0].hardware.engine_efficiency["torchtitan"] == pytest.approx(factor)
+
+
+@pytest.mark.parametrize("name, row", [("llama3-70b-row70", "70"), ("llama3-8b-row250", "250"),
+                                       ("llama3.1-405b-row39", "39")])
+def test_a_bridge_rows_log_is_priced_and_measured_as_the_bench_prices_and_measures_the_row(tmp_path, name, row):
+    """The log written from Megatron's formats with a Bridge row's numbers: the same configuration, the same
+    measured step and the same prediction as bench/accuracy.py's case of that row (at the catalogue's FP8
+    factor, which that bench fitted)."""
+    import sys
+
+    from gplan.golden import ROOT
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import accuracy
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    case = next(b for b in accuracy.load_bridge_cases()[0] if b.case.row_id == row)
+    run = read_log_run(write(tmp_path, name), "dgx-h100", None, None)
+    c = run.plan.parallel
+    keys = ("dp", "tp", "pp", "vpp", "cp", "sp", "mbs", "zero")
+    assert tuple(getattr(c, k) for k in keys) == tuple(getattr(case.case.config, k) for k in keys)
+    assert run.measured_step_s == pytest.approx(case.case.measured_step_s, rel=3e-3)
+    factor = case.case.cluster.primary.hardware.precision_efficiency["fp8"]
+    assert run.plan.prediction.step_time_s == pytest.approx(accuracy._bridge_predict(case, factor), rel=1e-9)
