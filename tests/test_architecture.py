@@ -1,10 +1,10 @@
 """The import contract (docs/design.md, "Layers"): data flows one way,
 
-    errors, io, numeric  <  spec  <  profiles  <  plan, report  <  cost_models  <  planner
+    errors, io, numeric, launch_text  <  spec  <  profiles  <  plan, report  <  cost_models  <  planner
                          <  calibration  <  backends  <  cli (cli.py, render.py, svg.py, testing.py)
 
 A module imports only its own layer and the layers below it — top-level and lazy imports alike. Two
-narrower rules: backends read only the plan, the run report, spec, profiles and io (never the cost
+narrower rules: backends read only the plan, the run report, spec, profiles, io and launch_text (never the cost
 model, the planner or the calibration), and the torch and MindSpore backends never import each other.
 Nothing below backends imports a framework (torch, mindspore) or an engine."""
 
@@ -19,7 +19,7 @@ import gplan
 
 PACKAGE = Path(gplan.__file__).parent
 LAYERS = [
-    {"gplan", "gplan.errors", "gplan.io", "gplan.numeric"},
+    {"gplan", "gplan.errors", "gplan.io", "gplan.numeric", "gplan.launch_text"},
     {"gplan.spec"},
     {"gplan.profiles"},
     {"gplan.plan", "gplan.report"},
@@ -29,7 +29,7 @@ LAYERS = [
     {"gplan.backends"},
     {"gplan.cli", "gplan.render", "gplan.svg", "gplan.testing", "gplan.golden"},
 ]
-BACKENDS_MAY_READ = {"gplan", "gplan.errors", "gplan.io", "gplan.spec", "gplan.profiles", "gplan.plan",
+BACKENDS_MAY_READ = {"gplan", "gplan.errors", "gplan.io", "gplan.launch_text", "gplan.spec", "gplan.profiles", "gplan.plan",
                      "gplan.report", "gplan.backends"}
 FRAMEWORKS = {"torch", "mindspore", "megatron", "torchtitan", "deepspeed", "mindformers", "triton"}
 

@@ -354,16 +354,15 @@ def search(
     limits = limits_from_options(tp, pp, dp, cp, mbs, vpp, zero, recompute, schedule, all_devices, target, ep, etp)
     with SearchProgress(err) as progress:
         planned = make_best_plan(inputs, limits, top=top, time_limit_s=time_limit, progress=progress)
-    if out_launch is not None:  # written before the plan: a launch that cannot be rewritten writes nothing
-        from gplan.backends.exporters.megatron import KEEP_UNLESS_SET, layout_flags
-        from gplan.planner.launch_files import rewrite_launch
+    if out_launch is not None:  # prepared before anything is written: a launch it cannot rewrite writes nothing
+        from gplan.backends.exporters.write_back import write_back
 
-        best = planned.plan
-        rewritten = rewrite_launch(from_file.read_text(), layout_flags(best, layouts_of(best)), KEEP_UNLESS_SET)
+        rewritten = write_back(planned.plan, mine[0].engine, from_file, out_launch)
     write_plan(planned.plan, out)
     if out_launch is not None:
-        atomic_write_text(out_launch, rewritten)
-        err.print(f"[green]wrote[/] {out_launch} (your launch, its layout flags the best plan's)", highlight=False)
+        for path, text in rewritten.items():
+            atomic_write_text(path, text)
+            err.print(f"[green]wrote[/] {path} (your launch, its layout the best plan's)", highlight=False)
     versus = launch_versus(mine, planned) if mine else None
     if as_json:
         return emit_json(search_json(out, planned.search) | ({"from": versus} if versus else {}))

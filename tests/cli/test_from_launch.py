@@ -273,3 +273,43 @@ def test_every_export_of_every_golden_plan_reads_back_as_its_engine_runs_it(gpla
         assert back["step_time_s"] == pytest.approx(expected, rel=1e-6), to
         read += 1
     assert read >= 1
+
+
+def test_a_torchtitan_toml_is_written_back_with_only_its_layout_keys(gplan, tmp_path):
+    better, plan_path = tmp_path / "better.toml", tmp_path / "plan.json"
+    r = gplan("search", "llama3-8b", "--from", str(TITAN_TOML), "--cluster", "dgx-h100", "--devices", "16",
+              "--out", str(plan_path), "--out-launch", str(better))
+    assert r.code == 0, r.stderr
+    plan = json.loads(plan_path.read_text())
+    back = gplan("estimate", "llama3-8b", "--from", str(better), "--cluster", "dgx-h100", "--devices", "16",
+                 "--json").json()
+    assert back["step_time_s"] == pytest.approx(plan["prediction"]["step_time_s"], rel=1e-9)
+    import tomllib
+
+    before, after = tomllib.loads(TITAN_TOML.read_text()), tomllib.loads(better.read_text())
+    for section in ("job", "metrics", "model", "optimizer", "lr_scheduler", "checkpoint", "float8"):
+        assert after[section] == before[section]
+    assert after["training"]["dataset"] == "c4" and after["training"]["steps"] == 1000
+
+
+def test_a_megatron_deepspeed_launch_is_written_back_with_its_config(gplan, tmp_path):
+    plan_path = tmp_path / "plan.json"
+    assert gplan("search", "llama3-8b", "--cluster", "dgx-h100", "--devices", "16", "--target", "deepspeed",
+                 "--pp", "4", "--out", str(plan_path)).code == 0
+    assert gplan("export", str(plan_path), "--to", "deepspeed", "-o", str(tmp_path / "d")).code == 0
+    config = tmp_path / "d" / "ds_config.json"
+    mine = json.loads(config.read_text()) | {"optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}}
+    config.write_text(json.dumps(mine))
+    out_dir = tmp_path / "new"
+    out_dir.mkdir()
+    best_path = tmp_path / "best.json"
+    r = gplan("search", "llama3-8b", "--from", str(tmp_path / "d" / "megatron_deepspeed_pretrain_gpt.sh"),
+              "--cluster", "dgx-h100", "--out", str(best_path), "--out-launch", str(out_dir / "train.sh"))
+    assert r.code == 0, r.stderr
+    written = json.loads((out_dir / "ds_config.json").read_text())
+    best = json.loads(best_path.read_text())
+    assert written["optimizer"] == mine["optimizer"]  # the user's own keys kept
+    assert written["zero_optimization"]["stage"] == best["parallel"]["zero"]
+    assert written["train_micro_batch_size_per_gpu"] == best["parallel"]["mbs"]
+    back = gplan("estimate", "llama3-8b", "--from", str(out_dir / "train.sh"), "--cluster", "dgx-h100", "--json").json()
+    assert back["step_time_s"] == pytest.approx(best["prediction"]["step_time_s"], rel=1e-9)

@@ -14,12 +14,12 @@ other engines' launch files and the engines' logs are not read yet.
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gplan.errors import InputError
+from gplan.launch_text import arguments
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import LayerCount, StageLayout, even_stage_sizes
 
@@ -151,37 +151,6 @@ def read_megatron_launch(path: Path, model: ModelSpec, text: str) -> Launch:
                   seq_length=optional_int(args, "--seq-length"), precision=precision_of(args),
                   stage_sizes=stage_sizes_of(args, model), recompute_layers=block_layers(args),
                   world_size=world_size(args, variables), unread=unread)
-
-
-def arguments(text: str) -> tuple[dict[str, list[str]], dict[str, str]]:
-    """Every `--flag [value]` of the text (line continuations joined, comments dropped, bash arrays
-    flattened) and the script's plain variable assignments. A flag given twice keeps its last value, as
-    argparse does."""
-    joined = re.sub(r"\\\n", " ", text)
-    variables, tokens = {}, []
-    for line in joined.splitlines():
-        line = line.split(" #", 1)[0] if not line.lstrip().startswith("#") else ""
-        assign = re.match(r"\s*(?:export\s+)?([A-Z_][A-Z0-9_]*)=([^\s()]+)\s*$", line)
-        if assign:  # NAME=8, or NAME=${NAME:-8} (its default)
-            text = assign.group(2).strip("\"'")
-            default = re.fullmatch(r"\$\{\w+:-([^}]*)\}", text)
-            variables[assign.group(1)] = default.group(1) if default else text
-        try:
-            tokens += shlex.split(line.replace("(", " ").replace(")", " "))
-        except ValueError:
-            continue
-    found: dict[str, list[str]] = {}
-    for i, token in enumerate(tokens):
-        if not token.startswith("--") or len(token) < 3:
-            continue
-        name, sep, inline = token.partition("=")
-        values = [inline] if sep else []
-        for nxt in tokens[i + 1:]:
-            if nxt.startswith("--") or sep:
-                break
-            values.append(nxt)
-        found[name] = values
-    return found, variables
 
 
 def value(args: dict, flag: str) -> str | None:
@@ -392,43 +361,6 @@ def differences(mine, best) -> dict[str, tuple[str, str]]:
         if a != b:
             found[key] = (str(a), str(b))
     return found
-
-
-# ---- writing a better plan back into the user's launch -----------------------------------------------
-
-DEFAULTS = {"--context-parallel-size": "1", "--tensor-model-parallel-size": "1", "--pipeline-model-parallel-size": "1",
-            "--expert-model-parallel-size": "1"}
-"""Megatron's defaults: a missing flag at its default is not added."""
-
-
-def rewrite_launch(text: str, flags: dict[str, str | None], keep: tuple[str, ...] = ()) -> str:
-    """`text` with only the layout flags changed (an engine's `layout_flags`): each present flag's value
-    replaced, or the flag removed with its value where the plan does not use it (but `keep` flags, which
-    are only ever set); each missing one added after the launch's --tensor-model-parallel-size line;
-    every other line — data, tokenizer, checkpoints, schedule, logging — kept as it was."""
-    missing = []
-    for flag, new in flags.items():
-        pattern = re.compile(rf"(?<![\w-]){re.escape(flag)}(?:(?:=|[ \t]+)(?!--)([^\s\\)]+))?")
-        if pattern.search(text) is None:
-            if new is not None and DEFAULTS.get(flag) != new:
-                missing.append(f"{flag} {new}".rstrip())
-            continue
-        if new is None and flag in keep:
-            continue
-        if new is None:
-            text = pattern.sub("", text)
-        else:
-            text = pattern.sub(f"{flag} {new}".rstrip(), text, count=1)
-    if missing:
-        anchor = re.search(r"^([ \t]*)--tensor-model-parallel-size\b.*$", text, re.MULTILINE)
-        if anchor is None:
-            raise InputError("the launch has no --tensor-model-parallel-size line to add the layout flags beside",
-                             hint="write the launch's layout flags one per line, or use gplan export")
-        indent, end = anchor.group(1), anchor.end()
-        continuation = " \\" if anchor.group(0).rstrip().endswith("\\") else ""
-        added = "".join(f"\n{indent}{line}{continuation}" for line in missing)
-        text = text[:end] + added + text[end:]
-    return re.sub(r"[ \t]+\n", "\n", re.sub(r"[ \t]{2,}\\\n", " \\\n", text))
 
 
 # ---- torchtitan ----------------------------------------------------------------------------------------

@@ -357,3 +357,32 @@ TEMPLATES = {"llama3": (LLAMA3_BUILT, LLAMA3_IMPORTS, LLAMA3_MODEL, "llama3_8b",
              "qwen3_moe": (QWEN3_MOE_BUILT, QWEN3_MOE_IMPORTS, QWEN3_MOE_MODEL, "qwen3_30b_a3b", "30B-A3B"),
              "deepseek_v3": (DEEPSEEK_V3_BUILT, DEEPSEEK_V3_IMPORTS, DEEPSEEK_V3_MODEL, "deepseek_v3_671b", "671B")}
 """Family -> (what it builds, its imports, its model_config(), torchtitan trainer config, registry flavor)."""
+
+
+def layout_values(plan: Plan, layouts: list[StageLayout]) -> dict[str, object]:
+    """The plan's layout as torchtitan job-config values (`section.key` -> value), the ones its export's
+    overrides set and the activation-checkpoint mode: what `gplan search --from … --out-launch` writes into a
+    user's TOML or override script. A split of unequal stages lives in a config module (its chunks'
+    modules), not in a job config: refused here, with the export as the way to run it."""
+    sizes = [s.num_layers for s in layouts]
+    if plan.parallel.pp > 1 and len(set(sizes)) > 1:
+        raise InputError(f"the best plan splits the stages unevenly ({'/'.join(map(str, sizes))}), which a torchtitan "
+                         "job config cannot say (its chunks' modules are listed in a config module)",
+                         hint="gplan export PLAN --to torchtitan writes the module; or search with --target torchtitan "
+                              "and an even --pp")
+    args, _ = overrides(plan)
+    values: dict[str, object] = {}
+    for i, token in enumerate(args):
+        if not token.startswith("--"):
+            continue
+        key = token[2:]
+        following = args[i + 1] if i + 1 < len(args) else "--"
+        if ".no-" in key:
+            values[key.replace(".no-", ".")] = False
+        elif following.startswith("--"):
+            values[key] = True
+        else:
+            values[key] = int(following) if following.lstrip("-").isdigit() else following
+    values.pop("training.steps", None)  # the schedule is the user's
+    values["activation_checkpoint.mode"] = ac_policy(layouts)
+    return values

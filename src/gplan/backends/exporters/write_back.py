@@ -1,0 +1,75 @@
+"""A better plan written back into the user's own launch (`gplan search --from FILE --out-launch NEW`):
+the launch as it was, with only the flags or keys of its layout changed — as the plan's export writes
+them for that engine (the arguments each engine's own code was checked on) — and everything else
+(data, tokenizer, checkpoints, learning-rate schedule, logging, the flags gplan does not own) kept.
+
+Megatron-LM: its script's layout flags (megatron.layout_flags). torchtitan: a TOML job config's keys, or a
+script's `--section.key` overrides (torchtitan.layout_values); a launch whose layout lives in a config
+module (a gplan export) is refused with the export as the way. Megatron-DeepSpeed: its script's layout
+flags and the DeepSpeed config it names (batch, micro-batch, accumulation, ZeRO stage, activation
+checkpointing), written beside the new script under the name the script uses.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from gplan.backends.exporters import megatron, torchtitan
+from gplan.backends.exporters.deepspeed import ds_config, megatron_deepspeed_args
+from gplan.errors import InputError
+from gplan.launch_text import rewrite_launch, rewrite_toml, titan_flags
+from gplan.plan import Plan, layouts_of
+
+DS_OWNED = ("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--no-pipeline-parallel",
+            "--micro-batch-size", "--global-batch-size", "--zero-stage", "--sequence-parallel",
+            "--checkpoint-activations", "--deepspeed-activation-checkpointing", "--checkpoint-num-layers",
+            "--recompute-granularity", "--recompute-method", "--recompute-num-layers", "--moe-expert-parallel-size")
+"""The flags of a Megatron-DeepSpeed launch's layout."""
+DS_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "zero_optimization",
+           "activation_checkpointing")
+"""The DeepSpeed config's keys of the layout (zero_optimization: its stage)."""
+
+
+def write_back(plan: Plan, engine: str, source: Path, target: Path) -> dict[Path, str]:
+    """The files to write: `target`, and for DeepSpeed its config beside it."""
+    text, layouts = source.read_text(), layouts_of(plan)
+    if engine == "megatron":
+        return {target: rewrite_launch(text, megatron.layout_flags(plan, layouts), megatron.KEEP_UNLESS_SET)}
+    if engine == "torchtitan":
+        values = torchtitan.layout_values(plan, layouts)
+        if source.suffix == ".toml":
+            return {target: rewrite_toml(text, values)}
+        if "--module gplan_torchtitan" in text:
+            raise InputError(f"{source} keeps its model and chunks in gplan_torchtitan.py, a gplan export",
+                             hint="export the best plan instead: gplan export PLAN --to torchtitan")
+        mode = values.pop("activation_checkpoint.mode")
+        if mode != "none":
+            raise InputError("the best plan recomputes every layer, which torchtitan 0.3 sets in its config "
+                             "function, not by an override", hint="export the best plan: gplan export PLAN --to torchtitan")
+        return {target: rewrite_launch(text, titan_flags(values))}
+    if engine == "deepspeed":
+        return deepspeed_files(plan, source, target, text)
+    raise InputError(f"--out-launch rewrites Megatron-LM, torchtitan and Megatron-DeepSpeed launches, not {engine}'s",
+                     hint=f"gplan export PLAN --to {engine}")
+
+
+def deepspeed_files(plan: Plan, source: Path, target: Path, text: str) -> dict[Path, str]:
+    layouts = layouts_of(plan)
+    args = megatron_deepspeed_args(plan, layouts, [])
+    flags: dict[str, str | None] = {flag: None for flag in DS_OWNED}
+    for i, token in enumerate(args):
+        if token in DS_OWNED:
+            following = args[i + 1] if i + 1 < len(args) else "--"
+            flags[token] = "" if following.startswith("--") else following
+    named = re.search(r"--deepspeed[_-]config[= ]\"?([^\s\"]+)", text)
+    if named is None:
+        raise InputError(f"{source}: a DeepSpeed launch without --deepspeed_config", hint="name its ds_config.json")
+    name = re.sub(r"^\$\{?HERE\}?/", "", named.group(1))
+    original = json.loads((source.parent / name).read_text())
+    fresh = ds_config(plan, layouts)
+    updated = {k: v for k, v in original.items() if k not in DS_KEYS}
+    updated["zero_optimization"] = {**original.get("zero_optimization", {}), "stage": plan.parallel.zero}
+    updated |= {k: fresh[k] for k in DS_KEYS if k in fresh and k != "zero_optimization"}
+    return {target: rewrite_launch(text, flags), target.parent / Path(name).name: json.dumps(updated, indent=2) + "\n"}

@@ -1,0 +1,116 @@
+"""Launch files as text: the `--flag value` arguments of a shell script or argument file, and rewriting
+a launch (a script's flags, a TOML job config's keys) with only the layout changed. Pure text, no engine:
+read by planner.launch_files (`--from`) and written by the exporters' write-back (`--out-launch`)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from gplan.errors import InputError
+
+
+def arguments(text: str) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """Every `--flag [value]` of the text (line continuations joined, comments dropped, bash arrays
+    flattened) and the script's plain variable assignments. A flag given twice keeps its last value, as
+    argparse does."""
+    joined = re.sub(r"\\\n", " ", text)
+    variables, tokens = {}, []
+    for line in joined.splitlines():
+        line = line.split(" #", 1)[0] if not line.lstrip().startswith("#") else ""
+        assign = re.match(r"\s*(?:export\s+)?([A-Z_][A-Z0-9_]*)=([^\s()]+)\s*$", line)
+        if assign:  # NAME=8, or NAME=${NAME:-8} (its default)
+            text = assign.group(2).strip("\"'")
+            default = re.fullmatch(r"\$\{\w+:-([^}]*)\}", text)
+            variables[assign.group(1)] = default.group(1) if default else text
+        try:
+            tokens += shlex.split(line.replace("(", " ").replace(")", " "))
+        except ValueError:
+            continue
+    found: dict[str, list[str]] = {}
+    for i, token in enumerate(tokens):
+        if not token.startswith("--") or len(token) < 3:
+            continue
+        name, sep, inline = token.partition("=")
+        values = [inline] if sep else []
+        for nxt in tokens[i + 1:]:
+            if nxt.startswith("--") or sep:
+                break
+            values.append(nxt)
+        found[name] = values
+    return found, variables
+
+
+DEFAULTS = {"--context-parallel-size": "1", "--tensor-model-parallel-size": "1", "--pipeline-model-parallel-size": "1",
+            "--expert-model-parallel-size": "1"}
+"""Megatron's defaults: a missing flag at its default is not added."""
+
+
+def rewrite_launch(text: str, flags: dict[str, str | None], keep: tuple[str, ...] = ()) -> str:
+    """`text` with only the layout flags changed (an engine's `layout_flags`): each present flag's value
+    replaced, or the flag removed with its value where the plan does not use it (but `keep` flags, which
+    are only ever set); each missing one added after the launch's --tensor-model-parallel-size line;
+    every other line — data, tokenizer, checkpoints, schedule, logging — kept as it was."""
+    missing = []
+    for flag, new in flags.items():
+        pattern = re.compile(rf"(?<![\w-]){re.escape(flag)}(?:(?:=|[ \t]+)(?!--)([^\s\\)]+))?")
+        if pattern.search(text) is None:
+            if new is not None and DEFAULTS.get(flag) != new:
+                missing.append(f"{flag} {new}".rstrip())
+            continue
+        if new is None and flag in keep:
+            continue
+        if new is None:
+            text = pattern.sub("", text)
+        else:
+            text = pattern.sub(f"{flag} {new}".rstrip(), text, count=1)
+    if missing:
+        anchor = re.search(r"^([ \t]*)(--tensor-model-parallel-size|--parallelism\.)\S*.*$", text, re.MULTILINE)
+        if anchor is None:
+            raise InputError("the launch has no tensor-parallel line to add the layout flags beside",
+                             hint="write the launch's layout flags one per line, or use gplan export")
+        indent, end = anchor.group(1), anchor.end()
+        continuation = " \\" if anchor.group(0).rstrip().endswith("\\") else ""
+        added = "".join(f"\n{indent}{line}{continuation}" for line in missing)
+        text = text[:end] + added + text[end:]
+    return re.sub(r"[ \t]+\n", "\n", re.sub(r"[ \t]{2,}\\\n", " \\\n", text))
+
+
+def rewrite_toml(text: str, values: dict[str, object]) -> str:
+    """A TOML job config with only `values` (`section.key` -> value) changed: each key's line replaced in its
+    section, a missing key added under its section's header, a missing section appended; comments and
+    every other line kept."""
+    import json
+
+    def literal(item: object) -> str:
+        return "true" if item is True else "false" if item is False else json.dumps(item)
+
+    lines = text.splitlines()
+    for dotted, item in values.items():
+        section, key = dotted.rsplit(".", 1)
+        header = next((i for i, line in enumerate(lines) if line.strip() == f"[{section}]"), None)
+        if header is None:
+            lines += ["", f"[{section}]", f"{key} = {literal(item)}"]
+            continue
+        end = next((i for i in range(header + 1, len(lines)) if lines[i].lstrip().startswith("[")), len(lines))
+        found = next((i for i in range(header + 1, end) if re.match(rf"\s*{re.escape(key)}\s*=", lines[i])), None)
+        if found is None:
+            lines.insert(header + 1, f"{key} = {literal(item)}")
+        else:
+            comment = re.search(r"\s+#.*$", lines[found])
+            lines[found] = f"{key} = {literal(item)}" + (comment.group(0) if comment else "")
+    return "\n".join(lines) + "\n"
+
+
+def titan_flags(values: dict[str, object]) -> dict[str, str | None]:
+    """torchtitan job-config values as the overrides of a launch script (`--section.key value`; a boolean as
+    its switch or its `no-` form, the other removed)."""
+    flags: dict[str, str | None] = {}
+    for dotted, item in values.items():
+        section, key = dotted.rsplit(".", 1)
+        if isinstance(item, bool):
+            flags[f"--{section}.{key}"] = "" if item else None
+            flags[f"--{section}.no-{key}"] = None if item else ""
+        else:
+            flags[f"--{dotted}"] = str(item)
+    return flags
