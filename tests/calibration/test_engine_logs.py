@@ -271,3 +271,38 @@ def test_a_bridge_rows_log_is_priced_and_measured_as_the_bench_prices_and_measur
     assert run.measured_step_s == pytest.approx(case.case.measured_step_s, rel=3e-3)
     factor = case.case.cluster.primary.hardware.precision_efficiency["fp8"]
     assert run.plan.prediction.step_time_s == pytest.approx(accuracy._bridge_predict(case, factor), rel=1e-9)
+
+
+# ---- MindFormers ----------------------------------------------------------------------------------------
+
+def mindformers_log(step_ms: int, steps: int = 6, overflow_at: int | None = None) -> str:
+    """MFLossMonitor's step lines (mindformers 2.1 core/callback/callback.py)."""
+    lines = []
+    for step in range(1, steps + 1):
+        ms = step_ms * (3 if step == 1 else 1)
+        overflow = "True" if step == overflow_at else "False"
+        lines.append(f"2026-05-01 10:00:{step:02d},000 - mindformers[mindformers/core/callback/callback.py:748] - INFO - "
+                     f"{{ Epoch:[  1/  1], step:[{step:5d}/  100], loss: 8.123456, per_step_time: {ms}ms, lr: 1e-05, "
+                     f"overflow cond: {overflow}, loss_scale: 1.0, global_norm: [1.2], train_throughput_per_npu: 90.1T")
+    return "\n".join(lines) + "\n"
+
+
+def test_a_mindformers_log_with_its_yaml_is_a_run(gplan, tmp_path):
+    """Llama 2 7B on 16 Ascend 910B (dp 8 × pp 2, vpp 2, MindFormers' YAML as gplan exports it): the YAML
+    beside the log gives the configuration, the step lines the step (an overflowed step left out)."""
+    plan_path = tmp_path / "plan.json"
+    assert gplan("search", "llama2-7b", "--cluster", "atlas-800-910b", "--devices", "16", "--target", "mindformers",
+                 "--pp", "2", "--out", str(plan_path)).code == 0
+    assert gplan("export", str(plan_path), "--to", "mindformers", "-o", str(tmp_path / "mf")).code == 0
+    log = tmp_path / "run.log"
+    (tmp_path / "run.yaml").write_text((tmp_path / "mf" / "mindformers_parallel.yaml").read_text())
+    log.write_text(mindformers_log(63800, overflow_at=4))
+    run = read_log_run(log, "atlas-800-910b", None, None)
+    plan = json.loads(plan_path.read_text())
+    assert run.measured_step_s == pytest.approx(63.8)
+    keys = ("dp", "tp", "pp", "vpp", "mbs", "zero")
+    assert {k: getattr(run.plan.parallel, k) for k in keys} == {k: plan["parallel"][k] for k in keys}
+    assert run.plan.prediction.step_time_s == pytest.approx(plan["prediction"]["step_time_s"], rel=1e-9)
+    (tmp_path / "run.yaml").unlink()
+    r = gplan("calibrate", str(log), str(log), "--cluster", "atlas-800-910b", "--out", str(tmp_path / "p.yaml"))
+    assert r.code == 3 and "put the run's training YAML beside it" in r.stderr

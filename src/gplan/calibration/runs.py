@@ -212,6 +212,8 @@ def read_log_run(path: Path, cluster: str | None, hardware: str | None, devices_
         raise InputError(f"{path}: an engine's log does not name its hardware",
                          hint="pass --cluster (or --hardware and --devices-per-node)")
     text = path.read_text(errors="replace")
+    if "per_step_time:" in text:
+        return read_mindformers_run(path, cluster, hardware, devices_per_node)
     if "Running with configs:" in text or ("tps:" in text and "step:" in text and "end of arguments" not in text):
         return read_torchtitan_run(path, cluster, hardware, devices_per_node)
     log = read_megatron_log(path)
@@ -269,4 +271,28 @@ def read_torchtitan_run(path: Path, cluster: str | None, hardware: str | None, d
                                 [config.recompute] * config.pp)
     plan = make_plan(model, training, spec.sized(devices), config, layouts, target="torchtitan")
     step_s = gbs * seq / (log.step_tokens_per_device_s * world)  # tps is per device: see torchtitan_log
+    return Run(str(path), plan, step_s)
+
+
+def read_mindformers_run(path: Path, cluster: str | None, hardware: str | None, devices_per_node: int | None) -> Run:
+    """A run from a MindFormers log and the training YAML beside it (calibration.mindformers_log)."""
+    from gplan.calibration.mindformers_log import config_beside, model_of, steady_step_s
+    from gplan.planner.build import make_plan
+    from gplan.planner.inputs import resolve_cluster
+    from gplan.planner.launch_files import launch_config, launch_layouts, read_mindformers_launch
+    from gplan.spec.parallel import check_config
+    from gplan.spec.training import TrainingSpec
+
+    step_s = steady_step_s(path)
+    yaml_path = config_beside(path)
+    model = model_of(yaml_path)
+    launch = read_mindformers_launch(yaml_path, model)
+    world = launch.world_size
+    spec, devices, _ = resolve_cluster(world, cluster, hardware, devices_per_node)
+    config = launch_config(launch, model, world)
+    training = TrainingSpec(gbs=launch.gbs, seq_length=launch.seq_length or model.seq_length,
+                            precision=launch.precision, engine="mindformers")
+    check_config(model, training, config, world)
+    sized = spec.sized(devices)
+    plan = make_plan(model, training, sized, config, launch_layouts(launch, model, config, sized), target="mindformers")
     return Run(str(path), plan, step_s)
