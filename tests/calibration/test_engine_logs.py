@@ -306,3 +306,17 @@ def test_a_mindformers_log_with_its_yaml_is_a_run(gplan, tmp_path):
     (tmp_path / "run.yaml").unlink()
     r = gplan("calibrate", str(log), str(log), "--cluster", "atlas-800-910b", "--out", str(tmp_path / "p.yaml"))
     assert r.code == 3 and "put the run's training YAML beside it" in r.stderr
+
+
+def test_launcher_prefixes_and_default_markers_are_read_through(tmp_path):
+    """torchrun --tee prefixes every line with `[default0]:`; Megatron-DeepSpeed's newer print appends
+    `……………default` (or `updated`) to each argument line."""
+    args, tokens = ROWS["llama3-70b-row70"]
+    text = megatron_log(args, 19.7)
+    marked = "\n".join(f"[default0]:{line}" + ("......................default" if " .... " in line else "")
+                       for line in text.splitlines())
+    path = tmp_path / "tee.log"
+    path.write_text(marked + "\n")
+    log = read_megatron_log(path)
+    assert log.args["tensor_model_parallel_size"] == 4 and log.args["world_size"] == 64
+    assert log.args["data_path"] == ["/data/x"] and log.step_s == pytest.approx(19.7, rel=3e-3)

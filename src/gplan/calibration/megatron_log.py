@@ -32,7 +32,9 @@ from gplan.spec.model import ModelSpec
 
 ARGS_BEGIN = re.compile(r"-{8,} arguments -{8,}")
 ARGS_END = re.compile(r"-{8,} end of arguments -{8,}")
-ARG_LINE = re.compile(r"^\s*(\w+) \.+ (.*)$")
+ARG_LINE = re.compile(r"(?:^|\]:|\s)\s*(\w+) \.{2,} (.*?)(?:\.{3,}(?:default|updated|\w+))?\s*$")
+"""One argument line, after any launcher prefix (torchrun's `--tee` writes `[default0]:`), without the
+`………default` marker Megatron-DeepSpeed appends."""
 ITERATION = re.compile(r"iteration\s+(\d+)/\s*(\d+) \|.*?elapsed time per iteration \(ms\): ([\d.]+) \|(.*)$", re.MULTILINE)
 SKIPPED = re.compile(r"number of skipped iterations:\s*(\d+)")
 MEMORY = re.compile(r"\[Rank (\d+)\] \(after (\d+) iterations\) memory \(MB\) \| allocated: ([\d.]+) \| "
@@ -86,7 +88,7 @@ def arguments_block(text: str, path: Path) -> dict[str, object]:
                          hint="pass the whole log from its start")
     args = {}
     for line in text[begin.end():end.start()].splitlines():
-        match = ARG_LINE.match(line)
+        match = ARG_LINE.search(line)
         if match:
             args[match.group(1)] = _value(match.group(2).strip())
     missing = [name for name in REQUIRED if args.get(name) is None]
