@@ -131,40 +131,6 @@ def _inputs(model: str, devices, cluster, hardware, devices_per_node, gbs, seq_l
                           str(profile) if profile else None, target, expert_imbalance)
 
 
-def stage_sizes_option(model, config, text: Optional[str]) -> Optional[list[int]]:
-    """`--stages 7,8,8,...`: one layer count per pipeline stage (None: the search's split)."""
-    from gplan.spec.parallel import min_stage_layers
-    from gplan.planner.space import int_list
-
-    sizes = int_list(text, "--stages")
-    if sizes is None:
-        return None
-    hint = (f"give pp={config.pp} counts summing to {model.total_layers}, each ≥ vpp={config.vpp} "
-            "(the first and last one fewer: their end chunks may hold only the embedding or the loss)")
-    short = [i for i, n in enumerate(sizes) if n < min_stage_layers(i, len(sizes), config.vpp)]
-    if len(sizes) != config.pp or sum(sizes) != model.total_layers or short:
-        raise InputError(f"--stages {text!r}: {len(sizes)} stages of {sum(sizes)} layers"
-                         + (f", stage {short[0]} cannot fill its chunks" if short else ""), hint=hint)
-    return sizes
-
-
-def target_refusals(inputs, config, layouts) -> tuple[list, list[str]]:
-    """What the pricing target would not run of this configuration and split, and the targets that would
-    run it as written: an estimate is a what-if and prices it anyway, but says so."""
-    from gplan.spec.parallel import uniform_layout
-    from gplan.spec.targets import TARGETS, refusals
-
-    layouts = layouts or uniform_layout(inputs.model, config.pp, config.recompute, config.vpp)
-    m = config.microbatches_for(inputs.training.gbs)
-
-    def refused(name: str) -> list:
-        return refusals(TARGETS[name], inputs.model, config, m, layouts, inputs.training.precision)
-
-    engine = inputs.training.engine
-    found = refused(engine) if engine else []
-    return found, [name for name in TARGETS if found and name != engine and not refused(name)]
-
-
 # ---- commands ------------------------------------------------------------------------------------
 
 @app.command()
@@ -197,7 +163,7 @@ def estimate(
     set_wide(wide)
     from gplan.plan import is_plan_file
     from gplan.planner.build import repredict
-    from gplan.planner.complete import complete, given_options
+    from gplan.planner.complete import complete, config_of, given_options, stage_sizes_option, target_refusals
     from gplan.render import chosen_line, prediction_summary, title
     from gplan.spec.parallel import check_config
 
@@ -233,42 +199,9 @@ def estimate(
                   + (f"; {', '.join(runners)} would (--target {runners[0]})" if runners else ""), highlight=False)
 
 
-def priced_launch(from_file: Path, model: str, devices, cluster, hardware, devices_per_node, seq_length, headroom,
-                  profile, target, expert_imbalance):
-    """A launch file read, its inputs resolved (its batch, sequence and precision; priced as its engine runs
-    it unless --target says otherwise) and its configuration priced: (launch, inputs, config, layouts, prediction)."""
-    from gplan.cost_models.step import predict
-    from gplan.planner.launch_files import launch_batch, launch_config, launch_layouts, read_launch
-    from gplan.profiles.catalogue import load_model
-    from gplan.spec.parallel import check_config
-
-    launch = read_launch(from_file, load_model(model))
-    if launch.plan is not None:  # gplan's own worker runs the plan it names, as written, priced as it runs it
-        from gplan.cost_models.step import predict
-        from gplan.plan import layouts_of
-        from gplan.planner.inputs import Inputs
-
-        p = launch.plan
-        training = p.training.model_copy(update={"engine": "torch"})
-        config, layouts = p.parallel.to_config(), layouts_of(p)
-        return (launch, Inputs(model=p.model, training=training, cluster=p.cluster, devices=p.world_size), config,
-                layouts, predict(p.model, training, p.cluster, config, layouts))
-    devices = devices or launch.world_size
-    if devices is None:
-        raise InputError(f"--from {from_file}: the launch does not say how many GPUs it runs on",
-                         hint="pass --devices N")
-    spec = load_model(model)
-    gbs = launch_batch(launch, launch_config(launch, spec, devices))
-    inputs = _inputs(model, devices, cluster, hardware, devices_per_node, gbs, seq_length or launch.seq_length,
-                     launch.precision, headroom, profile, target or launch.engine, expert_imbalance)
-    config = launch_config(launch, inputs.model, inputs.devices)
-    check_config(inputs.model, inputs.training, config, inputs.devices)
-    layouts = launch_layouts(launch, inputs.model, config, inputs.cluster)
-    return launch, inputs, config, layouts, predict(inputs.model, inputs.training, inputs.cluster, config, layouts)
-
-
 def estimate_launch(from_file, model, devices, cluster, hardware, devices_per_node, seq_length, headroom, profile,
                     target, expert_imbalance, as_json) -> None:
+    from gplan.planner.launch_files import priced_launch
     from gplan.render import prediction_summary, title
 
     launch, inputs, config, _, prediction = priced_launch(from_file, model, devices, cluster, hardware, devices_per_node,
@@ -279,16 +212,6 @@ def estimate_launch(from_file, model, devices, cluster, hardware, devices_per_no
     prediction_summary(err, title(inputs) + f"; read from {from_file}", config, prediction)
     if launch.unread:
         err.print(f"not read (no effect on the layout or its cost): {', '.join(launch.unread)}", highlight=False)
-
-
-def config_of(given: dict, devices: int):
-    """The configuration as given, the rest at ParallelConfig's defaults (sp with tp > 1): for the rules'
-    check, which the user's own values must pass before anything is chosen for them."""
-    from gplan.planner.complete import degrees_of
-    from gplan.spec.parallel import config_from_options
-
-    degrees = degrees_of(given, devices)
-    return config_from_options(**{"sp": degrees["tp"] > 1, **given, **degrees})  # sp with tp, as the search
 
 
 @app.command()
@@ -338,6 +261,8 @@ def search(
         raise InputError(f"--top {top}: show at least one plan", hint="for example --top 5")
     if out.is_dir():
         raise InputError(f"--out {out}: is a directory", hint=f"name a file, e.g. --out {out / 'plan.json'}")
+    from gplan.planner.launch_files import launch_versus, priced_launch
+
     mine = None
     if out_launch is not None and from_file is None:
         raise UsageError("--out-launch rewrites the launch of --from", hint="add --from train.sh")
@@ -383,18 +308,6 @@ def search(
     err.print(f"[green]wrote[/] {out}")
 
 
-def launch_versus(mine, planned) -> dict:
-    """The user's launch beside the best plan: its configuration and prediction, what differs, the gain."""
-    from gplan.planner.launch_files import differences
-
-    launch, _, config, _, prediction = mine
-    best = planned.plan.prediction
-    return {"source": launch.source, "engine": launch.engine, "parallel": config.model_dump(mode="json"),
-            "prediction": prediction.model_dump(mode="json"), "not_read": launch.unread,
-            "differences": differences(config, planned.plan.parallel),
-            "gain": best.tokens_per_s / prediction.tokens_per_s - 1}
-
-
 @app.command()
 @guarded
 def compare(
@@ -410,7 +323,8 @@ def compare(
     highlighted and the term that grew most is named."""
     set_wide(wide)
     from gplan.plan import layouts_of
-    from gplan.planner.complete import complete
+    from gplan.planner.complete import complete, config_of, target_refusals
+    from gplan.planner.launch_files import priced_launch
     from gplan.render import chosen_line, compare_table, explain_differences, setup_rows
     from gplan.spec.parallel import check_config, parse_config_values
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gplan.cost_models import step
-from gplan.errors import InfeasibleError
+from gplan.errors import InfeasibleError, InputError
 from gplan.plan import Prediction
 from gplan.planner.inputs import Inputs
 from gplan.planner.space import SearchLimits
@@ -104,3 +104,46 @@ def given_options(**options: Any) -> dict[str, Any]:
     """The options a user set (None: not said)."""
     return {k: v for k, v in options.items() if v is not None}
 
+
+def stage_sizes_option(model, config, text: str | None) -> list[int] | None:
+    """`--stages 7,8,8,...`: one layer count per pipeline stage (None: the search's split)."""
+    from gplan.planner.space import int_list
+    from gplan.spec.parallel import min_stage_layers
+
+    sizes = int_list(text, "--stages")
+    if sizes is None:
+        return None
+    hint = (f"give pp={config.pp} counts summing to {model.total_layers}, each ≥ vpp={config.vpp} "
+            "(the first and last one fewer: their end chunks may hold only the embedding or the loss)")
+    short = [i for i, n in enumerate(sizes) if n < min_stage_layers(i, len(sizes), config.vpp)]
+    if len(sizes) != config.pp or sum(sizes) != model.total_layers or short:
+        raise InputError(f"--stages {text!r}: {len(sizes)} stages of {sum(sizes)} layers"
+                         + (f", stage {short[0]} cannot fill its chunks" if short else ""), hint=hint)
+    return sizes
+
+
+def target_refusals(inputs, config, layouts) -> tuple[list, list[str]]:
+    """What the pricing target would not run of this configuration and split, and the targets that would
+    run it as written: an estimate is a what-if and prices it anyway, but says so."""
+    from gplan.spec.parallel import uniform_layout
+    from gplan.spec.targets import TARGETS, refusals
+
+    layouts = layouts or uniform_layout(inputs.model, config.pp, config.recompute, config.vpp)
+    m = config.microbatches_for(inputs.training.gbs)
+
+    def refused(name: str) -> list:
+        return refusals(TARGETS[name], inputs.model, config, m, layouts, inputs.training.precision)
+
+    engine = inputs.training.engine
+    found = refused(engine) if engine else []
+    return found, [name for name in TARGETS if found and name != engine and not refused(name)]
+
+
+def config_of(given: dict, devices: int):
+    """The configuration as given, the rest at ParallelConfig's defaults (sp with tp > 1): for the rules'
+    check, which the user's own values must pass before anything is chosen for them."""
+    from gplan.planner.complete import degrees_of
+    from gplan.spec.parallel import config_from_options
+
+    degrees = degrees_of(given, devices)
+    return config_from_options(**{"sp": degrees["tp"] > 1, **given, **degrees})  # sp with tp, as the search

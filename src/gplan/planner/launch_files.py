@@ -651,3 +651,51 @@ def per_stage_layout(model: ModelSpec, sizes: list[int], full, selective) -> lis
         stages.append(StageLayout(layers=[LayerCount(kind=k, recompute=r, count=n) for (k, r), n in counts.items()],
                                   embedding=i == 0, head=i == len(sizes) - 1))
     return stages
+
+
+# ---- pricing a launch, and beside the best plan ---------------------------------------------------
+
+def priced_launch(from_file: Path, model: str, devices, cluster, hardware, devices_per_node, seq_length, headroom,
+                  profile, target, expert_imbalance):  # noqa: PLR0913 - the CLI's options, passed through
+    """A launch file read, its inputs resolved (its batch, sequence and precision; priced as its engine runs
+    it unless --target says otherwise) and its configuration priced: (launch, inputs, config, layouts, prediction)."""
+    from gplan.cost_models.step import predict
+    from gplan.planner.inputs import resolve_inputs
+    from gplan.profiles.catalogue import load_model
+    from gplan.spec.parallel import check_config
+
+    launch = read_launch(from_file, load_model(model))
+    if launch.plan is not None:  # gplan's own worker runs the plan it names, as written, priced as it runs it
+        from gplan.plan import layouts_of
+        from gplan.planner.inputs import Inputs
+
+        p = launch.plan
+        training = p.training.model_copy(update={"engine": "torch"})
+        config, layouts = p.parallel.to_config(), layouts_of(p)
+        return (launch, Inputs(model=p.model, training=training, cluster=p.cluster, devices=p.world_size), config,
+                layouts, predict(p.model, training, p.cluster, config, layouts))
+    devices = devices or launch.world_size
+    if devices is None:
+        raise InputError(f"--from {from_file}: the launch does not say how many GPUs it runs on",
+                         hint="pass --devices N")
+    spec = load_model(model)
+    gbs = launch_batch(launch, launch_config(launch, spec, devices))
+    inputs = resolve_inputs(model, devices, cluster, hardware, devices_per_node, gbs, seq_length or launch.seq_length,
+                            launch.precision, headroom, str(profile) if profile else None, target or launch.engine,
+                            expert_imbalance)
+    config = launch_config(launch, inputs.model, inputs.devices)
+    check_config(inputs.model, inputs.training, config, inputs.devices)
+    layouts = launch_layouts(launch, inputs.model, config, inputs.cluster)
+    return launch, inputs, config, layouts, predict(inputs.model, inputs.training, inputs.cluster, config, layouts)
+
+
+def launch_versus(mine, planned) -> dict:
+    """The user's launch beside the best plan: its configuration and prediction, what differs, the gain."""
+    from gplan.planner.launch_files import differences
+
+    launch, _, config, _, prediction = mine
+    best = planned.plan.prediction
+    return {"source": launch.source, "engine": launch.engine, "parallel": config.model_dump(mode="json"),
+            "prediction": prediction.model_dump(mode="json"), "not_read": launch.unread,
+            "differences": differences(config, planned.plan.parallel),
+            "gain": best.tokens_per_s / prediction.tokens_per_s - 1}
