@@ -248,27 +248,43 @@ def test_runs_of_two_engines_fit_the_compute_speed_and_the_other_engines_factor(
     assert read_profile(out).node_groups[0].hardware.engine_efficiency["torchtitan"] == pytest.approx(factor)
 
 
-@pytest.mark.parametrize("name, row", [("llama3-70b-row70", "70"), ("llama3-8b-row250", "250"),
-                                       ("llama3.1-405b-row39", "39")])
-def test_a_bridge_rows_log_is_priced_and_measured_as_the_bench_prices_and_measures_the_row(tmp_path, name, row):
+#: The Bridge rows' own columns (megatron_bridge_perf.csv: system, GPUs, precision, seq, gbs, mbs, tp, pp, cp, vp,
+#: fsdp, tokens/s/GPU), so that the test needs no file outside the repository.
+BRIDGE_ROWS = {"llama3-70b-row70": ("llama3-70b", 64, "fp8", 8192, 256, 1, 4, 8, 1, 5, 0, 1664),
+               "llama3-8b-row250": ("llama3-8b", 8, "fp8", 8192, 128, 1, 1, 1, 1, 1, 8, 14451),
+               "llama3.1-405b-row39": ("llama3-405b", 1024, "fp8", 8192, 1536, 1, 8, 8, 2, 8, 0, 326)}
+
+
+@pytest.mark.parametrize("name", sorted(BRIDGE_ROWS))
+def test_a_bridge_rows_log_is_priced_and_measured_as_the_bench_prices_and_measures_the_row(tmp_path, name):
     """The log written from Megatron's formats with a Bridge row's numbers: the same configuration, the same
-    measured step and the same prediction as bench/accuracy.py's case of that row (at the catalogue's FP8
-    factor, which that bench fitted)."""
+    measured step and the same prediction as bench/accuracy.py's case of that row (built as its
+    `load_bridge_cases` builds it, priced by its `_bridge_predict` at the catalogue's FP8 factor, which that
+    bench fitted)."""
     import sys
 
     from gplan.golden import ROOT
+    from gplan.profiles.catalogue import load_cluster, load_model
+    from gplan.spec.parallel import ParallelConfig
+    from gplan.spec.training import TrainingSpec
 
     sys.path.insert(0, str(ROOT / "bench"))
     try:
         import accuracy
     finally:
         sys.path.remove(str(ROOT / "bench"))
-    case = next(b for b in accuracy.load_bridge_cases()[0] if b.case.row_id == row)
+    model, gpus, precision, seq, gbs, mbs, tp, pp, cp, vp, fsdp, tokens = BRIDGE_ROWS[name]
+    config = ParallelConfig(dp=gpus // (tp * pp * cp), tp=tp, pp=pp, vpp=vp, cp=cp, mbs=mbs, sp=tp > 1,
+                            zero=3 if fsdp else 1)
+    training = TrainingSpec(gbs=gbs, seq_length=seq, precision=precision, engine="megatron")
+    step = gbs * seq / (tokens * gpus)
+    case = accuracy.BridgeCase(accuracy.Case(name, "MB", name, load_model(model), training, config,
+                                             load_cluster("dgx-h100", gpus), False, step), "26", "H100")
     run = read_log_run(write(tmp_path, name), "dgx-h100", None, None)
     c = run.plan.parallel
     keys = ("dp", "tp", "pp", "vpp", "cp", "sp", "mbs", "zero")
-    assert tuple(getattr(c, k) for k in keys) == tuple(getattr(case.case.config, k) for k in keys)
-    assert run.measured_step_s == pytest.approx(case.case.measured_step_s, rel=3e-3)
+    assert tuple(getattr(c, k) for k in keys) == tuple(getattr(config, k) for k in keys)
+    assert run.measured_step_s == pytest.approx(step, rel=3e-3)
     factor = case.case.cluster.primary.hardware.precision_efficiency["fp8"]
     assert run.plan.prediction.step_time_s == pytest.approx(accuracy._bridge_predict(case, factor), rel=1e-9)
 
