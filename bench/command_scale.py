@@ -9,7 +9,6 @@ shortest path per ring hop); the target is seconds at any scale.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import subprocess
 import sys
@@ -58,17 +57,9 @@ def run() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--readme", action="store_true", help="write the table into README.md")
-    args = parser.parse_args(argv)
-    text = run()
-    print(text)
-    if args.readme:
-        from readme_section import write_section
+    from readme_section import table_main
 
-        write_section(BEGIN, END, text)
-    return 0
-
+    return table_main(__doc__.splitlines()[0], run, BEGIN, END, argv)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -14,7 +14,6 @@ where a GPU has two sources (H100), beside Transformer Engine's factors fitted o
 
 from __future__ import annotations
 
-import argparse
 import csv
 import statistics
 import sys
@@ -99,17 +98,9 @@ def run() -> tuple[str, dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--readme", action="store_true", help="write the table into README.md")
-    args = parser.parse_args(argv)
-    text, _ = run()
-    print(text)
-    if args.readme:
-        from readme_section import write_section
+    from readme_section import table_main
 
-        write_section(BEGIN, END, text)
-    return 0
-
+    return table_main(__doc__.splitlines()[0], lambda: run()[0], BEGIN, END, argv)
 
 if __name__ == "__main__":
     sys.exit(main())

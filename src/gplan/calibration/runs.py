@@ -202,7 +202,7 @@ def read_log_run(path: Path, cluster: str | None, hardware: str | None, devices_
     from gplan.calibration.megatron_log import config_values, engine, model_from_args, precision, read_megatron_log
     from gplan.planner.build import make_plan
     from gplan.planner.inputs import resolve_cluster
-    from gplan.planner.launch_files import block_layout, parse_layout
+    from gplan.planner.launch_files import block_layout, megatron_split
     from gplan.spec.parallel import check_config, config_from_options, even_stage_sizes, layout_from_sizes
     from gplan.spec.training import TrainingSpec
 
@@ -226,14 +226,9 @@ def read_log_run(path: Path, cluster: str | None, hardware: str | None, devices_
     values = config_values(args)
     config = config_from_options(dp=world // (values["tp"] * values["pp"] * values["cp"]), **values)
     check_config(model, training, config, world)
-    layout = args.get("pipeline_model_parallel_layout")
-    sizes = (parse_layout(str(layout), config.pp)[0] if layout and layout != "None"
-             else even_stage_sizes(model.total_layers, config.pp, config.vpp))
-    first, last = args.get("decoder_first_pipeline_num_layers"), args.get("decoder_last_pipeline_num_layers")
-    if (first or last) and not layout and config.pp > 1:
-        middle = config.pp - bool(first) - bool(last)
-        rest = even_stage_sizes(model.total_layers - (first or 0) - (last or 0), middle) if middle else []
-        sizes = ([first] if first else []) + rest + ([last] if last else [])
+    sizes = megatron_split(model, config.pp, args.get("pipeline_model_parallel_layout"),
+                           args.get("decoder_first_pipeline_num_layers"), args.get("decoder_last_pipeline_num_layers")) \
+        or even_stage_sizes(model.total_layers, config.pp, config.vpp)
     if config.recompute == "full" and args.get("recompute_method") == "block":
         layouts = block_layout(model, sizes, config.vpp, int(args.get("recompute_num_layers") or 0))
     else:

@@ -257,14 +257,18 @@ def parse_layout(text: str, pp: int) -> tuple[list[int], int]:
 
 
 def stage_sizes_of(args: dict, model: ModelSpec) -> list[int] | None:
-    """The split a launch asks for: its pipeline layout, or --decoder-first/last-pipeline-num-layers with the
-    middle stages sharing the rest evenly."""
-    layout = value(args, "--pipeline-model-parallel-layout")
-    if layout:
-        return parse_layout(layout, optional_int(args, "--pipeline-model-parallel-size") or 1)[0]
-    first, last = optional_int(args, "--decoder-first-pipeline-num-layers"), \
-        optional_int(args, "--decoder-last-pipeline-num-layers")
-    pp = optional_int(args, "--pipeline-model-parallel-size") or 1
+    """The split a launch asks for (`megatron_split` of its flags)."""
+    return megatron_split(model, optional_int(args, "--pipeline-model-parallel-size") or 1,
+                          value(args, "--pipeline-model-parallel-layout"),
+                          optional_int(args, "--decoder-first-pipeline-num-layers"),
+                          optional_int(args, "--decoder-last-pipeline-num-layers"))
+
+
+def megatron_split(model: ModelSpec, pp: int, layout: str | None, first: int | None, last: int | None) -> list[int] | None:
+    """Megatron's stage split from its options: the pipeline layout, or the first/last stage sizes with the
+    middle stages sharing the rest evenly; None for its even split."""
+    if layout and layout != "None":
+        return parse_layout(str(layout), pp)[0]
     if first is None and last is None or pp == 1:
         return None
     rest = model.total_layers - (first or 0) - (last or 0)
@@ -291,17 +295,24 @@ def world_size(args: dict, variables: dict[str, str]) -> int | None:
 
 def block_layout(model: ModelSpec, sizes: list[int], vpp: int, recompute_layers: int) -> list[StageLayout]:
     """Megatron's block recompute: the first N layers of every chunk fully recomputed."""
+    def flags(size: int) -> list[str]:
+        per_chunk = max(1, size // vpp)
+        return ["full" if (j % per_chunk) < recompute_layers else "none" for j in range(size)]
+
+    return layouts_of_flags(model, [flags(size) for size in sizes])
+
+
+def layouts_of_flags(model: ModelSpec, flags: list[list[str]]) -> list[StageLayout]:
+    """Stage layouts from each stage's recompute option layer by layer, over the model's layer kinds in order."""
     kinds = [k.name for k in model.layer_kinds() for _ in range(k.count)]
     stages, start = [], 0
-    for i, size in enumerate(sizes):
-        per_chunk = max(1, size // vpp)
-        flags = ["full" if (j % per_chunk) < recompute_layers else "none" for j in range(size)]
+    for i, stage in enumerate(flags):
         counts: dict[tuple[str, str], int] = {}
-        for kind, option in zip(kinds[start:start + size], flags):
+        for kind, option in zip(kinds[start:start + len(stage)], stage):
             counts[(kind, option)] = counts.get((kind, option), 0) + 1
-        start += size
+        start += len(stage)
         stages.append(StageLayout(layers=[LayerCount(kind=k, recompute=r, count=n) for (k, r), n in counts.items()],
-                                  embedding=i == 0, head=i == len(sizes) - 1))
+                                  embedding=i == 0, head=i == len(flags) - 1))
     return stages
 
 
@@ -638,19 +649,12 @@ def _counts(item, pp: int) -> list[int] | bool:
 def per_stage_layout(model: ModelSpec, sizes: list[int], full, selective) -> list[StageLayout]:
     """Each stage's first `full[i]` layers fully recomputed, the next `selective[i]` selectively (MindFormers'
     rule); True: every layer."""
-    kinds = [k.name for k in model.layer_kinds() for _ in range(k.count)]
-    stages, start = [], 0
-    for i, size in enumerate(sizes):
+    def flags(i: int, size: int) -> list[str]:
         n_full = size if full is True else (full[i] if full else 0)
         n_sel = size - n_full if selective is True else (min(selective[i], size - n_full) if selective else 0)
-        flags = ["full"] * n_full + ["selective"] * n_sel + ["none"] * (size - n_full - n_sel)
-        counts: dict[tuple[str, str], int] = {}
-        for kind, option in zip(kinds[start:start + size], flags):
-            counts[(kind, option)] = counts.get((kind, option), 0) + 1
-        start += size
-        stages.append(StageLayout(layers=[LayerCount(kind=k, recompute=r, count=n) for (k, r), n in counts.items()],
-                                  embedding=i == 0, head=i == len(sizes) - 1))
-    return stages
+        return ["full"] * n_full + ["selective"] * n_sel + ["none"] * (size - n_full - n_sel)
+
+    return layouts_of_flags(model, [flags(i, size) for i, size in enumerate(sizes)])
 
 
 # ---- pricing a launch, and beside the best plan ---------------------------------------------------
