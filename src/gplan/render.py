@@ -350,7 +350,7 @@ def timeline_cell(op) -> tuple[str, str]:
     return BACKWARD_LETTERS[op.microbatch % 10], BACKWARD_STYLES[op.chunk % len(BACKWARD_STYLES)]
 
 
-def timeline_legend(vpp: int) -> "Text":
+def timeline_legend(vpp: int):
     """What the cells mean: forward digits, backward letters, one colour per chunk."""
     from rich.text import Text
 

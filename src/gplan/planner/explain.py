@@ -17,7 +17,7 @@ from gplan.cost_models.step import StepModel
 from gplan.errors import InputError
 from gplan.plan import Plan, Prediction, RunnerUp, StepBreakdown, layouts_of
 from gplan.planner.build import repredict
-from gplan.planner.placement import axis_groups, axis_link_classes
+from gplan.planner.placement import axis_link_classes
 from gplan.planner.space import SearchLimits
 from gplan.profiles.schema import ClusterSpec
 from gplan.spec.parallel import check_config
