@@ -1,18 +1,18 @@
-"""`gplan calibrate` on engine logs (calibration.megatron_log, calibration.torchtitan_log). The fixtures are written from
+"""`gplan calibrate` on engine logs (planner.logs.megatron, planner.logs.torchtitan). The fixtures are written from
 Megatron-LM's own format strings (`_print_args` in megatron/training/arguments.py; `training_log` in
 megatron/training/training.py; `report_memory` in megatron/training/utils.py) with the numbers of
 Megatron-Bridge's published H100 FP8 rows (../shared/reference/megatron_bridge_perf.csv, rows 70, 250, 39:
-Llama 3 70B on 64 GPUs, Llama 3 8B on 8, Llama 3.1 405B on 1024)."""
+Llama 3 70B on 64 GPUs, Llama 3 8B on 8, Llama 3.1 405B on 1024); DeepSpeed's lines from DeepSpeed 0.19's
+`DeepSpeedConfig.print` (runtime/config.py) and `ThroughputTimer.stop` (utils/timer.py)."""
 
 from __future__ import annotations
 
-import json
 import json
 from pathlib import Path
 
 import pytest
 
-from gplan.calibration.megatron_log import read_megatron_log
+from gplan.planner.logs.megatron import read_megatron_log
 from gplan.calibration.runs import read_log_run
 from gplan.errors import InputError
 
@@ -336,3 +336,72 @@ def test_launcher_prefixes_and_default_markers_are_read_through(tmp_path):
     log = read_megatron_log(path)
     assert log.args["tensor_model_parallel_size"] == 4 and log.args["world_size"] == 64
     assert log.args["data_path"] == ["/data/x"] and log.step_s == pytest.approx(19.7, rel=3e-3)
+
+
+def deepspeed_block(config: dict) -> str:
+    """DeepSpeed 0.19's `DeepSpeedConfig.print("DeepSpeedEngine configuration")` (runtime/config.py): a line
+    per attribute, dots padding the name to 29, then `  json = ` and the given config as indented JSON —
+    each through DeepSpeed's logger, whose prefix is `[date] [INFO] [config.py:line:print]`."""
+    prefix = "[2024-03-01 10:00:00,000] [INFO] [config.py:1000:print]"
+    attributes = {"train_batch_size": config["train_batch_size"], "zero_enabled": True,
+                  "zero_optimization_stage": config["zero_optimization"]["stage"],
+                  "train_micro_batch_size_per_gpu": config["train_micro_batch_size_per_gpu"]}
+    lines = [f"{prefix} DeepSpeedEngine configuration:"]
+    lines += [f"{prefix}   {k} {'.' * (29 - len(k))} {v}" for k, v in sorted(attributes.items())]
+    lines.append(f"{prefix}   json = " + json.dumps(config, sort_keys=True, indent=4, separators=(",", ":")))
+    return "\n".join(lines) + "\n"
+
+
+def throughput_line(step: int, max_gb: float) -> str:
+    """DeepSpeed's ThroughputTimer line (utils/timer.py, every steps_per_print)."""
+    return (f"[2024-03-01 10:{step:02d}:00,000] [INFO] [timer.py:260:stop] epoch=0/micro_step={step * 8}/global_step="
+            f"{step}, RunningAvgSamplesPerSec=12.8, CurrSamplesPerSec=12.9, MemAllocated=40.1GB, "
+            f"MaxMemAllocated={max_gb}GB\n")
+
+
+def megatron_deepspeed_args() -> dict:
+    args, _ = ROWS["llama3-8b-row250"]
+    ds = {k: v for k, v in args.items() if k not in ("group_query_attention", "num_query_groups", "position_embedding_type",
+                                                       "rotary_base", "use_distributed_optimizer", "use_megatron_fsdp")}
+    return ds | dict(deepspeed=True, zero_stage=1, checkpoint_activations=False, num_key_value_heads=8, fp8=None,
+                     use_rotary_position_embeddings=True, rotary_position_embeddings_theta=500000,
+                     normalization="rmsnorm", deepspeed_config="ds_config.json")
+
+
+def test_the_deepspeed_json_in_the_log_decides_the_zero_stage_batch_and_precision(tmp_path):
+    """The script passed --zero-stage 1 to the arguments, but the engine ran its JSON's stage 3 and micro
+    batch 2: the JSON the DeepSpeedEngine printed is what ran. Its throughput lines give the peak memory."""
+    args = megatron_deepspeed_args()
+    ds = {"train_batch_size": 128, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 8,
+          "zero_optimization": {"stage": 3, "overlap_comm": True}, "bf16": {"enabled": True}}
+    log = megatron_log(args, 10.0)
+    head, _, rest = log.partition("-------------------- end of arguments ---------------------\n")
+    path = tmp_path / "mds.log"
+    path.write_text(head + "-------------------- end of arguments ---------------------\n" + deepspeed_block(ds)
+                    + rest.replace("[Rank 0] (after 1 iterations)", "[skip]") + throughput_line(10, 61.5))
+    logged = read_megatron_log(path)
+    assert logged.max_allocated_bytes == 61.5 * 2**30
+    run = read_log_run(path, "dgx-h100", None, None)
+    c = run.plan.parallel
+    assert (c.zero, c.mbs, run.plan.training.gbs, run.plan.training.precision) == (3, 2, 128, "bf16")
+
+
+def test_a_deepspeed_log_without_megatron_arguments_is_refused_naming_the_model(gplan, tmp_path):
+    ds = {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 8,
+          "zero_optimization": {"stage": 3}, "bf16": {"enabled": True}}
+    path = tmp_path / "hf_ds.log"
+    path.write_text(deepspeed_block(ds) + "".join(throughput_line(i, 30.0) for i in range(1, 6)))
+    r = gplan("calibrate", str(path), "--cluster", "dgx-h100", "--out", str(tmp_path / "p.yaml"))
+    assert r.code == 3 and "DeepSpeed log" in r.stderr and "model" in r.stderr and not (tmp_path / "p.yaml").exists()
+
+
+def test_a_cut_deepspeed_json_is_refused(tmp_path):
+    args = megatron_deepspeed_args()
+    block = deepspeed_block({"train_batch_size": 128, "train_micro_batch_size_per_gpu": 1,
+                             "zero_optimization": {"stage": 3}})
+    log = megatron_log(args, 10.0)
+    head, _, _ = log.partition("-------------------- end of arguments ---------------------\n")
+    path = tmp_path / "cut.log"
+    path.write_text(head + "-------------------- end of arguments ---------------------\n" + block[:-40])
+    with pytest.raises(InputError, match="cut short"):
+        read_megatron_log(path)

@@ -197,14 +197,11 @@ def as_profile(plan: Plan, fit_result: Fit, runs: list[Run], held: list[Run], he
 
 
 def read_log_run(path: Path, cluster: str | None, hardware: str | None, devices_per_node: int | None) -> Run:
-    """A run from a Megatron-LM log (calibration.megatron_log): the plan its arguments describe, priced as
-    Megatron runs it on the cluster given (a log does not name its hardware), and its steady step."""
-    from gplan.calibration.megatron_log import config_values, engine, model_from_args, precision, read_megatron_log
-    from gplan.planner.build import make_plan
-    from gplan.planner.inputs import resolve_cluster
-    from gplan.planner.launch_files import block_layout, megatron_split
-    from gplan.spec.parallel import check_config, config_from_options, even_stage_sizes, layout_from_sizes
-    from gplan.spec.training import TrainingSpec
+    """A run from an engine's log (planner.logs): the configuration it says it ran, read as `--from` reads
+    it (planner.launch_files), priced as that engine runs it on the cluster given (a log does not name its
+    hardware), and its steady step."""
+    from gplan.planner.launch_files import megatron_log_launch
+    from gplan.planner.logs.megatron import model_from_args, read_megatron_log
 
     if not path.is_file():
         raise InputError(f"{path}: no such file", hint="pass run_report.json files or Megatron-LM logs")
@@ -217,30 +214,33 @@ def read_log_run(path: Path, cluster: str | None, hardware: str | None, devices_
     if "Running with configs:" in text or ("tps:" in text and "step:" in text and "end of arguments" not in text):
         return read_torchtitan_run(path, cluster, hardware, devices_per_node)
     log = read_megatron_log(path)
-    args = log.args
-    model = model_from_args(args, path.stem)
-    world = int(args["world_size"])
+    model = model_from_args(log.args, path.stem)
+    launch = megatron_log_launch(log.args, path, model)
+    return Run(str(path), launch_plan(launch, model, cluster, hardware, devices_per_node), log.step_s)
+
+
+def launch_plan(launch, model, cluster: str | None, hardware: str | None, devices_per_node: int | None) -> Plan:
+    """The plan of a launch read from a log, on its own world size, priced as its engine runs it."""
+    from gplan.planner.build import make_plan
+    from gplan.planner.inputs import resolve_cluster
+    from gplan.planner.launch_files import launch_config, launch_layouts
+    from gplan.spec.parallel import check_config
+    from gplan.spec.training import TrainingSpec
+
+    world = launch.world_size
     spec, devices, _ = resolve_cluster(world, cluster, hardware, devices_per_node)
-    training = TrainingSpec(gbs=args["global_batch_size"], seq_length=args["seq_length"], precision=precision(args),
-                            engine=engine(args))
-    values = config_values(args)
-    config = config_from_options(dp=world // (values["tp"] * values["pp"] * values["cp"]), **values)
+    config = launch_config(launch, model, world)
+    training = TrainingSpec(gbs=launch.gbs, seq_length=launch.seq_length or model.seq_length,
+                            precision=launch.precision, engine=launch.engine)
     check_config(model, training, config, world)
-    sizes = megatron_split(model, config.pp, args.get("pipeline_model_parallel_layout"),
-                           args.get("decoder_first_pipeline_num_layers"), args.get("decoder_last_pipeline_num_layers")) \
-        or even_stage_sizes(model.total_layers, config.pp, config.vpp)
-    if config.recompute == "full" and args.get("recompute_method") == "block":
-        layouts = block_layout(model, sizes, config.vpp, int(args.get("recompute_num_layers") or 0))
-    else:
-        layouts = layout_from_sizes(model, sizes, [config.recompute] * config.pp)
-    plan = make_plan(model, training, spec.sized(devices), config, layouts, target=engine(args))
-    return Run(str(path), plan, log.step_s)
+    sized = spec.sized(devices)
+    return make_plan(model, training, sized, config, launch_layouts(launch, model, config, sized), target=launch.engine)
 
 
 def read_torchtitan_run(path: Path, cluster: str | None, hardware: str | None, devices_per_node: int | None) -> Run:
-    """A run from a torchtitan log (calibration.torchtitan_log): its job config read as `--from` reads a
+    """A run from a torchtitan log (planner.logs.torchtitan): its job config read as `--from` reads a
     torchtitan launch (planner.launch_files), priced as torchtitan runs it, and its steady step."""
-    from gplan.calibration.torchtitan_log import flat_values, read_torchtitan_log, world_size
+    from gplan.planner.logs.torchtitan import flat_values, read_torchtitan_log, world_size
     from gplan.planner.build import make_plan
     from gplan.planner.inputs import resolve_cluster
     from gplan.planner.launch_files import _titan_layout, _titan_precision
@@ -270,24 +270,12 @@ def read_torchtitan_run(path: Path, cluster: str | None, hardware: str | None, d
 
 
 def read_mindformers_run(path: Path, cluster: str | None, hardware: str | None, devices_per_node: int | None) -> Run:
-    """A run from a MindFormers log and the training YAML beside it (calibration.mindformers_log)."""
-    from gplan.calibration.mindformers_log import config_beside, model_of, steady_step_s
-    from gplan.planner.build import make_plan
-    from gplan.planner.inputs import resolve_cluster
-    from gplan.planner.launch_files import launch_config, launch_layouts, read_mindformers_launch
-    from gplan.spec.parallel import check_config
-    from gplan.spec.training import TrainingSpec
+    """A run from a MindFormers log and the training YAML beside it (planner.logs.mindformers)."""
+    from gplan.planner.launch_files import read_mindformers_launch
+    from gplan.planner.logs.mindformers import config_beside, model_of, steady_step_s
 
     step_s = steady_step_s(path)
     yaml_path = config_beside(path)
     model = model_of(yaml_path)
     launch = read_mindformers_launch(yaml_path, model)
-    world = launch.world_size
-    spec, devices, _ = resolve_cluster(world, cluster, hardware, devices_per_node)
-    config = launch_config(launch, model, world)
-    training = TrainingSpec(gbs=launch.gbs, seq_length=launch.seq_length or model.seq_length,
-                            precision=launch.precision, engine="mindformers")
-    check_config(model, training, config, world)
-    sized = spec.sized(devices)
-    plan = make_plan(model, training, sized, config, launch_layouts(launch, model, config, sized), target="mindformers")
-    return Run(str(path), plan, step_s)
+    return Run(str(path), launch_plan(launch, model, cluster, hardware, devices_per_node), step_s)

@@ -7,8 +7,10 @@ flag). A flag gplan does not read is listed; one that would change the layout or
 (exit 3), never ignored silently. The flags and their meaning follow Megatron-LM's
 `megatron/training/arguments.py` (the rules gplan's own export keeps, tests/backends/megatron_rules.py).
 
-Covered today: Megatron-LM (and NeMo/Megatron-Bridge runs launched through `pretrain_gpt.py`). The
-other engines' launch files and the engines' logs are not read yet.
+Read: Megatron-LM scripts and argument files (and NeMo/Megatron-Bridge runs launched through
+`pretrain_gpt.py`), torchtitan TOMLs and override scripts, Megatron-DeepSpeed scripts with their
+DeepSpeed JSON, MindFormers YAMLs, gplan's own SLURM and Kubernetes exports, and the engines' training
+logs (planner.logs): a log says what configuration ran as completely as a launch does.
 """
 
 from __future__ import annotations
@@ -102,6 +104,8 @@ def read_launch(path: Path, model: ModelSpec) -> Launch:
         return Launch(source=str(path), engine="torch", given={}, gbs=plan.training.gbs,
                       seq_length=plan.training.seq_length, precision=plan.training.precision, stage_sizes=None,
                       recompute_layers=None, world_size=plan.world_size, plan=plan)
+    if LOG_MARK.search(text):
+        return read_log_launch(path, model, text)
     if path.suffix in (".yaml", ".yml") and "parallel_config:" in text:
         return read_mindformers_launch(path, model)
     if path.suffix == ".toml" or "torchtitan" in text or "--parallelism." in text:
@@ -109,6 +113,62 @@ def read_launch(path: Path, model: ModelSpec) -> Launch:
     if re.search(r"--deepspeed[_-]config|--deepspeed\b", text):
         return read_deepspeed_launch(path, model, text)
     return read_megatron_launch(path, model, text)
+
+
+LOG_MARK = re.compile(r"-{8,} end of arguments -{8,}|Running with configs:|per_step_time:")
+"""An engine's training log (planner.logs): Megatron's arguments block, torchtitan's printed job config,
+MindFormers' step lines."""
+
+
+def read_log_launch(path: Path, model: ModelSpec, text: str) -> Launch:
+    """The configuration an engine's log says it ran, as a launch: Megatron-LM / Megatron-DeepSpeed from
+    the arguments block (and the DeepSpeed JSON), torchtitan from its printed job config, MindFormers from
+    the training YAML beside the log; checked against `model`."""
+    from gplan.planner.logs import megatron, mindformers, torchtitan
+
+    if "per_step_time:" in text:
+        return read_mindformers_launch(mindformers.config_beside(path), model)
+    if "Running with configs:" in text and "end of arguments" not in text:
+        log = torchtitan.read_torchtitan_config(path, text)
+        if log.model != model.name:
+            raise InputError(f"--from {path}: the log trained {log.model}, not {model.name}",
+                             hint="name the model the log trained")
+        values = torchtitan.flat_values(log.config)
+        given, notes = _titan_layout(values, model, None, None)
+        t = log.config.get("training", {})
+        gbs = int(t.get("global_batch_size", -1))
+        return Launch(source=str(path), engine="torchtitan", given=given, gbs=max(gbs, 0),
+                      seq_length=int(t.get("seq_len", model.seq_length)), precision=_titan_precision(values),
+                      stage_sizes=None, recompute_layers=None, world_size=torchtitan.world_size(log.config),
+                      unread=notes, local_batch=int(t.get("local_batch_size", t.get("batch_size", 1))))
+    args = megatron.arguments_block(text, path)
+    return megatron_log_launch(args, path, model)
+
+
+def megatron_log_launch(args: dict, path: Path, model: ModelSpec) -> Launch:
+    """A Megatron-LM or Megatron-DeepSpeed log's arguments (planner.logs.megatron) as a launch of `model`."""
+    from gplan.planner.logs import megatron
+
+    logged = megatron.model_from_args(args, model.name)
+    for field_name in ("num_layers", "hidden_size", "ffn_size", "num_attention_heads", "kv_heads",
+                       "num_experts", "top_k", "expert_ffn_size"):
+        if getattr(logged, field_name) != getattr(model, field_name):
+            raise InputError(f"--from {path}: the log's model has {field_name} {getattr(logged, field_name)}, "
+                             f"{model.name} has {getattr(model, field_name)}", hint="name the model the log trained")
+    # Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by × tp: the log prints the padded one
+    padding = int(args.get("make_vocab_size_divisible_by") or 128) * int(args["tensor_model_parallel_size"])
+    if not 0 <= logged.vocab_size - model.vocab_size < padding:
+        raise InputError(f"--from {path}: the log's model has a vocabulary of {logged.vocab_size} (padded), "
+                         f"{model.name} has {model.vocab_size}", hint="name the model the log trained")
+    values = megatron.config_values(args)
+    block = values["recompute"] == "full" and args.get("recompute_method") == "block"
+    return Launch(source=str(path), engine=megatron.engine(args), given=values, gbs=int(args["global_batch_size"]),
+                  seq_length=int(args["seq_length"]), precision=megatron.precision(args),
+                  stage_sizes=megatron_split(model, values["pp"], args.get("pipeline_model_parallel_layout"),
+                                             args.get("decoder_first_pipeline_num_layers"),
+                                             args.get("decoder_last_pipeline_num_layers")),
+                  recompute_layers=int(args.get("recompute_num_layers") or 0) if block else None,
+                  world_size=int(args["world_size"]))
 
 
 def gplan_plan_of(path: Path, text: str):

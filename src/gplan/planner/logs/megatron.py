@@ -12,7 +12,13 @@ Formats, from Megatron-LM's own logging (NVIDIA/Megatron-LM main, 2026):
     skipped iterations: {:3d} | number of nan iterations: {:3d} |`, every `--log-interval` iterations,
     the elapsed time averaged over the interval;
   - `megatron/training/utils.py`, `report_memory`: `[Rank r] (after N iterations) memory (MB) | allocated: …
-    | max allocated: … | reserved: … | max reserved: …`.
+    | max allocated: … | reserved: … | max reserved: …`;
+  - `megatron/training/tokenizer/tokenizer.py`, `_vocab_size_with_padding`: ` > padded vocab (size: V) with D
+    dummy tokens (new size: P)`, the vocabulary the model was built with where the block has no
+    `padded_vocab_size`.
+Older Megatron-LM (2021–22) prints the same block with a flag since renamed, `checkpoint_activations`
+(every layer recomputed, `--recompute-granularity full` today), and without `add_bias_linear` (its linears
+always had biases).
 The steady-state step is the median elapsed time of the logged intervals after the first `warmup`
 (compilation, allocator warm-up), leaving out intervals that skipped iterations. A log whose
 configuration is not complete, that logged too few intervals, or that ends in a traceback is refused
@@ -28,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gplan.errors import InputError
+from gplan.planner.logs import deepspeed
 from gplan.spec.model import ModelSpec
 
 ARGS_BEGIN = re.compile(r"-{8,} arguments -{8,}")
@@ -39,8 +46,9 @@ ITERATION = re.compile(r"iteration\s+(\d+)/\s*(\d+) \|.*?elapsed time per iterat
 SKIPPED = re.compile(r"number of skipped iterations:\s*(\d+)")
 MEMORY = re.compile(r"\[Rank (\d+)\] \(after (\d+) iterations\) memory \(MB\) \| allocated: ([\d.]+) \| "
                     r"max allocated: ([\d.]+) \| reserved: ([\d.]+) \| max reserved: ([\d.]+)")
+PADDED_VOCAB = re.compile(r"padded vocab \(size: \d+\) with \d+ dummy tokens \(new size: (\d+)\)")
 OTHER_ENGINES = {"torchtitan": re.compile(r"step:\s*\d+\s+loss:.*(tps|mfu)"),
-                 "deepspeed": re.compile(r"samples/sec|DeepSpeed Engine"),
+                 "deepspeed": re.compile(r"samples/sec|DeepSpeed ?Engine|RunningAvgSamplesPerSec"),
                  "mindformers": re.compile(r"per_step_time|MindFormers")}
 REQUIRED = ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "micro_batch_size", "global_batch_size",
             "tensor_model_parallel_size", "pipeline_model_parallel_size", "world_size")
@@ -71,12 +79,17 @@ def read_megatron_log(path: Path, warmup: int = WARMUP_INTERVALS) -> MegatronLog
         raise InputError(f"{path}: {len(iterations)} iteration line(s) logged, none after the first {warmup} "
                          "(warm-up) without skipped iterations", hint="log more iterations (--log-interval, --train-iters)")
     peaks = [float(m.group(4)) * 2**20 for m in MEMORY.finditer(text)]
-    return MegatronLog(str(path), args, statistics.median(steady) / 1000.0, len(steady), max(peaks) if peaks else None)
+    peak = max(peaks) if peaks else deepspeed.max_allocated_bytes(text)
+    return MegatronLog(str(path), args, statistics.median(steady) / 1000.0, len(steady), peak)
 
 
 def arguments_block(text: str, path: Path) -> dict[str, object]:
     begin, end = ARGS_BEGIN.search(text), ARGS_END.search(text)
     if begin is None:
+        if OTHER_ENGINES["deepspeed"].search(text):
+            raise InputError(f"{path}: a DeepSpeed log without Megatron-DeepSpeed's arguments block: the model it "
+                             "trained is not in it", hint="pass a Megatron-DeepSpeed log (its arguments block names "
+                             "the model) or a gplan launch run report")
         for engine, pattern in OTHER_ENGINES.items():
             if pattern.search(text):
                 raise InputError(f"{path}: a {engine} log, not Megatron-LM's (no arguments block)",
@@ -91,6 +104,12 @@ def arguments_block(text: str, path: Path) -> dict[str, object]:
         match = ARG_LINE.search(line)
         if match:
             args[match.group(1)] = _value(match.group(2).strip())
+    padded = PADDED_VOCAB.search(text, end.end())
+    if padded and args.get("padded_vocab_size") is None:
+        args["padded_vocab_size"] = int(padded.group(1))
+    if args.get("deepspeed"):  # the engine ran its JSON's batch, ZeRO stage and precision
+        ds_config = deepspeed.engine_config(text, str(path))
+        args |= deepspeed.overrides(ds_config) if ds_config else {}
     missing = [name for name in REQUIRED if args.get(name) is None]
     if missing:
         raise InputError(f"{path}: the arguments block has no {', '.join(missing)}",
@@ -129,8 +148,10 @@ def model_from_args(args: dict, name: str) -> ModelSpec:
         else "learned",
         "rope_theta": float(a("rotary_base") or a("rotary_position_embeddings_theta") or 10000),
         "tie_embeddings": not a("untie_embeddings_and_output_weights"),
-        "bias": bool(a("add_bias_linear", False)), "qkv_bias": bool(a("add_qkv_bias", False)) and not a("add_bias_linear"),
+        "bias": bool(a("add_bias_linear", True)),  # absent: a Megatron from before the flag, biases always on
+        "qkv_bias": bool(a("add_qkv_bias", False)) and not a("add_bias_linear", True),
         "qk_norm": bool(a("qk_layernorm", False)), "mtp_layers": a("mtp_num_layers") or 0,
+        "dropout": float(a("hidden_dropout") or 0.0),
     }
     if a("num_experts"):
         fields |= {"num_experts": a("num_experts"), "top_k": a("moe_router_topk"),
@@ -159,10 +180,10 @@ def config_values(args: dict) -> dict:
     fsdp = a("use_megatron_fsdp")
     zero = ({"optim": 1, "optim_grads": 2, "optim_grads_params": 3}.get(a("data_parallel_sharding_strategy"), 3)
             if fsdp else (1 if a("use_distributed_optimizer") else 0))
-    granularity = a("recompute_granularity")
-    if a("deepspeed"):  # Megatron-DeepSpeed: ZeRO by stage, --checkpoint-activations for full recompute
+    # --checkpoint-activations (Megatron-DeepSpeed, and Megatron-LM before --recompute-granularity): every layer
+    granularity = "full" if a("checkpoint_activations") else a("recompute_granularity")
+    if a("deepspeed"):  # Megatron-DeepSpeed: ZeRO by stage
         zero = int(a("zero_stage") or 0)
-        granularity = "full" if a("checkpoint_activations") else granularity
     values = {"tp": a("tensor_model_parallel_size"), "pp": a("pipeline_model_parallel_size"),
               "cp": a("context_parallel_size") or 1, "vpp": a("virtual_pipeline_model_parallel_size") or 1,
               "sp": bool(a("sequence_parallel")), "mbs": a("micro_batch_size"), "zero": zero,

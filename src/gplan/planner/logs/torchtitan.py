@@ -51,8 +51,17 @@ class TorchtitanLog:
     max_reserved_bytes: float
 
 
-def read_torchtitan_log(path: Path, warmup: int = WARMUP_STEPS) -> TorchtitanLog:
-    text = ANSI.sub("", path.read_text(errors="replace"))
+@dataclass(frozen=True)
+class TorchtitanConfig:
+    config: dict
+    """The job config as printed, the degrees as the mesh line resolved them."""
+    model: str
+    """The bundled model of the config's model_spec."""
+
+
+def read_torchtitan_config(path: Path, text: str) -> TorchtitanConfig:
+    """The job config a torchtitan log printed, complete, or refused with what is missing."""
+    text = ANSI.sub("", text)
     at = text.find(CONFIG_MARK)
     if at < 0:
         raise InputError(f"{path}: a torchtitan log without its job config (no `{CONFIG_MARK}`)",
@@ -62,15 +71,6 @@ def read_torchtitan_log(path: Path, warmup: int = WARMUP_STEPS) -> TorchtitanLog
     except ValueError as exc:
         raise InputError(f"{path}: the job config after `{CONFIG_MARK}` is cut short ({exc.msg})",
                          hint="pass the whole log from its start") from None
-    if any("Traceback (most recent call last)" in line for line in text.rstrip().splitlines()[-40:]):
-        raise InputError(f"{path}: the run crashed (a traceback ends the log)",
-                         hint="calibrate on runs that completed their steps")
-    steps = [(int(m.group(1)), float(m.group(5).replace(",", "")), float(m.group(3)))
-             for m in STEP.finditer(text)]
-    steady = [tps for _, tps, _ in steps[warmup:]]
-    if not steady:
-        raise InputError(f"{path}: {len(steps)} step line(s) logged, none after the first {warmup} (warm-up)",
-                         hint="train more steps, or log every step (--metrics.log_freq 1)")
     mesh = MESH.search(text)
     if mesh:  # the degrees as torchtitan resolved them (a dp_shard of -1 filled in)
         for key, degree in zip(("pipeline_parallel_degree", "data_parallel_replicate_degree",
@@ -85,7 +85,22 @@ def read_torchtitan_log(path: Path, warmup: int = WARMUP_STEPS) -> TorchtitanLog
     if key not in BUNDLED:
         raise InputError(f"{path}: model_spec {key[0]}/{key[1]} has no bundled model of its shape",
                          hint="the bundled torchtitan shapes: " + ", ".join(f"{n}/{f}" for n, f in BUNDLED))
-    return TorchtitanLog(str(path), config, BUNDLED[key], statistics.median(steady), len(steady),
+    return TorchtitanConfig(config, BUNDLED[key])
+
+
+def read_torchtitan_log(path: Path, warmup: int = WARMUP_STEPS) -> TorchtitanLog:
+    text = ANSI.sub("", path.read_text(errors="replace"))
+    logged = read_torchtitan_config(path, text)
+    if any("Traceback (most recent call last)" in line for line in text.rstrip().splitlines()[-40:]):
+        raise InputError(f"{path}: the run crashed (a traceback ends the log)",
+                         hint="calibrate on runs that completed their steps")
+    steps = [(int(m.group(1)), float(m.group(5).replace(",", "")), float(m.group(3)))
+             for m in STEP.finditer(text)]
+    steady = [tps for _, tps, _ in steps[warmup:]]
+    if not steady:
+        raise InputError(f"{path}: {len(steps)} step line(s) logged, none after the first {warmup} (warm-up)",
+                         hint="train more steps, or log every step (--metrics.log_freq 1)")
+    return TorchtitanLog(str(path), logged.config, logged.model, statistics.median(steady), len(steady),
                          max(gib for _, _, gib in steps) * 2**30)
 
 
