@@ -12,7 +12,8 @@ from gplan.errors import InputError
 
 def arguments(text: str) -> tuple[dict[str, list[str]], dict[str, str]]:
     """Every `--flag [value]` of the text (line continuations joined, comments dropped, bash arrays
-    flattened) and the script's plain variable assignments. A flag given twice keeps its last value, as
+    flattened) and the script's plain variable assignments (and a command's environment prefix,
+    `NGPU=8 CONFIG_FILE=… ./run_train.sh`, as torchtitan's own launcher is run). A flag given twice keeps its last value, as
     argparse does."""
     joined = re.sub(r"\\\n", " ", text)
     variables, tokens = {}, []
@@ -24,9 +25,13 @@ def arguments(text: str) -> tuple[dict[str, list[str]], dict[str, str]]:
             default = re.fullmatch(r"\$\{\w+:-([^}]*)\}", text)
             variables[assign.group(1)] = default.group(1) if default else text
         try:
-            tokens += shlex.split(line.replace("(", " ").replace(")", " "))
+            words = shlex.split(line.replace("(", " ").replace(")", " "))
         except ValueError:
             continue
+        while len(words) > 1 and re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", words[0]):  # `NGPU=4 CONFIG_FILE=x ./run_train.sh`
+            name, _, env_value = words.pop(0).partition("=")
+            variables[name] = env_value
+        tokens += words
     found: dict[str, list[str]] = {}
     for i, token in enumerate(tokens):
         if not token.startswith("--") or len(token) < 3:

@@ -81,3 +81,27 @@ def test_calibrating_on_a_log_whose_iterations_were_all_skipped_is_refused(gplan
 def test_a_log_of_another_model_is_refused(gplan):
     r = gplan("estimate", "llama2-13b", "--from", str(MEGATRON_2021), "--cluster", "dgx-a100-80g")
     assert r.code == 3 and "ffn_size" in r.stderr
+
+
+TITAN_2025 = LOGS / "torchtitan_llama3_8b_cp2_flex_2025.log"
+
+
+def test_a_torchtitan_log_without_its_config_is_read_with_the_launch_beside_it():
+    """torchtitan prints no job config by default: the PR's own command (NGPU=4, llama3_8b.toml, flavor
+    8B_flex_attn, full AC, cp 2) beside the log says what ran — FSDP over the 2 ranks cp leaves, local
+    batch 1 each."""
+    from gplan.calibration.runs import read_torchtitan_run
+
+    run = read_torchtitan_run(TITAN_2025, "dgx-h100", None, None)
+    c, t = run.plan.parallel, run.plan.training
+    assert (run.plan.world_size, c.dp, c.cp, c.tp, c.pp, c.zero, c.recompute) == (4, 2, 2, 1, 1, 3, "full")
+    assert (t.gbs, t.seq_length, t.precision, t.engine, run.plan.model.name) == (2, 8192, "bf16", "torchtitan", "llama3-8b")
+    # every rank logged step 1 (warm-up, left out); step 10's 5,615 tokens/s per device is the steady step
+    assert run.measured_step_s == 2 * 8192 / (5615 * 4)
+
+
+def test_from_a_torchtitan_log_prices_the_launch_beside_it(gplan):
+    r = gplan("estimate", "llama3-8b", "--from", str(TITAN_2025), "--cluster", "dgx-h100", "--json")
+    assert r.code == 0, r.stderr
+    c = r.json()["parallel"]
+    assert (c["dp"], c["cp"], c["recompute"]) == (2, 2, "full")

@@ -223,14 +223,14 @@ def launch_plan(launch, model, cluster: str | None, hardware: str | None, device
     """The plan of a launch read from a log, on its own world size, priced as its engine runs it."""
     from gplan.planner.build import make_plan
     from gplan.planner.inputs import resolve_cluster
-    from gplan.planner.launch_files import launch_config, launch_layouts
+    from gplan.planner.launch_files import launch_batch, launch_config, launch_layouts
     from gplan.spec.parallel import check_config
     from gplan.spec.training import TrainingSpec
 
     world = launch.world_size
     spec, devices, _ = resolve_cluster(world, cluster, hardware, devices_per_node)
     config = launch_config(launch, model, world)
-    training = TrainingSpec(gbs=launch.gbs, seq_length=launch.seq_length or model.seq_length,
+    training = TrainingSpec(gbs=launch_batch(launch, config), seq_length=launch.seq_length or model.seq_length,
                             precision=launch.precision, engine=launch.engine)
     check_config(model, training, config, world)
     sized = spec.sized(devices)
@@ -238,34 +238,22 @@ def launch_plan(launch, model, cluster: str | None, hardware: str | None, device
 
 
 def read_torchtitan_run(path: Path, cluster: str | None, hardware: str | None, devices_per_node: int | None) -> Run:
-    """A run from a torchtitan log (planner.logs.torchtitan): its job config read as `--from` reads a
-    torchtitan launch (planner.launch_files), priced as torchtitan runs it, and its steady step."""
-    from gplan.planner.logs.torchtitan import flat_values, read_torchtitan_log, world_size
-    from gplan.planner.build import make_plan
-    from gplan.planner.inputs import resolve_cluster
-    from gplan.planner.launch_files import _titan_layout, _titan_precision
+    """A run from a torchtitan log (planner.logs.torchtitan): the configuration it printed, or the launch
+    beside it, read as `--from` reads it, priced as torchtitan runs it, and its steady step."""
+    from gplan.planner.launch_files import launch_batch, launch_config, titan_log_launch, titan_model_name
+    from gplan.planner.logs.torchtitan import read_steps
     from gplan.profiles.catalogue import load_model
-    from gplan.spec.parallel import check_config, config_from_options, even_stage_sizes, layout_from_sizes
-    from gplan.spec.training import TrainingSpec
 
-    log = read_torchtitan_log(path)
-    model, values, world = load_model(log.model), flat_values(log.config), world_size(log.config)
-    given, _ = _titan_layout(values, model, None, None)
-    given.pop("dp_shard"), given.pop("dp_replicate")
-    if not model.is_moe:
-        given["ep"] = given["etp"] = 1
-    config = config_from_options(dp=world // (given["tp"] * given["pp"] * given["cp"]), **given)
-    t = log.config.get("training", {})
-    seq, local = int(t.get("seq_len", model.seq_length)), int(t.get("local_batch_size", t.get("batch_size", 1)))
-    gbs = int(t.get("global_batch_size", -1))
-    gbs = gbs if gbs > 0 else local * config.dp
-    training = TrainingSpec(gbs=gbs, seq_length=seq, precision=_titan_precision(values), engine="torchtitan")
-    check_config(model, training, config, world)
-    spec, devices, _ = resolve_cluster(world, cluster, hardware, devices_per_node)
-    layouts = layout_from_sizes(model, even_stage_sizes(model.total_layers, config.pp, config.vpp),
-                                [config.recompute] * config.pp)
-    plan = make_plan(model, training, spec.sized(devices), config, layouts, target="torchtitan")
-    step_s = gbs * seq / (log.step_tokens_per_device_s * world)  # tps is per device: see torchtitan_log
+    text = path.read_text(errors="replace")
+    model = load_model(titan_model_name(path, text))
+    launch = titan_log_launch(path, model, text)
+    if launch.world_size is None:
+        raise InputError(f"{path}: neither the log (a mesh line) nor its launch says how many devices ran",
+                         hint="pass the log from its start, or set NGPU / --nproc_per_node in the launch")
+    tps, _, _ = read_steps(path, text)
+    plan = launch_plan(launch, model, cluster, hardware, devices_per_node)
+    gbs = launch_batch(launch, launch_config(launch, model, launch.world_size))
+    step_s = gbs * plan.training.seq_length / (tps * launch.world_size)  # tps is per device: see planner.logs.torchtitan
     return Run(str(path), plan, step_s)
 
 

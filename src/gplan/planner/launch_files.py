@@ -15,6 +15,8 @@ logs (planner.logs): a log says what configuration ran as completely as a launch
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,7 +62,9 @@ LAYOUT_LIKE = re.compile(r"parallel|pipeline|recompute|checkpoint-activations|ba
                          r"overlap|fp8|fp4|moe|mtp|cuda-graph|num-layers|seq-length|hidden|heads")
 #: Launcher arguments (torchrun) and the values of the variables scripts use for the world size.
 WORLD = {"--nproc_per_node": "per_node", "--nproc-per-node": "per_node", "--nnodes": "nodes"}
-VARIABLES = {"GPUS_PER_NODE": "per_node", "NPROC_PER_NODE": "per_node", "NNODES": "nodes", "NUM_NODES": "nodes"}
+VARIABLES = {"GPUS_PER_NODE": "per_node", "NPROC_PER_NODE": "per_node", "NNODES": "nodes", "NUM_NODES": "nodes",
+             "NGPU": "per_node"}
+"""NGPU: torchtitan's run_train.sh (`torchrun --nproc_per_node=${NGPU}`)."""
 
 
 @dataclass(frozen=True)
@@ -115,7 +119,7 @@ def read_launch(path: Path, model: ModelSpec) -> Launch:
     return read_megatron_launch(path, model, text)
 
 
-LOG_MARK = re.compile(r"-{8,} end of arguments -{8,}|Running with configs:|per_step_time:")
+LOG_MARK = re.compile(r"-{8,} end of arguments -{8,}|Running with configs:|per_step_time:|step:\s*\d+\s+loss:.*tps:")
 """An engine's training log (planner.logs): Megatron's arguments block, torchtitan's printed job config,
 MindFormers' step lines."""
 
@@ -128,19 +132,8 @@ def read_log_launch(path: Path, model: ModelSpec, text: str) -> Launch:
 
     if "per_step_time:" in text:
         return read_mindformers_launch(mindformers.config_beside(path), model)
-    if "Running with configs:" in text and "end of arguments" not in text:
-        log = torchtitan.read_torchtitan_config(path, text)
-        if log.model != model.name:
-            raise InputError(f"--from {path}: the log trained {log.model}, not {model.name}",
-                             hint="name the model the log trained")
-        values = torchtitan.flat_values(log.config)
-        given, notes = _titan_layout(values, model, None, None)
-        t = log.config.get("training", {})
-        gbs = int(t.get("global_batch_size", -1))
-        return Launch(source=str(path), engine="torchtitan", given=given, gbs=max(gbs, 0),
-                      seq_length=int(t.get("seq_len", model.seq_length)), precision=_titan_precision(values),
-                      stage_sizes=None, recompute_layers=None, world_size=torchtitan.world_size(log.config),
-                      unread=notes, local_batch=int(t.get("local_batch_size", t.get("batch_size", 1))))
+    if "end of arguments" not in text and ("Running with configs:" in text or torchtitan.STEP.search(text)):
+        return titan_log_launch(path, model, text)
     args = megatron.arguments_block(text, path)
     return megatron_log_launch(args, path, model)
 
@@ -456,25 +449,7 @@ TITAN_LAYOUT_LIKE = re.compile(r"^(parallelism|activation_checkpoint)\.|batch|se
 def read_torchtitan_launch(path: Path, model: ModelSpec) -> Launch:
     """A torchtitan launch: a job TOML (torchtitan ≤ 0.2's `--job.config_file`), or a script of
     `--section.key value` overrides (with the TOML it names, and gplan's exported config module beside it)."""
-    import tomllib
-
-    if not path.is_file():
-        raise InputError(f"--from {path}: no such file", hint="pass a torchtitan TOML or launch script")
-    values: dict[str, Any] = {}
-    if path.suffix == ".toml":
-        values = _flatten(tomllib.loads(path.read_text()))
-        args, variables = {}, {}
-    else:
-        args, variables = arguments(path.read_text())
-        toml = value(args, "--job.config_file")
-        if toml:
-            values = _flatten(tomllib.loads((path.parent / toml).read_text()))
-        for flag, vals in args.items():
-            key = flag[2:]
-            if key.count(".") and not key.startswith("job."):
-                name = key.replace("no-", "", 1) if ".no-" in key else key
-                name = name.replace(".no-", ".")
-                values[name] = (vals[0] if vals else ".no-" not in key)
+    values, args, variables = titan_values(path)
     _check_titan_model(path, values, model)
     module = path.parent / "gplan_torchtitan.py"
     parts = _module_constant(module, "MODULE_FQNS_PER_MODEL_PART") if module.is_file() else None
@@ -504,6 +479,95 @@ def read_torchtitan_launch(path: Path, model: ModelSpec) -> Launch:
                   seq_length=_int(values.get("training.seq_len")), precision=_titan_precision(values),
                   stage_sizes=sizes, recompute_layers=None, world_size=world_size(args, variables),
                   unread=unread + notes, local_batch=local)
+
+
+def titan_values(path: Path) -> tuple[dict[str, Any], dict, dict]:
+    """A torchtitan launch's `section.key` values (its TOML, then the script's overrides over it), and the
+    script's arguments and variables."""
+    import tomllib
+
+    if not path.is_file():
+        raise InputError(f"--from {path}: no such file", hint="pass a torchtitan TOML or launch script")
+    if path.suffix == ".toml":
+        return _flatten(tomllib.loads(path.read_text())), {}, {}
+    values: dict[str, Any] = {}
+    args, variables = arguments(path.read_text())
+    toml = value(args, "--job.config_file") or variables.get("CONFIG_FILE")  # run_train.sh's CONFIG_FILE
+    if toml:
+        values = _flatten(tomllib.loads(_beside(path, toml).read_text()))
+    for flag, vals in args.items():
+        key = flag[2:]
+        if key.count(".") and not key.startswith("job."):
+            name = key.replace("no-", "", 1) if ".no-" in key else key
+            name = name.replace(".no-", ".")
+            values[name] = (vals[0] if vals else ".no-" not in key)
+    return values, args, variables
+
+
+def titan_log_launch(path: Path, model: ModelSpec, text: str) -> Launch:
+    """A torchtitan log as a launch: its printed job config, or (torchtitan's default, no config printed)
+    the launch beside it under its name, its world size from the log's mesh line."""
+    from gplan.planner.logs import torchtitan
+
+    if "Running with configs:" not in text:
+        beside = titan_launch_beside(path)
+        launch = read_torchtitan_launch(beside, model)
+        mesh = torchtitan.mesh_degrees(text)
+        if mesh is None:
+            return dataclasses.replace(launch, source=str(path))
+        stated = {"tensor_parallel_degree": "tp", "pipeline_parallel_degree": "pp", "context_parallel_degree": "cp"}
+        for key, degree in stated.items():
+            if key in mesh and mesh[key] != launch.given[degree]:
+                raise InputError(f"{path}: its mesh line has {degree} {mesh[key]}, but {beside.name} sets "
+                                 f"{launch.given[degree]}", hint="put the launch that ran this log beside it")
+        return dataclasses.replace(launch, source=str(path), world_size=math.prod(mesh.values()))
+    log = torchtitan.read_torchtitan_config(path, text)
+    if log.model != model.name:
+        raise InputError(f"--from {path}: the log trained {log.model}, not {model.name}",
+                         hint="name the model the log trained")
+    values = torchtitan.flat_values(log.config)
+    given, notes = _titan_layout(values, model, None, None)
+    t = log.config.get("training", {})
+    gbs = int(t.get("global_batch_size", -1))
+    return Launch(source=str(path), engine="torchtitan", given=given, gbs=max(gbs, 0),
+                  seq_length=int(t.get("seq_len", model.seq_length)), precision=_titan_precision(values),
+                  stage_sizes=None, recompute_layers=None, world_size=torchtitan.world_size(log.config),
+                  unread=notes, local_batch=int(t.get("local_batch_size", t.get("batch_size", 1))))
+
+
+def titan_launch_beside(log: Path) -> Path:
+    for candidate in (log.with_suffix(".toml"), log.with_suffix(".sh")):
+        if candidate.is_file():
+            return candidate
+    raise InputError(f"{log}: a torchtitan log that does not print its job config, and no launch beside it "
+                     f"({log.stem}.toml or {log.stem}.sh)", hint="put the TOML or script that ran it beside the "
+                     "log under its name, or run with --debug.print_config")
+
+
+def titan_model_name(log: Path, text: str) -> str:
+    """The bundled model a torchtitan log trained: its printed model_spec, or its launch's model.name and
+    model.flavor."""
+    from gplan.planner.logs import torchtitan
+
+    if "Running with configs:" in text:
+        return torchtitan.read_torchtitan_config(log, text).model
+    values, _, _ = titan_values(titan_launch_beside(log))
+    name, flavor = values.get("model.name", "llama3"), values.get("model.flavor")
+    found = torchtitan.bundled(name, flavor)
+    if found is None:
+        raise InputError(f"{log}: model {name}/{flavor} has no bundled model of its shape",
+                         hint="the bundled torchtitan shapes: " + ", ".join(f"{n}/{f}" for n, f in torchtitan.BUNDLED))
+    return found
+
+
+def _beside(script: Path, named: str) -> Path:
+    """A file a script names: at its path from the script's folder, else under its own name beside the
+    script (a launch copied out of the engine's repository with the config it names)."""
+    for candidate in (script.parent / named, script.parent / Path(named).name):
+        if candidate.is_file():
+            return candidate
+    raise InputError(f"--from {script}: it runs {named}, which is neither there nor beside it",
+                     hint=f"put {Path(named).name} beside {script.name}")
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:

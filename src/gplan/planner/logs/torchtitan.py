@@ -7,10 +7,15 @@ Formats, from torchtitan 0.3.0's own logging:
     `name` and `flavor`, …);
   - `components/metrics.py`, `MetricsProcessor.log`: `step: {step:2}  loss: …  grad_norm: …  memory:
     {GiB:5.2f}GiB({pct:.2f}%)  tps: {tokens/s per device:,}  tflops: …  mfu: …%`, colour codes around the
-    fields.
+    fields; with several ranks logging (`LOG_RANK=0,1,2,3`), each line is prefixed `[rankN]:`;
+  - `distributed/parallel_dims.py`, `ParallelDims.build_mesh`: `Building device mesh with parallelism: pp=…,
+    dp_replicate=…, dp_shard=…, cp=…, tp=…, ep=…` (0.3), before it `Building {n}-D device mesh with
+    [names], [sizes]` (torchtitan 0.1–0.2: `dp`, `dp_replicate`, `dp_shard`, `cp`, `tp`, `pp`).
+A log that does not print its job config (the default) is read with the launch that ran it beside it,
+under the log's name (`run.log` with `run.toml` or `run.sh`), as `--from` reads that launch.
 tps is per device (tokens a data-parallel rank processed, over the step time and its tp·pp·cp devices),
-so a step takes gbs·seq / (tps · world size). The steady step is the median of the logged steps after
-the first `warmup` (compilation, allocator warm-up). The model is the bundled one of the config's
+so a step takes gbs·seq / (tps · world size). The steady step is the median of the logged steps numbered
+after `warmup` (compilation, allocator warm-up), each step's tps the median over the ranks that logged it. The model is the bundled one of the config's
 `model_spec` (name and flavor); a log whose configuration is not printed, or names a model gplan has no
 shape for, is refused — never guessed.
 """
@@ -30,13 +35,16 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 MESH = re.compile(r"Building device mesh with parallelism: pp=(\d+), dp_replicate=(\d+), dp_shard=(\d+), cp=(\d+), "
                   r"tp=(\d+), ep=(\d+)")
 """distributed/parallel_dims.py, `ParallelDims.build_mesh`: the degrees as resolved (dp_shard -1 filled)."""
+OLD_MESH = re.compile(r"Building \d-D device mesh with \[([^\]]*)\], \[([\d, ]*)\]")
 STEP = re.compile(r"step:\s*(\d+)\s+loss:\s*([-\d.naninf]+).*?memory:\s*([\d.]+)GiB\(([\d.]+)%\)\s+tps:\s*([\d,]+)")
 #: torchtitan's (model name, flavor) -> gplan's bundled model of that shape.
 BUNDLED = {("llama3", "8B"): "llama3-8b", ("llama3", "70B"): "llama3-70b", ("llama3", "405B"): "llama3-405b",
            ("qwen3", "30B-A3B"): "qwen3-30b-a3b", ("qwen3", "235B-A22B"): "qwen3-235b-a22b",
            ("deepseek_v3", "671B"): "deepseek-v3"}
 WARMUP_STEPS = 2
-"""Logged steps left out at the start: the first compiles and warms the allocator up."""
+"""Steps left out at the start (by number): the first compiles and warms the allocator up."""
+FLAVOR_VARIANTS = re.compile(r"_(flex_attn|varlen|varlen_attn)$")
+"""Flavors of the same shape with another attention kernel (torchtitan's `8B_flex_attn`)."""
 
 
 @dataclass(frozen=True)
@@ -71,37 +79,65 @@ def read_torchtitan_config(path: Path, text: str) -> TorchtitanConfig:
     except ValueError as exc:
         raise InputError(f"{path}: the job config after `{CONFIG_MARK}` is cut short ({exc.msg})",
                          hint="pass the whole log from its start") from None
-    mesh = MESH.search(text)
-    if mesh:  # the degrees as torchtitan resolved them (a dp_shard of -1 filled in)
-        for key, degree in zip(("pipeline_parallel_degree", "data_parallel_replicate_degree",
-                                "data_parallel_shard_degree", "context_parallel_degree", "tensor_parallel_degree",
-                                "expert_parallel_degree"), mesh.groups()):
-            config.setdefault("parallelism", {})[key] = int(degree)
+    # the degrees as torchtitan resolved them (a dp_shard of -1 filled in)
+    config.setdefault("parallelism", {}).update(mesh_degrees(text) or {})
     if int((config.get("parallelism") or {}).get("data_parallel_shard_degree", -1)) < 0:
         raise InputError(f"{path}: data_parallel_shard_degree -1 and no `Building device mesh` line: the log does "
                          "not say how many devices ran", hint="pass the log from its start (torchtitan logs the mesh)")
     spec = config.get("model_spec") or {}
     key = (spec.get("name"), spec.get("flavor"))
-    if key not in BUNDLED:
+    if bundled(*key) is None:
         raise InputError(f"{path}: model_spec {key[0]}/{key[1]} has no bundled model of its shape",
                          hint="the bundled torchtitan shapes: " + ", ".join(f"{n}/{f}" for n, f in BUNDLED))
-    return TorchtitanConfig(config, BUNDLED[key])
+    return TorchtitanConfig(config, bundled(*key))
 
 
 def read_torchtitan_log(path: Path, warmup: int = WARMUP_STEPS) -> TorchtitanLog:
     text = ANSI.sub("", path.read_text(errors="replace"))
     logged = read_torchtitan_config(path, text)
+    tps, steps, peak = read_steps(path, text, warmup)
+    return TorchtitanLog(str(path), logged.config, logged.model, tps, steps, peak)
+
+
+def read_steps(path: Path, text: str, warmup: int = WARMUP_STEPS) -> tuple[float, int, float]:
+    """(median tokens/s per device of the steady steps, how many, the largest memory logged in bytes)."""
+    text = ANSI.sub("", text)
     if any("Traceback (most recent call last)" in line for line in text.rstrip().splitlines()[-40:]):
         raise InputError(f"{path}: the run crashed (a traceback ends the log)",
                          hint="calibrate on runs that completed their steps")
-    steps = [(int(m.group(1)), float(m.group(5).replace(",", "")), float(m.group(3)))
-             for m in STEP.finditer(text)]
-    steady = [tps for _, tps, _ in steps[warmup:]]
+    per_step: dict[int, list[float]] = {}
+    peak = 0.0
+    for m in STEP.finditer(text):
+        per_step.setdefault(int(m.group(1)), []).append(float(m.group(5).replace(",", "")))
+        peak = max(peak, float(m.group(3)))
+    steady = [statistics.median(tps) for step, tps in sorted(per_step.items()) if step > warmup]
     if not steady:
-        raise InputError(f"{path}: {len(steps)} step line(s) logged, none after the first {warmup} (warm-up)",
-                         hint="train more steps, or log every step (--metrics.log_freq 1)")
-    return TorchtitanLog(str(path), logged.config, logged.model, statistics.median(steady), len(steady),
-                         max(gib for _, _, gib in steps) * 2**30)
+        raise InputError(f"{path}: {len(per_step)} step(s) logged, none after step {warmup} (warm-up)",
+                         hint="train more steps (the first ones compile and warm the allocator up)")
+    return statistics.median(steady), len(steady), peak * 2**30
+
+
+def mesh_degrees(text: str) -> dict[str, int] | None:
+    """The degrees the log's mesh line states, in the job config's names; None without one."""
+    found = MESH.search(text)
+    if found:
+        return dict(zip(("pipeline_parallel_degree", "data_parallel_replicate_degree", "data_parallel_shard_degree",
+                         "context_parallel_degree", "tensor_parallel_degree", "expert_parallel_degree"),
+                        map(int, found.groups())))
+    old = OLD_MESH.search(text)
+    if not old:
+        return None
+    names = [n.strip().strip("'\"") for n in old.group(1).split(",")]
+    sizes = [int(v) for v in old.group(2).split(",")]
+    key = {"dp": "data_parallel_shard_degree", "dp_shard": "data_parallel_shard_degree",
+           "dp_replicate": "data_parallel_replicate_degree", "cp": "context_parallel_degree",
+           "tp": "tensor_parallel_degree", "pp": "pipeline_parallel_degree"}
+    return {key[n]: size for n, size in zip(names, sizes) if n in key}
+
+
+def bundled(name: str | None, flavor: str | None) -> str | None:
+    """gplan's bundled model of a torchtitan (name, flavor), attention-kernel variants included."""
+    return BUNDLED.get((name, FLAVOR_VARIANTS.sub("", str(flavor))))
 
 
 def flat_values(config: dict) -> dict:

@@ -1,0 +1,1 @@
+CONFIG_FILE=./torchtitan/models/llama3/train_configs/llama3_8b.toml NGPU=4 LOG_RANK=0,1,2,3 ./run_train.sh --model.flavor "8B_flex_attn" --activation_checkpoint.mode "full" --parallelism.context_parallel_degree 2
