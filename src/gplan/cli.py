@@ -149,8 +149,9 @@ def estimate(
     zero: Optional[int] = typer.Option(None, "--zero", help="0..3"),
     schedule: Optional[str] = typer.Option(None, "--schedule", help="gpipe | 1f1b | interleaved_1f1b"),
     stages: Optional[str] = typer.Option(None, "--stages", help="layers per pipeline stage, e.g. 7,8,8,8,8,8,8,6"),
-    from_file: Optional[Path] = typer.Option(None, "--from", help="price the layout of a Megatron-LM launch script "
-                                             "or argument file (its model flags checked against MODEL)"),
+    from_file: Optional[Path] = typer.Option(None, "--from", help="price the layout of an engine's launch or log "
+                                             "(Megatron-LM, torchtitan, Megatron-DeepSpeed, MindFormers; its model "
+                                             "checked against MODEL)"),
     gbs: Optional[int] = GbsOpt, seq_length: Optional[int] = SeqOpt, precision: Optional[str] = PrecisionOpt,
     memory_headroom: float = HeadroomOpt, profile: Optional[Path] = ProfileOpt, target: Optional[str] = TargetOpt,
     expert_imbalance: float = ImbalanceOpt, as_json: bool = JsonOpt, wide: bool = WideOpt,
@@ -243,9 +244,9 @@ def search(
     top: int = typer.Option(5, "--top", help="plans to show"),
     out: Path = typer.Option(Path("plan.json"), "--out", "-o", help="where to write the best plan"),
     profile: Optional[Path] = ProfileOpt,
-    from_file: Optional[Path] = typer.Option(None, "--from", help="a Megatron-LM launch script or argument file: "
-                                             "search its model, batch and precision, and show its layout beside the "
-                                             "best plan"),
+    from_file: Optional[Path] = typer.Option(None, "--from", help="an engine's launch or log (Megatron-LM, "
+                                             "torchtitan, Megatron-DeepSpeed, MindFormers): search its batch, "
+                                             "precision and engine, and show its layout beside the best plan"),
     out_launch: Optional[Path] = typer.Option(None, "--out-launch", help="with --from: write the launch back here "
                                               "with only its layout flags changed to the best plan's"),
     as_json: bool = JsonOpt, wide: bool = WideOpt,
@@ -313,7 +314,7 @@ def search(
 def compare(
     items: list[str] = typer.Argument(..., help="plan.json files, or one MODEL followed by --config or --from options"),
     config: list[str] = typer.Option([], "--config", help='a configuration, e.g. "tp=8,pp=4,mbs=1" (repeat)'),
-    from_files: list[Path] = typer.Option([], "--from", help="a Megatron-LM launch of MODEL, priced as it runs (repeat)"),
+    from_files: list[Path] = typer.Option([], "--from", help="an engine's launch or log of MODEL, priced as it runs (repeat)"),
     devices: Optional[int] = DevicesOpt, cluster: Optional[str] = ClusterOpt, hardware: Optional[str] = HardwareOpt,
     devices_per_node: Optional[int] = PerNodeOpt, gbs: Optional[int] = GbsOpt, seq_length: Optional[int] = SeqOpt,
     precision: Optional[str] = PrecisionOpt, memory_headroom: float = HeadroomOpt, target: Optional[str] = TargetOpt,
@@ -585,10 +586,10 @@ def profile(
 @guarded
 def calibrate(
     reports: list[Path] = typer.Argument(..., help="run_report.json files of gplan launch (their plan.json beside "
-                                         "them), or Megatron-LM training logs"),
+                                         "them), or engines' training logs (Megatron-LM, Megatron-DeepSpeed, torchtitan, MindFormers)"),
     held_out: list[Path] = typer.Option([], "--held-out", help="reports to predict but not fit (repeat)"),
     out: Path = typer.Option(Path("profile.yaml"), "--out", "-o", help="the calibrated profile"),
-    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="the cluster Megatron-LM logs ran on (a log "
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="the cluster the engines' logs ran on (a log "
                                           "does not name its hardware)"),
     hardware: Optional[str] = HardwareOpt, devices_per_node: Optional[int] = PerNodeOpt,
     as_json: bool = JsonOpt,
@@ -599,7 +600,7 @@ def calibrate(
     from gplan.profiles.files import write_profile
     from gplan.render import calibration_table
 
-    def read(path: Path):  # a run report is JSON; anything else is read as a Megatron-LM log
+    def read(path: Path):  # a run report is JSON; anything else is an engine's log (planner.logs)
         if path.suffix == ".json":
             return read_run(path)
         return read_log_run(path, cluster, hardware, devices_per_node)
