@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from accuracy import DEFAULT_CSV as PUBLISHED_CSV  # noqa: E402
 from accuracy import case_layouts, load_bloom_cases, load_cases  # noqa: E402
 
-from gplan.cost_models import memory  # noqa: E402
+from gplan.spec.engines import ENGINES  # noqa: E402
 from gplan.cost_models.step import StepModel  # noqa: E402
 from gplan.spec.parallel import StageLayout  # noqa: E402
 
@@ -66,12 +66,12 @@ def predicted_GiB(run: Run, fragmentation: float | None = None) -> float:
     if fragmentation is None:
         return run.step.predict(run.layouts).memory_bytes_per_device_max / GIB
     engine = run.step.training.engine
-    saved = memory.ENGINE_FRAGMENTATION.get(engine)
-    memory.ENGINE_FRAGMENTATION[engine] = fragmentation
+    saved = ENGINES[engine]
+    ENGINES[engine] = replace(saved, memory=replace(saved.memory, fragmentation=fragmentation))
     try:
         return run.step.predict(run.layouts).memory_bytes_per_device_max / GIB
     finally:
-        memory.ENGINE_FRAGMENTATION[engine] = saved if saved is not None else 0.0
+        ENGINES[engine] = saved
 
 
 def fit_fragmentation(runs: list[Run]) -> float:
@@ -121,7 +121,7 @@ def published_oom() -> list[tuple[str, float, float]]:
 def report(do_fit: bool) -> str:
     runs = bloom_runs()
     measured = [r for r in runs if r.measured_GiB]
-    catalogue = memory.ENGINE_FRAGMENTATION["deepspeed"]
+    catalogue = ENGINES["deepspeed"].memory.fragmentation
     errors = [predicted_GiB(r) / r.measured_GiB - 1 for r in measured]
     loo = leave_one_out(runs)
     fitted = fit_fragmentation(runs) if do_fit else None

@@ -275,8 +275,6 @@ def search(
         seq_length, precision = seq_length or launch_inputs.training.seq_length, precision or launch.precision
     inputs = _inputs(model, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, memory_headroom,
                      profile, target, expert_imbalance)
-    if target is None and (inputs.model.is_moe or inputs.model.is_mla):
-        target = inputs.training.engine  # only Megatron runs experts here: search what it runs (the header says so)
     limits = limits_from_options(tp, pp, dp, cp, mbs, vpp, zero, recompute, schedule, all_devices, target, ep, etp)
     with SearchProgress(err) as progress:
         planned = make_best_plan(inputs, limits, top=top, time_limit_s=time_limit, progress=progress)

@@ -21,7 +21,7 @@ from gplan.errors import InputError
 from gplan.io import atomic_write_text, drop_defaults
 from gplan.profiles.schema import ClusterSpec, DeviceSpec, NodeGroup
 from gplan.spec.model import ModelSpec
-from gplan.spec.parallel import LayerCount, ParallelConfig, StageLayout, check_config, min_stage_layers
+from gplan.spec.parallel import LayerCount, ParallelConfig, StageLayout, check_config, split_violations
 from gplan.spec.training import TrainingSpec
 
 SCHEMA_VERSION = 1
@@ -497,8 +497,6 @@ def _check_stages(plan: Plan, bad) -> None:
         if sum(lc.count for lc in s.layers) != s.layer_end - s.layer_start:
             raise bad(f"{where}.layers", f"recompute entries cover {sum(lc.count for lc in s.layers)} layers, "
                                          f"the range {s.layer_end - s.layer_start}")
-        if s.layer_end - s.layer_start < min_stage_layers(i, c.pp, c.vpp):
-            raise bad(f"{where}.layer_end", f"{s.layer_end - s.layer_start} layers do not fill vpp={c.vpp} chunks")
         if s.embedding != (i == 0) or s.head != (i == c.pp - 1):
             raise bad(f"{where}", "the embedding belongs to the first stage and the head to the last")
         if s.node_group >= len(plan.cluster.node_groups):
@@ -507,8 +505,9 @@ def _check_stages(plan: Plan, bad) -> None:
             raise bad(f"{where}.{'num_ranks' if s.num_ranks != per_stage else 'first_rank'}",
                       f"must be ranks {i * per_stage}..{(i + 1) * per_stage - 1} (the rank grid's stage slice)")
         start = s.layer_end
-    if start != plan.model.total_layers:
-        raise bad("stages", f"cover {start} of the model's {plan.model.total_layers} layers")
+    broken = split_violations(plan.model, c, [s.layer_end - s.layer_start for s in stages])
+    if broken:  # the split rules `--stages` keeps too: the model's layers, each stage filling its chunks
+        raise bad("stages", broken[0].message)
     kinds = [k.name for k in plan.model.layer_kinds()]
     for i, s in enumerate(stages):
         unknown = {lc.kind for lc in s.layers} - set(kinds)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from gplan.spec.engines import ENGINES
 from gplan.cost_models import memory, pipeline
 from gplan.cost_models.compute import Shard
 from gplan.cost_models.step import StepModel
@@ -211,7 +212,7 @@ def test_stage_memory_itemises_communicators_and_fragmentation():
     stage = step.predict().stages[0]
     device = step.cluster.primary.hardware
     assert stage.memory.communicator_bytes == 4 * device.communicator_MiB * 2**20  # tp, dp, two pipeline peers
-    assert stage.memory.fragmentation_bytes == pytest.approx(stage.memory.allocated_bytes * memory.ENGINE_FRAGMENTATION["deepspeed"])
+    assert stage.memory.fragmentation_bytes == pytest.approx(stage.memory.allocated_bytes * ENGINES["deepspeed"].memory.fragmentation)
     assert stage.memory_bytes == pytest.approx(stage.memory.allocated_bytes + stage.memory.fragmentation_bytes
                                                + stage.memory.communicator_bytes + stage.memory.reserve_bytes)
 

@@ -119,9 +119,11 @@ def backend(name: str) -> Backend:
 def default_backend(plan: Plan) -> tuple[str, str]:
     """The backend a plan launches on without --backend, and why: its target when gplan launches that
     itself, else MindSpore on Ascend hardware and torch on the rest."""
+    from gplan.spec.targets import default_target
+
     if plan.target in BACKENDS:
         return plan.target, "the plan's target"
-    return ("mindspore" if plan.cluster.primary.hardware.kind == "npu" else "torch"), "the plan's hardware"
+    return default_target(plan.cluster.primary.hardware.kind), "the plan's hardware"
 
 
 def require_framework(name: str) -> None:

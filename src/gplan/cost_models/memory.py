@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gplan.cost_models.compute import Shard
+from gplan.spec.engines import memory_accounting
 from gplan.spec.model import LayerKind, ModelSpec
 from gplan.spec.parallel import ParallelConfig
 
@@ -74,11 +75,11 @@ def embedding_activation_bytes(model: ModelSpec, shard: Shard) -> float:
 
 def head_activation_bytes(model: ModelSpec, shard: Shard, element_bytes: int, engine: str | None = None) -> float:
     """Final norm input and logits-GEMM input (`2·e·s·b·h`), the 16-bit logits and their fp32 copy
-    for the loss (`(e + 4)·s·b·V / t`, vocab-parallel) — only the 16-bit logits with llm-foundry's
-    fused cross-entropy, which keeps no fp32 copy."""
+    for the loss (`(e + 4)·s·b·V / t`, vocab-parallel) — only the 16-bit logits where the engine's fused
+    cross-entropy keeps no fp32 copy (`MemoryAccounting.fp32_logits`: llm-foundry's)."""
     s, b = shard.seq, shard.batch
     hidden = 2 * element_bytes * s * b * model.hidden_size / (shard.tp if shard.sp else 1)
-    per_logit = element_bytes + (0 if engine == "llm-foundry" else 4)
+    per_logit = element_bytes + (4 if memory_accounting(engine).fp32_logits else 0)
     return hidden + per_logit * s * b * model.vocab_size / shard.tp
 
 
@@ -119,7 +120,8 @@ def loss_working_bytes(model: ModelSpec, shard: Shard, element_bytes: int, engin
     casts it to 16 bits for the head's backward: `e`; PyTorch's `F.cross_entropy` on fp32 logits (gplan's
     worker, torchtitan) allocates the fp32 gradient and its 16-bit copy: `4 + e`; llm-foundry's fused
     cross-entropy (flash-attn's, `inplace_backward`) works in place: nothing."""
-    per_logit = {"torch": 4 + element_bytes, "torchtitan": 4 + element_bytes, "llm-foundry": 0}.get(engine, element_bytes)
+    per_logit = {"in_place": element_bytes, "fp32_grad": 4 + element_bytes,
+                 "fused": 0}[memory_accounting(engine).loss_grad]
     return per_logit * shard.seq * shard.batch * model.vocab_size / shard.tp
 
 
@@ -140,27 +142,28 @@ class StateBytes:
 
 def state_bytes_per_param(element_bytes: int, zero: int, shard_ranks: int, engine: str | None = None,
                           bf16: bool = False) -> StateBytes:
-    """What one parameter costs each device, as the engine keeps it (d = the sharding ranks).
+    """What one parameter costs each device, as the engine keeps it (`MemoryAccounting.states`; d = the
+    sharding ranks).
 
-    Megatron-LM (and MindSpore's optimizer parallel, and plans with no engine): 16-bit weights, fp32
+    mixed_precision — Megatron-LM (and MindSpore's optimizer parallel, and plans with no engine): 16-bit weights, fp32
     main gradients, fp32 master + Adam m, v — 18 bytes (Megatron's `theoretical_memory_usage`),
     `6 + 12/d` with the distributed optimizer (zero 1), gradients sharded with zero 2, everything
     with zero 3 (Megatron-FSDP); plain fp32 training keeps no master copy (8 bytes of optimizer).
-    torch (gplan's worker), torchtitan and llm-foundry: without FSDP the weights stay fp32 under autocast — fp32
+    fsdp — torch (gplan's worker), torchtitan and llm-foundry: without FSDP the weights stay fp32 under autocast — fp32
     weights, gradients, m, v: 16 bytes; FSDP2 with a 16-bit param dtype shards fp32 weights, fp32
     gradients and m, v (16/d), and zero 1/2 (no resharding after the forward) also hold every 16-bit
     weight gathered from the forward to the backward.
-    DeepSpeed: 16-bit weights and gradients; fp16 (and ZeRO ≥ 2) keeps fp32 master, m, v and an fp32
+    deepspeed — DeepSpeed: 16-bit weights and gradients; fp16 (and ZeRO ≥ 2) keeps fp32 master, m, v and an fp32
     gradient partition per rank (`stage_1_and_2.py`: `single_partition_of_fp32_groups`) — 16/d bytes;
     bf16 with ZeRO-1 runs the BF16 optimizer, which accumulates gradients in full-size fp32 buffers
     (`bf16_optimizer.py`: `fp32_groups_gradients`) — 4 more bytes, unsharded."""
-    e, d = element_bytes, shard_ranks
-    if engine in ("torch", "torchtitan", "llm-foundry"):
+    e, d, rule = element_bytes, shard_ranks, memory_accounting(engine).states
+    if rule == "fsdp":
         if zero == 0 or d == 1:
             return StateBytes(weights=4.0, grads=4.0, optimizer=8.0)
         gathered = e if zero < 3 and e < 4 else 0.0
         return StateBytes(weights=4.0 / d + gathered, grads=4.0 / d, optimizer=8.0 / d)
-    if engine == "deepspeed" and e < 4:
+    if rule == "deepspeed" and e < 4:
         if bf16 and zero == 1:
             return StateBytes(weights=e, grads=e + 4.0, optimizer=12.0 / d)
         return StateBytes(weights=e / (d if zero >= 3 else 1), grads=e / (d if zero >= 2 else 1),
@@ -196,16 +199,12 @@ def zero_shard_ranks(config: ParallelConfig) -> int:
     return config.dp * config.cp
 
 
-DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 5e8
-"""DeepSpeed's default `reduce_bucket_size` (elements) of ZeRO 1/2: the 16-bit gradient bucket it
-reduces from (`runtime/zero/config.py`)."""
-
-
 def engine_buffer_bytes(engine: str | None, zero: int, element_bytes: int, stage_params: float) -> float:
-    """Buffers an engine allocates besides the states: DeepSpeed's ZeRO 1/2 reduce bucket (at most the
+    """Buffers an engine allocates besides the states: a ZeRO 1/2 reduce bucket (DeepSpeed's; at most the
     stage's own gradients)."""
-    if engine == "deepspeed" and zero in (1, 2):
-        return min(DEEPSPEED_REDUCE_BUCKET_ELEMENTS, stage_params) * element_bytes
+    bucket = memory_accounting(engine).reduce_bucket_elements
+    if bucket and zero in (1, 2):
+        return min(bucket, stage_params) * element_bytes
     return 0.0
 
 
@@ -222,15 +221,10 @@ def communicator_count(config: ParallelConfig, tied_pair: bool, experts: bool = 
     return sum(groups)
 
 
-ENGINE_FRAGMENTATION = {"deepspeed": 0.295}
-"""Allocator reserve beyond the allocated bytes where an engine's measured peaks show more than the
-device's default: Megatron-DeepSpeed (2022, PyTorch 1.11, no expandable segments; its pipeline
-engine's buffers not itemised here) — fitted by `bench/memory.py --fit` on the 32 measured peaks of the
-BLOOM sweep (S12); its leave-one-out error is in the README."""
-
-
 def fragmentation_fraction(device_fraction: float, engine: str | None) -> float:
-    return max(device_fraction, ENGINE_FRAGMENTATION.get(engine, 0.0))
+    """The device's allocator reserve, or the engine's where its measured peaks show more
+    (`MemoryAccounting.fragmentation`: Megatron-DeepSpeed's, fitted on the BLOOM sweep, README)."""
+    return max(device_fraction, memory_accounting(engine).fragmentation)
 
 
 def fragmentation_bytes(allocated_bytes: float, fraction: float) -> float:

@@ -26,17 +26,16 @@ class Planned:
 def plan(inputs: Inputs, limits: SearchLimits | None = None, top: int = 5, time_limit_s: float = 10.0,
          progress: Callable[[int, int, int, float | None], None] | None = None) -> Planned:
     """Search, then build the Plan of the best candidate; raises InfeasibleError when nothing fits.
-    The space is bounded by what the target runs (default: the backend of the cluster's hardware)."""
+    The space is bounded by what the target runs: the inputs' engine (resolved once, with its default,
+    by `resolve_inputs`), or `limits.target` where that names another."""
     from gplan.planner.build import make_plan
     from gplan.planner.search import search, search_record
     from gplan.planner.space import SearchLimits
-    from gplan.spec.targets import default_target
 
     limits = limits or SearchLimits()
     if limits.target is None:
-        limits = replace(limits, target=inputs.training.engine or default_target(inputs.cluster.primary.hardware.kind,
-                                                                                        inputs.training.precision))
-    if inputs.training.engine != limits.target:  # the engine that runs the plan prices its memory
+        limits = replace(limits, target=inputs.training.engine)
+    if limits.target is not None and inputs.training.engine != limits.target:  # its engine prices its memory
         inputs = replace(inputs, training=inputs.training.model_copy(update={"engine": limits.target}))
     result = search(inputs.model, inputs.training, inputs.cluster, inputs.devices, limits, top=top,
                     time_limit_s=time_limit_s, progress=progress)

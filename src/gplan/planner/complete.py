@@ -106,19 +106,17 @@ def given_options(**options: Any) -> dict[str, Any]:
 
 
 def stage_sizes_option(model, config, text: str | None) -> list[int] | None:
-    """`--stages 7,8,8,...`: one layer count per pipeline stage (None: the search's split)."""
+    """`--stages 7,8,8,...`: one layer count per pipeline stage (None: the search's split), kept to the
+    split rules (`spec.parallel.split_violations`)."""
     from gplan.planner.space import int_list
-    from gplan.spec.parallel import min_stage_layers
+    from gplan.spec.parallel import split_violations
 
     sizes = int_list(text, "--stages")
     if sizes is None:
         return None
-    hint = (f"give pp={config.pp} counts summing to {model.total_layers}, each ≥ vpp={config.vpp} "
-            "(the first and last one fewer: their end chunks may hold only the embedding or the loss)")
-    short = [i for i, n in enumerate(sizes) if n < min_stage_layers(i, len(sizes), config.vpp)]
-    if len(sizes) != config.pp or sum(sizes) != model.total_layers or short:
-        raise InputError(f"--stages {text!r}: {len(sizes)} stages of {sum(sizes)} layers"
-                         + (f", stage {short[0]} cannot fill its chunks" if short else ""), hint=hint)
+    broken = split_violations(model, config, sizes)
+    if broken:
+        raise InputError(f"--stages {text!r}: {broken[0].message}", hint=broken[0].hint)
     return sizes
 
 

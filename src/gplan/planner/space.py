@@ -8,7 +8,8 @@ from typing import Iterator
 from gplan.profiles.schema import ClusterSpec
 from gplan.spec.model import ModelSpec
 from gplan.errors import InputError
-from gplan.spec.parallel import RECOMPUTE_OPTIONS, SCHEDULES, ParallelConfig
+from gplan.spec.parallel import (BATCH_RULES, DEGREE_RULES, EXPERT_RULES, RECOMPUTE_OPTIONS, SCHEDULES, SHARDING_RULES,
+                                 ParallelConfig, keeps_rules)
 from gplan.spec.targets import TARGETS, config_refusals
 from gplan.spec.training import TrainingSpec
 
@@ -173,22 +174,27 @@ def expert_options(model: ModelSpec, per_stage: int, limits: SearchLimits, tp: i
 
 def candidates(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devices: int,
                limits: SearchLimits) -> Iterator[ParallelConfig]:
-    """Every configuration the rules of `spec.parallel.check_config` and the user's limits allow."""
+    """Every configuration the user's limits and the target allow that keeps the rules
+    (`spec.parallel.RULES`, the one rule set): degrees whose product is a device count, then
+    micro-batch, chunking, sharding and the expert grid generated, each configuration kept only when no
+    rule refuses it."""
     layers = model.total_layers
     for n in device_counts(cluster, devices, limits):
         for tp in tp_options(model, cluster, limits):
             for cp in cp_options(training, limits):
-                if n % (tp * cp) or training.seq_length % (cp * tp):
+                if n % (tp * cp):
                     continue
                 for pp in divisors(n // (tp * cp)):
                     if pp > layers or (limits.pp and pp not in limits.pp):
                         continue
                     dp = n // (tp * cp * pp)
-                    if (limits.dp and dp not in limits.dp) or training.gbs % dp:
+                    if limits.dp and dp not in limits.dp:
                         continue
                     if cluster.is_heterogeneous and not _fits_groups(cluster, dp * tp * cp, pp):
                         continue
-                    yield from _per_degrees(model, training, limits, dp, tp, pp, cp)
+                    degrees = ParallelConfig.model_construct(dp=dp, tp=tp, pp=pp, cp=cp, sp=tp > 1)
+                    if keeps_rules(model, training, degrees, DEGREE_RULES):
+                        yield from _per_degrees(model, training, limits, dp, tp, pp, cp)
 
 
 def _fits_groups(cluster: ClusterSpec, per_stage: int, pp: int) -> bool:
@@ -197,29 +203,35 @@ def _fits_groups(cluster: ClusterSpec, per_stage: int, pp: int) -> bool:
 
 def _per_degrees(model: ModelSpec, training: TrainingSpec, limits: SearchLimits, dp: int, tp: int, pp: int,
                  cp: int) -> Iterator[ParallelConfig]:
-    per_replica = training.gbs // dp
+    uneven = uneven_interleaved(limits)
+    target = TARGETS[limits.target] if limits.target else None
     for mbs in limits.mbs or [1, 2, 4, 8]:
-        if per_replica % mbs:
-            continue
-        m = per_replica // mbs
-        uneven = uneven_interleaved(limits)
         for vpp in vpp_options(model.total_layers, pp, limits, uneven):
-            if vpp > 1 and (pp == 1 or m % pp or model.total_layers < pp * vpp - 2
-                            or (model.total_layers % (pp * vpp) and not uneven)):
-                continue
+            if vpp > 1 and (pp == 1 or (model.total_layers % (pp * vpp) and not uneven)):
+                continue  # the chunkings vpp_options offers: equal chunks unless the target runs uneven ones
             schedule = "interleaved_1f1b" if vpp > 1 else "1f1b"
             if limits.schedule and schedule not in limits.schedule:
                 if not (vpp == 1 and "gpipe" in limits.schedule):
                     continue
                 schedule = "gpipe"
-            for zero in limits.zero or ([0, 1] if model.is_moe else [0, 1, 2, 3]):
-                if zero > 0 and dp * cp == 1 or (model.is_moe and zero >= 2):
+            # valid field by field by construction (the generators' values), so not re-validated: the search
+            # builds ~10^4 of these, and only the rules (each group at the loop that sets what it reads) and
+            # the target decide which it keeps
+            batch = ParallelConfig.model_construct(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, mbs=mbs, sp=tp > 1,
+                                                   schedule=schedule)
+            if not keeps_rules(model, training, batch, BATCH_RULES):
+                continue
+            for zero in limits.zero or [0, 1, 2, 3]:
+                if zero > 0 and dp * cp == 1:
+                    continue  # nothing to shard over
+                sharded = batch.model_copy(update={"zero": zero})
+                if not keeps_rules(model, training, sharded, SHARDING_RULES):
                     continue
                 for ep, etp in expert_options(model, dp * tp * cp, limits, tp):
-                    config = ParallelConfig(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, mbs=mbs, sp=tp > 1,
-                                            zero=zero, schedule=schedule, recompute="none")
-                    if limits.target and config_refusals(TARGETS[limits.target], model, config, m, training.precision):
+                    config = sharded.model_copy(update={"ep": ep, "etp": etp})
+                    if not keeps_rules(model, training, config, EXPERT_RULES):
                         continue
-                    if model.is_moe and ep > 1 and training.precision == "fp16":
+                    if target and config_refusals(target, model, config, config.microbatches_for(training.gbs),
+                                                  training.precision):
                         continue
                     yield config

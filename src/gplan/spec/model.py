@@ -12,7 +12,6 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gplan.errors import InputError
 from gplan.io import drop_defaults
 
 
@@ -367,19 +366,3 @@ class ModelSpec(BaseModel):
         layers = sum(k.count * self.layer_params(k) for k in self.layer_kinds())
         encoder_final_norm = self.norm_params() if self.is_encoder_decoder else 0
         return layers + self.embedding_params() + self.head_params() + encoder_final_norm + self.mtp_params()
-
-
-def check_tp_divides(model: ModelSpec, tp: int) -> None:
-    """`ModelSpec.tp_divides`, refused with the count it breaks."""
-    if model.tp_divides(tp):
-        return
-    if model.num_attention_heads % tp or model.kv_heads % tp:
-        raise InputError(
-            f"tp={tp} does not divide the model's heads ({model.num_attention_heads} attention, "
-            f"{model.kv_heads} kv)",
-            hint="choose tp among the common divisors of the attention and kv head counts",
-        )
-    raise InputError(
-        f"tp={tp} does not divide ffn_hidden_size {model.ffn_size}",
-        hint="choose a tp that divides the MLP width",
-    )

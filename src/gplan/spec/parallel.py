@@ -1,15 +1,16 @@
 """ParallelConfig (the degrees dp tp pp vpp cp ep and per-step options) and the stage layout (layers per
-pipeline stage); the rules a configuration must keep are `check_config`'s."""
+pipeline stage); the rules a configuration must keep are RULES, read through `config_violations`."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gplan.errors import InputError
-from gplan.spec.model import ModelSpec, check_tp_divides
+from gplan.spec.model import ModelSpec
 from gplan.spec.training import TrainingSpec
 
 Recompute = Literal["none", "selective", "full"]
@@ -170,78 +171,190 @@ def empty_stage(embedding: bool, head: bool, node_group: int = 0) -> StageLayout
     return StageLayout(layers=[], embedding=embedding, head=head, node_group=node_group)
 
 
+@dataclass(frozen=True)
+class Violation:
+    """A rule a configuration (or a stage split) breaks: which, in words, and what keeps it."""
+
+    rule: str
+    message: str
+    hint: str
+
+
+Rule = Callable[[ModelSpec, TrainingSpec, ParallelConfig, int], "Violation | None"]
+
+
+def _world(model: ModelSpec, training: TrainingSpec, c: ParallelConfig, devices: int) -> Violation | None:
+    if c.world_size != devices:
+        return Violation("world_size", f"dp·tp·pp·cp = {c.dp}·{c.tp}·{c.pp}·{c.cp} = {c.world_size} ≠ {devices} devices",
+                         "make the product of the degrees equal --devices")
+    return None
+
+
+def _tp(model: ModelSpec, training: TrainingSpec, c: ParallelConfig, devices: int) -> Violation | None:
+    """Megatron splits attention by heads and the MLP by columns (`ModelSpec.tp_divides`)."""
+    if model.tp_divides(c.tp):
+        return None
+    if model.num_attention_heads % c.tp or model.kv_heads % c.tp:
+        return Violation("tp", f"tp={c.tp} does not divide the model's heads ({model.num_attention_heads} attention, "
+                               f"{model.kv_heads} kv)", "choose tp among the common divisors of the attention and kv "
+                               "head counts")
+    return Violation("tp", f"tp={c.tp} does not divide ffn_hidden_size {model.ffn_size}",
+                     "choose a tp that divides the MLP width")
+
+
+def _dense_experts(model: ModelSpec, training: TrainingSpec, c: ParallelConfig, devices: int) -> Violation | None:
+    if not model.is_moe and (c.ep > 1 or c.etp > 1):
+        return Violation("ep", f"ep={c.ep} etp={c.etp}: expert parallelism needs a mixture-of-experts model",
+                         "use ep=1 etp=1 (num_experts in the model file makes it an MoE)")
+    return None
+
+
+def _ep_divides(model: ModelSpec, training: TrainingSpec, c: ParallelConfig, devices: int) -> Violation | None:
+    """Megatron's validate_args: "Number of experts should be a multiple of expert model parallel_size"."""
+    if model.is_moe and model.num_experts % c.ep:
+        return Violation("ep", f"ep={c.ep} does not divide the {model.num_experts} experts",
+                         "choose ep dividing num_experts")
+    return None
+
+
+def _etp_divides(model: ModelSpec, training: TrainingSpec, c: ParallelConfig, devices: int) -> Violation | None:
+    if model.is_moe and model.expert_ffn_size % c.etp:
+        return Violation("etp", f"etp={c.etp} does not divide the expert FFN width {model.expert_ffn_size}",
+                         "choose etp dividing moe_ffn_hidden_size")
+    return None
+
+
+def _expert_grid(model: ModelSpec, training: TrainingSpec, c: ParallelConfig, devices: int) -> Violation | None:
+    """The expert grid etp·ep folds into a stage's dp·tp·cp ranks."""
+    if model.is_moe and (c.dp * c.tp * c.cp) % (c.ep * c.etp):
+        return Violation("ep", f"the expert grid etp·ep = {c.etp}·{c.ep} does not fold into a stage's "
+                               f"dp·tp·cp = {c.dp * c.tp * c.cp} ranks", "choose ep·etp dividing dp·tp·cp")
+    return None
+
+
+def _moe_sp(model: ModelSpec, training: TrainingSpec, c: ParallelConfig, devices: int) -> Violation | None:
+    """Megatron's validate_args: "When using MoE and tensor parallelism, sequence parallelism must be used"."""
+    if model.is_moe and c.tp > 1 and not c.sp:
+        return Violation("sp", "a mixture of experts with tp > 1 needs sequence parallelism (Megatron asserts it)",
+                         "add sp (sp=true in --config, --sp)")
+    return None
+
+
+def _moe_zero(model: ModelSpec, training: TrainingSpec, c: ParallelConfig, devices: int) -> Violation | None:
+    if model.is_moe and c.zero >= 2:
+        return Violation("zero", f"zero {c.zero} with routed experts is not priced (gplan prices their distributed "
+                                 "optimizer, zero 1, as every published MoE recipe runs)", "use zero 0 or 1")
+    return None
+
+
+def _ep_fp16(model: ModelSpec, training: TrainingSpec, c: ParallelConfig, devices: int) -> Violation | None:
+    """Megatron's validate_args: "Expert parallelism is not supported with fp16 training"."""
+    if model.is_moe and c.ep > 1 and training.precision == "fp16":
+        return Violation("ep", "expert parallelism does not train in fp16 (Megatron asserts it)",
+                         "use --precision bf16")
+    return None
+
+
+def _pp_layers(model: ModelSpec, training: TrainingSpec, c: ParallelConfig, devices: int) -> Violation | None:
+    if c.pp > model.total_layers:
+        return Violation("pp", f"pp={c.pp} exceeds the model's {model.total_layers} layers", "use pp ≤ number of layers")
+    return None
+
+
+def _vpp_chunks(model: ModelSpec, training: TrainingSpec, c: ParallelConfig, devices: int) -> Violation | None:
+    """Every chunk holds a layer, except that the first may hold only the embedding and the last only the
+    loss (`min_stage_layers`)."""
+    if c.vpp > 1 and model.total_layers < c.pp * c.vpp - 2:
+        return Violation("vpp", f"vpp={c.vpp}: {model.total_layers} layers do not fill pp·vpp = {c.pp * c.vpp} chunks "
+                                "(the first may hold only the embedding, the last only the loss)",
+                         "choose vpp so that every chunk holds a layer")
+    return None
+
+
+def _batch(model: ModelSpec, training: TrainingSpec, c: ParallelConfig, devices: int) -> Violation | None:
+    if training.gbs % (c.mbs * c.dp):
+        return Violation("gbs", f"gbs={training.gbs} is not a multiple of mbs·dp = {c.mbs}·{c.dp}",
+                         "choose gbs, mbs and dp so that mbs·dp divides gbs")
+    return None
+
+
+def _interleaved_microbatches(model: ModelSpec, training: TrainingSpec, c: ParallelConfig,
+                              devices: int) -> Violation | None:
+    """Megatron's interleaved schedule runs the micro-batches in groups of pp."""
+    if c.vpp > 1 and not training.gbs % (c.mbs * c.dp) and c.microbatches_for(training.gbs) % c.pp:
+        return Violation("vpp", f"the interleaved schedule needs micro-batches ({c.microbatches_for(training.gbs)}) "
+                                f"to be a multiple of pp={c.pp}", "change gbs or mbs, or use vpp=1")
+    return None
+
+
+def _cp_chunks(model: ModelSpec, training: TrainingSpec, c: ParallelConfig, devices: int) -> Violation | None:
+    """The load-balanced causal split of context parallelism: 2·cp chunks."""
+    if c.cp > 1 and training.seq_length % (2 * c.cp):
+        return Violation("cp", f"seq_length {training.seq_length} does not split into 2·cp = {2 * c.cp} chunks (the "
+                               "load-balanced causal split of context parallelism)",
+                         "choose cp so that 2·cp divides the sequence length")
+    return None
+
+
+def _seq_split(model: ModelSpec, training: TrainingSpec, c: ParallelConfig, devices: int) -> Violation | None:
+    if training.seq_length % (c.cp * (c.tp if c.sp else 1)):
+        return Violation("seq_length", f"seq_length {training.seq_length} does not split over cp·(tp if sp) ranks",
+                         "choose cp (and tp with sp) dividing the sequence length")
+    return None
+
+
+RULES: tuple[Rule, ...] = (_world, _tp, _dense_experts, _ep_divides, _etp_divides, _expert_grid, _moe_sp, _moe_zero,
+                           _ep_fp16, _pp_layers, _vpp_chunks, _batch, _interleaved_microbatches, _cp_chunks, _seq_split)
+"""The rules every configuration keeps, in the order they are reported: the one rule set that
+`check_config`, the search space (planner.space), `--stages` and the plan check read."""
+DEGREE_RULES: tuple[Rule, ...] = (_world, _tp, _pp_layers, _cp_chunks, _seq_split)
+"""The rules that read only the degrees dp tp pp cp (and sp = tp > 1)."""
+BATCH_RULES: tuple[Rule, ...] = (_vpp_chunks, _batch, _interleaved_microbatches)
+"""The rules that read the degrees with mbs and vpp."""
+SHARDING_RULES: tuple[Rule, ...] = (_moe_zero,)
+"""The rules that read zero."""
+EXPERT_RULES: tuple[Rule, ...] = (_dense_experts, _ep_divides, _etp_divides, _expert_grid, _moe_sp, _ep_fp16)
+"""The rules that read ep and etp. The search asks each group at the loop that sets what it reads, so a
+degree tuple, a batch split or a sharding level that breaks a rule is left before its options are built;
+the four groups are RULES, each rule once (tests/spec: test_rule_groups_are_the_rules)."""
+
+
+def config_violations(model: ModelSpec, training: TrainingSpec, config: ParallelConfig,
+                      devices: int | None = None) -> list[Violation]:
+    """Every rule `config` breaks on `devices` (default: its own world size)."""
+    devices = config.world_size if devices is None else devices
+    return [v for rule in RULES if (v := rule(model, training, config, devices)) is not None]
+
+
+def keeps_rules(model: ModelSpec, training: TrainingSpec, config: ParallelConfig,
+                rules: tuple[Rule, ...] = RULES) -> bool:
+    """Whether `config` breaks none of `rules` on its own world size (stops at the first it breaks: the
+    search asks this of every candidate)."""
+    return not any(rule(model, training, config, config.world_size) for rule in rules)
+
+
 def check_config(model: ModelSpec, training: TrainingSpec, config: ParallelConfig, devices: int) -> None:
-    """Reject a configuration that cannot run, with the rule it breaks."""
-    if config.world_size != devices:
-        raise InputError(
-            f"dp·tp·pp·cp = {config.dp}·{config.tp}·{config.pp}·{config.cp} = {config.world_size} "
-            f"≠ {devices} devices",
-            hint="make the product of the degrees equal --devices",
-        )
-    check_tp_divides(model, config.tp)
-    check_expert_degrees(model, training, config)
-    if config.pp > model.total_layers:
-        raise InputError(f"pp={config.pp} exceeds the model's {model.total_layers} layers",
-                         hint="use pp ≤ number of layers")
-    if config.vpp > 1 and model.total_layers < config.pp * config.vpp - 2:
-        raise InputError(
-            f"vpp={config.vpp}: {model.total_layers} layers do not fill pp·vpp = {config.pp * config.vpp} chunks "
-            "(the first may hold only the embedding, the last only the loss)",
-            hint="choose vpp so that every chunk holds a layer",
-        )
-    if training.gbs % (config.mbs * config.dp):
-        raise InputError(
-            f"gbs={training.gbs} is not a multiple of mbs·dp = {config.mbs}·{config.dp}",
-            hint="choose gbs, mbs and dp so that mbs·dp divides gbs",
-        )
-    m = config.microbatches_for(training.gbs)
-    if config.vpp > 1 and m % config.pp:
-        raise InputError(
-            f"the interleaved schedule needs micro-batches ({m}) to be a multiple of pp={config.pp}",
-            hint="change gbs or mbs, or use vpp=1",
-        )
-    if config.cp > 1 and training.seq_length % (2 * config.cp):
-        raise InputError(
-            f"seq_length {training.seq_length} does not split into 2·cp = {2 * config.cp} chunks (the load-balanced "
-            "causal split of context parallelism)", hint="choose cp so that 2·cp divides the sequence length")
-    if training.seq_length % (config.cp * (config.tp if config.sp else 1)):
-        raise InputError(
-            f"seq_length {training.seq_length} does not split over cp·(tp if sp) ranks",
-            hint="choose cp (and tp with sp) dividing the sequence length",
-        )
+    """Reject a configuration that cannot run, with the first rule it breaks."""
+    found = config_violations(model, training, config, devices)
+    if found:
+        raise InputError(found[0].message, hint=found[0].hint)
 
 
-def check_expert_degrees(model: ModelSpec, training: TrainingSpec, config: ParallelConfig) -> None:
-    """ep and etp: only with experts; ep divides the experts and etp the expert width (Megatron's
-    validate_args: "Number of experts should be a multiple of expert model parallel_size."); the expert
-    grid etp·ep folds into a stage's dp·tp·cp ranks; MoE with tp needs sequence parallelism ("When using
-    MoE and tensor parallelism, sequence parallelism must be used."), and ep not fp16 ("Expert
-    parallelism is not supported with fp16 training.")."""
-    c = config
-    if not model.is_moe:
-        if c.ep > 1 or c.etp > 1:
-            raise InputError(f"ep={c.ep} etp={c.etp}: expert parallelism needs a mixture-of-experts model",
-                             hint="use ep=1 etp=1 (num_experts in the model file makes it an MoE)")
-        return
-    if model.num_experts % c.ep:
-        raise InputError(f"ep={c.ep} does not divide the {model.num_experts} experts",
-                         hint="choose ep dividing num_experts")
-    if model.expert_ffn_size % c.etp:
-        raise InputError(f"etp={c.etp} does not divide the expert FFN width {model.expert_ffn_size}",
-                         hint="choose etp dividing moe_ffn_hidden_size")
-    per_stage = c.dp * c.tp * c.cp
-    if per_stage % (c.ep * c.etp):
-        raise InputError(f"the expert grid etp·ep = {c.etp}·{c.ep} does not fold into a stage's "
-                         f"dp·tp·cp = {per_stage} ranks", hint="choose ep·etp dividing dp·tp·cp")
-    if c.tp > 1 and not c.sp:
-        raise InputError("a mixture of experts with tp > 1 needs sequence parallelism (Megatron asserts it)",
-                         hint="add sp (sp=true in --config, --sp)")
-    if c.zero >= 2:
-        raise InputError(f"zero {c.zero} with routed experts is not priced (gplan prices their distributed "
-                         "optimizer, zero 1, as every published MoE recipe runs)", hint="use zero 0 or 1")
-    if c.ep > 1 and training.precision == "fp16":
-        raise InputError("expert parallelism does not train in fp16 (Megatron asserts it)",
-                         hint="use --precision bf16")
+def split_violations(model: ModelSpec, config: ParallelConfig, sizes: list[int]) -> list[Violation]:
+    """What a stage split breaks: one count per stage, the model's layers in all, each stage filling its
+    chunks (`min_stage_layers`)."""
+    found = []
+    if len(sizes) != config.pp:
+        found.append(Violation("stages", f"{len(sizes)} stages for pp={config.pp}", f"give pp={config.pp} counts"))
+    if sum(sizes) != model.total_layers:
+        found.append(Violation("stages", f"the stages hold {sum(sizes)} of the model's {model.total_layers} layers",
+                               f"give counts summing to {model.total_layers}"))
+    for i, n in enumerate(sizes):
+        if n < min_stage_layers(i, len(sizes), config.vpp):
+            found.append(Violation("stages", f"stage {i}: {n} layers do not fill vpp={config.vpp} chunks",
+                                   f"each stage holds ≥ vpp={config.vpp} layers (the first and last one fewer: "
+                                   "their end chunks may hold only the embedding or the loss)"))
+    return found
 
 
 def min_stage_layers(stage: int, pp: int, vpp: int) -> int:

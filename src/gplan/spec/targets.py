@@ -8,161 +8,15 @@ avoids it. The rules are the engines' own (cited per field) or the limits of gpl
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
+from gplan.spec.engines import ENGINES
+from gplan.spec.engines.profile import Capabilities
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import LayerCount, ParallelConfig, StageLayout, even_sizes
 from gplan.spec.training import LOW_PRECISION, TrainingSpec
 
-Recompute = Literal["per_layer", "per_stage", "block", "every_layer"]
-ExpertTp = Literal["none", "etp", "etp1", "follows_tp", "any"]
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    name: str
-    schedules: frozenset[str]
-    """Pipeline schedules it runs."""
-    microbatches_at_least_stages: bool
-    """1F1B needs m ≥ pp (torch.distributed.pipelining's Schedule1F1B refuses fewer)."""
-    cp: bool
-    """Context parallelism."""
-    tied_embeddings_across_stages: bool
-    """A tied embedding and head on different pipeline stages (their gradients all-reduced)."""
-    recompute: Recompute
-    """per_layer: any mix on any stage; per_stage: one count per option per stage (MindFormers' lists);
-    block: Megatron's `--recompute-method block` — the first N layers of every model chunk recompute
-    fully, or every layer selectively; every_layer: one policy for all layers (torchtitan)."""
-    uneven_split: bool
-    """Stages with different numbers of layers."""
-    zero: frozenset[int]
-    zero_with_pp: frozenset[int]
-    """Optimizer/gradient/weight sharding levels allowed together with pipeline stages."""
-    encoder_decoder: bool
-    llama_family_only: bool = False
-    """Only swiglu, RMSNorm and RoPE (the MindSpore worker's and torchtitan's llama3 model)."""
-    tied_embeddings: bool = False
-    """With llama_family_only: whether its model may tie the head to the embedding (torchtitan's
-    `enable_weight_tying`)."""
-    precisions: frozenset[str] = frozenset({"bf16", "fp16", "fp32"})
-    """Training precisions it runs (FP8 recipes need Transformer Engine or torchao's kernels)."""
-    low_precision_experts: bool = False
-    """Whether its routed experts' grouped GEMMs run the low-precision recipe too (Transformer Engine's
-    grouped FP8 GEMMs in Megatron-core); where not, it refuses an FP8 plan with experts rather than train
-    them in BF16 under a price that assumed FP8."""
-    mtp: bool = False
-    """Multi-token prediction depths on the last stage (Megatron's `--mtp-num-layers`, MindFormers'
-    `num_nextn_predict_layers`); the others build no MTP module."""
-    low_precision_tp: bool = True
-    """Whether its low-precision layers run sharded by tensor parallelism (torchao's float8 linear
-    layers take DTensor weights; its MXFP8Linear does not, so gplan's worker runs MXFP8 at tp = 1)."""
-    sliding_window: bool = False
-    """Sliding-window attention (Megatron's --window-size); gplan's workers run full attention."""
-    selective: bool = True
-    """Whether it recomputes the attention core alone (Megatron's selective recompute); torchtitan's
-    selective AC is per-operator (every other matmul), not that, so its plans recompute fully."""
-    experts: bool = False
-    """Mixture-of-experts layers and ep (Megatron-core's MoE layer; gplan's torch worker's MoE, with the
-    limits below); the other exports and the MindSpore worker build dense models today."""
-    latent_attention: bool = False
-    """Multi-head latent attention (Megatron-core's MLA; the torch worker's at tp = cp = 1)."""
-    latent_attention_split: bool = False
-    """MLA with tp or cp > 1."""
-    expert_tp: ExpertTp = "none"
-    """How experts meet tensor parallelism. none: tp = etp = 1; etp: tp = 1, etp a free degree (the torch
-    worker: its etp ranks gather their tokens, backends/torch/moe.py); etp1: any tp, experts never
-    tp-sharded (MindFormers: its grouped experts keep the whole width and ep folds into dp·tp,
-    `parallel_core/training_graph/transformer/moe/ffn.py`); follows_tp: tp-sharded at ep 1 and
-    ep-sharded alone with ep, so etp = tp at ep 1, else 1 (torchtitan 0.3's
-    `models/common/moe_sharding.py`, `_routed_experts_sharding_configs`); any: etp a free degree
-    (Megatron's --expert-tensor-parallel-size)."""
-    expert_zero: frozenset[int] = frozenset({0, 1})
-    """Optimizer sharding with experts (the worker: 0, its experts outside FSDP)."""
-    ep_within_fsdp: bool = False
-    """The ep group folds into the FSDP-sharded, cp and tp ranks only (torchtitan's `ParallelDims`:
-    efsdp = dp_shard·cp·tp/ep, dp_replicate outside it); zero 0 replicates dp, so ep must divide cp·tp."""
-    experts_with_pp: bool = True
-    """MoE layers inside pipeline stages (Megatron-DeepSpeed's MoE examples: "we don't support PP for
-    MoE", examples_deepspeed/MoE/ds_pretrain_gpt_*_MoE*.sh)."""
-    token_dropping: bool = False
-    """Expert capacity (a model's capacity_factor: tokens over it dropped); the others run dropless."""
-    expert_families: frozenset[str] | None = None
-    """The mixture-of-experts shapes its model code builds (`expert_family`); None: any."""
-    uneven_interleaved: bool = False
-    """Interleaved chunks of different sizes (Megatron's `--pipeline-model-parallel-layout`), so that
-    pp·vpp need not divide the layers."""
-    tp_comm_overlap: frozenset[str] = frozenset()
-    """Precisions at which it overlaps sequence parallelism's all-gathers and reduce-scatters with the
-    GEMMs beside them (Megatron-LM's `--tp-comm-overlap`: Transformer Engine's userbuffers, inside an
-    NVLink domain; `overlaps_tp_comm`). Megatron-Bridge's performance recipes run it wherever tp > 1
-    except NVFP4 (`scripts/performance/configs/llama/llama3_llm_pretrain.py`: `tp_comm_overlap = False
-    if precision == "nvfp4"`)."""
-    no_param_gather_overlap: frozenset[str] = frozenset()
-    """Precisions at which the distributed optimizer's parameter all-gather is not overlapped with the
-    next forward (Megatron-Bridge turns `overlap_param_gather` off for MXFP8 — "keeping this enabled
-    causes NaN grad norm", the same file — so gplan's export does too)."""
-
-
-ALL_SCHEDULES = frozenset({"gpipe", "1f1b", "interleaved_1f1b"})
-ALL_ZERO = frozenset({0, 1, 2, 3})
-
-TARGETS: dict[str, Capabilities] = {
-    # gplan's torch worker (backends/torch): cp with its own ring attention (apply_cp.py).
-    # MoE (backends/torch/moe.py): ep with all_to_all_single, etp over gathered tokens; tp = 1, zero 0.
-    "torch": Capabilities("torch", ALL_SCHEDULES, microbatches_at_least_stages=True, cp=True,
-                          tied_embeddings_across_stages=True, recompute="per_layer", uneven_split=True,
-                          zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False, experts=True,
-                          expert_zero=frozenset({0}), latent_attention=True, expert_tp="etp",
-                          # torchao (backends/torch/apply_lowp.py): float8 tensorwise and rowwise, MXFP8
-                          precisions=frozenset({"bf16", "fp16", "fp32", "fp8", "fp8-rowwise", "mxfp8"}),
-                          low_precision_tp=False),
-    # gplan's MindSpore worker (backends/mindspore): the Llama family; MindSpore's Pipeline cell runs 1F1B.
-    "mindspore": Capabilities("mindspore", frozenset({"1f1b", "interleaved_1f1b"}), microbatches_at_least_stages=True,
-                              cp=False, tied_embeddings_across_stages=False, recompute="per_layer", uneven_split=True,
-                              zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False, llama_family_only=True),
-    # Megatron-LM: one --recompute-num-layers for every chunk (arguments.py, --recompute-method block);
-    # --recompute-granularity selective takes no method: every layer (validate_args).
-    "megatron": Capabilities("megatron", frozenset({"1f1b", "interleaved_1f1b"}), microbatches_at_least_stages=False,
-                             cp=True, tied_embeddings_across_stages=True, recompute="block", uneven_split=True,
-                             zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False, sliding_window=True,
-                             precisions=frozenset({"bf16", "fp16", "fp32", "fp8", "mxfp8", "nvfp4"}),
-                             low_precision_experts=True, mtp=True,
-                             experts=True, latent_attention=True, latent_attention_split=True, expert_tp="any",
-                             uneven_interleaved=True, token_dropping=True,
-                             tp_comm_overlap=frozenset({"bf16", "fp16", "fp8", "mxfp8"}),
-                             no_param_gather_overlap=frozenset({"mxfp8"})),
-    # torchtitan: one activation-checkpoint policy for all layers (apply_ac over every block); its llama3
-    # module (swiglu, RMSNorm, RoPE); FSDP2 has no optimizer-only sharding, so zero 1 runs as zero 2
-    # there (the export says so). Stages are exact: the export lists every chunk's modules. Experts:
-    # its qwen3 and deepseek_v3 models (MoE layers with ep; MLA left at tp = cp = 1 here, not checked).
-    "torchtitan": Capabilities("torchtitan", ALL_SCHEDULES, microbatches_at_least_stages=True, cp=True,
-                               tied_embeddings_across_stages=False, recompute="every_layer", uneven_split=True,
-                               zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False, llama_family_only=True,
-                               tied_embeddings=True, selective=False, experts=True, latent_attention=True,
-                               expert_tp="follows_tp", ep_within_fsdp=True,
-                               expert_families=frozenset({"qwen3_moe", "deepseek_v3"}),
-                               # 0.3.0's converters: Float8LinearConverter (recipes rowwise and
-                               # rowwise_with_gw_hp only: an fp8 plan runs rowwise there, and is priced
-                               # so) and MXFP8LinearConverter (components/quantization/float8.py, mx.py)
-                               precisions=frozenset({"bf16", "fp32", "fp8", "fp8-rowwise", "mxfp8"})),
-    # Megatron-DeepSpeed: its pipeline engine takes ZeRO ≤ 1; its partition method (type:transformer)
-    # splits the layers evenly; its pipeline engine checkpoints every layer (--checkpoint-activations),
-    # selective is Megatron's core-attention recompute on every layer.
-    # Experts: DeepSpeed-MoE layers in Megatron-DeepSpeed's GPT (every layer, Mixtral-shaped), without pp.
-    "deepspeed": Capabilities("deepspeed", frozenset({"1f1b"}), microbatches_at_least_stages=False, cp=False,
-                              tied_embeddings_across_stages=True, recompute="every_layer", uneven_split=False,
-                              zero=ALL_ZERO, zero_with_pp=frozenset({0, 1}), encoder_decoder=False, experts=True,
-                              expert_tp="etp1", experts_with_pp=False, token_dropping=True,
-                              expert_families=frozenset({"mixtral"})),
-    # MindFormers: per-stage recompute counts (recompute_config lists), offsets for uneven splits.
-    # Experts: its parallel_core Qwen3-MoE and DeepSeek-V3 models (use_legacy: False).
-    "mindformers": Capabilities("mindformers", frozenset({"1f1b", "interleaved_1f1b"}),
-                                microbatches_at_least_stages=True, cp=False, tied_embeddings_across_stages=False,
-                                recompute="per_stage", uneven_split=True, zero=ALL_ZERO, zero_with_pp=ALL_ZERO,
-                                encoder_decoder=False, llama_family_only=True, experts=True, latent_attention=True,
-                                latent_attention_split=True, expert_tp="etp1", token_dropping=True,
-                                expert_families=frozenset({"qwen3_moe", "deepseek_v3"}), mtp=True),
-}
+TARGETS: dict[str, Capabilities] = {name: engine.capabilities for name, engine in ENGINES.items()}
+"""Every engine's capabilities (spec.engines, one file per engine): what `--target` takes."""
 
 
 @dataclass(frozen=True)
@@ -185,12 +39,16 @@ class Refusal:
 
 
 #: The targets `gplan launch` runs itself; the others are reached through `gplan export`.
-LAUNCH_BACKENDS = ("torch", "mindspore")
+LAUNCH_BACKENDS = tuple(name for name, engine in ENGINES.items() if engine.launches)
 
 
 def how_to_run(target: str) -> str:
     """The command that hands a plan to `target`."""
-    return f"gplan launch PLAN --backend {target}" if target in LAUNCH_BACKENDS else f"gplan export PLAN --to {target}"
+    if target in LAUNCH_BACKENDS:
+        return f"gplan launch PLAN --backend {target}"
+    if ENGINES[target].exporter:
+        return f"gplan export PLAN --to {target}"
+    return f"{ENGINES[target].title}'s own launcher, with the plan's degrees (gplan writes no {target} files)"
 
 
 def expert_family(model: ModelSpec) -> str:
@@ -242,6 +100,11 @@ def config_refusals(target: Capabilities, model: ModelSpec, config: ParallelConf
                     num_microbatches: int, precision: str | None = None) -> list[Refusal]:
     """What `target` cannot run in a configuration, before any stage split."""
     t, c, found = target.name, config, []
+    if not target.tensor_parallel and c.tp > 1:
+        found.append(Refusal("tensor_parallel", f"{t} shards data parallel alone, no tensor parallelism (tp={c.tp})",
+                             "--tp 1"))
+    if not target.pipeline and c.pp > 1:
+        found.append(Refusal("pipeline", f"{t} runs no pipeline stages (pp={c.pp})", "--pp 1"))
     if (model.is_moe and not target.experts) or (model.is_mla and not target.latent_attention):
         what = "routed experts" if model.is_moe and not target.experts else "latent attention"
         found.append(Refusal("experts", f"{t} builds dense models with standard attention here, not "

@@ -7,6 +7,7 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from gplan.io import drop_defaults
+from gplan.spec.engines import ENGINE_NAMES
 
 Precision = Literal["bf16", "fp16", "fp32", "fp8", "fp8-rowwise", "mxfp8", "nvfp4"]
 """fp8: FP8 GEMMs with per-tensor current scaling (Transformer Engine's `tensorwise`, Megatron-Bridge's
@@ -23,9 +24,9 @@ TENSOR_CORE_FORMAT = {"fp8-rowwise": "fp8"}
 
 def tensor_core_format(precision: str) -> str:
     return TENSOR_CORE_FORMAT.get(precision, precision)
-Engine = Literal["torch", "mindspore", "megatron", "torchtitan", "deepspeed", "mindformers", "llm-foundry"]
-"""The backends and export targets, and llm-foundry (MosaicML's FSDP stack): an engine gplan prices
-published runs of but neither launches nor exports to."""
+Engine = Literal[ENGINE_NAMES]  # type: ignore[valid-type]
+"""The engines of spec.engines: gplan's workers, the export targets, and llm-foundry (MosaicML's FSDP
+stack), which gplan prices but neither launches nor exports to."""
 
 #: Bytes of one activation or weight element in each training precision.
 ELEMENT_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 2, "fp8-rowwise": 2, "mxfp8": 2, "nvfp4": 2}

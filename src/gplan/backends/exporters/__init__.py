@@ -54,17 +54,25 @@ class Target:
     """`--target-version` choices -> what the header names; the first is the default."""
 
 
-def targets() -> dict[str, Target]:
-    from gplan.backends.exporters import deepspeed, kubernetes, megatron, mindformers, slurm, torchtitan
+DEPLOYMENTS = {"k8s": "kubernetes", "slurm": "slurm"}
+"""Export targets that are not engines: gplan's torch worker deployed by a scheduler."""
 
-    return {
-        "megatron": Target(megatron.export, "megatron", megatron.VERSIONS),
-        "torchtitan": Target(torchtitan.export, "torchtitan", torchtitan.VERSIONS),
-        "deepspeed": Target(deepspeed.export, "deepspeed", deepspeed.VERSIONS),
-        "mindformers": Target(mindformers.export, "mindformers", mindformers.VERSIONS),
-        "k8s": Target(kubernetes.export, "torch", kubernetes.VERSIONS),
-        "slurm": Target(slurm.export, "torch", slurm.VERSIONS),
-    }
+
+def targets() -> dict[str, Target]:
+    """Every engine with an exporter (spec.engines: its `exporter` module here), then the deployments."""
+    import importlib
+
+    from gplan.spec.engines import ENGINES
+
+    found = {}
+    for name, engine in ENGINES.items():
+        if engine.exporter:
+            module = importlib.import_module(f"gplan.backends.exporters.{engine.exporter}")
+            found[name] = Target(module.export, name, module.VERSIONS)
+    for name, module_name in DEPLOYMENTS.items():
+        module = importlib.import_module(f"gplan.backends.exporters.{module_name}")
+        found[name] = Target(module.export, "torch", module.VERSIONS)
+    return found
 
 
 def stamp(plan: Plan, version: str = "", comment: str = "#") -> str:

@@ -49,7 +49,8 @@ class Ring:
 def load_balanced_positions(seq: int, cp: int, index: int) -> torch.Tensor:
     """The global positions cp rank `index` holds: chunks `index` and `2·cp − 1 − index` of 2·cp."""
     if seq % (2 * cp):
-        raise ValueError(f"sequence length {seq} does not split into 2·cp = {2 * cp} chunks")
+        # the plan check refuses such a plan first (spec.parallel's cp rule): this is a caller's error
+        raise ValueError(f"load_balanced_positions: seq {seq} over 2·cp = {2 * cp} chunks")
     chunk = seq // (2 * cp)
     first, second = index * chunk, (2 * cp - 1 - index) * chunk
     return torch.cat([torch.arange(first, first + chunk), torch.arange(second, second + chunk)])

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from gplan.errors import InputError
 from gplan.planner.logs import deepspeed
+from gplan.spec.engines import ENGINES
 from gplan.spec.model import ModelSpec
 
 ARGS_BEGIN = re.compile(r"-{8,} arguments -{8,}")
@@ -47,9 +48,9 @@ SKIPPED = re.compile(r"number of skipped iterations:\s*(\d+)")
 MEMORY = re.compile(r"\[Rank (\d+)\] \(after (\d+) iterations\) memory \(MB\) \| allocated: ([\d.]+) \| "
                     r"max allocated: ([\d.]+) \| reserved: ([\d.]+) \| max reserved: ([\d.]+)")
 PADDED_VOCAB = re.compile(r"padded vocab \(size: \d+\) with \d+ dummy tokens \(new size: (\d+)\)")
-OTHER_ENGINES = {"torchtitan": re.compile(r"step:\s*\d+\s+loss:.*(tps|mfu)"),
-                 "deepspeed": re.compile(r"samples/sec|DeepSpeed ?Engine|RunningAvgSamplesPerSec"),
-                 "mindformers": re.compile(r"per_step_time|MindFormers")}
+OTHER_ENGINES = {name: re.compile(engine.log_signature) for name, engine in ENGINES.items()
+                 if engine.log_signature and name != "megatron"}
+"""The other engines' logs, by the signatures spec.engines gives them."""
 REQUIRED = ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "micro_batch_size", "global_batch_size",
             "tensor_model_parallel_size", "pipeline_model_parallel_size", "world_size")
 WARMUP_INTERVALS = 1

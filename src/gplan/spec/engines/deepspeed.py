@@ -1,0 +1,23 @@
+"""Megatron-DeepSpeed: its pipeline engine takes ZeRO ≤ 1; its partition method (type:transformer) splits
+the layers evenly; its pipeline engine checkpoints every layer (--checkpoint-activations), selective is
+Megatron's core-attention recompute on every layer. Experts: DeepSpeed-MoE layers in Megatron-DeepSpeed's
+GPT (every layer, Mixtral-shaped), without pp."""
+
+from gplan.spec.engines.profile import ALL_ZERO, Capabilities, EngineProfile, MemoryAccounting
+
+ENGINE = EngineProfile(
+    name="deepspeed", title="DeepSpeed (Megatron-DeepSpeed)", order=4, exporter="deepspeed",
+    capabilities=Capabilities("deepspeed", frozenset({"1f1b"}), microbatches_at_least_stages=False, cp=False,
+                              tied_embeddings_across_stages=True, recompute="every_layer", uneven_split=False,
+                              zero=ALL_ZERO, zero_with_pp=frozenset({0, 1}), encoder_decoder=False, experts=True,
+                              expert_tp="etp1", experts_with_pp=False, token_dropping=True,
+                              expert_families=frozenset({"mixtral"})),
+    log_signature=r"samples/sec|DeepSpeed ?Engine|RunningAvgSamplesPerSec",
+    memory=MemoryAccounting(
+        states="deepspeed",
+        # its default reduce_bucket_size (runtime/zero/config.py), the 16-bit gradient bucket of ZeRO 1/2
+        reduce_bucket_elements=5e8,
+        # Megatron-DeepSpeed (2022, PyTorch 1.11, no expandable segments; its pipeline engine's buffers not
+        # itemised): fitted by `bench/memory.py --fit` on the 32 measured peaks of the BLOOM sweep (S12)
+        fragmentation=0.295),
+)

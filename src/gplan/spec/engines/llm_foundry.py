@@ -1,0 +1,17 @@
+"""MosaicML's llm-foundry (Composer over PyTorch FSDP1): data parallelism alone — `fsdp_config`'s
+sharding strategies FULL_SHARD (zero 3), SHARD_GRAD_OP (2) or NO_SHARD (0), no tensor, pipeline or
+context parallelism; `activation_checkpointing` recomputes every block; its MPT models (any shape, ALiBi
+or RoPE, with or without biases). gplan prices its published runs (S21) and its plans; it neither
+launches nor exports to it."""
+
+from gplan.spec.engines.profile import Capabilities, EngineProfile, MemoryAccounting
+
+ENGINE = EngineProfile(
+    name="llm-foundry", title="llm-foundry", order=6,
+    capabilities=Capabilities("llm-foundry", frozenset({"1f1b"}), microbatches_at_least_stages=False, cp=False,
+                              tied_embeddings_across_stages=False, recompute="every_layer", uneven_split=False,
+                              zero=frozenset({0, 2, 3}), zero_with_pp=frozenset({0, 2, 3}), encoder_decoder=False,
+                              selective=False, tensor_parallel=False, pipeline=False),
+    # its fused cross-entropy (flash-attn's, inplace_backward) keeps no fp32 logits and works in place
+    memory=MemoryAccounting(states="fsdp", fp32_logits=False, loss_grad="fused"),
+)

@@ -1,0 +1,20 @@
+"""Megatron-LM (and NeMo / Megatron-Bridge, which run Megatron-core): one --recompute-num-layers for every
+chunk (arguments.py, --recompute-method block); --recompute-granularity selective takes no method: every
+layer (validate_args)."""
+
+from gplan.spec.engines.profile import ALL_ZERO, Capabilities, EngineProfile, MemoryAccounting
+
+ENGINE = EngineProfile(
+    name="megatron", title="Megatron-LM", order=2, exporter="megatron",
+    capabilities=Capabilities("megatron", frozenset({"1f1b", "interleaved_1f1b"}), microbatches_at_least_stages=False,
+                              cp=True, tied_embeddings_across_stages=True, recompute="block", uneven_split=True,
+                              zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False, sliding_window=True,
+                              precisions=frozenset({"bf16", "fp16", "fp32", "fp8", "mxfp8", "nvfp4"}),
+                              low_precision_experts=True, mtp=True,
+                              experts=True, latent_attention=True, latent_attention_split=True, expert_tp="any",
+                              uneven_interleaved=True, token_dropping=True,
+                              tp_comm_overlap=frozenset({"bf16", "fp16", "fp8", "mxfp8"}),
+                              no_param_gather_overlap=frozenset({"mxfp8"})),
+    log_signature=r"-{8,} end of arguments -{8,}",
+    memory=MemoryAccounting(),  # Megatron's theoretical_memory_usage: 18 bytes, the distributed optimizer's 6 + 12/d
+)

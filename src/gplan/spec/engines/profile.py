@@ -1,0 +1,157 @@
+"""What an engine is (spec.engines): its capabilities, how it keeps memory, what hands a plan to it.
+
+The fields are data, each with its source; the rules that read them live with their users
+(spec.targets: what an engine refuses; cost_models.memory: what it costs)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Recompute = Literal["per_layer", "per_stage", "block", "every_layer"]
+ExpertTp = Literal["none", "etp", "etp1", "follows_tp", "any"]
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    name: str
+    schedules: frozenset[str]
+    """Pipeline schedules it runs."""
+    microbatches_at_least_stages: bool
+    """1F1B needs m ≥ pp (torch.distributed.pipelining's Schedule1F1B refuses fewer)."""
+    cp: bool
+    """Context parallelism."""
+    tied_embeddings_across_stages: bool
+    """A tied embedding and head on different pipeline stages (their gradients all-reduced)."""
+    recompute: Recompute
+    """per_layer: any mix on any stage; per_stage: one count per option per stage (MindFormers' lists);
+    block: Megatron's `--recompute-method block` — the first N layers of every model chunk recompute
+    fully, or every layer selectively; every_layer: one policy for all layers (torchtitan)."""
+    uneven_split: bool
+    """Stages with different numbers of layers."""
+    zero: frozenset[int]
+    zero_with_pp: frozenset[int]
+    """Optimizer/gradient/weight sharding levels allowed together with pipeline stages."""
+    encoder_decoder: bool
+    llama_family_only: bool = False
+    """Only swiglu, RMSNorm and RoPE (the MindSpore worker's and torchtitan's llama3 model)."""
+    tied_embeddings: bool = False
+    """With llama_family_only: whether its model may tie the head to the embedding (torchtitan's
+    `enable_weight_tying`)."""
+    precisions: frozenset[str] = frozenset({"bf16", "fp16", "fp32"})
+    """Training precisions it runs (FP8 recipes need Transformer Engine or torchao's kernels)."""
+    low_precision_experts: bool = False
+    """Whether its routed experts' grouped GEMMs run the low-precision recipe too (Transformer Engine's
+    grouped FP8 GEMMs in Megatron-core); where not, it refuses an FP8 plan with experts rather than train
+    them in BF16 under a price that assumed FP8."""
+    mtp: bool = False
+    """Multi-token prediction depths on the last stage (Megatron's `--mtp-num-layers`, MindFormers'
+    `num_nextn_predict_layers`); the others build no MTP module."""
+    low_precision_tp: bool = True
+    """Whether its low-precision layers run sharded by tensor parallelism (torchao's float8 linear
+    layers take DTensor weights; its MXFP8Linear does not, so gplan's worker runs MXFP8 at tp = 1)."""
+    sliding_window: bool = False
+    """Sliding-window attention (Megatron's --window-size); gplan's workers run full attention."""
+    selective: bool = True
+    """Whether it recomputes the attention core alone (Megatron's selective recompute); torchtitan's
+    selective AC is per-operator (every other matmul), not that, so its plans recompute fully."""
+    experts: bool = False
+    """Mixture-of-experts layers and ep (Megatron-core's MoE layer; gplan's torch worker's MoE, with the
+    limits below); the other exports and the MindSpore worker build dense models today."""
+    latent_attention: bool = False
+    """Multi-head latent attention (Megatron-core's MLA; the torch worker's at tp = cp = 1)."""
+    latent_attention_split: bool = False
+    """MLA with tp or cp > 1."""
+    expert_tp: ExpertTp = "none"
+    """How experts meet tensor parallelism. none: tp = etp = 1; etp: tp = 1, etp a free degree (the torch
+    worker: its etp ranks gather their tokens, backends/torch/moe.py); etp1: any tp, experts never
+    tp-sharded (MindFormers: its grouped experts keep the whole width and ep folds into dp·tp,
+    `parallel_core/training_graph/transformer/moe/ffn.py`); follows_tp: tp-sharded at ep 1 and
+    ep-sharded alone with ep, so etp = tp at ep 1, else 1 (torchtitan 0.3's
+    `models/common/moe_sharding.py`, `_routed_experts_sharding_configs`); any: etp a free degree
+    (Megatron's --expert-tensor-parallel-size)."""
+    expert_zero: frozenset[int] = frozenset({0, 1})
+    """Optimizer sharding with experts (the worker: 0, its experts outside FSDP)."""
+    ep_within_fsdp: bool = False
+    """The ep group folds into the FSDP-sharded, cp and tp ranks only (torchtitan's `ParallelDims`:
+    efsdp = dp_shard·cp·tp/ep, dp_replicate outside it); zero 0 replicates dp, so ep must divide cp·tp."""
+    experts_with_pp: bool = True
+    """MoE layers inside pipeline stages (Megatron-DeepSpeed's MoE examples: "we don't support PP for
+    MoE", examples_deepspeed/MoE/ds_pretrain_gpt_*_MoE*.sh)."""
+    token_dropping: bool = False
+    """Expert capacity (a model's capacity_factor: tokens over it dropped); the others run dropless."""
+    expert_families: frozenset[str] | None = None
+    """The mixture-of-experts shapes its model code builds (`expert_family`); None: any."""
+    uneven_interleaved: bool = False
+    """Interleaved chunks of different sizes (Megatron's `--pipeline-model-parallel-layout`), so that
+    pp·vpp need not divide the layers."""
+    tp_comm_overlap: frozenset[str] = frozenset()
+    """Precisions at which it overlaps sequence parallelism's all-gathers and reduce-scatters with the
+    GEMMs beside them (Megatron-LM's `--tp-comm-overlap`: Transformer Engine's userbuffers, inside an
+    NVLink domain; `overlaps_tp_comm`). Megatron-Bridge's performance recipes run it wherever tp > 1
+    except NVFP4 (`scripts/performance/configs/llama/llama3_llm_pretrain.py`: `tp_comm_overlap = False
+    if precision == "nvfp4"`)."""
+    no_param_gather_overlap: frozenset[str] = frozenset()
+    """Precisions at which the distributed optimizer's parameter all-gather is not overlapped with the
+    next forward (Megatron-Bridge turns `overlap_param_gather` off for MXFP8 — "keeping this enabled
+    causes NaN grad norm", the same file — so gplan's export does too)."""
+    tensor_parallel: bool = True
+    """Tensor (and sequence) parallelism; FSDP-only stacks (llm-foundry) shard data parallel alone."""
+    pipeline: bool = True
+    """Pipeline stages."""
+
+
+ALL_SCHEDULES = frozenset({"gpipe", "1f1b", "interleaved_1f1b"})
+ALL_ZERO = frozenset({0, 1, 2, 3})
+
+
+StateRule = Literal["mixed_precision", "fsdp", "deepspeed"]
+LossGrad = Literal["in_place", "fp32_grad", "fused"]
+
+
+@dataclass(frozen=True)
+class MemoryAccounting:
+    """How an engine keeps a run's bytes where engines differ (cost_models.memory prices each rule)."""
+
+    states: StateRule = "mixed_precision"
+    """Weights, gradients and optimizer states per parameter (`state_bytes_per_param`): mixed_precision:
+    16-bit weights, fp32 main gradients, fp32 master and Adam (Megatron-LM's distributed optimizer,
+    MindSpore's optimizer parallel); fsdp: fp32 weights under autocast, FSDP2 sharding them (torch,
+    torchtitan, llm-foundry); deepspeed: DeepSpeed's ZeRO optimizers."""
+    fp32_logits: bool = True
+    """Whether the loss keeps an fp32 copy of the logits beside the 16-bit ones (`head_activation_bytes`);
+    a fused cross-entropy keeps none."""
+    loss_grad: LossGrad = "in_place"
+    """The loss backward's bytes per logit (`loss_working_bytes`): in_place: Megatron's vocab-parallel
+    cross-entropy writes into its softmax buffer (e); fp32_grad: PyTorch's `F.cross_entropy` on fp32
+    logits allocates the fp32 gradient and its 16-bit copy (4 + e); fused: in place, nothing."""
+    reduce_bucket_elements: float = 0.0
+    """A gradient bucket it reduces from with zero 1/2, in elements (DeepSpeed's `reduce_bucket_size`)."""
+    fragmentation: float = 0.0
+    """Allocator reserve beyond the allocated bytes where its measured peaks show more than the device's
+    default (a fraction of the allocated bytes)."""
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """One engine, in one place: adding an engine is a file in spec/engines with its ENGINE, and its tests."""
+
+    name: str
+    """What `--target`, plans and profiles call it."""
+    title: str
+    """How its users call it."""
+    order: int
+    """Its place in lists (help text, tables)."""
+    capabilities: Capabilities
+    """What it runs exactly as priced (spec.targets reads them)."""
+    memory: MemoryAccounting
+    exporter: str | None = None
+    """The module of gplan.backends.exporters that writes its files (`gplan export --to NAME`)."""
+    launches: bool = False
+    """Whether `gplan launch --backend NAME` runs it (gplan's own workers)."""
+    log_signature: str = ""
+    """A regular expression only its training logs match (planner.logs tells one engine's log from
+    another's by it)."""
+    efficiency: str = "engine_efficiency"
+    """Where its speed lives: the hardware catalogue's `engine_efficiency[name]` (fitted per hardware on
+    its runs, prior 1: the compute efficiencies are Megatron-LM's)."""

@@ -1,0 +1,17 @@
+"""gplan's own torch worker (backends/torch): cp with its own ring attention (apply_cp.py); MoE
+(backends/torch/moe.py) with ep over all_to_all_single and etp over gathered tokens at tp = 1, zero 0;
+torchao's float8 tensorwise and rowwise and MXFP8 (backends/torch/apply_lowp.py)."""
+
+from gplan.spec.engines.profile import ALL_SCHEDULES, ALL_ZERO, Capabilities, EngineProfile, MemoryAccounting
+
+ENGINE = EngineProfile(
+    name="torch", title="gplan's torch worker (torchrun, NCCL)", order=0, launches=True,
+    capabilities=Capabilities("torch", ALL_SCHEDULES, microbatches_at_least_stages=True, cp=True,
+                              tied_embeddings_across_stages=True, recompute="per_layer", uneven_split=True,
+                              zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False, experts=True,
+                              expert_zero=frozenset({0}), latent_attention=True, expert_tp="etp",
+                              precisions=frozenset({"bf16", "fp16", "fp32", "fp8", "fp8-rowwise", "mxfp8"}),
+                              low_precision_tp=False),
+    # FSDP2 over autocast; the loss is F.cross_entropy on fp32 logits
+    memory=MemoryAccounting(states="fsdp", loss_grad="fp32_grad"),
+)

@@ -1,0 +1,22 @@
+"""torchtitan: one activation-checkpoint policy for all layers (apply_ac over every block); its llama3
+module (swiglu, RMSNorm, RoPE); FSDP2 has no optimizer-only sharding, so zero 1 runs as zero 2 there (the
+export says so). Stages are exact: the export lists every chunk's modules. Experts: its qwen3 and
+deepseek_v3 models (MoE layers with ep; MLA left at tp = cp = 1 here, not checked)."""
+
+from gplan.spec.engines.profile import ALL_SCHEDULES, ALL_ZERO, Capabilities, EngineProfile, MemoryAccounting
+
+ENGINE = EngineProfile(
+    name="torchtitan", title="torchtitan", order=3, exporter="torchtitan",
+    capabilities=Capabilities("torchtitan", ALL_SCHEDULES, microbatches_at_least_stages=True, cp=True,
+                              tied_embeddings_across_stages=False, recompute="every_layer", uneven_split=True,
+                              zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False, llama_family_only=True,
+                              tied_embeddings=True, selective=False, experts=True, latent_attention=True,
+                              expert_tp="follows_tp", ep_within_fsdp=True,
+                              expert_families=frozenset({"qwen3_moe", "deepseek_v3"}),
+                              # 0.3.0's converters: Float8LinearConverter (recipes rowwise and
+                              # rowwise_with_gw_hp only: an fp8 plan runs rowwise there, and is priced
+                              # so) and MXFP8LinearConverter (components/quantization/float8.py, mx.py)
+                              precisions=frozenset({"bf16", "fp32", "fp8", "fp8-rowwise", "mxfp8"})),
+    log_signature=r"step:\s*\d+\s+loss:.*(tps|mfu)",
+    memory=MemoryAccounting(states="fsdp", loss_grad="fp32_grad"),
+)
