@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
             reports[name] = root / f"run{i}" / "run_report.json"
         held = [a for n in HELD_OUT for a in ("--held-out", str(reports[n]))]
         data = json.loads(gplan("calibrate", *[str(reports[n]) for n in FIT], *held, "--out", str(root / "cal.yaml"),
-                                "--json"))
+                                "--json"))["data"]
     names = {str(path): name for name, path in reports.items()}
     lines = [f"`gplan profile --backend torch --model tiny-llama --nproc 2` (3 micro-batch sizes × 2 tp widths × "
              f"3 parts, then the links from 4 KiB to 16 MiB): {profile_s:.1f} s.", "",

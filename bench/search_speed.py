@@ -71,7 +71,7 @@ def run_instance(model: str, cluster: str, devices: int, gbs: int | None, seq_le
             walls.append(time.perf_counter() - start)
         wall = statistics.median(walls)
         plan = json.loads(out.read_text())
-        ranked = json.loads(proc.stdout)
+        ranked = json.loads(proc.stdout)["data"]
     inputs = resolve_inputs(model, devices, cluster, gbs=gbs, seq_length=seq_length)
     best = plan["prediction"]["step_time_s"]
     from gplan.plan import Plan

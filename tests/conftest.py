@@ -43,7 +43,11 @@ class Result:
         self.stderr = result.stderr
 
     def json(self):
-        return json.loads(self.stdout)
+        """The command's data, its `--json` envelope checked (gplan.testing.cli_json); a failure's whole
+        document."""
+        from gplan.testing import cli_json
+
+        return cli_json(self.stdout)
 
 
 @pytest.fixture

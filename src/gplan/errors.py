@@ -22,10 +22,12 @@ class GplanError(Exception):
 
     code: int = EXIT_INTERNAL
 
-    def __init__(self, message: str, hint: str = "") -> None:
+    def __init__(self, message: str, hint: str = "", data: object = None) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
+        self.data = data
+        """What the failing command found, for its `--json` document (a validation report)."""
 
     def __str__(self) -> str:
         return self.message

@@ -634,3 +634,134 @@ class SearchProgress:
     def __exit__(self, *exc) -> None:
         if self.live is not None:
             self.live.stop()
+
+
+# ---- what each command prints (cli.py calls one of these per command) ------------------------------------
+
+def estimate_json(e) -> dict:
+    done, inputs = e.done, e.inputs
+    return {**done.prediction.model_dump(mode="json"), "parallel": done.config.model_dump(mode="json"),
+            "chosen": done.chosen, "chosen_by": "search" if done.by_search else "defaults", "profile": inputs.profile,
+            "target": inputs.training.engine, "target_runs_it": not e.refused,
+            "target_refusals": [r.detail for r in e.refused], "targets_that_run_it": e.runners}
+
+
+def estimate_output(console: Console, e) -> None:
+    prediction_summary(console, title(e.inputs), e.done.config, e.done.prediction)
+    console.print(chosen_line(e.done), highlight=False)
+    for r in e.refused:
+        console.print(f"note: {e.inputs.training.engine} would not run this as written: {r.detail}"
+                      + (f"; {', '.join(e.runners)} would (--target {e.runners[0]})" if e.runners else ""),
+                      highlight=False)
+
+
+def launch_json(launch, config, prediction, source) -> dict:
+    return {**prediction.model_dump(mode="json"), "parallel": config.model_dump(mode="json"), "from": str(source),
+            "engine": launch.engine, "not_read": launch.unread}
+
+
+def launch_output(console: Console, launch, inputs, config, prediction, source) -> None:
+    prediction_summary(console, title(inputs) + f"; read from {source}", config, prediction)
+    if launch.unread:
+        console.print(f"not read (no effect on the layout or its cost): {', '.join(launch.unread)}", highlight=False)
+
+
+def search_output(console: Console, inputs, planned, mine, versus, out) -> None:
+    """The ranked table, the search's account, and with --from the user's launch beside the best plan."""
+    from gplan.plan import layouts_of
+
+    console.print(search_table(title(inputs), planned.search, console.width))
+    for line in search_summary(planned.search, inputs.devices) + overlap_lines(planned.plan):
+        console.print(line)
+    if versus:
+        _, launch_inputs, config, layouts, prediction = mine
+        t, best = launch_inputs.training, planned.plan
+        console.print(compare_table([(f"your launch ({versus['source'].rsplit('/', 1)[-1]})", prediction),
+                                     ("best plan", best.prediction)], console.width,
+                                    [setup_rows(config, t.gbs, t.seq_length, layouts),
+                                     setup_rows(best.parallel, t.gbs, t.seq_length, layouts_of(best))]))
+        changes = ", ".join(f"{k} {a} → {b}" for k, (a, b) in versus["differences"].items()) or "nothing"
+        console.print(f"the best plan changes {changes}: {versus['gain']:+.1%} tokens/s over your launch",
+                      highlight=False)
+    console.print(f"[green]wrote[/] {out}")
+
+
+def _setup(entry) -> dict:
+    return setup_rows(entry.config, entry.gbs, entry.seq_length, entry.layouts)
+
+
+def compare_json(entries) -> list[dict]:
+    return [{"name": e.name, "prediction": e.prediction.model_dump(mode="json"), "configuration": _setup(e)}
+            | ({"target_refusals": e.refusals} if e.completed is not None else {}) for e in entries]
+
+
+def compare_output(console: Console, entries, engine: str | None) -> None:
+    pairs = [(e.name, e.prediction) for e in entries]
+    console.print(compare_table(pairs, console.width, [_setup(e) for e in entries]))
+    for line in explain_differences(pairs):
+        console.print(line, highlight=False)
+    for e in entries:
+        if e.completed is not None and e.chosen:
+            console.print(f"{e.name}: {chosen_line(e.completed)}", highlight=False)
+    for e in entries:
+        for detail in e.refusals:
+            console.print(f"note: {engine} would not run {e.name!r} as written: {detail}", highlight=False)
+
+
+def launch_outcome_json(outcome) -> dict:
+    spec = outcome.spec
+    if outcome.kind == "dry_run":
+        return {"backend": outcome.backend, "nnodes": spec.nnodes, "nproc_per_node": spec.nproc_per_node,
+                "env": spec.env, "nodes": [{"node_rank": n.node_rank, "argv": n.argv} for n in spec.nodes],
+                "notes": spec.notes}
+    if outcome.kind == "node_finished":
+        return {"node_rank": outcome.node_rank, "finished": True, "run_report": None}
+    from gplan.report import read_report
+
+    return read_report(outcome.report_path).model_dump(mode="json")
+
+
+def launch_outcome(console: Console, outcome) -> None:
+    import sys
+
+    from gplan.backends.launch import shell_line
+
+    if outcome.kind == "slurm":
+        script, plan_path = outcome.written
+        console.print(f"[green]wrote[/] {script} and {plan_path}; submit with: sbatch {script}")
+    elif outcome.kind == "dry_run":
+        for node in outcome.spec.nodes:
+            sys.stdout.write(f"# node {node.node_rank}\n{shell_line(node.argv, outcome.spec.env)}\n")
+    elif outcome.kind == "node_finished":
+        console.print(f"[green]node {outcome.node_rank} finished[/]; node 0 writes run_report.json into its run "
+                      "directory")
+    else:
+        from gplan.report import read_report
+
+        console.print(run_report_table(read_report(outcome.report_path), outcome.plan, console.width))
+        console.print(f"[green]wrote[/] {outcome.report_path}")
+
+
+def calibration_output(console: Console, c, out) -> None:
+    console.print(calibration_table(c.runs, c.fit, c.held, c.held_before, c.held_after, console.width))
+    kept = [k for k in c.fit.theta if k not in c.fit.fitted]
+    if kept:
+        console.print(f"[yellow]note:[/] {len(c.runs)} runs fit {len(c.fit.fitted)} of {len(c.fit.theta)} parameters "
+                      f"({', '.join(c.fit.fitted)}); kept at the catalogue's: {', '.join(kept)} — add runs to fit them",
+                      highlight=False)
+    console.print(f"[green]wrote[/] {out}")
+
+
+def models_json(specs) -> list[dict]:
+    return [{"name": m.name, "params": m.total_params(), "active_params": m.active_params(), **m.model_dump(mode="json")}
+            for m in specs]
+
+
+def validated_json(path, found) -> dict:
+    return ({"file": str(path), "kind": found.kind, "name": found.name, "valid": True, "refreshed": found.refreshed}
+            | ({"model": model_facts(found.model)} if found.kind == "model" else {}))
+
+
+def validated_line(path, found) -> str:
+    size = f": {model_size_text(found.model)}" if found.kind == "model" else ""
+    return f"[green]{'refreshed' if found.refreshed else 'ok'}:[/] {path} is a valid {found.kind} ({found.name}{size})"

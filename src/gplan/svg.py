@@ -38,3 +38,11 @@ def timeline_svg(ops: list[Op], pp: int, title: str) -> str:
                  f'<tspan fill="{FORWARD_FILL}">■ forward</tspan>  <tspan fill="{BACKWARD_FILL}">■ backward</tspan></text>')
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
+
+
+def plan_timeline_svg(plan, explanation) -> str:
+    """The schedule `gplan explain --svg` draws: the explanation's first micro-batches of the plan."""
+    c = plan.parallel
+    title = (f"{plan.model.name}: {c.label()} schedule={c.schedule}, "
+             f"first {explanation.shown} of {explanation.prediction.num_microbatches} micro-batches")
+    return timeline_svg(explanation.shown_ops, c.pp, title)

@@ -217,3 +217,16 @@ def ranked_plans(case: dict, top: int = 3) -> list[Plan]:
         return []
     return [planned.plan] + [make_plan(inputs.model, inputs.training, c.cluster, c.config, c.layouts, c.solver,
                                        target=planned.plan.target) for c in planned.search.ranked[1:]]
+
+
+def cli_json(stdout: str, command: str | None = None):
+    """The data of a `gplan … --json` document, its envelope checked: gplan's version, the command, and
+    `ok` (a failed command's whole document is returned: its `error`, and `data` where it has some)."""
+    import json
+
+    from gplan import __version__
+
+    document = json.loads(stdout)
+    assert document["gplan"] == __version__ and set(document) >= {"command", "ok"}, document
+    assert command is None or document["command"] == command, document["command"]
+    return document["data"] if document["ok"] else document

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gplan.cli import app
-from gplan.testing import TINY_LLAMA, TRAINING, requires_engine, tiny_plan
+from gplan.testing import TINY_LLAMA, TRAINING, requires_engine, tiny_plan, cli_json
 
 pytestmark = [pytest.mark.slow, requires_engine("torch", "torch"), requires_engine("torchao", "torch")]
 STEPS = 4
@@ -31,7 +31,7 @@ def launch(plan: Path, run_dir: Path) -> dict:
     result = CliRunner().invoke(app, ["launch", str(plan), "--run-dir", str(run_dir), "--steps", str(STEPS),
                                       "--device", "cpu", "--json"])
     assert result.exit_code == 0, result.stderr[-3000:]
-    return json.loads(result.stdout)
+    return cli_json(result.stdout)
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +75,7 @@ def test_a_searched_fp8_plan_launches_emulated(tmp_path):
         r = runner.invoke(app, ["launch", str(path), "--device", "cpu", "--layers", "2", "--hidden", "64", "--seq-length",
                                 "32", "--gbs", "4", "--steps", "3", "--run-dir", str(tmp_path / precision), "--json"])
         assert r.exit_code == 0, r.stderr[-2000:]
-        runs[precision] = json.loads(r.stdout)
+        runs[precision] = cli_json(r.stdout)
     assert runs["fp8"]["world_size"] == 2 and "float8 tensorwise" in runs["fp8"]["gemm_recipe"]
     assert runs["bf16"]["gemm_recipe"] is None
     assert runs["fp8"]["losses"] == pytest.approx(runs["bf16"]["losses"], rel=LOSS_TOLERANCE)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gplan.testing import requires_engine
+from gplan.testing import requires_engine, cli_json
 from typer.testing import CliRunner
 
 from gplan.cli import app
@@ -28,7 +28,7 @@ def launch(plan: Path, run_dir: Path, *extra: str) -> dict:
     result = CliRunner().invoke(app, ["launch", str(plan), "--run-dir", str(run_dir), "--steps", str(STEPS),
                                       "--device", "cpu", "--json", *extra])
     assert result.exit_code == 0, result.stderr[-3000:]
-    return json.loads(result.stdout)
+    return cli_json(result.stdout)
 
 
 @pytest.fixture(scope="module")
@@ -137,9 +137,9 @@ def test_resume_continues_the_same_loss_curve(tmp_path):
     second = CliRunner().invoke(app, ["launch", str(plan), "--run-dir", str(tmp_path / "b"), "--steps", "6",
                                       "--device", "cpu", "--checkpoint-dir", str(tmp_path / "ckpt"), "--resume", "--json"])
     assert whole.exit_code == first.exit_code == second.exit_code == 0
-    resumed = json.loads(second.stdout)
+    resumed = cli_json(second.stdout)
     assert resumed["first_step"] == 3
-    assert json.loads(first.stdout)["losses"] + resumed["losses"] == json.loads(whole.stdout)["losses"]
+    assert cli_json(first.stdout)["losses"] + resumed["losses"] == cli_json(whole.stdout)["losses"]
 
 
 def test_a_killed_rank_ends_the_job_with_exit_5_and_keeps_the_checkpoint(tmp_path):
@@ -167,7 +167,7 @@ def test_a_killed_rank_ends_the_job_with_exit_5_and_keeps_the_checkpoint(tmp_pat
                                        "--checkpoint-dir", str(ckpt), "--resume", "--json",
                                        "--steps", str(steps_done + 1)])
     assert resumed.exit_code == 0, resumed.stderr[-2000:]
-    assert json.loads(resumed.stdout)["first_step"] == steps_done
+    assert cli_json(resumed.stdout)["first_step"] == steps_done
 
 
 def _alive(pid: int) -> bool:

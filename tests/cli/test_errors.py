@@ -81,7 +81,7 @@ def test_the_cli_leaves_the_blas_thread_setting_as_it_found_it(setting):
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
     if setting:
         env["OPENBLAS_NUM_THREADS"] = setting
-    code = ("import os, sys; from gplan import cli; cli._load_numpy_single_threaded(); "
+    code = ("import os, sys; from gplan import cli_base; cli_base.load_numpy_single_threaded(); "
             "print('numpy' in sys.modules, os.environ.get('OPENBLAS_NUM_THREADS'))")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.split() == [str(setting is None), str(setting)]  # a user's own setting: numpy loads as usual

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from gplan.testing import cli_json
 
 
 def test_validate_and_the_search_header_show_the_models_size(gplan, tmp_path):
@@ -48,7 +49,7 @@ def test_an_edited_degree_is_refused_for_its_cause(gplan, tmp_path):
 def test_json_errors_are_one_document_on_stdout(gplan, tmp_path, args, code):
     r = gplan(*args, "--json")
     assert r.code == code
-    doc = json.loads(r.stdout)
+    doc = cli_json(r.stdout)
     assert doc["ok"] is False and doc["error"]["exit_code"] == code and doc["error"]["message"]
     assert doc["command"] == args[0] and "error:" in r.stderr
 
@@ -96,3 +97,27 @@ def test_ctrl_c_exits_130_with_a_line_saying_what_stopped(gplan, monkeypatch, tm
     assert r.code == 130
     assert f"gplan {command} stopped by Ctrl-C" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "new.json").exists()
+
+
+def test_every_command_answers_json_in_one_envelope(gplan, tmp_path):
+    """Every command's `--json` is one document of one shape: gplan's version, the command, ok, data."""
+    import json
+
+    from gplan import __version__
+
+    plan = tmp_path / "plan.json"
+    runs = {
+        "search": ["search", "llama3-8b", "--devices", "8", "--out", str(plan)],
+        "estimate": ["estimate", "llama3-8b", "--devices", "8", "--tp", "2"],
+        "compare": ["compare", "llama3-8b", "--devices", "8", "--config", "tp=2", "--config", "tp=4"],
+        "explain": ["explain", str(plan)],
+        "export": ["export", str(plan), "--to", "slurm", "-o", str(tmp_path / "out")],
+        "launch": ["launch", str(plan), "--dry-run"],
+        "models": ["models"], "hardware": ["hardware"], "validate": ["validate", str(plan)],
+    }
+    for command, args in runs.items():
+        r = gplan(*args, "--json")
+        assert r.code == 0, (command, r.stderr)
+        document = json.loads(r.stdout)
+        assert (document["gplan"], document["command"], document["ok"]) == (__version__, command, True)
+        assert set(document) == {"gplan", "command", "ok", "data"} and document["data"]

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from gplan import cli
+from gplan.testing import cli_json
 
 WIDTHS = (80, 100)
 
@@ -40,7 +41,7 @@ def plans(tmp_path_factory):
         out = folder / f"{name}.json"
         result = runner.invoke(cli.app, ["search", *args, "--out", str(out), "--json"], catch_exceptions=False)
         assert result.exit_code == 0, result.stderr
-        found[name] = (out, json.loads(result.stdout))
+        found[name] = (out, cli_json(result.stdout))
     return found
 
 

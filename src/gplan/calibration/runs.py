@@ -267,3 +267,10 @@ def read_mindformers_run(path: Path, cluster: str | None, hardware: str | None, 
     model = model_of(yaml_path)
     launch = read_mindformers_launch(yaml_path, model)
     return Run(str(path), launch_plan(launch, model, cluster, hardware, devices_per_node), step_s)
+
+
+def read_any_run(path: Path, cluster: str | None, hardware: str | None, devices_per_node: int | None) -> Run:
+    """A run report (JSON, its plan beside it), or an engine's training log (planner.logs)."""
+    if path.suffix == ".json":
+        return read_run(path)
+    return read_log_run(path, cluster, hardware, devices_per_node)

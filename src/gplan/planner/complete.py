@@ -145,3 +145,71 @@ def config_of(given: dict, devices: int):
 
     degrees = degrees_of(given, devices)
     return config_from_options(**{"sp": degrees["tp"] > 1, **given, **degrees})  # sp with tp, as the search
+
+
+# ---- the commands' library functions: estimate and compare, whole --------------------------------------
+
+@dataclass(frozen=True)
+class Estimate:
+    """`gplan estimate`: a configuration given in part, completed and priced, with what its target says."""
+
+    inputs: Inputs
+    done: Completed
+    refused: list
+    """What the pricing target would not run as written (spec.targets.Refusal)."""
+    runners: list[str]
+    """The targets that would."""
+
+
+def estimate(inputs: Inputs, given: dict[str, Any], stages: str | None = None) -> Estimate:
+    """The user's own values checked against the rules first (nothing is chosen for a configuration
+    that cannot run), then completed as the search would, the `--stages` split kept."""
+    from gplan.spec.parallel import check_config
+
+    first = config_of(given, inputs.devices)
+    check_config(inputs.model, inputs.training, first, inputs.devices)
+    done = complete(inputs, given, stage_sizes_option(inputs.model, first, stages))
+    refused, runners = target_refusals(inputs, done.config, done.layouts)
+    return Estimate(inputs, done, refused, runners)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One column of `gplan compare`."""
+
+    name: str
+    prediction: Prediction
+    config: ParallelConfig
+    gbs: int
+    seq_length: int
+    layouts: list[StageLayout] | None
+    refusals: list[str]
+    """What the pricing target would not run as written."""
+    chosen: dict[str, str]
+    """What was completed for a configuration given in part."""
+    completed: Completed | None = None
+
+
+def compare_configs(inputs: Inputs, texts: list[str]) -> list[Entry]:
+    """`compare MODEL --config "tp=8,pp=4" …`: each configuration completed and priced as `estimate` does."""
+    from gplan.spec.parallel import parse_config_values
+
+    entries = []
+    for text in texts:
+        e = estimate(inputs, parse_config_values(text))
+        entries.append(Entry(text, e.done.prediction, e.done.config, inputs.training.gbs, inputs.training.seq_length,
+                             e.done.layouts, [r.detail for r in e.refused], e.done.chosen, e.done))
+    return entries
+
+
+def compare_plans(paths: list[str]) -> list[Entry]:
+    """`compare a.json b.json …`: the plans as written, named by file (by path where names collide)."""
+    from pathlib import Path
+
+    from gplan.plan import layouts_of, read_plan
+
+    plans = [read_plan(Path(item)) for item in paths]
+    names = [Path(item).name for item in paths]
+    names = names if len(set(names)) == len(names) else list(paths)
+    return [Entry(name, p.prediction, p.parallel, p.training.gbs, p.training.seq_length, layouts_of(p), [], {})
+            for name, p in zip(names, plans)]

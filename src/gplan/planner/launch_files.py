@@ -827,3 +827,18 @@ def launch_versus(mine, planned) -> dict:
             "prediction": prediction.model_dump(mode="json"), "not_read": launch.unread,
             "differences": differences(config, planned.plan.parallel),
             "gain": best.tokens_per_s / prediction.tokens_per_s - 1}
+
+
+def compare_launches(paths: list[Path], model: str, devices, cluster, hardware, devices_per_node, seq_length,
+                     headroom, target):
+    """`compare MODEL --from a.sh --from b.toml …`: each launch priced as its engine runs it."""
+    from gplan.planner.complete import Entry
+
+    entries = []
+    for path in paths:
+        launch, inputs, config, layouts, prediction = priced_launch(path, model, devices, cluster, hardware,
+                                                                    devices_per_node, seq_length, headroom, None,
+                                                                    target, 1.0)
+        entries.append(Entry(path.name, prediction, config, inputs.training.gbs, inputs.training.seq_length, layouts,
+                             [], {}))
+    return entries

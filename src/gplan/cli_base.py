@@ -1,0 +1,277 @@
+"""What every `gplan` command shares: the console, the `--json` envelope, the error boundary and the
+options several commands take — their help written from the catalogues (spec.engines, the precisions,
+the recompute options), so that a new engine or precision shows up in `--help` by itself.
+
+Human text goes to stderr. With `--json`, stdout carries exactly one document:
+
+    {"gplan": "<version>", "command": "<command>", "ok": true, "data": ...}
+    {"gplan": "<version>", "command": "<command>", "ok": false, "error": {"message", "hint", "exit_code"}[, "data"]}
+
+Exit codes: gplan.errors."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import traceback
+import typing
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from gplan import __version__
+from gplan.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, GplanError
+from gplan.spec.engines import ENGINE_NAMES, ENGINES
+from gplan.spec.parallel import RECOMPUTE_OPTIONS, SCHEDULES
+from gplan.spec.targets import LAUNCH_BACKENDS
+from gplan.spec.training import Precision
+
+# A terminal's own width (or $COLUMNS); 150 in a log. Tables fit it without cutting a number (render.fit).
+err = Console(stderr=True, width=None if sys.stderr.isatty() or os.environ.get("COLUMNS", "").isdigit() else 150)
+
+
+def envelope(command: str, data: Any = None, error: GplanError | None = None, code: int = 0,
+             message: str | None = None, hint: str | None = None) -> dict:
+    """The one shape of every `--json` document."""
+    head = {"gplan": __version__, "command": command}
+    if error is None and message is None:
+        return head | {"ok": True, "data": data}
+    body = {"message": message or error.message, "hint": hint if message else error.hint, "exit_code": code}
+    found = data if data is not None else getattr(error, "data", None)
+    return head | {"ok": False, "error": body} | ({"data": found} if found is not None else {})
+
+
+def emit(document: dict) -> None:
+    sys.stdout.write(json.dumps(document, indent=2, default=str) + "\n")
+
+
+def guarded(fn: Callable) -> Callable:
+    """A command's boundary: what it returns with `--json` is written in the envelope; gplan's typed
+    errors become `error:`/`hint:` lines and their exit codes; anything else is an internal error
+    (exit 1), with its traceback only when GPLAN_DEBUG=1."""
+    command = fn.__name__
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        as_json = bool(kwargs.get("as_json"))
+        try:
+            data = fn(*args, **kwargs)
+            if as_json and data is not None:
+                emit(envelope(command, data))
+            return None
+        except GplanError as exc:
+            _fail(as_json, command, "error", exc.message, exc.hint, exc.code, exc)
+        except KeyboardInterrupt:
+            # Ctrl-C: one line that says what stopped. gplan writes every file whole or not at all (io.atomic_write_text)
+            err.print(f"[yellow]interrupted:[/] gplan {command} stopped by Ctrl-C before it finished; "
+                      "no file was left half-written", highlight=False)
+            if as_json:
+                emit(envelope(command, message=f"{command} interrupted", code=EXIT_INTERRUPTED))
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        except (typer.Exit, typer.Abort):
+            raise
+        except BrokenPipeError:
+            # The reader went away (`gplan … | head`): nothing more to say to it, and no traceback.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(EXIT_INTERNAL) from None
+        except Exception as exc:  # noqa: BLE001 - the last line of defence for users
+            _fail(as_json, command, "internal error", f"{type(exc).__name__}: {exc}",
+                  "rerun with GPLAN_DEBUG=1 for the traceback and report it", EXIT_INTERNAL, None)
+
+    return wrapper
+
+
+def _fail(as_json: bool, command: str, label: str, message: str, hint: str | None, code: int,
+          error: GplanError | None) -> None:
+    if os.environ.get("GPLAN_DEBUG") == "1":
+        traceback.print_exc()
+    err.print(f"[red]{label}:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    if hint:
+        err.print(f"[yellow]hint:[/] {escape(hint)}", highlight=False, soft_wrap=True)
+    if as_json:
+        emit(envelope(command, error=error, code=code) if error is not None else
+             envelope(command, message=f"{label}: {message}", hint=hint, code=code))
+    raise typer.Exit(code) from None
+
+
+def set_wide(wide: bool) -> None:
+    """--wide: no column is dropped to fit the terminal; long lines run on."""
+    if wide:
+        from gplan.render import WIDE
+
+        err.width = WIDE
+
+
+def choices(names: typing.Iterable[str]) -> str:
+    return " | ".join(names)
+
+
+PRECISIONS = typing.get_args(Precision)
+
+# ---- options several commands share -------------------------------------------------------------------
+
+ModelArg = typer.Argument(..., help="model.yaml, an HF config.json (or its folder), or a bundled name (gplan models)")
+DevicesOpt = typer.Option(None, "--devices", "-n", help="devices to use (default: all of the cluster file)")
+ClusterOpt = typer.Option(None, "--cluster", "-c", help="bundled cluster name or cluster.yaml (default: dgx-a100-80g)")
+HardwareOpt = typer.Option(None, "--hardware", help="bundled hardware name; links of its bundled cluster")
+PerNodeOpt = typer.Option(None, "--devices-per-node", help="with --hardware: devices per node")
+GbsOpt = typer.Option(None, "--gbs", help="global batch in sequences (default: ~4M tokens)")
+SeqOpt = typer.Option(None, "--seq-length", help="tokens per sequence (default: the model's)")
+PrecisionOpt = typer.Option(None, "--precision", help=f"{choices(PRECISIONS)} (default: bf16 where supported); "
+                            "low-precision recipes keep BF16 weights, attention and the loss")
+HeadroomOpt = typer.Option(0.1, "--memory-headroom", help="fraction of device memory kept free")
+ImbalanceOpt = typer.Option(1.0, "--expert-imbalance", help="mixtures of experts: the busiest device's routed tokens "
+                            "over the balanced share (1.0: balanced, what the published runs force)")
+JsonOpt = typer.Option(False, "--json", help="print one JSON document on stdout (gplan, command, ok, data)")
+WideOpt = typer.Option(False, "--wide", help="show every table column, however wide the terminal")
+ProfileOpt = typer.Option(None, "--profile", help="a measured profile (gplan profile / gplan calibrate) instead of --cluster")
+TargetOpt = typer.Option(None, "--target", help=f"the engine that runs it, whose memory accounting prices it: "
+                         f"{choices(ENGINE_NAMES)} (default: the hardware's backend; Megatron-LM for FP8 and experts "
+                         "on GPUs)")
+SearchTargetOpt = typer.Option(None, "--target", help=f"only plans this runs as priced: {choices(ENGINE_NAMES)} "
+                               "(default: the hardware's backend; Megatron-LM for FP8 and experts on GPUs)")
+FromOpt = typer.Option(None, "--from", help="an engine's launch (Megatron-LM script, torchtitan TOML or script, "
+                       "Megatron-DeepSpeed script, MindFormers YAML, a gplan SLURM/k8s export) or training log")
+RecomputeOpt = typer.Option(",".join(RECOMPUTE_OPTIONS), "--recompute",
+                            help=f"recompute options the ILP may give each layer: {choices(RECOMPUTE_OPTIONS)}")
+ScheduleOpt = typer.Option(None, "--schedule", help=f"allowed schedules: {','.join(SCHEDULES)}")
+
+
+def inputs_of(model: str, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, headroom,
+              profile=None, target: Optional[str] = None, expert_imbalance: float = 1.0):
+    from gplan.planner.inputs import resolve_inputs
+
+    return resolve_inputs(model, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, headroom,
+                          str(profile) if profile else None, target, expert_imbalance)
+
+# ---- estimate -----------------------------------------------------------------------------------------
+
+EstimateDp = typer.Option(None, "--dp", help="default: the devices over tp·pp·cp")
+EstimateTp, EstimatePp, EstimateCp = typer.Option(1, "--tp"), typer.Option(1, "--pp"), typer.Option(1, "--cp")
+EstimateVpp, EstimateMbs = typer.Option(None, "--vpp"), typer.Option(None, "--mbs")
+EstimateEp = typer.Option(None, "--ep", help="expert parallelism (MoE models)")
+EstimateEtp = typer.Option(None, "--etp", help="expert tensor parallelism (MoE models)")
+EstimateSp = typer.Option(None, "--sp/--no-sp", help="Megatron sequence parallelism in the tp group")
+EstimateRecompute = typer.Option(None, "--recompute", help=f"{choices(RECOMPUTE_OPTIONS)} for every layer")
+EstimateZero = typer.Option(None, "--zero", help="0..3")
+EstimateStages = typer.Option(None, "--stages", help="layers per pipeline stage, e.g. 7,8,8,8,8,8,8,6")
+
+# ---- search -------------------------------------------------------------------------------------------
+
+SearchTp = typer.Option(None, "--tp", help="allowed tp degrees, e.g. 1,2,4,8")
+SearchPp = typer.Option(None, "--pp", help="allowed pp degrees")
+SearchDp = typer.Option(None, "--dp", help="allowed dp degrees")
+SearchCp = typer.Option(None, "--cp", help="allowed cp degrees")
+SearchEp = typer.Option(None, "--ep", help="allowed expert-parallel degrees (MoE; default: powers of two dividing the "
+                        "experts)")
+SearchEtp = typer.Option(None, "--etp", help="allowed expert tensor-parallel degrees (MoE; default 1)")
+SearchMbs = typer.Option(None, "--mbs", help="allowed micro-batch sizes (default 1,2,4,8)")
+SearchVpp = typer.Option(None, "--vpp", help="allowed virtual stages per rank (default: every chunking of a stage's "
+                         "layers the target runs)")
+SearchZero = typer.Option(None, "--zero", help="allowed optimizer sharding levels (default: 0..3 as the rules and the "
+                          "target allow; 0,1 with experts)")
+AllDevicesOpt = typer.Option(False, "--all-devices", help="never use fewer devices than given")
+TimeLimitOpt = typer.Option(10.0, "--time-limit", help="seconds per ILP solve (heterogeneous clusters; one node group "
+                            "is split exactly by dynamic programming)")
+TopOpt = typer.Option(5, "--top", help="plans to show")
+OutPlanOpt = typer.Option(Path("plan.json"), "--out", "-o", help="where to write the best plan")
+SearchFromOpt = typer.Option(None, "--from", help="an engine's launch or log (Megatron-LM, torchtitan, "
+                             "Megatron-DeepSpeed, MindFormers): search its batch, precision and engine, and show its "
+                             "layout beside the best plan")
+OutLaunchOpt = typer.Option(None, "--out-launch", help="with --from: write the launch back here with only its layout "
+                            "flags changed to the best plan's")
+
+# ---- launch -------------------------------------------------------------------------------------------
+
+PlanArg = typer.Argument(..., metavar="PLAN", help="a plan.json")
+BackendOpt = typer.Option(None, "--backend", help=f"{choices(LAUNCH_BACKENDS)}; default: the plan's target if gplan "
+                          "launches it, else the hardware's backend")
+NprocOpt = typer.Option(None, "--nproc-per-node", help="processes per node (default: the plan's devices per node)")
+NnodesOpt = typer.Option(None, "--nnodes", help="nodes (default: world size / processes per node)")
+NodeRankOpt = typer.Option(0, "--node-rank", help="this node's rank (several nodes)")
+EndpointOpt = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT of node 0 (several nodes)")
+RdzvIdOpt = typer.Option("gplan", "--rdzv-id", help="rendezvous id of a c10d launch (--slurm uses the job id; "
+                         "--node-rank launches use the static rendezvous, which has none)")
+DryRunOpt = typer.Option(False, "--dry-run", help="print every node's command and exit")
+SlurmOpt = typer.Option(None, "--slurm", help="write a SLURM batch script to this file and exit")
+ValidateOpt = typer.Option(False, "--validate", help="build the layout without running a step (torch: the sharded "
+                           "model on the meta device with a fake process group; MindSpore: the operator strategies) "
+                           "and compare it with the plan")
+StepsOpt = typer.Option(10, "--steps", help="optimizer steps")
+WarmupOpt = typer.Option(2, "--warmup-steps", help="steps left out of the measured step time")
+LayersOpt = typer.Option(None, "--layers", help="run a scaled-down model: this many layers")
+HiddenOpt = typer.Option(None, "--hidden", help="scaled-down hidden size")
+ScaledSeqOpt = typer.Option(None, "--seq-length", help="scaled-down sequence length")
+LaunchGbsOpt = typer.Option(None, "--gbs", help="global batch (sequences)")
+DataOpt = typer.Option(None, "--data", help="token file: a flat uint16 (uint32 for vocabularies > 65536) array")
+DeviceOpt = typer.Option("auto", "--device", help="auto | cpu | cuda")
+CheckpointDirOpt = typer.Option(None, "--checkpoint-dir", help="write and resume checkpoints here")
+CheckpointEveryOpt = typer.Option(0, "--checkpoint-every", help="checkpoint every K steps")
+ResumeOpt = typer.Option(False, "--resume", help="continue from the latest checkpoint in --checkpoint-dir")
+RunDirOpt = typer.Option(Path("gplan-run"), "--run-dir", help="logs, the plan that ran, run_report.json")
+LrOpt = typer.Option(3e-3, "--lr", help="AdamW learning rate")
+SeedOpt = typer.Option(0, "--seed", help="seed of the weights and the synthetic data")
+
+# ---- export, profile, calibrate, validate -------------------------------------------------------------
+
+
+def export_choices() -> str:
+    from gplan.backends.exporters import DEPLOYMENTS
+
+    return choices([n for n, e in ENGINES.items() if e.exporter] + list(DEPLOYMENTS))
+
+
+ToOpt = typer.Option(..., "--to", help=f"{export_choices()}")
+OutDirOpt = typer.Option(Path("."), "--out-dir", "-o", help="where to write the exported files")
+ImageOpt = typer.Option(None, "--image", help="k8s: the container image the pods run (gplan and torch installed)")
+TargetVersionOpt = typer.Option(None, "--target-version", help="the engine version to write for (torchtitan: 0.3 | "
+                                "main)")
+ProfileModelOpt = typer.Option(..., "--model", "-m", help="the model whose layers to measure (file or bundled name)")
+ProfileOutOpt = typer.Option(Path("profile.yaml"), "--out", "-o", help="profile to write (resumed when it exists)")
+ProfileBackendOpt = typer.Option("torch", "--backend", help=f"{choices(LAUNCH_BACKENDS)} (CUDA, Ascend or CPU)")
+NprocLinksOpt = typer.Option(1, "--nproc", help="processes for the link measurement (devices of this node)")
+NnodesLinksOpt = typer.Option(1, "--nnodes", help="nodes for the link measurement")
+ProfileMbsOpt = typer.Option("1,2,4", "--mbs", help="micro-batch sizes to measure")
+ProfileTpOpt = typer.Option("1,2", "--tp", help="tp shard widths to measure")
+ProfileSeqOpt = typer.Option(None, "--seq-length", help="default: the model's")
+ProfilePrecisionOpt = typer.Option(None, "--precision", help="default: bf16 on GPUs, fp32 on CPUs")
+MaxBytesOpt = typer.Option(None, "--max-bytes", help="largest message (default 256 MiB on GPUs, 16 MiB on CPUs)")
+RunsArg = typer.Argument(..., help="run_report.json files of gplan launch (their plan.json beside them), or engines' "
+                         "training logs (Megatron-LM, Megatron-DeepSpeed, torchtitan, MindFormers)")
+HeldOutOpt = typer.Option([], "--held-out", help="reports to predict but not fit (repeat)")
+CalibratedOutOpt = typer.Option(Path("profile.yaml"), "--out", "-o", help="the calibrated profile")
+LogClusterOpt = typer.Option(None, "--cluster", "-c", help="the cluster the engines' logs ran on (a log does not name "
+                             "its hardware)")
+ValidateFileArg = typer.Argument(..., help="a model.yaml, HF config.json, cluster.yaml or plan.json")
+RefreshOpt = typer.Option(False, "--refresh", help="plan.json edited on purpose: rebuild what follows from its "
+                          "inputs, degrees and split (ranges, ranks, prediction, digest)")
+
+# ---- explain ------------------------------------------------------------------------------------------
+
+WhatIfOpt = typer.Option([], "--what-if", help='e.g. "inter_node_bandwidth=2x", "devices=128", "memory=1.5x", '
+                         '"gbs=1024" (repeat to combine)')
+SvgOpt = typer.Option(None, "--svg", help="also draw the pipeline schedule into this SVG file")
+PictureWidthOpt = typer.Option(100, "--width", help="columns of the terminal schedule picture")
+
+
+# ---- start-up -----------------------------------------------------------------------------------------
+
+def load_numpy_single_threaded() -> None:
+    """Load numpy with one OpenBLAS thread: gplan's arrays are tiny (the split DP's, placement's), and the
+    thread pool numpy's OpenBLAS starts on import costs a start-up of 30-50 ms on 2 cores and does
+    nothing here. The variable is set only while numpy loads, so the processes gplan launches inherit
+    the user's environment unchanged; a user's own setting is kept."""
+    if "numpy" in sys.modules or "OPENBLAS_NUM_THREADS" in os.environ:
+        return
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    try:
+        import numpy  # noqa: F401
+    finally:
+        del os.environ["OPENBLAS_NUM_THREADS"]
+
+
