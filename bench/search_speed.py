@@ -25,7 +25,7 @@ from pathlib import Path
 
 from gplan.cost_models.step import StepModel
 from gplan.planner.inputs import resolve_inputs
-from gplan.planner import ilp, split_dp
+from gplan.planner import ilp, split_exact
 from gplan.planner.reference import brute_force, megatron_heuristic
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,7 +112,7 @@ def ilp_vs_brute_force() -> str:
         t1 = time.perf_counter()
         solved = ilp.solve(table, time_limit_s=60)
         t2 = time.perf_counter()
-        by_dp = split_dp.solve(table)
+        by_dp = split_exact.solve(table)
         t3 = time.perf_counter()
         reference = exact.objective if exact else (solved.split.objective if solved.split else None)
         same = all(x is None for x in (reference, by_dp.split)) or (

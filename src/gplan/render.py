@@ -562,8 +562,8 @@ def search_json(out, result) -> dict:
 
 def _by_solver(result) -> str:
     """`(12 by the ILP (HiGHS), 88 settled by the exact bound)`: who settled the splits — the ILP, or
-    the dynamic-programming bound (planner.split_dp) where no split could beat the best plan or fit."""
-    names = {"dp": "settled by the exact bound", "highs": "by the ILP (HiGHS)", "cbc": "by the ILP (CBC)"}
+    the dynamic-programming bound (planner.split_exact) where no split could beat the best plan or fit."""
+    names = {"exact": "settled by the exact bound", "highs": "by the ILP (HiGHS)", "cbc": "by the ILP (CBC)"}
     parts = [f"{n} {names.get(k, k)}" for k, n in sorted(result.solvers.items()) if n]
     return f" ({', '.join(parts)})" if parts else ""
 

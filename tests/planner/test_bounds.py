@@ -11,7 +11,8 @@ from gplan.errors import InfeasibleError
 from gplan.cost_models.pipeline import pipeline_time_s
 from gplan.planner import ilp
 from gplan.planner.reuse import SolvedPool
-from gplan.planner.search import lower_bound_s, memory_admits_a_split, search
+from gplan.planner.bounds import lower_bound_s, memory_admits_a_split
+from gplan.planner.search import search
 from gplan.planner.space import SearchLimits, candidates
 from gplan.planner.table import build_table, states_fit
 from gplan.profiles.catalogue import load_cluster
@@ -229,7 +230,7 @@ def test_the_memory_aware_bound_never_prunes_a_table_that_beats_the_incumbent(se
     prunes. Its stage capacities are the floors of a relaxation (a stage holds whole layers): were they
     rounded any further down, an optimum would be pruned here."""
     from gplan.planner.reference import brute_force
-    from gplan.planner.search import memory_aware_prunes
+    from gplan.planner.bounds import memory_aware_prunes
     from gplan.testing import random_table
 
     rng = random.Random(seed)
@@ -255,7 +256,7 @@ def test_the_memory_aware_bound_counts_whole_layers():
     (m − 1)·2 + 3 = 5 s. Below that incumbent, at a longest stage of 1.6 s, the relaxation lets each
     stage hold 1.6 layers — 3.2 in all, enough; whole layers, 1 + 1 — so the bound prunes (it did not
     before it counted whole layers), and at 5 s it must not."""
-    from gplan.planner.search import memory_aware_prunes
+    from gplan.planner.bounds import memory_aware_prunes
     from gplan.planner.table import CostTable
 
     table = CostTable(kinds=["k"], layers_per_kind=[3], options=["none"], groups=[0], group_stage_capacity=[2],

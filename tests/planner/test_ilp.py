@@ -24,7 +24,7 @@ OPTIONS = ["none", "selective", "full"]
 
 
 def check_against_brute_force(table: CostTable, solve=lambda table: ilp.solve(table, time_limit_s=30)) -> None:
-    """`solve` (the ILP, or planner.split_dp) finds brute force's optimum within memory, every stage
+    """`solve` (the ILP, or planner.split_exact) finds brute force's optimum within memory, every stage
     holding its least layers (exactly L/p when equal), every group within its stage capacity."""
     exact = brute_force(table)
     solved = solve(table)

@@ -36,7 +36,7 @@ node_groups:
 
 def test_a_search_cut_by_its_time_limit_says_best_found(gplan, tmp_path):
     """The ILP's time limit, where it runs unaided: on three node groups (one or two are bounded and
-    started by planner.split_dp, whose bound closes the gap without waiting for HiGHS)."""
+    started by planner.split_exact, whose bound closes the gap without waiting for HiGHS)."""
     out, cluster = tmp_path / "plan.json", tmp_path / "three-groups.yaml"
     cluster.write_text(THREE_GROUPS)
     r = gplan("search", "llama3-8b", "--cluster", str(cluster), "--devices", "24", "--time-limit", "0.0001",
@@ -51,9 +51,9 @@ def test_a_search_cut_by_its_time_limit_says_best_found(gplan, tmp_path):
 def test_an_unsolved_ilp_is_not_counted_as_infeasible(monkeypatch):
     """Every candidate a time-limited search counts infeasible is infeasible: at most as many as solving
     every candidate's ILP to the end, with no bound, finds (`bounds=False`). The ILP alone here."""
-    from gplan.planner import split_dp
+    from gplan.planner import split_exact
 
-    monkeypatch.setattr(split_dp, "solve", lambda *args, **kwargs: None)
+    monkeypatch.setattr(split_exact, "solve", lambda *args, **kwargs: None)
     inputs = resolve_inputs("llama3-70b", 16, "dgx-a100-80g")
     limits = SearchLimits(mbs=[1, 2], allow_fewer_devices=False)
     result = search(inputs.model, inputs.training, inputs.cluster, 16, limits, time_limit_s=0.0001)

@@ -17,6 +17,24 @@ from gplan.spec.targets import overlaps_param_gather, overlaps_tp_comm
 from gplan.spec.training import TrainingSpec
 
 
+@dataclass(frozen=True)
+class StageTimes:
+    """Seconds of one micro-batch, term by term: what a stage (or one layer) costs the pipeline."""
+
+    forward_s: float
+    backward_s: float
+    """The backward with what it recomputes."""
+    tp_s: float
+    cp_s: float
+    ep_s: float
+    pp_s: float
+    """Pipeline sends and receives (a stage's; 0 for one layer)."""
+
+    @property
+    def total_s(self) -> float:
+        return self.forward_s + self.backward_s + self.tp_s + self.cp_s + self.ep_s + self.pp_s
+
+
 @dataclass
 class StepModel:
     """Costs of one configuration; cached per layer kind and node group, so the planner can price many
@@ -241,9 +259,9 @@ class StepModel:
         g = layout.node_group
         forward = backward = 0.0
         for c in layout.layers:
-            lt = self.layer_time(c.kind, g)
-            forward += c.count * lt.forward_s
-            backward += c.count * (lt.backward_s + lt.recompute_s(c.recompute))
+            one = self.layer_times(c.kind, c.recompute, g)
+            forward += c.count * one.forward_s
+            backward += c.count * one.backward_s
         for held, part in ((layout.embedding, "embedding"), (layout.head, "head")):
             if held:
                 f, b = self.end_time(part, g)
@@ -259,13 +277,24 @@ class StepModel:
         return self.memo(("end_time", part, group),
                          lambda: time_of(self.model, self.training, self.shard, self.device(group)))
 
-    def stage_times(self, layout: StageLayout) -> tuple[float, float, float, float, float, float]:
-        """(forward, backward incl. recompute, tp, cp, ep, pp communication) seconds of one micro-batch."""
+    def layer_times(self, kind: str, option: str, group: int) -> StageTimes:
+        """One layer of `kind` recomputing with `option`, per micro-batch: the one composition of a layer's
+        time — its compute, recompute and the collectives it waits on — that the stages' times, the ILP's
+        cost table and the bounds all sum (no pipeline sends: those are the stage's)."""
+        lt = self.layer_time(kind, group)
+        return StageTimes(forward_s=lt.forward_s, backward_s=lt.backward_s + lt.recompute_s(option),
+                          tp_s=self.layer_tp_comm_s(kind, option, group), cp_s=self.layer_cp_comm_s(kind, group),
+                          ep_s=self.layer_ep_comm_s(kind, option, group), pp_s=0.0)
+
+    def stage_times(self, layout: StageLayout) -> StageTimes:
+        """Seconds of one micro-batch on a stage: its layers (`layer_times`), the embedding and head it
+        holds (with their all-reduce over tp), the MTP depths on the last, and its pipeline sends."""
         g = layout.node_group
         forward, backward = self.compute_times(layout)
-        tp_s = sum(c.count * self.layer_tp_comm_s(c.kind, c.recompute, g) for c in layout.layers)
-        cp_s = sum(c.count * self.layer_cp_comm_s(c.kind, g) for c in layout.layers)
-        ep_s = sum(c.count * self.layer_ep_comm_s(c.kind, c.recompute, g) for c in layout.layers)
+        tp_s = cp_s = ep_s = 0.0
+        for c in layout.layers:
+            one = self.layer_times(c.kind, c.recompute, g)
+            tp_s, cp_s, ep_s = tp_s + c.count * one.tp_s, cp_s + c.count * one.cp_s, ep_s + c.count * one.ep_s
         for held in (layout.embedding, layout.head):  # their all-reduce over tp
             if held and self.config.tp > 1:
                 tp_s += self.tp_allreduce_s(g)
@@ -273,17 +302,17 @@ class StepModel:
             kind, depths = self.model.mtp_kind.name, self.model.mtp_layers
             tp_s += depths * (self.layer_tp_comm_s(kind, "none", g) + (self.tp_allreduce_s(g) if self.config.tp > 1 else 0))
             ep_s += depths * self.layer_ep_comm_s(kind, "none", g)
-        return forward, backward, tp_s, cp_s, ep_s, self.stage_sends(layout) * self.pp_send_s(g)
+        return StageTimes(forward, backward, tp_s, cp_s, ep_s, self.stage_sends(layout) * self.pp_send_s(g))
 
     def stage(self, index: int, layout: StageLayout) -> StagePrediction:
         g = layout.node_group
-        forward, backward, tp_s, cp_s, ep_s, pp_s = self.stage_times(layout)
+        times = self.stage_times(layout)
         params = self.stage_params(layout)
         mem = self.stage_memory(index, layout, params, self.stage_activation_bytes(index, layout))
         return StagePrediction(
-            index=index, num_layers=layout.num_layers, node_group=g,
-            forward_s=forward, backward_s=backward, tp_comm_s=tp_s, cp_comm_s=cp_s, ep_comm_s=ep_s, pp_comm_s=pp_s,
-            time_s=forward + backward + tp_s + cp_s + ep_s + pp_s, in_flight=self.in_flight(index), params=params,
+            index=index, num_layers=layout.num_layers, node_group=g, forward_s=times.forward_s,
+            backward_s=times.backward_s, tp_comm_s=times.tp_s, cp_comm_s=times.cp_s, ep_comm_s=times.ep_s,
+            pp_comm_s=times.pp_s, time_s=times.total_s, in_flight=self.in_flight(index), params=params,
             expert_params=self.stage_expert_params(layout),
             memory=mem, memory_bytes=mem.total_bytes, memory_budget_bytes=self.memory_budget(g),
         )

@@ -112,7 +112,7 @@ def solve(table: CostTable, time_limit_s: float = 10.0, cutoff: float | None = N
     """Build and solve the ILP of the module docstring. With `cutoff`, only splits whose objective is
     at most the cutoff are of interest: HiGHS prunes with it, and when the best split found lies above
     it (or none is found), the result is status `cutoff` without a split. `incumbent`: a split HiGHS
-    starts from; `least`: a proven lower bound on the objective (planner.split_dp's), added as
+    starts from; `least`: a proven lower bound on the objective (planner.split_exact's), added as
     the valid inequality objective ≥ least — with a start that meets it, the root closes the gap."""
     start = time.perf_counter()
     p, Q, K, G = table.pp, len(table.kinds), len(table.options), table.groups

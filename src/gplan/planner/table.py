@@ -135,8 +135,7 @@ def pipeline_times(step: StepModel, options: list[str], groups: list[int] | None
             if 1 < i < c.pp - 1:  # every middle stage is the same
                 fixed_time[i, g] = fixed_time[1, g]
                 continue
-            f, b, tp_s, cp_s, ep_s, pp_s = step.stage_times(empty_stage(i == 0, i == c.pp - 1, g))
-            fixed_time[i, g] = f + b + tp_s + cp_s + ep_s + pp_s
+            fixed_time[i, g] = step.stage_times(empty_stage(i == 0, i == c.pp - 1, g)).total_s
     return CostTable(
         kinds=kinds, layers_per_kind=[k.count for k in step.model.layer_kinds()], options=list(options),
         groups=groups, group_stage_capacity=[step.cluster.node_groups[g].devices // step.devices_per_stage()
@@ -147,16 +146,10 @@ def pipeline_times(step: StepModel, options: list[str], groups: list[int] | None
 
 
 def _layer_times(step: StepModel, kinds: list[str], options: list[str], groups: list[int]) -> dict:
-    """(q, k, g) -> forward + backward + recompute + tp/cp/ep communication of one layer per micro-batch."""
-    out = {}
-    for q, kind in enumerate(kinds):
-        for k, opt in enumerate(options):
-            for g in groups:
-                lt = step.layer_time(kind, g)
-                out[q, k, g] = (lt.forward_s + lt.backward_s + lt.recompute_s(opt)
-                                + step.layer_tp_comm_s(kind, opt, g) + step.layer_cp_comm_s(kind, g)
-                                + step.layer_ep_comm_s(kind, opt, g))
-    return out
+    """(q, k, g) -> one layer's time per micro-batch (`StepModel.layer_times`, the composition the stages'
+    times sum too)."""
+    return {(q, k, g): step.layer_times(kind, opt, g).total_s
+            for q, kind in enumerate(kinds) for k, opt in enumerate(options) for g in groups}
 
 
 def _layer_param_sums(step: StepModel) -> tuple[float, float]:

@@ -34,7 +34,7 @@ under its own S: the minimum over S is the exact one.
 It covers one or two node groups (with two, the recursion also counts the stages on the first group,
 each group hosting at most its capacity: the ILP's (5)) and at most two layer kinds (the first, at most
 `SMALL_KIND` layers, enumerated); `solve` returns None otherwise and the ILP runs unaided. Tested against the ILP and brute force on random instances
-(tests/planner/test_split_dp.py).
+(tests/planner/test_split_exact.py).
 """
 
 from __future__ import annotations
@@ -67,17 +67,17 @@ def solve(table: CostTable, cutoff: float | None = None) -> SolveResult | None:
     alpha, beta = table.num_microbatches - 1 / table.vpp, 1 / table.vpp
     tau0 = recursion.bottleneck()
     if tau0 == INF:
-        return SolveResult(None, "dp", "infeasible", INF, time.perf_counter() - start)
+        return SolveResult(None, "exact", "infeasible", INF, time.perf_counter() - start)
     def above_cutoff(least_sum: float) -> bool:
         return cutoff is not None and alpha * tau0 + beta * least_sum > cutoff * (1 + 1e-12)
 
     # D(∞) is at least the least work (each T*_i its fixed time and its layers' cheapest times): a bound
     # that settles most cut-offs before the min-sum pass
     if above_cutoff(table.least_work_s):
-        return SolveResult(None, "dp", "cutoff", INF, time.perf_counter() - start)
+        return SolveResult(None, "exact", "cutoff", INF, time.perf_counter() - start)
     unbounded = recursion.least_sum(INF)[0]
     if above_cutoff(unbounded):
-        return SolveResult(None, "dp", "cutoff", INF, time.perf_counter() - start)
+        return SolveResult(None, "exact", "cutoff", INF, time.perf_counter() - start)
     best_tau, best = tau0, alpha * tau0 + beta * recursion.least_sum(tau0)[0]
     finite = stage_s[np.isfinite(stage_s)]
     if alpha > 0:
@@ -100,8 +100,8 @@ def solve(table: CostTable, cutoff: float | None = None) -> SolveResult | None:
                   objective=table.objective([stage_time(table, counts[i], i, groups[i]) for i in range(table.pp)]))
     elapsed = time.perf_counter() - start
     if cutoff is not None and split.objective > cutoff:
-        return SolveResult(None, "dp", "cutoff", INF, elapsed)
-    return SolveResult(split, "dp", "optimal", 0.0, elapsed)
+        return SolveResult(None, "exact", "cutoff", INF, elapsed)
+    return SolveResult(split, "exact", "optimal", 0.0, elapsed)
 
 
 # ---- the recursion over stages -----------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The dynamic-programming split (planner/split_dp.py) against brute force and the ILP on random cost
+"""The dynamic-programming split (planner/split_exact.py) against brute force and the ILP on random cost
 tables: the same optimum, memory respected, the same answers to a cut-off."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from gplan.planner import ilp, split_dp
+from gplan.planner import ilp, split_exact
 from gplan.planner.reference import brute_force
 from gplan.planner.table import CostTable, stage_memory
 from gplan.testing import random_table
@@ -16,7 +16,7 @@ from test_ilp import check_against_brute_force
 
 
 def check(table: CostTable) -> None:
-    check_against_brute_force(table, split_dp.solve)
+    check_against_brute_force(table, split_exact.solve)
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -46,7 +46,7 @@ def test_larger_tables_match_the_ilp(seed):
     rng = random.Random(1300 + seed)
     layers = [rng.randint(1, 3), rng.randint(20, 58)] if seed % 2 else [rng.randint(20, 60)]
     table = random_table(rng, layers, rng.choice([4, 8, 16]))
-    by_ilp, by_dp = ilp.solve(table, time_limit_s=60), split_dp.solve(table)
+    by_ilp, by_dp = ilp.solve(table, time_limit_s=60), split_exact.solve(table)
     assert by_dp.status == by_ilp.status or {by_dp.status, by_ilp.status} == {"optimal", "time_limit"}
     if by_ilp.split is not None and by_ilp.status == "optimal":
         assert by_dp.split.objective == pytest.approx(by_ilp.split.objective, rel=1e-6)
@@ -61,9 +61,9 @@ def test_a_cutoff_is_answered_as_the_ilp_answers_it(seed):
     exact = brute_force(table)
     if exact is None:
         return
-    above = split_dp.solve(table, cutoff=exact.objective * 0.999)
+    above = split_exact.solve(table, cutoff=exact.objective * 0.999)
     assert above.status == "cutoff" and above.split is None
-    at = split_dp.solve(table, cutoff=exact.objective * 1.001)
+    at = split_exact.solve(table, cutoff=exact.objective * 1.001)
     assert at.status == "optimal" and at.split.objective == pytest.approx(exact.objective)
 
 
@@ -77,7 +77,7 @@ def test_two_node_groups_match_brute_force(seed):
 
 def test_three_node_groups_are_left_to_the_ilp():
     table = random_table(random.Random(3), [4], 2, groups=3)
-    assert split_dp.solve(table) is None
+    assert split_exact.solve(table) is None
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -87,7 +87,7 @@ def test_the_ilp_started_from_the_program_proves_the_same_optimum(seed):
     rng = random.Random(2100 + seed)
     layers = [rng.randint(1, 3), rng.randint(10, 40)] if seed % 2 else [rng.randint(10, 40)]
     table = random_table(rng, layers, rng.choice([2, 4, 8]))
-    bound = split_dp.solve(table)
+    bound = split_exact.solve(table)
     if bound.split is None:
         return
     solved = ilp.solve(table, time_limit_s=60, incumbent=bound.split, least=bound.split.objective)
@@ -102,7 +102,7 @@ def test_a_looser_lower_bound_leaves_the_ilps_optimum_alone(seed):
     at 90% of the optimum, still returns the optimum."""
     rng = random.Random(2500 + seed)
     table = random_table(rng, [rng.randint(8, 16)], 4)
-    exact = split_dp.solve(table).split
+    exact = split_exact.solve(table).split
     if exact is None:
         return
     from gplan.planner.table import Split
@@ -121,5 +121,5 @@ def test_the_search_settles_most_splits_by_the_bound_and_proves_the_rest_by_the_
     inputs = resolve_inputs("llama3-70b", 64, "dgx-h100")
     result = search(inputs.model, inputs.training, inputs.cluster, 64, SearchLimits())
     assert result.proven_optimal and result.best.solver.name in ("highs", "uniform")
-    assert result.solvers.get("dp", 0) > 0 and result.solvers.get("highs", 0) > 0
+    assert result.solvers.get("exact", 0) > 0 and result.solvers.get("highs", 0) > 0
     assert set(result.statuses) <= {"optimal", "cutoff", "infeasible"}
