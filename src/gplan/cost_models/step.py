@@ -46,8 +46,25 @@ class StepModel:
     config: ParallelConfig
     _shared: dict = field(default_factory=dict, repr=False)
     """Values that depend only on the shard (mbs, cp, tp, sp), the expert grid (ep, etp) and the device —
-    layer times, activation and working-set bytes: the planner hands one dict to every configuration
-    that agrees on those, so that each is priced once."""
+    layer times, activation and working-set bytes: `sharing` gives every configuration that agrees on
+    those (`sharing_key`) one dict, so that each is priced once."""
+
+    @classmethod
+    def sharing(cls, pool: dict, model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
+                config: ParallelConfig) -> "StepModel":
+        """A StepModel whose shared values live in `pool` under its own `sharing_key`: configurations of
+        one search that agree on what those values depend on price each of them once — and the key is
+        the model's to get right, not the caller's."""
+        step = cls(model, training, cluster, config)
+        step._shared = pool.setdefault(step.sharing_key, {})
+        return step
+
+    @property
+    def sharing_key(self) -> tuple:
+        """What every shared value depends on: the shard (mbs, sequence, tp, cp, sp), the expert grid, the
+        devices and the engine that runs them (model and training are one search's own)."""
+        devices = tuple((g.hardware.name, g.domain_devices) for g in self.cluster.node_groups)
+        return compute.shard_of(self.training, self.config), self.config.ep, self.config.etp, devices, self.training.engine
 
     def memo(self, key: tuple, price):
         """`price()`, or its value already in the shared dict under `key`."""

@@ -17,7 +17,6 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 
-from gplan.cost_models.compute import shard_of
 from gplan.cost_models.step import Prediction, StepModel
 from gplan.errors import InfeasibleError
 from gplan.plan import RunnerUp, SearchRecord, SolverInfo
@@ -147,8 +146,7 @@ def _search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devi
         # a layer's times, bytes and parameters depend on the shard (mbs, cp, tp, sp), the expert grid (an
         # MoE layer's GEMM shapes) and the device, not on dp, pp or zero: shared (StepModel.memo; the layer
         # time table is keyed by the scale-up domains its links depend on as well)
-        shared = layer_times.setdefault((shard_of(training, config), config.ep, config.etp), {})
-        step = StepModel(model, training, step_cluster, config, _shared=shared)
+        step = StepModel.sharing(layer_times, model, training, step_cluster, config)
         # the states depend on the degrees and zero, not on mbs, vpp, recompute or the schedule
         grid = (config.dp, config.tp, config.pp, config.cp, config.ep, config.etp, config.zero, step_cluster.name)
         if bounds and grid not in fits:
