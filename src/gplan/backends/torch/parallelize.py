@@ -111,3 +111,10 @@ def build_chunks(plan: Plan, mesh: DeviceMesh, pp_rank: int, device: torch.devic
             built.stages.append(PipelineStage(part, chunk.virtual_stage, c.pp * c.vpp, device,
                                               group=mesh["pp"].get_group()))
     return built
+
+
+def sixteen_bit(plan: Plan, device: torch.device) -> torch.dtype | None:
+    """The 16-bit type the plan priced, where the device computes in it (GPUs); None on CPU (fp32)."""
+    if device.type != "cuda" or plan.training.base_precision not in ("bf16", "fp16"):
+        return None
+    return torch.bfloat16 if plan.training.base_precision == "bf16" else torch.float16

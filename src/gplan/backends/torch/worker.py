@@ -34,7 +34,7 @@ from gplan.backends.torch.apply_cp import load_balanced_positions
 from gplan.backends.torch.apply_dp import average_expert_gradients, average_gradients
 from gplan.backends.torch.model import init_weights
 from gplan.backends.torch.apply_lowp import after_optimizer_step, check_capability, describe
-from gplan.backends.torch.parallelize import build_chunks, fsdp_float8_all_gather, grad_mesh
+from gplan.backends.torch.parallelize import build_chunks, fsdp_float8_all_gather, grad_mesh, sixteen_bit
 from gplan.plan import Plan, read_plan
 from gplan.report import RankReport, build_report, write_report
 
@@ -177,13 +177,6 @@ def build_job(plan: Plan, device: torch.device, args: argparse.Namespace, log: R
         log(f"rank {dist.get_rank()}: {recipe}")
     return Job(plan, mesh, device, parts, optimizers, schedule, pp_rank, pp_rank == c.pp - 1, autocast, tp_mesh,
                built.virtual_stages, log, tied_group=tied_group, edp_group=built.edp_group, recipe=recipe)
-
-
-def sixteen_bit(plan: Plan, device: torch.device) -> torch.dtype | None:
-    """The 16-bit type the plan priced, where the device computes in it (GPUs); None on CPU (fp32)."""
-    if device.type != "cuda" or plan.training.base_precision not in ("bf16", "fp16"):
-        return None
-    return torch.bfloat16 if plan.training.base_precision == "bf16" else torch.float16
 
 
 def make_loss(tp_mesh: DeviceMesh | None):
