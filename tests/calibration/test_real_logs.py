@@ -105,3 +105,81 @@ def test_from_a_torchtitan_log_prices_the_launch_beside_it(gplan):
     assert r.code == 0, r.stderr
     c = r.json()["parallel"]
     assert (c["dp"], c["cp"], c["recompute"]) == (2, 2, "full")
+
+
+MDS_2023 = LOGS / "megatron_deepspeed_llama_1b_tp2_pp2_fp16_2023.log"
+
+
+def test_a_megatron_deepspeed_log_gives_the_configuration_it_states():
+    """A Llama-shaped 1.3B under Megatron-DeepSpeed (DeepSpeed 0.9.5): its arguments block (where
+    `num_experts [1]` is a dense model) and the DeepSpeedEngine's JSON say what ran; priced as DeepSpeed
+    runs it."""
+    text = MDS_2023.read_text()
+    args = arguments_block(text, MDS_2023)
+    model = model_from_args(args, "logged")
+    plan = launch_plan(read_log_launch(MDS_2023, model, text), model, "dgx-a100-80g", None, None)
+    c, t = plan.parallel, plan.training
+    assert {"world": plan.world_size, "dp": c.dp, "tp": c.tp, "pp": c.pp} == stated_degrees(text)
+    assert (c.mbs, c.zero, c.sp, t.gbs, t.seq_length, t.precision, t.engine) == (4, 0, False, 32, 2048, "fp16",
+                                                                                  "deepspeed")
+    assert {c.recompute for s in layouts_of(plan) for c in s.layers} == {"none"}
+    assert not model.is_moe and (model.num_layers, model.hidden_size, model.ffn_size, model.kv_heads) == (24, 2048, 5504, 16)
+    assert (model.vocab_size, model.bias, model.tie_embeddings, model.norm) == (32000, False, False, "rmsnorm")
+    step = StepModel(plan.model, plan.training, plan.cluster, plan.parallel)
+    assert {i: {round(step.stage_params(s))} for i, s in enumerate(layouts_of(plan))} == stated_parameters(text)
+
+
+def test_steps_deepspeed_skipped_are_left_out_though_megatrons_line_counts_none():
+    """Megatron-DeepSpeed's iteration line says 0 skipped while DeepSpeed's engine skipped step 2500 (an
+    fp16 overflow: `step=2500, skipped=1586` after 1585): the steady step leaves it out with the warm-up
+    interval, the median of iterations 2, 3, 2498 and 2499."""
+    from gplan.planner.logs.megatron import read_megatron_log
+
+    log = read_megatron_log(MDS_2023)
+    assert log.intervals == 4 and log.step_s == (1250.2 + 1210.3) / 2 / 1000
+
+
+def test_from_the_real_megatron_deepspeed_log_prices_its_layout(gplan, tmp_path):
+    """`estimate MODEL --from LOG`, MODEL the 1.3B written as a model.yaml: the log's layout, priced as
+    DeepSpeed runs it."""
+    import yaml
+
+    model = model_from_args(arguments_block(MDS_2023.read_text(), MDS_2023), "llama-1.3b")
+    path = tmp_path / "model.yaml"
+    path.write_text(yaml.safe_dump({k: v for k, v in model.model_dump(mode="json").items() if v is not None}))
+    r = gplan("estimate", str(path), "--from", str(MDS_2023), "--cluster", "dgx-a100-80g", "--json")
+    assert r.code == 0, r.stderr
+    data = r.json()
+    assert data["engine"] == "deepspeed" and (data["parallel"]["tp"], data["parallel"]["pp"], data["parallel"]["dp"]) == (2, 2, 2)
+
+
+MINDFORMERS_2025 = LOGS / "mindformers_llama2_13b_dp8_2025.log"
+
+
+def test_a_mindformers_log_is_read_with_the_yaml_beside_it():
+    """The MindSpore Transformers guide's worker_0.log lines, with the YAML it states beside them: Llama 2
+    13B (SwiGLU width 13824 from `multiple_of`, as LlamaFeedForward builds it), dp 8 with optimizer
+    parallelism, batch 4 per rank, every layer recomputed; the steady step after two warm-up steps."""
+    from gplan.calibration.runs import read_mindformers_run
+
+    run = read_mindformers_run(MINDFORMERS_2025, "atlas-800-910b", None, None)
+    c, t, m = run.plan.parallel, run.plan.training, run.plan.model
+    assert (run.plan.world_size, c.dp, c.tp, c.pp, c.mbs, c.zero) == (8, 8, 1, 1, 4, 1)
+    assert (t.gbs, t.seq_length, t.precision, t.engine) == (32, 4096, "bf16", "mindformers")
+    assert (m.num_layers, m.hidden_size, m.num_attention_heads, m.ffn_size, m.vocab_size) == (40, 5120, 40, 13824, 32000)
+    assert {x.recompute for s in layouts_of(run.plan) for x in s.layers} == {"full"}
+    assert run.measured_step_s == 1.756
+
+
+def test_a_step_faster_than_the_hardware_allows_is_refused_not_fitted(gplan, tmp_path):
+    """That guide's steps (1.75 s, its own counter: ~170 TFLOP/s per NPU) are far shorter than 32 × 4096
+    tokens of a 13B model take at the 910B's peak: the YAML beside it is not the job that wrote the log,
+    and calibrating on it would teach the profile an impossible speed. Refused, naming why."""
+    import shutil
+
+    for name in ("a", "b"):
+        shutil.copy(MINDFORMERS_2025, tmp_path / f"{name}.log")
+        shutil.copy(MINDFORMERS_2025.with_suffix(".yaml"), tmp_path / f"{name}.yaml")
+    r = gplan("calibrate", str(tmp_path / "a.log"), str(tmp_path / "b.log"), "--cluster", "atlas-800-910b",
+              "--out", str(tmp_path / "p.yaml"))
+    assert r.code == 3 and "above" in r.stderr and "peak" in r.stderr and not (tmp_path / "p.yaml").exists()

@@ -151,6 +151,8 @@ def calibrate_runs(runs: list[Run], held: list[Run]) -> Calibration:
     (devices per node), so that sizing it again for any of the runs gives the links that run had."""
     if len(runs) < 2:
         raise InputError("calibration needs two or more run reports", hint="launch a few different plans first")
+    for run in runs + held:
+        check_possible(run)
     names = {r.plan.cluster.primary.hardware.name for r in runs + held}
     if len(names) > 1:
         raise InputError(f"the runs used different hardware ({', '.join(sorted(names))})",
@@ -161,6 +163,20 @@ def calibrate_runs(runs: list[Run], held: list[Run]) -> Calibration:
     after = [relative_error(r, result.theta) for r in held]
     widest = max(runs + held, key=lambda r: r.plan.cluster.primary.devices_per_node).plan
     return Calibration(runs, result, held, before, after, as_profile(widest, result, runs, held, before, after))
+
+
+def check_possible(run: Run) -> None:
+    """A measured step shorter than the model's FLOPs allow at the device's peak cannot be of the
+    configuration the run says it ran (a log beside a YAML it did not run, a step line of another job):
+    refused rather than fitted, which would teach the profile a speed above the hardware's."""
+    p, device = run.plan.prediction, run.plan.cluster.primary.hardware
+    implied_tflops = p.model_tflops_per_device * p.step_time_s / run.measured_step_s
+    peak = device.peak_flops(run.plan.training.precision) / 1e12 if device.supports(run.plan.training.precision) else 0
+    if peak and implied_tflops > peak:
+        raise InputError(f"{run.name}: a step of {run.measured_step_s:.3f} s would be {implied_tflops:,.0f} model "
+                         f"TFLOP/s per device for this configuration, above {device.name}'s peak of {peak:,.0f}: the "
+                         "configuration read is not what ran", hint="check the launch or YAML beside the log (its "
+                         "batch, sequence length and degrees) against the job that wrote the log")
 
 
 def as_profile(plan: Plan, fit_result: Fit, runs: list[Run], held: list[Run], held_before: list[float],

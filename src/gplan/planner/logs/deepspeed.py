@@ -4,6 +4,8 @@ DeepSpeed export is checked with):
   - `runtime/config.py`, `DeepSpeedConfig.print` (called by `DeepSpeedEngine._configure_with_arguments`
     as `print("DeepSpeedEngine configuration")`): one `  {name} {dots} {value}` line per attribute, then
     `print_user_config`: `  json = ` and the config as it was given, as indented JSON;
+  - `runtime/engine.py`, `_report_progress`: `step={step}, skipped={skipped_steps}, lr=…, mom=…`, every
+    `steps_per_print` steps (fp16 overflows skip a step's update and count here);
   - `utils/timer.py`, `ThroughputTimer.stop`, every `steps_per_print` steps: `epoch=…/micro_step=…/
     global_step=…, RunningAvgSamplesPerSec=…, CurrSamplesPerSec=…, MemAllocated=…GB, MaxMemAllocated=…GB`.
 
@@ -20,6 +22,8 @@ from gplan.errors import InputError
 
 CONFIG_MARK = re.compile(r"DeepSpeedEngine configuration:")
 JSON_MARK = re.compile(r"json = ")
+PROGRESS = re.compile(r"\bstep=(\d+), skipped=(\d+), lr=")
+"""runtime/engine.py, `DeepSpeedEngine._report_progress`: `step={step}, skipped={skipped_steps}, lr=…`."""
 MAX_ALLOCATED = re.compile(r"RunningAvgSamplesPerSec=[\d.eE+-]+, CurrSamplesPerSec=[\d.eE+-]+, MemAllocated=[\d.]+GB, "
                            r"MaxMemAllocated=([\d.]+)GB")
 
@@ -39,6 +43,13 @@ def engine_config(text: str, source: str) -> dict | None:
         raise InputError(f"{source}: the DeepSpeed config JSON is cut short ({exc.msg})",
                          hint="pass the whole log from its start") from None
     return config
+
+
+def skipped_steps(text: str) -> set[int]:
+    """The steps the engine skipped (an fp16 overflow: no update), where its progress lines say: step N was
+    skipped when its `skipped` count is above step N − 1's (both logged)."""
+    counts = {int(m.group(1)): int(m.group(2)) for m in PROGRESS.finditer(text)}
+    return {step for step, count in counts.items() if step - 1 in counts and count > counts[step - 1]}
 
 
 def max_allocated_bytes(text: str) -> float | None:

@@ -20,7 +20,9 @@ Older Megatron-LM (2021–22) prints the same block with a flag since renamed, `
 (every layer recomputed, `--recompute-granularity full` today), and without `add_bias_linear` (its linears
 always had biases).
 The steady-state step is the median elapsed time of the logged intervals after the first `warmup`
-(compilation, allocator warm-up), leaving out intervals that skipped iterations. A log whose
+(compilation, allocator warm-up), leaving out intervals that skipped iterations — as the iteration line
+counts them, or, under DeepSpeed's engine (whose fp16 overflows Megatron-DeepSpeed's line does not
+count), as DeepSpeed's own `step=N, skipped=K` lines do. A log whose
 configuration is not complete, that logged too few intervals, or that ends in a traceback is refused
 with what is missing — never guessed.
 """
@@ -70,7 +72,9 @@ class MegatronLog:
 def read_megatron_log(path: Path, warmup: int = WARMUP_INTERVALS) -> MegatronLog:
     text = path.read_text(errors="replace")
     args = arguments_block(text, path)
-    iterations = [(int(m.group(1)), float(m.group(3)), _skipped(m.group(4))) for m in ITERATION.finditer(text)]
+    skipped_by_engine = deepspeed.skipped_steps(text)
+    iterations = [(int(m.group(1)), float(m.group(3)), _skipped(m.group(4)) or int(m.group(1)) in skipped_by_engine)
+                  for m in ITERATION.finditer(text)]
     last = text.rstrip().splitlines()[-40:]
     if any("Traceback (most recent call last)" in line for line in last) or "CUDA out of memory" in text:
         raise InputError(f"{path}: the run crashed after iteration {iterations[-1][0] if iterations else 0} (a "
@@ -154,13 +158,22 @@ def model_from_args(args: dict, name: str) -> ModelSpec:
         "qk_norm": bool(a("qk_layernorm", False)), "mtp_layers": a("mtp_num_layers") or 0,
         "dropout": float(a("hidden_dropout") or 0.0),
     }
-    if a("num_experts"):
-        fields |= {"num_experts": a("num_experts"), "top_k": a("moe_router_topk"),
+    if experts(args):
+        fields |= {"num_experts": experts(args), "top_k": a("moe_router_topk"),
                    "moe_ffn_hidden_size": a("moe_ffn_hidden_size"), "first_dense_layers": first_dense,
                    "shared_expert_ffn_hidden_size": a("moe_shared_expert_intermediate_size"),
                    "num_shared_experts": 1 if a("moe_shared_expert_intermediate_size") else 0,
                    "router": a("moe_router_score_function") or "softmax"}
     return ModelSpec.model_validate({k: v for k, v in fields.items() if v is not None})
+
+
+def experts(args: dict) -> int | None:
+    """The routed experts per MoE layer; None for a dense model. Megatron-DeepSpeed prints `num_experts` as a
+    list (one entry per expert group, `[1]` for a dense model)."""
+    found = args.get("num_experts")
+    if isinstance(found, list):
+        found = max(found) if found else None
+    return found if found and found > 1 else None
 
 
 def _vocab(args: dict) -> int:
@@ -189,8 +202,8 @@ def config_values(args: dict) -> dict:
               "cp": a("context_parallel_size") or 1, "vpp": a("virtual_pipeline_model_parallel_size") or 1,
               "sp": bool(a("sequence_parallel")), "mbs": a("micro_batch_size"), "zero": zero,
               "recompute": granularity if granularity in ("full", "selective") else "none"}
-    if a("num_experts"):
-        values |= {"ep": a("expert_model_parallel_size") or 1,
+    if experts(args):
+        values |= {"ep": a("expert_model_parallel_size") or a("moe_expert_parallel_size") or 1,
                    "etp": a("expert_tensor_parallel_size") or a("tensor_model_parallel_size")}
     return values
 

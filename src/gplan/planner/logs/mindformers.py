@@ -54,7 +54,19 @@ def model_of(yaml_path: Path) -> ModelSpec:
                          hint="the model must be complete to be priced; gplan does not guess it")
     fields = {"name": yaml_path.stem, "num_layers": mc["num_layers"], "hidden_size": mc["hidden_size"],
               "num_attention_heads": mc["num_heads"], "num_kv_heads": mc.get("n_kv_heads"),
-              "ffn_hidden_size": mc.get("intermediate_size"), "vocab_size": mc["vocab_size"],
+              "ffn_hidden_size": mc.get("intermediate_size") or llama_ffn_width(mc), "vocab_size": mc["vocab_size"],
               "seq_length": mc.get("seq_length", 4096), "ffn_kind": "swiglu", "norm": "rmsnorm",
               "position_embedding": "rope", "rope_theta": float(mc.get("theta", 10000.0))}
     return ModelSpec.model_validate({k: v for k, v in fields.items() if v is not None})
+
+
+def llama_ffn_width(mc: dict) -> int:
+    """The SwiGLU width MindFormers' LlamaFeedForward builds where the config gives no intermediate_size
+    (mindformers 2.1, `models/llama/llama_layer.py`): 4h, times (ffn_dim_multiplier + 0.01) when set, two
+    thirds of it, rounded up to a multiple of `multiple_of` (256) — 13824 for Llama 2 13B's 5120."""
+    width = 4 * int(mc["hidden_size"])
+    if mc.get("ffn_dim_multiplier") is not None:
+        width = int((float(mc["ffn_dim_multiplier"]) + 0.01) * width)
+    width = int(2 * width / 3)
+    multiple = int(mc.get("multiple_of", 256))
+    return multiple * ((width + multiple - 1) // multiple)
