@@ -119,3 +119,65 @@ def titan_flags(values: dict[str, object]) -> dict[str, str | None]:
         else:
             flags[f"--{dotted}"] = str(item)
     return flags
+
+
+def rewrite_yaml(text: str, values: dict[str, object]) -> str:
+    """A YAML config with only `values` (`a.b.c` -> value, mappings only) changed, line by line so that
+    comments, anchors, key order and every other key stay as they were: each key's value replaced on its
+    line, a missing key added as the first child of its parent (at its children's indentation), a missing
+    parent chain appended at the end. Values are written in flow style (`[1, -1]`, `true`)."""
+    import json
+
+    def literal(item: object) -> str:
+        return "true" if item is True else "false" if item is False else json.dumps(item)
+
+    lines = text.splitlines()
+    for dotted, item in values.items():
+        path = dotted.split(".")
+        found = _yaml_key_lines(lines)
+        if tuple(path) in found:
+            i, indent = found[tuple(path)]
+            comment = re.search(r"\s+#.*$", lines[i])
+            lines[i] = f"{' ' * indent}{path[-1]}: {literal(item)}" + (comment.group(0) if comment else "")
+            continue
+        depth = len(path) - 1
+        while depth > 0 and tuple(path[:depth]) not in found:
+            depth -= 1
+        if depth == 0:
+            lines += [f"{'  ' * k}{key}:" for k, key in enumerate(path[:-1])]
+            lines.append(f"{'  ' * (len(path) - 1)}{path[-1]}: {literal(item)}")
+            continue
+        parent_line, parent_indent = found[tuple(path[:depth])]
+        child = next((ind for p, (_, ind) in found.items() if len(p) == depth + 1 and p[:depth] == tuple(path[:depth])),
+                     parent_indent + 2)
+        new = [f"{' ' * (child + 2 * k)}{key}:" for k, key in enumerate(path[depth:-1])]
+        new.append(f"{' ' * (child + 2 * (len(path) - 1 - depth))}{path[-1]}: {literal(item)}")
+        lines[parent_line + 1:parent_line + 1] = new
+    return "\n".join(lines) + "\n"
+
+
+def _yaml_key_lines(lines: list[str]) -> dict[tuple[str, ...], tuple[int, int]]:
+    """Every mapping key's path -> (line index, indentation); keys inside list items are left out."""
+    found: dict[tuple[str, ...], tuple[int, int]] = {}
+    stack: list[tuple[int, str]] = []  # (indentation, key) of the open mappings
+    in_list_at: int | None = None
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        indent = len(line) - len(line.lstrip(" "))
+        if in_list_at is not None and indent > in_list_at:
+            continue
+        in_list_at = None
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        if stripped.startswith("- "):
+            in_list_at = indent - 1 if indent else -1
+            continue
+        match = re.match(r"([\w.\-]+)\s*:(\s|$)", stripped)
+        if not match:
+            continue
+        key = match.group(1)
+        found[tuple(k for _, k in stack) + (key,)] = (i, indent)
+        stack.append((indent, key))
+    return found

@@ -313,3 +313,30 @@ def test_a_megatron_deepspeed_launch_is_written_back_with_its_config(gplan, tmp_
     assert written["train_micro_batch_size_per_gpu"] == best["parallel"]["mbs"]
     back = gplan("estimate", "llama3-8b", "--from", str(out_dir / "train.sh"), "--cluster", "dgx-h100", "--json").json()
     assert back["step_time_s"] == pytest.approx(best["prediction"]["step_time_s"], rel=1e-9)
+
+
+def test_the_best_plan_is_written_back_into_a_mindformers_yaml(gplan, tmp_path):
+    """MindFormers: `search --from run.yaml --out-launch better.yaml` rewrites the YAML's layout keys only —
+    comments, the optimizer, the context and every other key kept — and read back it is the best plan,
+    priced the same."""
+    import shutil
+
+    import yaml
+
+    source = tmp_path / "run.yaml"
+    shutil.copy(Path(__file__).resolve().parents[1] / "data" / "logs" / "mindformers_llama2_13b_dp8_2025.yaml", source)
+    better, plan_path = tmp_path / "better.yaml", tmp_path / "plan.json"
+    # zero ≤ 2: a zero 3 plan comes back as the zero 2 MindSpore's optimizer parallel runs (the export says so)
+    r = gplan("search", "llama2-13b", "--from", str(source), "--cluster", "atlas-800-910b", "--out", str(plan_path),
+              "--zero", "0,1,2", "--out-launch", str(better))
+    assert r.code == 0, r.stderr
+    plan = json.loads(plan_path.read_text())
+    back = gplan("estimate", "llama2-13b", "--from", str(better), "--cluster", "atlas-800-910b", "--json").json()
+    keys = ("dp", "tp", "pp", "vpp", "mbs", "zero")
+    assert {k: back["parallel"][k] for k in keys} == {k: plan["parallel"][k] for k in keys}
+    assert back["step_time_s"] == pytest.approx(plan["prediction"]["step_time_s"], rel=1e-9)
+    before, after = yaml.safe_load(source.read_text()), yaml.safe_load(better.read_text())
+    for kept in ("optimizer", "context", "trainer", "seed"):
+        assert after[kept] == before[kept]
+    assert [line for line in source.read_text().splitlines() if line.startswith("#")] == \
+        [line for line in better.read_text().splitlines() if line.startswith("#")]

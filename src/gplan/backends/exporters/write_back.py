@@ -7,7 +7,9 @@ Megatron-LM: its script's layout flags (megatron.layout_flags). torchtitan: a TO
 script's `--section.key` overrides (torchtitan.layout_values); a launch whose layout lives in a config
 module (a gplan export) is refused with the export as the way. Megatron-DeepSpeed: its script's layout
 flags and the DeepSpeed config it names (batch, micro-batch, accumulation, ZeRO stage, activation
-checkpointing), written beside the new script under the name the script uses.
+checkpointing), written beside the new script under the name the script uses. MindFormers: its training
+YAML's layout keys (`parallel_config`, the optimizer-parallel switches, `recompute_config`'s counts, the
+`offset` split, `runner_config`'s batch), rewritten line by line so comments and every other key stay.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 from gplan.backends.exporters import megatron, torchtitan
 from gplan.backends.exporters.deepspeed import ds_config, megatron_deepspeed_args
 from gplan.errors import InputError
-from gplan.launch_text import rewrite_launch, rewrite_toml, titan_flags
+from gplan.launch_text import rewrite_launch, rewrite_toml, rewrite_yaml, titan_flags
 from gplan.plan import Plan, layouts_of
 
 DS_OWNED = ("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--no-pipeline-parallel",
@@ -51,8 +53,39 @@ def write_back(plan: Plan, engine: str, source: Path, target: Path) -> dict[Path
         return {target: rewrite_launch(text, titan_flags(values))}
     if engine == "deepspeed":
         return deepspeed_files(plan, source, target, text)
-    raise InputError(f"--out-launch rewrites Megatron-LM, torchtitan and Megatron-DeepSpeed launches, not {engine}'s",
-                     hint=f"gplan export PLAN --to {engine}")
+    if engine == "mindformers":
+        return {target: rewrite_yaml(text, mindformers_values(plan, text))}
+    raise InputError(f"--out-launch rewrites Megatron-LM, torchtitan, Megatron-DeepSpeed and MindFormers launches, "
+                     f"not {engine}'s", hint=f"gplan export PLAN --to {engine}")
+
+
+MF_OWNED = {"parallel_config": ("data_parallel", "model_parallel", "pipeline_stage", "context_parallel",
+                                "use_seq_parallel", "micro_batch_num", "vocab_emb_dp", "expert_parallel"),
+            "parallel": ("enable_parallel_optimizer",), "parallel.parallel_optimizer_config": ("gradient_accumulation_shard",),
+            "parallel.pipeline_config": ("pipeline_interleave", "pipeline_scheduler"),
+            "recompute_config": ("recompute", "select_recompute"),
+            "model.model_config": ("offset", "pp_interleave_num"),
+            "runner_config": ("batch_size", "gradient_accumulation_steps")}
+"""The keys of a MindFormers YAML's layout (the export's sections), by section."""
+
+
+def mindformers_values(plan: Plan, text: str) -> dict[str, object]:
+    """The layout keys of the plan as MindFormers' export writes them; an optimizer shard size of the
+    user's set to -1 (every data-parallel rank: the sharding gplan prices)."""
+    import yaml
+
+    from gplan.backends.exporters.mindformers import sections
+
+    written, values = sections(plan), {}
+    for section, keys in MF_OWNED.items():
+        node = written
+        for part in section.split("."):
+            node = node.get(part) or {}
+        values |= {f"{section}.{key}": node[key] for key in keys if key in node}
+    options = ((yaml.safe_load(text) or {}).get("parallel") or {}).get("parallel_optimizer_config") or {}
+    if options.get("optimizer_weight_shard_size", -1) != -1:
+        values["parallel.parallel_optimizer_config.optimizer_weight_shard_size"] = -1
+    return values
 
 
 def deepspeed_files(plan: Plan, source: Path, target: Path, text: str) -> dict[Path, str]:
