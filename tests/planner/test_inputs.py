@@ -49,3 +49,19 @@ def test_absurd_cluster_sizes_are_refused_at_once(gplan, tmp_path, args):
     r = gplan("search", "llama3-8b", *[a.format(huge=huge) for a in args], "--out", str(tmp_path / "p.json"))
     assert r.code == 3 and "1,048,576" in r.stderr
     assert not (tmp_path / "p.json").exists()
+
+
+def test_inputs_built_by_hand_are_searched_for_the_resolved_default_target():
+    """planner.plan() on Inputs that name no engine asks the one target resolution (planner.inputs), not
+    "any target": a CPU cluster's plans are the torch worker's (hypothesis found a pp 2 plan of 1
+    micro-batch, which torch's schedule refuses, when plan() took a missing engine as no target)."""
+    import random
+
+    from gplan.plan import layouts_of
+    from gplan.spec.targets import TARGETS, refusals
+    from gplan.testing import random_case, ranked_plans
+
+    plans = ranked_plans(random_case(random.Random(8192)))
+    assert plans and all(p.target == "torch" for p in plans)
+    assert all(refusals(TARGETS["torch"], p.model, p.parallel, p.parallel.num_microbatches, layouts_of(p)) == []
+               for p in plans)

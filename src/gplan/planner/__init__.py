@@ -29,11 +29,13 @@ def plan(inputs: Inputs, limits: SearchLimits | None = None, top: int = 5, time_
     The space is bounded by what the target runs: the inputs' engine (resolved once, with its default,
     by `resolve_inputs`), or `limits.target` where that names another."""
     from gplan.planner.build import make_plan
+    from gplan.planner.inputs import with_target
     from gplan.planner.search import search, search_record
     from gplan.planner.space import SearchLimits
 
     limits = limits or SearchLimits()
     if limits.target is None:
+        inputs = with_target(inputs)  # Inputs built by hand name no engine: the one resolution gives it
         limits = replace(limits, target=inputs.training.engine)
     if limits.target is not None and inputs.training.engine != limits.target:  # its engine prices its memory
         inputs = replace(inputs, training=inputs.training.model_copy(update={"engine": limits.target}))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pydantic import ValidationError
 
@@ -103,6 +103,22 @@ def check_profile_precision(spec: ClusterSpec, precision: str, path: str) -> Non
                          hint=f"pass --precision {sorted(measured)[0]}, or profile again with --precision {precision}")
 
 
+def resolve_target(target: str | None, cluster: ClusterSpec, precision: str, model: ModelSpec) -> str:
+    """The engine a run is priced and searched for: the one named, else the default of the cluster's
+    hardware for this precision and model (spec.targets.default_target) — decided here, once."""
+    from gplan.spec.targets import default_target
+
+    return target or default_target(cluster.primary.hardware.kind, precision, experts=model.is_moe or model.is_mla)
+
+
+def with_target(inputs: Inputs) -> Inputs:
+    """`inputs` with its engine resolved where it names none (inputs built by hand, not by resolve_inputs)."""
+    if inputs.training.engine is not None:
+        return inputs
+    engine = resolve_target(None, inputs.cluster, inputs.training.precision, inputs.model)
+    return replace(inputs, training=inputs.training.model_copy(update={"engine": engine}))
+
+
 def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | None = None,
                    hardware: str | None = None, devices_per_node: int | None = None,
                    gbs: int | None = None, seq_length: int | None = None, precision: str | None = None,
@@ -111,7 +127,6 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
     """`target` (a backend or export target) is the engine whose memory accounting prices the run;
     default: the backend of the cluster's hardware, as `gplan search` defaults its --target."""
     from gplan.planner.space import target_name
-    from gplan.spec.targets import default_target
 
     target = target_name(target)
     model = load_model(model_ref)
@@ -139,9 +154,7 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
                     else f"default on CPUs: ~{batch_tokens} tokens")
     try:
         training = TrainingSpec(gbs=gbs, seq_length=seq, precision=precision, memory_headroom=memory_headroom,
-                                expert_imbalance=expert_imbalance,
-                                engine=target or default_target(spec.primary.hardware.kind, precision,
-                                                                experts=model.is_moe or model.is_mla))
+                                expert_imbalance=expert_imbalance, engine=resolve_target(target, spec, precision, model))
     except ValidationError as exc:
         err = exc.errors()[0]
         raise InputError(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}",
