@@ -16,7 +16,7 @@ import shlex
 import signal
 import subprocess
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gplan.errors import BackendError, InputError
@@ -387,7 +387,7 @@ def launch_plan(plan: Plan, backend_name: str, options: LaunchOptions, *, valida
         return LaunchOutcome("validated", backend_name, validation=impl.validate(plan), plan=plan)
     plan = scale(plan) if scale else plan
     plan_path = options.run_dir / "plan.json"
-    rendered = options if not slurm or options.rdzv_endpoint else _with_endpoint(options, SLURM_RENDEZVOUS)
+    rendered = options if not slurm or options.rdzv_endpoint else replace(options, rdzv_endpoint=SLURM_RENDEZVOUS)
     spec = impl.render(plan, plan_path, rendered)
     for line in spec.notes:
         (note or (lambda _: None))(line)
@@ -407,9 +407,3 @@ def launch_plan(plan: Plan, backend_name: str, options: LaunchOptions, *, valida
     if spec.nnodes > 1 and options.node_rank != 0 and not report_path.exists():
         return LaunchOutcome("node_finished", backend_name, spec=spec, plan=plan, node_rank=options.node_rank)
     return LaunchOutcome("ran", backend_name, spec=spec, report_path=report_path, plan=plan)
-
-
-def _with_endpoint(options: LaunchOptions, endpoint: str) -> LaunchOptions:
-    from dataclasses import replace
-
-    return replace(options, rdzv_endpoint=endpoint)

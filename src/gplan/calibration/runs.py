@@ -217,6 +217,7 @@ def read_log_run(path: Path, cluster: str | None, hardware: str | None, devices_
     it (planner.launch_files), priced as that engine runs it on the cluster given (a log does not name its
     hardware), and its steady step."""
     from gplan.planner.launch_files import megatron_log_launch
+    from gplan.planner.logs import family
     from gplan.planner.logs.megatron import model_from_args, read_megatron_log
 
     if not path.is_file():
@@ -225,9 +226,10 @@ def read_log_run(path: Path, cluster: str | None, hardware: str | None, devices_
         raise InputError(f"{path}: an engine's log does not name its hardware",
                          hint="pass --cluster (or --hardware and --devices-per-node)")
     text = path.read_text(errors="replace")
-    if "per_step_time:" in text:
+    engine = family(text)
+    if engine == "mindformers":
         return read_mindformers_run(path, cluster, hardware, devices_per_node)
-    if "Running with configs:" in text or ("tps:" in text and "step:" in text and "end of arguments" not in text):
+    if engine == "torchtitan":
         return read_torchtitan_run(path, cluster, hardware, devices_per_node)
     log = read_megatron_log(path)
     model = model_from_args(log.args, path.stem)
@@ -256,7 +258,7 @@ def launch_plan(launch, model, cluster: str | None, hardware: str | None, device
 def read_torchtitan_run(path: Path, cluster: str | None, hardware: str | None, devices_per_node: int | None) -> Run:
     """A run from a torchtitan log (planner.logs.torchtitan): the configuration it printed, or the launch
     beside it, read as `--from` reads it, priced as torchtitan runs it, and its steady step."""
-    from gplan.planner.launch_files import launch_batch, launch_config, titan_log_launch, titan_model_name
+    from gplan.planner.launch_files import titan_log_launch, titan_model_name
     from gplan.planner.logs.torchtitan import read_steps
     from gplan.profiles.catalogue import load_model
 
@@ -268,9 +270,8 @@ def read_torchtitan_run(path: Path, cluster: str | None, hardware: str | None, d
                          hint="pass the log from its start, or set NGPU / --nproc_per_node in the launch")
     tps, _, _ = read_steps(path, text)
     plan = launch_plan(launch, model, cluster, hardware, devices_per_node)
-    gbs = launch_batch(launch, launch_config(launch, model, launch.world_size))
-    step_s = gbs * plan.training.seq_length / (tps * launch.world_size)  # tps is per device: see planner.logs.torchtitan
-    return Run(str(path), plan, step_s)
+    t = plan.training  # tps is per device (planner.logs.torchtitan): a step is gbs·seq over tps × devices
+    return Run(str(path), plan, t.gbs * t.seq_length / (tps * launch.world_size))
 
 
 def read_mindformers_run(path: Path, cluster: str | None, hardware: str | None, devices_per_node: int | None) -> Run:

@@ -140,9 +140,6 @@ def target_refusals(inputs, config, layouts) -> tuple[list, list[str]]:
 def config_of(given: dict, devices: int):
     """The configuration as given, the rest at ParallelConfig's defaults (sp with tp > 1): for the rules'
     check, which the user's own values must pass before anything is chosen for them."""
-    from gplan.planner.complete import degrees_of
-    from gplan.spec.parallel import config_from_options
-
     degrees = degrees_of(given, devices)
     return config_from_options(**{"sp": degrees["tp"] > 1, **given, **degrees})  # sp with tp, as the search
 

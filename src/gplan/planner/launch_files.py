@@ -24,6 +24,7 @@ from typing import Any
 
 from gplan.errors import InputError
 from gplan.launch_text import arguments
+from gplan.planner.logs import family
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import LayerCount, StageLayout, even_stage_sizes
 
@@ -108,7 +109,7 @@ def read_launch(path: Path, model: ModelSpec) -> Launch:
         return Launch(source=str(path), engine="torch", given={}, gbs=plan.training.gbs,
                       seq_length=plan.training.seq_length, precision=plan.training.precision, stage_sizes=None,
                       recompute_layers=None, world_size=plan.world_size, plan=plan)
-    if LOG_MARK.search(text):
+    if family(text):
         return read_log_launch(path, model, text)
     if path.suffix in (".yaml", ".yml") and "parallel_config:" in text:
         return read_mindformers_launch(path, model)
@@ -119,20 +120,16 @@ def read_launch(path: Path, model: ModelSpec) -> Launch:
     return read_megatron_launch(path, model, text)
 
 
-LOG_MARK = re.compile(r"-{8,} end of arguments -{8,}|Running with configs:|per_step_time:|step:\s*\d+\s+loss:.*tps:")
-"""An engine's training log (planner.logs): Megatron's arguments block, torchtitan's printed job config,
-MindFormers' step lines."""
-
-
 def read_log_launch(path: Path, model: ModelSpec, text: str) -> Launch:
     """The configuration an engine's log says it ran, as a launch: Megatron-LM / Megatron-DeepSpeed from
     the arguments block (and the DeepSpeed JSON), torchtitan from its printed job config, MindFormers from
     the training YAML beside the log; checked against `model`."""
-    from gplan.planner.logs import megatron, mindformers, torchtitan
+    from gplan.planner.logs import megatron, mindformers
 
-    if "per_step_time:" in text:
+    engine = family(text)
+    if engine == "mindformers":
         return read_mindformers_launch(mindformers.config_beside(path), model)
-    if "end of arguments" not in text and ("Running with configs:" in text or torchtitan.STEP.search(text)):
+    if engine == "torchtitan":
         return titan_log_launch(path, model, text)
     args = megatron.arguments_block(text, path)
     return megatron_log_launch(args, path, model)

@@ -178,14 +178,13 @@ def candidates(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, d
     (`spec.parallel.RULES`, the one rule set): degrees whose product is a device count, then
     micro-batch, chunking, sharding and the expert grid generated, each configuration kept only when no
     rule refuses it."""
-    layers = model.total_layers
     for n in device_counts(cluster, devices, limits):
         for tp in tp_options(model, cluster, limits):
             for cp in cp_options(training, limits):
                 if n % (tp * cp):
                     continue
                 for pp in divisors(n // (tp * cp)):
-                    if pp > layers or (limits.pp and pp not in limits.pp):
+                    if limits.pp and pp not in limits.pp:
                         continue
                     dp = n // (tp * cp * pp)
                     if limits.dp and dp not in limits.dp:

@@ -21,6 +21,8 @@ import re
 from gplan.errors import InputError
 
 CONFIG_MARK = re.compile(r"DeepSpeedEngine configuration:")
+SIGNATURE = re.compile(r"samples/sec|DeepSpeed ?Engine|RunningAvgSamplesPerSec")
+"""What only a DeepSpeed engine's log prints (the configuration block, the throughput lines)."""
 JSON_MARK = re.compile(r"json = ")
 PROGRESS = re.compile(r"\bstep=(\d+), skipped=(\d+), lr=")
 """runtime/engine.py, `DeepSpeedEngine._report_progress`: `step={step}, skipped={skipped_steps}, lr=…`."""

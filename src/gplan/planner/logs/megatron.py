@@ -36,8 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gplan.errors import InputError
-from gplan.planner.logs import deepspeed
-from gplan.spec.engines import ENGINES
+from gplan.planner.logs import deepspeed, family
 from gplan.spec.model import ModelSpec
 
 ARGS_BEGIN = re.compile(r"-{8,} arguments -{8,}")
@@ -50,9 +49,6 @@ SKIPPED = re.compile(r"number of skipped iterations:\s*(\d+)")
 MEMORY = re.compile(r"\[Rank (\d+)\] \(after (\d+) iterations\) memory \(MB\) \| allocated: ([\d.]+) \| "
                     r"max allocated: ([\d.]+) \| reserved: ([\d.]+) \| max reserved: ([\d.]+)")
 PADDED_VOCAB = re.compile(r"padded vocab \(size: \d+\) with \d+ dummy tokens \(new size: (\d+)\)")
-OTHER_ENGINES = {name: re.compile(engine.log_signature) for name, engine in ENGINES.items()
-                 if engine.log_signature and name != "megatron"}
-"""The other engines' logs, by the signatures spec.engines gives them."""
 REQUIRED = ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "micro_batch_size", "global_batch_size",
             "tensor_model_parallel_size", "pipeline_model_parallel_size", "world_size")
 WARMUP_INTERVALS = 1
@@ -91,14 +87,14 @@ def read_megatron_log(path: Path, warmup: int = WARMUP_INTERVALS) -> MegatronLog
 def arguments_block(text: str, path: Path) -> dict[str, object]:
     begin, end = ARGS_BEGIN.search(text), ARGS_END.search(text)
     if begin is None:
-        if OTHER_ENGINES["deepspeed"].search(text):
+        if deepspeed.SIGNATURE.search(text):
             raise InputError(f"{path}: a DeepSpeed log without Megatron-DeepSpeed's arguments block: the model it "
                              "trained is not in it", hint="pass a Megatron-DeepSpeed log (its arguments block names "
                              "the model) or a gplan launch run report")
-        for engine, pattern in OTHER_ENGINES.items():
-            if pattern.search(text):
-                raise InputError(f"{path}: a {engine} log, not Megatron-LM's (no arguments block)",
-                                 hint="gplan calibrate reads Megatron-LM logs and gplan launch run reports today")
+        other = family(text)
+        if other:
+            raise InputError(f"{path}: a {other} log, not Megatron-LM's (no arguments block)",
+                             hint="gplan calibrate reads Megatron-LM logs and gplan launch run reports today")
         raise InputError(f"{path}: no Megatron-LM arguments block (`---- arguments ----`)",
                          hint="pass the log of the rank that prints the arguments (rank 0), from its start")
     if end is None:

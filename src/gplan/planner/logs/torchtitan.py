@@ -48,18 +48,6 @@ FLAVOR_VARIANTS = re.compile(r"_(flex_attn|varlen|varlen_attn)$")
 
 
 @dataclass(frozen=True)
-class TorchtitanLog:
-    source: str
-    config: dict
-    model: str
-    """The bundled model of the config's model_spec."""
-    step_tokens_per_device_s: float
-    """The median tokens/s per device of the steady steps."""
-    steps: int
-    max_reserved_bytes: float
-
-
-@dataclass(frozen=True)
 class TorchtitanConfig:
     config: dict
     """The job config as printed, the degrees as the mesh line resolved them."""
@@ -90,13 +78,6 @@ def read_torchtitan_config(path: Path, text: str) -> TorchtitanConfig:
         raise InputError(f"{path}: model_spec {key[0]}/{key[1]} has no bundled model of its shape",
                          hint="the bundled torchtitan shapes: " + ", ".join(f"{n}/{f}" for n, f in BUNDLED))
     return TorchtitanConfig(config, bundled(*key))
-
-
-def read_torchtitan_log(path: Path, warmup: int = WARMUP_STEPS) -> TorchtitanLog:
-    text = ANSI.sub("", path.read_text(errors="replace"))
-    logged = read_torchtitan_config(path, text)
-    tps, steps, peak = read_steps(path, text, warmup)
-    return TorchtitanLog(str(path), logged.config, logged.model, tps, steps, peak)
 
 
 def read_steps(path: Path, text: str, warmup: int = WARMUP_STEPS) -> tuple[float, int, float]:

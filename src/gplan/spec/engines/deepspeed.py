@@ -12,7 +12,6 @@ ENGINE = EngineProfile(
                               zero=ALL_ZERO, zero_with_pp=frozenset({0, 1}), encoder_decoder=False, experts=True,
                               expert_tp="etp1", experts_with_pp=False, token_dropping=True,
                               expert_families=frozenset({"mixtral"})),
-    log_signature=r"samples/sec|DeepSpeed ?Engine|RunningAvgSamplesPerSec",
     memory=MemoryAccounting(
         states="deepspeed",
         # its default reduce_bucket_size (runtime/zero/config.py), the 16-bit gradient bucket of ZeRO 1/2

@@ -15,6 +15,5 @@ ENGINE = EngineProfile(
                               uneven_interleaved=True, token_dropping=True,
                               tp_comm_overlap=frozenset({"bf16", "fp16", "fp8", "mxfp8"}),
                               no_param_gather_overlap=frozenset({"mxfp8"})),
-    log_signature=r"-{8,} end of arguments -{8,}",
     memory=MemoryAccounting(),  # Megatron's theoretical_memory_usage: 18 bytes, the distributed optimizer's 6 + 12/d
 )

@@ -11,6 +11,5 @@ ENGINE = EngineProfile(
                               encoder_decoder=False, llama_family_only=True, experts=True, latent_attention=True,
                               latent_attention_split=True, expert_tp="etp1", token_dropping=True,
                               expert_families=frozenset({"qwen3_moe", "deepseek_v3"}), mtp=True),
-    log_signature=r"per_step_time|MindFormers",
     memory=MemoryAccounting(),
 )

@@ -149,9 +149,6 @@ class EngineProfile:
     """The module of gplan.backends.exporters that writes its files (`gplan export --to NAME`)."""
     launches: bool = False
     """Whether `gplan launch --backend NAME` runs it (gplan's own workers)."""
-    log_signature: str = ""
-    """A regular expression only its training logs match (planner.logs tells one engine's log from
-    another's by it)."""
     efficiency: str = "engine_efficiency"
     """Where its speed lives: the hardware catalogue's `engine_efficiency[name]` (fitted per hardware on
     its runs, prior 1: the compute efficiencies are Megatron-LM's)."""

@@ -17,6 +17,5 @@ ENGINE = EngineProfile(
                               # rowwise_with_gw_hp only: an fp8 plan runs rowwise there, and is priced
                               # so) and MXFP8LinearConverter (components/quantization/float8.py, mx.py)
                               precisions=frozenset({"bf16", "fp32", "fp8", "fp8-rowwise", "mxfp8"})),
-    log_signature=r"step:\s*\d+\s+loss:.*(tps|mfu)",
     memory=MemoryAccounting(states="fsdp", loss_grad="fp32_grad"),
 )
