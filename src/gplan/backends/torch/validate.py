@@ -114,13 +114,10 @@ def validation_report(plan: Plan) -> ValidationReport:
                             s.error, abs(s.error) <= TOLERANCE))
         weight_error = s.weight_bytes / s.predicted_weight_bytes - 1 if s.predicted_weight_bytes else None
         held = weight_error is None or abs(weight_error) <= TOLERANCE
-        if own:
-            checks.append(Check(f"{where}: weight bytes after zero", f"{s.weight_bytes / 2**30:.3f} GiB",
-                                f"{s.predicted_weight_bytes / 2**30:.3f} GiB", weight_error, held))
-        else:  # priced as another engine keeps weights: shown, not held against the worker
-            checks.append(Check(f"{where}: weight bytes after zero (the plan priced {engine}'s accounting, not "
-                                "the torch worker's: relaunch a plan searched with --target torch to hold it)",
-                                f"{s.weight_bytes / 2**30:.3f} GiB", f"{s.predicted_weight_bytes / 2**30:.3f} GiB",
-                                weight_error, True))
+        # priced as another engine keeps weights: shown beside what was built, not held against the worker
+        other = "" if own else (f" (the plan priced {engine}'s accounting, not the torch worker's: relaunch a plan "
+                                "searched with --target torch to hold it)")
+        checks.append(Check(f"{where}: weight bytes after zero{other}", f"{s.weight_bytes / 2**30:.3f} GiB",
+                            f"{s.predicted_weight_bytes / 2**30:.3f} GiB", weight_error, held or not own))
     return ValidationReport("torch", f"sharded model on the meta device, fake process group of {plan.world_size} ranks",
                             checks)
