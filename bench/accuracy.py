@@ -14,8 +14,10 @@ profiles/data/hardware.yaml; `--readme` writes the tables into README.md between
 from __future__ import annotations
 
 import argparse
+import ast
 import csv
 import math
+import re
 import statistics
 import sys
 from dataclasses import dataclass
@@ -28,7 +30,7 @@ from gplan.errors import GplanError
 from gplan.profiles.catalogue import load_cluster
 from gplan.profiles.schema import ClusterSpec, Efficiency
 from gplan.spec.model import ModelSpec
-from gplan.spec.parallel import ParallelConfig, check_config, layout_from_sizes, uniform_layout
+from gplan.spec.parallel import DEFAULT_RECOMPUTE_MODULES, ParallelConfig, check_config, layout_from_sizes, uniform_layout
 from gplan.spec.training import TrainingSpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -478,7 +480,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     table = report(cases, skipped, fitted, leave_one_source_out(cases))
     if BRIDGE_CSV.is_file():
-        table += "\n\n" + bridge_report() + "\n\n" + moe_report()
+        table += "\n\n" + bridge_report() + "\n\n" + moe_report() + "\n\n" + memory_report()
     sys.stdout.write(table + "\n")
     if args.readme:
         write_readme(table)
@@ -495,6 +497,14 @@ BRIDGE_SYSTEMS = {"H100": "dgx-h100", "B200": "dgx-b200", "B300": "dgx-b300", "G
 BRIDGE_PRECISION = {"FP8": "fp8", "FP8-CS": "fp8", "FP8-MX": "mxfp8", "MXFP8": "mxfp8", "NVFP4": "nvfp4", "BF16": "bf16"}
 
 
+BRIDGE_LOW_PRECISION_PARAMS = ("fp8", "mxfp8")
+"""The recipes whose weights Megatron-Bridge keeps only quantised: `bf16_with_fp8_current_scaling_mixed` and
+`bf16_with_mxfp8_mixed` set `fp8_param_gather = True`, `bf16_with_nvfp4_mixed` sets it False
+(Megatron-Bridge, src/megatron/bridge/training/mixed_precision.py). Every performance recipe of the table
+also reduces gradients in bf16 (`grad_reduce_in_fp32 = False` in each model's
+scripts/performance/configs/*_llm_pretrain.py common settings): the rows are priced with both."""
+
+
 @dataclass
 class BridgeCase:
     case: Case
@@ -504,8 +514,9 @@ class BridgeCase:
 
 def load_bridge_cases(path: Path = BRIDGE_CSV) -> tuple[list[BridgeCase], list[tuple[str, str]]]:
     """The dense rows: the bundled Llama 3 shapes, Megatron-Core (distributed optimizer; Megatron-FSDP
-    where the row gives an FSDP degree), sequence parallelism with tp > 1 (the recipes' setting), flash
-    attention; step time = gbs·seq / (tokens/s/GPU · GPUs)."""
+    where the row gives an FSDP degree or its settings `use_megatron_fsdp=True`), sequence parallelism with
+    tp > 1 (the recipes' setting), flash attention, the recompute and activation offloading
+    (`cpu_offloading_num_layers`) its settings state; step time = gbs·seq / (tokens/s/GPU · GPUs)."""
     from gplan.profiles.catalogue import load_model
 
     out, skipped = [], []
@@ -520,8 +531,12 @@ def load_bridge_cases(path: Path = BRIDGE_CSV) -> tuple[list[BridgeCase], list[t
         vpp = int(r["vp"]) if r["vp"] not in ("", "n/a") else 1
         dp = gpus // (tp * pp * cp)
         fsdp = int(r["fsdp"]) if r["fsdp"] else 0
+        settings = r["other_settings"]
+        recompute, modules = recompute_of(settings)
+        offload = re.search(r"cpu_offloading_num_layers=(\d+)", settings)
         config = ParallelConfig(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, mbs=int(r["micro_batch_size"]), sp=tp > 1,
-                                zero=3 if fsdp else 1)
+                                zero=3 if fsdp or "use_megatron_fsdp=True" in settings else 1, recompute=recompute,
+                                recompute_modules=modules, offload_layers=int(offload.group(1)) if offload else 0)
         _add_bridge_case(r, model, config, out, skipped)
     return out, skipped
 
@@ -530,8 +545,10 @@ def _add_bridge_case(r: dict, model, config: ParallelConfig, out: list, skipped:
     """The row as a case (Megatron-LM, its precision; step time = gbs·seq / (tokens/s/GPU · GPUs)), or
     skipped with the rule it breaks."""
     gpus = int(r["num_gpus"])
-    training = TrainingSpec(gbs=int(r["global_batch_size"]), seq_length=int(r["seq_len"]),
-                            precision=BRIDGE_PRECISION[r["precision"]], engine="megatron")
+    precision = BRIDGE_PRECISION[r["precision"]]
+    training = TrainingSpec(gbs=int(r["global_batch_size"]), seq_length=int(r["seq_len"]), precision=precision,
+                            engine="megatron", grad_reduce_in_bf16=True,
+                            fp8_param_gather=precision in BRIDGE_LOW_PRECISION_PARAMS)
     try:
         check_config(model, training, config, gpus)
     except GplanError as exc:
@@ -622,6 +639,40 @@ def bridge_report(path: Path = BRIDGE_CSV) -> str:
     return "\n".join(lines)
 
 
+def memory_report(path: Path = BRIDGE_CSV) -> str:
+    """Every priced Bridge row ran to completion: none may be predicted above its device's physical memory,
+    and each should fit gplan's budget (physical less the headroom). A row that does not is named with the
+    term that decides: its states alone, or its activations."""
+    lines = ["Peak memory of Megatron-Bridge's rows, each priced as its recipe states it (recompute modules, "
+             "activation offloading, Megatron-FSDP, bf16 gradient reduction and FP8 parameters where its recipe "
+             "sets them: `BRIDGE_LOW_PRECISION_PARAMS`):", "",
+             "| rows | priced | above physical memory | above gplan's budget (headroom 10%) |", "|---|---:|---:|---:|"]
+    named = []
+    for family, loader in (("dense", load_bridge_cases), ("MoE", load_moe_cases)):
+        rows = loader(path)[0]
+        over = budget = 0
+        for b in rows:
+            c = b.case
+            p = StepModel(c.model, c.training, c.cluster, c.config).predict()
+            physical = c.cluster.node_groups[0].hardware.memory_bytes
+            peak = p.memory_bytes_per_device_max
+            over += peak > physical
+            budget += not p.fits
+            if not p.fits:
+                stage = max(p.stages, key=lambda s: s.memory_bytes)
+                m = stage.memory
+                states = m.weights_bytes + m.grads_bytes + m.optimizer_bytes
+                term = (f"states alone {states / 2**30:.0f} GiB" if states > physical * 0.9 else
+                        f"activations {m.activations_bytes / 2**30:.0f} GiB beside {states / 2**30:.0f} GiB of states")
+                named.append(f"| {c.row_id} | {c.label} | {peak / 2**30:.0f} of {physical / 2**30:.0f} GiB | {term} |")
+        lines.append(f"| {family} | {len(rows)} | {over} | {budget} |")
+    if named:
+        lines += ["", "The rows gplan does not fit, and the term that decides (a row whose layout its table states "
+                  "only in part — `WorkloadBaseConfig overrides only`, or no settings at all — is priced as written):",
+                  "", "| row | run | predicted peak | deciding term |", "|---|---|---:|---|", *named]
+    return "\n".join(lines)
+
+
 # ---- Megatron-Bridge's mixture-of-experts rows ------------------------------------------------------
 
 BRIDGE_MOE_MODELS = {"DeepSeekV3": "deepseek-v3", "DeepSeekV3 (dropless)": "deepseek-v3",
@@ -629,11 +680,16 @@ BRIDGE_MOE_MODELS = {"DeepSeekV3": "deepseek-v3", "DeepSeekV3 (dropless)": "deep
 """Bundled shapes of the rows' models; "(tokendrop)" rows dropped tokens at an unstated capacity: left out."""
 
 
-def _recompute_of(settings: str) -> str:
+def recompute_of(settings: str) -> tuple[str, tuple[str, ...]]:
+    """A row's recompute as its `other_settings` state it: the granularity, and the modules selective layers
+    recompute (`recompute_modules=[...]`; listed without a granularity — a WorkloadBaseConfig override of a
+    base recipe that recomputes selectively — they mean selective; `[]`: selective recomputes nothing)."""
+    modules = re.search(r"recompute_modules=(\[[^\]]*\])", settings)
+    named = tuple(ast.literal_eval(modules.group(1))) if modules else DEFAULT_RECOMPUTE_MODULES
     for option in ("full", "selective"):
         if f"recompute_granularity={option}" in settings:
-            return option
-    return "none"
+            return option, named
+    return ("selective", named) if modules else ("none", DEFAULT_RECOMPUTE_MODULES)
 
 
 def load_moe_cases(path: Path = BRIDGE_CSV) -> tuple[list[BridgeCase], list[tuple[str, str]]]:
@@ -656,9 +712,10 @@ def load_moe_cases(path: Path = BRIDGE_CSV) -> tuple[list[BridgeCase], list[tupl
         gpus, tp, pp, cp, ep = (int(r[k]) for k in ("num_gpus", "tp", "pp", "cp", "ep"))
         etp = int(r["etp"]) if r["etp"] else tp
         vpp = int(r["vp"]) if r["vp"] not in ("", "n/a") else 1
+        recompute, modules = recompute_of(r["other_settings"])
         config = ParallelConfig(dp=gpus // (tp * pp * cp), tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp,
-                                mbs=int(r["micro_batch_size"]), sp=tp > 1, zero=1,
-                                recompute=_recompute_of(r["other_settings"]))
+                                mbs=int(r["micro_batch_size"]), sp=tp > 1, zero=1, recompute=recompute,
+                                recompute_modules=modules)
         _add_bridge_case(r, model, config, out, skipped)
     return out, skipped
 

@@ -96,6 +96,50 @@ def compare(case: Published) -> dict:
             "search": planned.plan.parallel.label(), "proven": planned.search.proven_optimal}
 
 
+def bridge_moe(path: Path) -> list[dict]:
+    """Every Megatron-Bridge MoE recipe of the shared table (bench/accuracy.py's `load_moe_cases`: the row's
+    layout, recompute modules, bf16 gradients and FP8 parameters), once per (model, system, gbs, seq,
+    precision): its layout priced as Megatron runs it, and gplan's search on the same inputs for
+    Megatron-LM — at the recipe's own memory (no allowance raised)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from accuracy import load_moe_cases
+
+    seen, out = set(), []
+    for b in load_moe_cases(path)[0]:
+        c = b.case
+        key = (c.model.name, b.system, c.training.gbs, c.training.seq_length, c.training.precision)
+        if key in seen:
+            continue
+        seen.add(key)
+        step = StepModel(c.model, c.training, c.cluster, c.config)
+        layouts = runs_as(TARGETS["megatron"], c.model, c.config,
+                          layout_from_sizes(c.model, even_stage_sizes(c.model.total_layers, c.config.pp, c.config.vpp),
+                                            [c.config.recompute] * c.config.pp))
+        published = step.predict(layouts)
+        from gplan.planner.inputs import Inputs
+
+        inputs = Inputs(model=c.model, training=c.training, cluster=c.cluster, devices=c.config.world_size)
+        planned = best_plan(inputs, SearchLimits(target="megatron", allow_fewer_devices=False), top=1, time_limit_s=10)
+        out.append({"row": c.row_id, "label": f"{c.model.name} {c.config.world_size}×{b.system} {c.training.precision}",
+                    "published": c.config.label(), "published_s": published.step_time_s, "fits": published.fits,
+                    "search": planned.plan.parallel.label(), "search_s": planned.plan.prediction.step_time_s,
+                    "proven": planned.search.proven_optimal})
+    return out
+
+
+def bridge_table(rows: list[dict]) -> str:
+    lines = ["| row | run | published layout | fits | its step (model) | gplan search | its step | speed-up |",
+             "|---|---|---|---|---:|---|---:|---:|"]
+    lines += [f"| {r['row']} | {r['label']} | {r['published']} | {'yes' if r['fits'] else '**no**'} | "
+              f"{r['published_s']:.2f} s | {r['search']} | {r['search_s']:.2f} s | {r['published_s'] / r['search_s']:.3f}× |"
+              for r in rows]
+    refused = sum(not r["fits"] for r in rows)
+    slower = sum(r["search_s"] > r["published_s"] * (1 + 1e-9) for r in rows)
+    lines += ["", f"{len(rows)} recipes: {refused} published layouts refused for memory; the search slower than the "
+              f"published layout on {slower}."]
+    return "\n".join(lines)
+
+
 def table(rows: list[dict]) -> str:
     lines = ["| model | H100s | gbs × seq | published layout | its step (model) | memory allowance | gplan search | "
              "its step | speed-up |", "|---|---:|---|---|---:|---:|---|---:|---:|"]
@@ -111,7 +155,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--readme", action="store_true", help="rewrite the README's table")
     parser.add_argument("--dense-only", action="store_true", help="leave out the mixture-of-experts layouts")
+    parser.add_argument("--bridge-moe", type=Path, metavar="CSV", help="instead: every Megatron-Bridge MoE recipe of "
+                        "this table (../shared/reference/megatron_bridge_perf.csv) against the search on its inputs")
     args = parser.parse_args()
+    if args.bridge_moe:
+        rows = bridge_moe(args.bridge_moe)
+        print(bridge_table(rows))
+        return 0 if all(r["fits"] and r["search_s"] <= r["published_s"] * (1 + 1e-9) for r in rows) else 1
     rows = [compare(c) for c in LAYOUTS + ([] if args.dense_only else MOE_LAYOUTS)]
     text = table(rows)
     print(text)

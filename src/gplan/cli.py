@@ -41,11 +41,13 @@ def estimate(
     dp: Optional[int] = o.EstimateDp, tp: int = o.EstimateTp, pp: int = o.EstimatePp, vpp: Optional[int] = o.EstimateVpp,
     cp: int = o.EstimateCp, ep: Optional[int] = o.EstimateEp, etp: Optional[int] = o.EstimateEtp,
     sp: Optional[bool] = o.EstimateSp, mbs: Optional[int] = o.EstimateMbs, recompute: Optional[str] = o.EstimateRecompute,
-    zero: Optional[int] = o.EstimateZero, schedule: Optional[str] = ScheduleOpt, stages: Optional[str] = o.EstimateStages,
+    recompute_modules: Optional[str] = o.ModulesOpt, offload_layers: Optional[int] = o.EstimateOffload,
+    zero: Optional[int] = o.EstimateZero,
+    schedule: Optional[str] = ScheduleOpt, stages: Optional[str] = o.EstimateStages,
     from_file: Optional[Path] = FromOpt, gbs: Optional[int] = GbsOpt, seq_length: Optional[int] = SeqOpt,
     precision: Optional[str] = PrecisionOpt, memory_headroom: float = HeadroomOpt, profile: Optional[Path] = ProfileOpt,
     target: Optional[str] = TargetOpt, expert_imbalance: float = ImbalanceOpt, as_json: bool = JsonOpt,
-    wide: bool = WideOpt):
+    wide: bool = WideOpt, grad_reduce_in_bf16: bool = o.BF16GradsOpt, fp8_param_gather: bool = o.Fp8ParamsOpt):
     """Predict step time, throughput, MFU and memory of one configuration.
 
     What is not given (vpp, mbs, zero, sp, recompute, the split, ep/etp) is chosen as `gplan search`
@@ -75,9 +77,10 @@ def estimate(
     from gplan.planner.complete import estimate as estimated, given_options
 
     inputs = inputs_of(model, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision,
-                       memory_headroom, profile, target, expert_imbalance)
+                       memory_headroom, profile, target, expert_imbalance, grad_reduce_in_bf16, fp8_param_gather)
     result = estimated(inputs, given_options(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, sp=sp, mbs=mbs,
-                                             recompute=recompute, zero=zero, schedule=schedule), stages)
+                                             recompute=recompute, recompute_modules=recompute_modules,
+                                             offload_layers=offload_layers, zero=zero, schedule=schedule), stages)
     if as_json:
         return render.estimate_json(result)
     render.estimate_output(err, result)
@@ -92,11 +95,11 @@ def search(
     expert_imbalance: float = ImbalanceOpt, tp: Optional[str] = o.SearchTp, pp: Optional[str] = o.SearchPp,
     dp: Optional[str] = o.SearchDp, cp: Optional[str] = o.SearchCp, ep: Optional[str] = o.SearchEp,
     etp: Optional[str] = o.SearchEtp, mbs: Optional[str] = o.SearchMbs, vpp: Optional[str] = o.SearchVpp,
-    zero: Optional[str] = o.SearchZero, recompute: str = RecomputeOpt, schedule: Optional[str] = ScheduleOpt,
-    all_devices: bool = o.AllDevicesOpt, target: Optional[str] = SearchTargetOpt, time_limit: float = o.TimeLimitOpt,
+    zero: Optional[str] = o.SearchZero, recompute: str = RecomputeOpt, recompute_modules: Optional[str] = o.ModulesOpt,
+    schedule: Optional[str] = ScheduleOpt, all_devices: bool = o.AllDevicesOpt, target: Optional[str] = SearchTargetOpt, time_limit: float = o.TimeLimitOpt,
     top: int = o.TopOpt, out: Path = o.OutPlanOpt, profile: Optional[Path] = ProfileOpt,
     from_file: Optional[Path] = o.SearchFromOpt, out_launch: Optional[Path] = o.OutLaunchOpt, as_json: bool = JsonOpt,
-    wide: bool = WideOpt):
+    wide: bool = WideOpt, grad_reduce_in_bf16: bool = o.BF16GradsOpt, fp8_param_gather: bool = o.Fp8ParamsOpt):
     """Search degrees, micro-batch, recompute, optimizer sharding, stage split and placement; write the best plan."""
     set_wide(wide)
     from gplan import render
@@ -118,9 +121,12 @@ def search(
         launch, launch_inputs = mine[0], mine[1]
         devices, gbs, target = launch_inputs.devices, gbs or launch_inputs.training.gbs, target or launch.engine
         seq_length, precision = seq_length or launch_inputs.training.seq_length, precision or launch.precision
+        grad_reduce_in_bf16 = grad_reduce_in_bf16 or launch_inputs.training.grad_reduce_in_bf16
+        fp8_param_gather = fp8_param_gather or launch_inputs.training.fp8_param_gather
     inputs = inputs_of(model, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, memory_headroom,
-                       profile, target, expert_imbalance)
-    limits = limits_from_options(tp, pp, dp, cp, mbs, vpp, zero, recompute, schedule, all_devices, target, ep, etp)
+                       profile, target, expert_imbalance, grad_reduce_in_bf16, fp8_param_gather)
+    limits = limits_from_options(tp, pp, dp, cp, mbs, vpp, zero, recompute, schedule, all_devices, target, ep, etp,
+                                 recompute_modules)
     with render.SearchProgress(err) as progress:
         planned = make_best_plan(inputs, limits, top=top, time_limit_s=time_limit, progress=progress)
     rewritten = {}

@@ -27,7 +27,7 @@ from rich.markup import escape
 from gplan import __version__
 from gplan.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, GplanError
 from gplan.spec.engines import ENGINE_NAMES, ENGINES
-from gplan.spec.parallel import RECOMPUTE_OPTIONS, SCHEDULES
+from gplan.spec.parallel import RECOMPUTE_MODULES, RECOMPUTE_OPTIONS, SCHEDULES
 from gplan.spec.targets import LAUNCH_BACKENDS
 from gplan.spec.training import Precision
 
@@ -139,15 +139,24 @@ FromOpt = typer.Option(None, "--from", help="an engine's launch (Megatron-LM scr
                        "Megatron-DeepSpeed script, MindFormers YAML, a gplan SLURM/k8s export) or training log")
 RecomputeOpt = typer.Option(",".join(RECOMPUTE_OPTIONS), "--recompute",
                             help=f"recompute options the ILP may give each layer: {choices(RECOMPUTE_OPTIONS)}")
+ModulesOpt = typer.Option(None, "--recompute-modules", help=f"what a selective layer recomputes (Megatron's "
+                          f"--recompute-modules): {','.join(RECOMPUTE_MODULES)}, or none (default: the attention "
+                          "core; a search for Megatron also tries the sets its recipes run)")
+BF16GradsOpt = typer.Option(False, "--grad-reduce-in-bf16", help="keep and reduce the main gradients in bf16, not fp32 "
+                            "(Megatron-LM's flag; Megatron-Bridge's performance recipes run it)")
+Fp8ParamsOpt = typer.Option(False, "--fp8-param-gather", help="keep the layers' weights only in the low-precision "
+                            "format (Megatron-LM's flag; Megatron-Bridge's FP8 and MXFP8 recipes run it)")
 ScheduleOpt = typer.Option(None, "--schedule", help=f"allowed schedules: {','.join(SCHEDULES)}")
 
 
 def inputs_of(model: str, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, headroom,
-              profile=None, target: Optional[str] = None, expert_imbalance: float = 1.0):
+              profile=None, target: Optional[str] = None, expert_imbalance: float = 1.0,
+              grad_reduce_in_bf16: bool = False, fp8_param_gather: bool = False):
     from gplan.planner.inputs import resolve_inputs
 
     return resolve_inputs(model, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, headroom,
-                          str(profile) if profile else None, target, expert_imbalance)
+                          str(profile) if profile else None, target, expert_imbalance, grad_reduce_in_bf16,
+                          fp8_param_gather)
 
 # ---- estimate -----------------------------------------------------------------------------------------
 
@@ -159,6 +168,8 @@ EstimateEtp = typer.Option(None, "--etp", help="expert tensor parallelism (MoE m
 EstimateSp = typer.Option(None, "--sp/--no-sp", help="Megatron sequence parallelism in the tp group")
 EstimateRecompute = typer.Option(None, "--recompute", help=f"{choices(RECOMPUTE_OPTIONS)} for every layer")
 EstimateZero = typer.Option(None, "--zero", help="0..3")
+EstimateOffload = typer.Option(None, "--offload-layers", help="layers whose activations wait in host memory "
+                               "(Megatron's --cpu-offloading-num-layers; pp 1, no recompute)")
 EstimateStages = typer.Option(None, "--stages", help="layers per pipeline stage, e.g. 7,8,8,8,8,8,8,6")
 
 # ---- search -------------------------------------------------------------------------------------------

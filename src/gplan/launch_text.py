@@ -49,6 +49,8 @@ def arguments(text: str) -> tuple[dict[str, list[str]], dict[str, str]]:
 DEFAULTS = {"--context-parallel-size": "1", "--tensor-model-parallel-size": "1", "--pipeline-model-parallel-size": "1",
             "--expert-model-parallel-size": "1"}
 """Megatron's defaults: a missing flag at its default is not added."""
+MULTI_VALUED = ("--recompute-modules",)
+"""Flags that take several values (argparse `nargs="*"`), replaced with all of them."""
 
 
 def rewrite_launch(text: str, flags: dict[str, str | None], keep: tuple[str, ...] = ()) -> str:
@@ -58,7 +60,8 @@ def rewrite_launch(text: str, flags: dict[str, str | None], keep: tuple[str, ...
     every other line — data, tokenizer, checkpoints, schedule, logging — kept as it was."""
     missing = []
     for flag, new in flags.items():
-        pattern = re.compile(rf"(?<![\w-]){re.escape(flag)}(?:(?:=|[ \t]+)(?!--)([^\s\\)]+))?")
+        values = r"(?:[ \t]+(?!--)[^\s\\)]+)*" if flag in MULTI_VALUED else r"(?:(?:=|[ \t]+)(?!--)([^\s\\)]+))?"
+        pattern = re.compile(rf"(?<![\w-]){re.escape(flag)}{values}")
         if pattern.search(text) is None:
             if new is not None and DEFAULTS.get(flag) != new:
                 missing.append(f"{flag} {new}".rstrip())

@@ -513,6 +513,9 @@ def _check_stages(plan: Plan, bad) -> None:
         unknown = {lc.kind for lc in s.layers} - set(kinds)
         if unknown:
             raise bad(f"stages[{i}].layers", f"unknown layer kind {sorted(unknown)[0]!r}")
+        if c.offload_layers and any(lc.recompute != "none" and lc.count for lc in s.layers):
+            raise bad(f"stages[{i}].layers", "a layer recomputes while activations are offloaded (Megatron offloads "
+                                             "without recomputation)")
 
 
 def _check_placement(plan: Plan, bad) -> None:

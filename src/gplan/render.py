@@ -184,7 +184,8 @@ def search_table(title: str, result, width: int = WIDE) -> Table:
         style = "bold green" if rank == 1 else None
         expert_cells = (str(cfg.ep), str(cfg.etp)) if experts else ()
         table.add_row(str(rank), str(cfg.dp), str(cfg.tp) + ("+sp" if cfg.sp else ""), str(cfg.pp), str(cfg.vpp),
-                      str(cfg.cp), *expert_cells, str(cfg.mbs), str(cfg.zero), recompute_mix(c.layouts), split_text(c.layouts),
+                      str(cfg.cp), *expert_cells, str(cfg.mbs), str(cfg.zero),
+                      recompute_mix(c.layouts, cfg.recompute_modules), split_text(c.layouts),
                       seconds(p.step_time_s), f"{p.tokens_per_s:,.0f}", f"{p.mfu:.1%}",
                       gib(p.memory_bytes_per_device_max), f"{p.bubble_fraction:.1%}", f"{p.comm_fraction:.1%}",
                       style=style)
@@ -246,7 +247,7 @@ def setup_rows(config, gbs: int, seq_length: int, layouts=None) -> dict:
     if config.ep > 1 or config.etp > 1:
         rows["ep etp"] = f"{config.ep} {config.etp}"
     rows |= {"mbs zero": f"{config.mbs} {config.zero}", "gbs × seq": f"{gbs} × {seq_length}",
-             "recompute": recompute_mix(layouts) if layouts else config.recompute}
+             "recompute": recompute_mix(layouts, config.recompute_modules) if layouts else config.recompute}
     return rows
 
 

@@ -32,8 +32,10 @@ ARGUMENTS: dict[str, tuple[object, tuple | None]] = {
     "--recompute-num-layers": (int, None), "--train-iters": (int, None), "--log-interval": (int, None),
     "--disable-bias-linear": (None, None), "--add-qkv-bias": (None, None), "--sequence-parallel": (None, None),
     "--tp-comm-overlap": (None, None),
+    "--cpu-offloading": (None, None), "--cpu-offloading-num-layers": (int, None),
+    "--recompute-modules": (str, ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")),
     # _add_learning_rate_args, _add_mixed_precision_args
-    "--lr": (float, None), "--bf16": (None, None), "--fp16": (None, None),
+    "--lr": (float, None), "--bf16": (None, None), "--fp16": (None, None), "--grad-reduce-in-bf16": (None, None),
     # _add_distributed_args
     "--tensor-model-parallel-size": (int, None), "--pipeline-model-parallel-size": (int, None),
     "--decoder-first-pipeline-num-layers": (int, None), "--decoder-last-pipeline-num-layers": (int, None),
@@ -44,7 +46,7 @@ ARGUMENTS: dict[str, tuple[object, tuple | None]] = {
     "--overlap-param-gather": (None, None),
     # _add_transformer_engine_args
     "--fp8-format": (str, ("e4m3", "hybrid")), "--fp8-recipe": (str, ("tensorwise", "delayed", "mxfp8", "blockwise", "custom")),
-    "--fp4-format": (str, ("e2m1",)), "--fp4-recipe": (str, ("nvfp4", "custom")),
+    "--fp4-format": (str, ("e2m1",)), "--fp4-recipe": (str, ("nvfp4", "custom")), "--fp8-param-gather": (None, None),
     # _add_checkpointing_args
     "--ckpt-format": (str, ("torch", "torch_dist", "zarr", "torch_dcp", "fsdp_dtensor")),
     # _add_moe_args
@@ -73,11 +75,17 @@ DEFAULTS = {"pipeline_model_parallel_size": 1, "tensor_model_parallel_size": 1, 
 """Defaults of the arguments above that the rules read (their add_argument defaults)."""
 
 
+NARGS_STAR = ("--recompute-modules",)
+"""Arguments defined with nargs='*' (a list of values)."""
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(allow_abbrev=False, exit_on_error=False)  # Megatron's parse_args: allow_abbrev=False
     for flag, (kind, choices) in ARGUMENTS.items():
         if kind is None:
             p.add_argument(flag, action="store_true")
+        elif flag in NARGS_STAR:
+            p.add_argument(flag, type=kind, nargs="*", choices=choices)
         else:
             p.add_argument(flag, type=kind, choices=choices)
     p.set_defaults(**DEFAULTS)
@@ -151,6 +159,11 @@ def validate(argv: list[str], world_size: int, env: dict[str, str], device_arch:
         _check(a.ckpt_format == "fsdp_dtensor", "Megatron FSDP only supports fsdp_dtensor checkpoint format")
     if a.ckpt_format == "fsdp_dtensor":
         _check(a.use_megatron_fsdp, "--ckpt-format fsdp_dtensor is only tested with Megatron FSDP.")
+    if a.cpu_offloading:  # megatron/core/transformer/transformer_config.py, TransformerConfig.__post_init__
+        _check(pp == 1, "Currently there is no support for Pipeline parallelism with CPU offloading")
+        _check(a.recompute_granularity is None, "CPU offloading does not work when activation recomputation is enabled")
+        _check(0 <= a.cpu_offloading_num_layers < a.num_layers,
+               f"CPU offloading can be done only for layers less than {a.num_layers}")
     _check(not (a.fp16 and a.bf16), "assert not args.bf16 (fp16 and bf16 are exclusive)")
     _check(not (a.fp4_format and a.fp8_format), "--fp4-format and --fp8-format cannot be used simultaneously. "
            "Please choose one.")
@@ -162,6 +175,12 @@ def validate(argv: list[str], world_size: int, env: dict[str, str], device_arch:
            f"({a.seq_length}).")
     if a.recompute_granularity == "selective":
         _check(a.recompute_method is None, "recompute method is not yet supported for selective recomputing granularity")
+        # megatron/core/transformer/transformer_config.py, TransformerConfig.__post_init__ (the modules' checks)
+        modules = a.recompute_modules if a.recompute_modules is not None else ["core_attn"]
+        _check(not ("moe_act" in modules and not a.moe_grouped_gemm),
+               "moe_act in recompute_modules is only supported with moe_grouped_gemm.")
+        _check(not ("mla_up_proj" in modules and not a.multi_latent_attention),
+               "mla_up_proj in recompute_modules is only supported with multi_latent_attention.")
     if (tp > 1 or cp > 1) and device_arch < 10 and not a.use_megatron_fsdp:
         _check(env.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1",
                "Using tensor model parallelism or context parallelism require setting the environment variable "

@@ -194,7 +194,8 @@ SEARCHES = [
 
 @pytest.mark.parametrize("args", SEARCHES, ids=lambda a: f"{a[0]}-{a[a.index('--devices') + 1]}")
 def test_a_search_rows_degrees_reprice_to_the_row(gplan, tmp_path, args):
-    """Copy a row's columns (the degrees, mbs, zero) into `estimate`: what the row does not show (the split,
+    """Copy a row's columns (the degrees, mbs, zero, the recompute modules) into `estimate`: what the row does
+    not show (the split,
     the per-layer recompute, sp) is chosen as the search chose it, so the numbers are the row's — for each
     of the top 5."""
     rows = gplan("search", *args, "--top", "5", "--out", str(tmp_path / "p.json"), "--json").json()["ranked"]
@@ -204,6 +205,8 @@ def test_a_search_rows_degrees_reprice_to_the_row(gplan, tmp_path, args):
         flags = [f"--{k}={c[k]}" for k in ("dp", "tp", "pp", "vpp", "cp", "mbs", "zero")]
         if c["ep"] > 1 or c["etp"] > 1:
             flags += [f"--ep={c['ep']}", f"--etp={c['etp']}"]
+        if "recompute_modules" in c:  # shown in the row's recompute column, e.g. selective(moe_act)
+            flags += [f"--recompute-modules={','.join(c['recompute_modules']) or 'none'}"]
         got = gplan("estimate", *args, *flags, "--json")
         assert got.code == 0, got.stderr
         priced, searched = got.json(), row["prediction"]

@@ -30,6 +30,10 @@ def test_search_from_a_launch_shows_it_beside_the_best_plan_and_the_gain(gplan, 
     assert versus["gain"] >= 0  # the search's best is at least as fast as the launch under the model
     assert versus["gain"] == pytest.approx(plan["prediction"]["tokens_per_s"] / versus["prediction"]["tokens_per_s"] - 1)
     for key, (mine, best) in versus["differences"].items():
+        if key == "recompute_modules":  # written only where not Megatron's default
+            shown = [",".join(d["parallel"].get(key, ["core_attn"])) or "none" for d in (versus, plan)]
+            assert shown == [mine, best]
+            continue
         assert str(versus["parallel"][key]) == mine and str(plan["parallel"][key]) == best
     text = gplan("search", "llama3-70b", "--from", str(TRAIN_SH), *ARGS, "--out", str(out)).stderr
     assert "your launch (megatron_llama3_70b_train.sh)" in text and "tokens/s over your launch" in text
@@ -63,7 +67,7 @@ def bad_script(tmp_path, extra: str) -> Path:
 
 
 @pytest.mark.parametrize("extra, fragment", [
-    ("--cpu-offloading", "--cpu-offloading would change the layout"),
+    ("--fine-grained-activation-offloading", "--fine-grained-activation-offloading would change the layout"),
     ("--num-layers-per-virtual-pipeline-stage $VPP_LAYERS", "expected an integer"),
 ])
 def test_a_launch_gplan_cannot_read_whole_is_refused_naming_the_flag(gplan, tmp_path, extra, fragment):
@@ -133,7 +137,12 @@ def test_compare_prices_launches_side_by_side(gplan, tmp_path):
     data = gplan("compare", "llama3-70b", "--from", str(TRAIN_SH), "--from", str(better), *ARGS, "--json").json()
     mine, best = (d["prediction"]["tokens_per_s"] for d in data)
     assert [d["name"] for d in data] == [TRAIN_SH.name, "better.sh"] and best > mine
-    assert data[0]["configuration"]["recompute"] == "full" and data[1]["configuration"]["recompute"] == "none"
+    from gplan.plan import layouts_of, read_plan
+    from gplan.spec.parallel import recompute_mix
+
+    plan = read_plan(tmp_path / "p.json")  # the best plan's recompute, modules and all
+    expected = recompute_mix(layouts_of(plan), plan.parallel.recompute_modules)
+    assert data[0]["configuration"]["recompute"] == "full" and data[1]["configuration"]["recompute"] == expected
 
 
 TITAN_TOML = Path(__file__).resolve().parents[1] / "data" / "torchtitan_llama3_8b.toml"

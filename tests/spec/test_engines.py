@@ -8,7 +8,7 @@ import typing
 import pytest
 
 from gplan.spec.engines import ENGINE_NAMES, ENGINES, memory_accounting
-from gplan.spec.parallel import BATCH_RULES, DEGREE_RULES, EXPERT_RULES, RULES, SHARDING_RULES
+from gplan.spec.parallel import BATCH_RULES, DEGREE_RULES, EXPERT_RULES, RECOMPUTE_RULES, RULES, SHARDING_RULES
 from gplan.spec.targets import LAUNCH_BACKENDS, TARGETS, how_to_run
 from gplan.spec.training import Engine
 
@@ -28,7 +28,7 @@ def test_the_exporters_are_the_engines_that_name_one():
 
 
 def test_rule_groups_are_the_rules_each_once():
-    groups = DEGREE_RULES + BATCH_RULES + SHARDING_RULES + EXPERT_RULES
+    groups = DEGREE_RULES + BATCH_RULES + SHARDING_RULES + EXPERT_RULES + RECOMPUTE_RULES
     assert len(groups) == len(set(groups)) and set(groups) == set(RULES) and len(RULES) == len(set(RULES))
 
 

@@ -82,11 +82,18 @@ def latent_attention_gemms(model: ModelSpec, shard: Shard) -> list[Gemm]:
     duplicated); the up-projections to a heads of d_nope + d_rope (queries) and d_nope + d_v (keys and
     values) and the output projection from a·d_v are split over tp."""
     h, a, t, n = model.hidden_size, model.num_attention_heads, shard.tp, shard.tokens
+    rope, v, r_q, r_kv = model.qk_rope_head_dim, model.v_head_dim or model.kv_channels, model.q_lora_rank, model.kv_lora_rank
+    down = ([Gemm(n, r_q, h)] if r_q else []) + [Gemm(n, r_kv + rope, h)]
+    return down + latent_up_gemms(model, shard) + [Gemm(n, h, a * v // t)]
+
+
+def latent_up_gemms(model: ModelSpec, shard: Shard) -> list[Gemm]:
+    """MLA's up-projections (what Megatron's `mla_up_proj` recompute replays): queries from r_q (from h
+    without a query rank) and keys and values from r_kv, per head, split over tp."""
+    h, a, t, n = model.hidden_size, model.num_attention_heads, shard.tp, shard.tokens
     nope, rope, v = model.kv_channels, model.qk_rope_head_dim, model.v_head_dim or model.kv_channels
     r_q, r_kv = model.q_lora_rank, model.kv_lora_rank
-    queries = [Gemm(n, r_q, h), Gemm(n, a * (nope + rope) // t, r_q)] if r_q else [Gemm(n, a * (nope + rope) // t, h)]
-    keys_values = [Gemm(n, r_kv + rope, h), Gemm(n, a * (nope + v) // t, r_kv)]
-    return queries + keys_values + [Gemm(n, h, a * v // t)]
+    return [Gemm(n, a * (nope + rope) // t, r_q or h), Gemm(n, a * (nope + v) // t, r_kv)]
 
 
 def mlp_gemms(model: ModelSpec, width: int, shard: Shard) -> list[Gemm]:

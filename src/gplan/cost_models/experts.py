@@ -110,12 +110,16 @@ def etp_gather_bytes(model: ModelSpec, shard: Shard, config: ParallelConfig, ele
 ROUTER_SCORE_BYTES = 4
 
 
-def routed_activation_bytes(model: ModelSpec, shard: Shard, config: ParallelConfig, element_bytes: int) -> float:
+def routed_activation_bytes(model: ModelSpec, shard: Shard, config: ParallelConfig, element_bytes: int,
+                            gemm_input: float | None = None) -> float:
     """What the routed side keeps for its backward, per micro-batch: per pair the permuted input (h) and
     the expert MLP's intermediates (swiglu: gate and up in, product out, 3·f/etp; else 2·f/etp); per
-    source token the router's fp32 scores (E)."""
+    source token the router's fp32 scores (E). The grouped GEMMs' inputs (the permuted tokens, the
+    activation's output) at `gemm_input` bytes (memory.gemm_input_bytes; e by default)."""
     pairs, f = routed_pairs(model, shard, config.etp), model.expert_ffn_size / config.etp
-    per_pair = element_bytes * (model.hidden_size + (3 if model.ffn_kind == "swiglu" else 2) * f)
+    e = element_bytes
+    g = e if gemm_input is None else gemm_input
+    per_pair = g * model.hidden_size + f * (e * (2 if model.ffn_kind == "swiglu" else 1) + g)
     return pairs * per_pair + ROUTER_SCORE_BYTES * model.num_experts * source_tokens(shard)
 
 

@@ -15,6 +15,7 @@ from gplan.cost_models.compute import Shard
 from gplan.spec.engines import memory_accounting
 from gplan.spec.model import LayerKind, ModelSpec
 from gplan.spec.parallel import ParallelConfig
+from gplan.spec.training import TrainingSpec
 
 #: fp32 main gradients, as Megatron-LM and FSDP with fp32 reduction keep them.
 GRAD_BYTES = 4
@@ -22,20 +23,36 @@ GRAD_BYTES = 4
 FLASH_LSE_BYTES = 4
 
 
+#: Bytes per element of a linear layer's input kept for its weight gradient in the quantised form it ran in
+#: (`MemoryAccounting.quantized_gemm_inputs`): FP8 one byte; MXFP8 one byte and a one-byte scale per 32
+#: elements; NVFP4 half a byte and an FP8 scale per 16 — its recipe runs the weight-gradient GEMM in NVFP4 too,
+#: on Hadamard-transformed 16×1 blocks (NVIDIA, "Pretraining Large Language Models with NVFP4", 2025, §4).
+QUANTIZED_INPUT_BYTES = {"fp8": 1.0, "mxfp8": 1 + 1 / 32, "nvfp4": 0.5 + 1 / 16}
+
+
+def gemm_input_bytes(training: TrainingSpec) -> float:
+    """Bytes per element of a saved GEMM input: quantised where the engine keeps it so, else 16 bits."""
+    if memory_accounting(training.engine).quantized_gemm_inputs and training.precision in QUANTIZED_INPUT_BYTES:
+        return QUANTIZED_INPUT_BYTES[training.precision]
+    return training.element_bytes
+
+
 def attention_block_activation_bytes(model: ModelSpec, shard: Shard, element_bytes: int,
-                                     scores: str, kv_seq: int) -> float:
+                                     scores: str, kv_seq: int, gemm_input: float | None = None) -> float:
     """One attention block, per micro-batch: its norm input and the projection input (replicated
     unless sp), Q (b·s·h), K and V of this rank's own tokens (b·s·h_kv each: with cp the blocks that
     arrive round the ring are transient, ring attention saves only its own), the output-projection
     input, dropout mask;
     plus, by how the scores are handled: `stored` keeps `(2 + 1 + 2)·a·s·s_kv·b` (softmax, dropout
     mask, dropout output), `flash` keeps one fp32 log-sum-exp per head and token, `recomputed`
-    (selective recompute) keeps nothing."""
+    (selective recompute) keeps nothing. The two GEMM inputs (QKV's, the output projection's) at
+    `gemm_input` bytes (`gemm_input_bytes`; e by default)."""
     e, b, s, t = element_bytes, shard.batch, shard.seq, shard.tp
+    g = e if gemm_input is None else gemm_input
     h, hq, hkv, a = model.hidden_size, model.q_hidden_size, model.kv_hidden_size, model.num_attention_heads
     dropout = model.dropout > 0
-    replicated = 2 * e * s * b * h + (s * b * h if dropout else 0)
-    sharded = e * s * b * hq + 2 * e * s * b * hkv + e * s * b * hq
+    replicated = (e + g) * s * b * h + (s * b * h if dropout else 0)
+    sharded = e * s * b * hq + 2 * e * s * b * hkv + g * s * b * hq
     if scores == "flash":
         sharded += FLASH_LSE_BYTES * a * s * b
     elif scores == "stored":
@@ -43,18 +60,28 @@ def attention_block_activation_bytes(model: ModelSpec, shard: Shard, element_byt
     return replicated / (t if shard.sp else 1) + sharded / t
 
 
-def mlp_block_activation_bytes(model: ModelSpec, shard: Shard, element_bytes: int) -> float:
+def mlp_width(model: ModelSpec, kind: LayerKind) -> int:
+    """The tp-split MLP a layer runs itself: the dense MLP, or in an MoE layer its shared experts (0
+    without them; the routed experts are cost_models.experts')."""
+    return model.shared_expert_ffn_size if kind.moe else model.ffn_size
+
+
+def mlp_block_activation_bytes(model: ModelSpec, shard: Shard, element_bytes: int, width: int | None = None,
+                               gemm_input: float | None = None) -> float:
     """One MLP block: its norm input and first-GEMM input (replicated unless sp), the activation's
-    input and output (gelu: 2·s·b·f; fused swiglu: gate and up in, product out: 3·s·b·f), dropout mask."""
+    input and output (gelu: 2·s·b·f; fused swiglu: gate and up in, product out: 3·s·b·f), dropout mask;
+    f the block's own MLP width (`mlp_width`). The GEMM inputs (the first GEMM's, and the activation's
+    output, the second's) at `gemm_input` bytes."""
     e, b, s, t = element_bytes, shard.batch, shard.seq, shard.tp
-    h, f = model.hidden_size, model.ffn_size
-    replicated = 2 * e * s * b * h + (s * b * h if model.dropout > 0 else 0)
-    sharded = e * s * b * f * (3 if model.ffn_kind == "swiglu" else 2)
+    g = e if gemm_input is None else gemm_input
+    h, f = model.hidden_size, model.ffn_size if width is None else width
+    replicated = (e + g) * s * b * h + (s * b * h if model.dropout > 0 else 0)
+    sharded = s * b * f * (e * (2 if model.ffn_kind == "swiglu" else 1) + g)
     return replicated / (t if shard.sp else 1) + sharded / t
 
 
 def layer_activation_bytes(model: ModelSpec, kind: LayerKind, shard: Shard, element_bytes: int,
-                           flash: bool, recompute: str) -> float:
+                           flash: bool, recompute: str, gemm_input: float | None = None) -> float:
     """Bytes one layer keeps for its backward, per micro-batch in flight.
 
     full: only the layer input `2·s·b·h` (/t with sp); selective: everything but the attention
@@ -63,8 +90,8 @@ def layer_activation_bytes(model: ModelSpec, kind: LayerKind, shard: Shard, elem
         return element_bytes * shard.seq * shard.batch * model.hidden_size / (shard.tp if shard.sp else 1)
     scores = "flash" if flash else ("recomputed" if recompute == "selective" else "stored")
     blocks = 2 if kind.cross_attention else 1
-    total = blocks * attention_block_activation_bytes(model, shard, element_bytes, scores, shard.kv_seq)
-    return total + mlp_block_activation_bytes(model, shard, element_bytes)
+    total = blocks * attention_block_activation_bytes(model, shard, element_bytes, scores, shard.kv_seq, gemm_input)
+    return total + mlp_block_activation_bytes(model, shard, element_bytes, mlp_width(model, kind), gemm_input)
 
 
 def embedding_activation_bytes(model: ModelSpec, shard: Shard) -> float:
@@ -100,13 +127,13 @@ def recompute_working_bytes(model: ModelSpec, kind: LayerKind, shard: Shard, ele
     return 0.0
 
 
-def gradient_working_bytes(model: ModelSpec, shard: Shard, element_bytes: int) -> float:
+def gradient_working_bytes(model: ModelSpec, shard: Shard, element_bytes: int, kind: LayerKind | None = None) -> float:
     """The gradients in flight in one layer's backward: the incoming and outgoing activation gradients
     (`2·e·s·b·h`, /t with sp) and the MLP's widest intermediate gradient (`2·e·s·b·f/t`, gate and up for
-    swiglu); with sequence parallelism, the layer input is all-gathered again for the weight gradients
-    (`e·s·b·h`, not divided: Korthikanti et al. 2022, §4.2.2)."""
+    swiglu; f the layer's own MLP, `mlp_width`); with sequence parallelism, the layer input is all-gathered
+    again for the weight gradients (`e·s·b·h`, not divided: Korthikanti et al. 2022, §4.2.2)."""
     e, s, b, t = element_bytes, shard.seq, shard.batch, shard.tp
-    h, f = model.hidden_size, model.ffn_size
+    h, f = model.hidden_size, model.ffn_size if kind is None else mlp_width(model, kind)
     hidden = 2 * e * s * b * h / (t if shard.sp else 1)
     mlp = (3 if model.ffn_kind == "swiglu" else 2) * e * s * b * f / t
     regather = e * s * b * h if shard.sp else 0.0
@@ -141,12 +168,13 @@ class StateBytes:
 
 
 def state_bytes_per_param(element_bytes: int, zero: int, shard_ranks: int, engine: str | None = None,
-                          bf16: bool = False) -> StateBytes:
+                          bf16: bool = False, grad_bytes: int = GRAD_BYTES) -> StateBytes:
     """What one parameter costs each device, as the engine keeps it (`MemoryAccounting.states`; d = the
     sharding ranks).
 
     mixed_precision — Megatron-LM (and MindSpore's optimizer parallel, and plans with no engine): 16-bit weights, fp32
-    main gradients, fp32 master + Adam m, v — 18 bytes (Megatron's `theoretical_memory_usage`),
+    main gradients (`grad_bytes`: 2 where they are reduced in bf16), fp32 master + Adam m, v — 18 bytes
+    (Megatron's `theoretical_memory_usage`),
     `6 + 12/d` with the distributed optimizer (zero 1), gradients sharded with zero 2, everything
     with zero 3 (Megatron-FSDP); plain fp32 training keeps no master copy (8 bytes of optimizer).
     fsdp — torch (gplan's worker), torchtitan and llm-foundry: without FSDP the weights stay fp32 under autocast — fp32
@@ -171,7 +199,7 @@ def state_bytes_per_param(element_bytes: int, zero: int, shard_ranks: int, engin
     optimizer = 12.0 if e < 4 else 8.0
     return StateBytes(
         weights=e / (d if zero >= 3 else 1),
-        grads=GRAD_BYTES / (d if zero >= 2 else 1),
+        grads=grad_bytes / (d if zero >= 2 else 1),
         optimizer=optimizer / (d if zero >= 1 else 1),
     )
 
@@ -183,6 +211,14 @@ def low_precision_weight_bytes(precision: str) -> float:
     (2 + 2/32); NVFP4 two half-byte copies, each with an FP8 scale per 16 (1 + 2/16). The embedding and
     the output layer stay BF16 (TE `Float8Tensor`, `MXFP8Tensor`, `NVFP4Tensor` layouts)."""
     return {"fp8": 2.0, "mxfp8": 2 + 2 / 32, "nvfp4": 1 + 2 / 16}.get(precision, 0.0)
+
+
+def layer_weight_copy_bytes(training: TrainingSpec) -> float:
+    """Per parameter of a layer, what a low-precision recipe adds to its 16-bit weight: the quantised copies
+    (`low_precision_weight_bytes`), less the 16-bit weight itself where the weights are kept only quantised
+    (`fp8_param_gather`)."""
+    copies = low_precision_weight_bytes(training.precision)
+    return copies - training.element_bytes if training.fp8_param_gather and copies else copies
 
 
 def zero3_gather_buffer_bytes(unit_params: list[float], element_bytes: int) -> float:

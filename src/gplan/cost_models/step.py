@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from gplan.cost_models import communication as comm
-from gplan.cost_models import compute, experts, memory, pipeline
+from gplan.cost_models import compute, experts, memory, pipeline, recompute
+from gplan.errors import InputError
 from gplan.plan import Prediction, StageMemory, StagePrediction, StepBreakdown
 from gplan.profiles.schema import ClusterSpec, NodeGroup
 from gplan.spec.model import LayerKind, ModelSpec
@@ -62,9 +63,11 @@ class StepModel:
     @property
     def sharing_key(self) -> tuple:
         """What every shared value depends on: the shard (mbs, sequence, tp, cp, sp), the expert grid, the
-        devices and the engine that runs them (model and training are one search's own)."""
+        devices and the engine that runs them (what selective layers recompute is in the keys of the values
+        that depend on it: `selective_modules`) (model and training are one search's own)."""
         devices = tuple((g.hardware.name, g.domain_devices) for g in self.cluster.node_groups)
-        return compute.shard_of(self.training, self.config), self.config.ep, self.config.etp, devices, self.training.engine
+        c = self.config
+        return compute.shard_of(self.training, c), c.ep, c.etp, devices, self.training.engine
 
     def memo(self, key: tuple, price):
         """`price()`, or its value already in the shared dict under `key`."""
@@ -169,8 +172,18 @@ class StepModel:
         a2a = comm.alltoall_time_s(sent, c.ep, inside, g.intra_node, g.inter_node)
         gathered = experts.etp_gather_bytes(self.model, self.shard, c, e) * self.training.expert_imbalance
         etp_s = comm.allgather_time_s(gathered, c.etp, comm.expert_axis_link(g, c, "etp"))
-        passes = 3 if recompute == "full" else 2
+        passes = 3 if self.replays_moe_layer(recompute) else 2
         return passes * 2 * (a2a + etp_s) / experts.ALLTOALL_EFFICIENCY
+
+    def selective_modules(self, option: str) -> tuple[str, ...]:
+        """The modules a layer recomputing with `option` replays: the configuration's for selective, none else
+        (a memo key: configurations that differ only in their modules share every other value)."""
+        return self.config.recompute_modules if option == "selective" else ()
+
+    def replays_moe_layer(self, option: str) -> bool:
+        """Whether the backward replays the MoE layer's forward, its token traffic included: full recompute,
+        or selective with the `moe` module."""
+        return option == "full" or (option == "selective" and "moe" in self.config.recompute_modules)
 
     def layer_params(self, kind: str) -> float:
         """One layer's parameters on one device: attention, norms, router and shared experts after tp;
@@ -198,16 +211,27 @@ class StepModel:
     def layer_activation_bytes(self, kind: str, recompute: str) -> float:
         """What a layer keeps per micro-batch in flight; an MoE layer's routed side beside it (the whole
         layer's input only under full recompute)."""
-        return self.memo(("activation", kind, recompute), lambda: self._price_activation_bytes(kind, recompute))
+        return self.memo(("activation", kind, recompute, self.selective_modules(recompute)),
+                         lambda: self._price_activation_bytes(kind, recompute))
 
     def _price_activation_bytes(self, kind: str, recompute: str) -> float:
+        """A selective layer keeps what a layer recomputing nothing keeps, less what its modules drop."""
         t = self.training
+        g = memory.gemm_input_bytes(t)
         kept = memory.layer_activation_bytes(self.model, self.kinds[kind], self.shard, t.element_bytes,
-                                             t.flash_attention, recompute)
+                                             t.flash_attention, "none" if recompute == "selective" else recompute, g)
         if self.kinds[kind].moe and recompute != "full":
             kept += t.expert_imbalance * experts.routed_activation_bytes(self.model, self.shard, self.config,
-                                                                         t.element_bytes)
+                                                                         t.element_bytes, g)
+        if recompute == "selective":
+            kept -= sum(self.module_drops(kind))
         return kept
+
+    def module_drops(self, kind: str) -> list[float]:
+        """What each module a selective layer of `kind` recomputes takes off its kept bytes (cost_models.recompute)."""
+        t = self.training
+        return recompute.module_drops(self.config.recompute_modules, self.model, self.kinds[kind], self.shard, self.config,
+                                      t.element_bytes, t.flash_attention, t.expert_imbalance)
 
     # ---- per stage --------------------------------------------------------------------------------
     def stage_fixed_params(self, stage: StageLayout) -> float:
@@ -299,9 +323,77 @@ class StepModel:
         time — its compute, recompute and the collectives it waits on — that the stages' times, the ILP's
         cost table and the bounds all sum (no pipeline sends: those are the stage's)."""
         lt = self.layer_time(kind, group)
-        return StageTimes(forward_s=lt.forward_s, backward_s=lt.backward_s + lt.recompute_s(option),
+        return StageTimes(forward_s=lt.forward_s, backward_s=lt.backward_s + self.layer_recompute_s(kind, option, group),
                           tp_s=self.layer_tp_comm_s(kind, option, group), cp_s=self.layer_cp_comm_s(kind, group),
                           ep_s=self.layer_ep_comm_s(kind, option, group), pp_s=0.0)
+
+    def layer_recompute_s(self, kind: str, option: str, group: int) -> float:
+        """The forward a layer's backward replays: all of it under full recompute; under selective, each
+        recomputed module's piece (`module_replay_s`)."""
+        if option == "full":
+            return self.layer_time(kind, group).forward_s
+        if option != "selective":
+            return 0.0
+        modules = recompute.effective_modules(self.config.recompute_modules)
+        return sum(self.memo(("replay", kind, m, group), lambda m=m: self.module_replay_s(kind, m, group)) for m in modules)
+
+    def module_replay_s(self, kind: str, module: str, group: int) -> float:
+        """One module's forward, from the pieces the layer's time is made of: the attention core; the GEMMs
+        of the dense MLP, the shared experts or latent attention's up-projections with their element-wise
+        traffic; the routed experts' forward (their token traffic is `layer_ep_comm_s`'s); the activation
+        and norms at HBM speed."""
+        k, device, e = self.kinds[kind], self.device(group), self.training.element_bytes
+        gemms_s = lambda gs: sum(compute.gemm_time_s(device, self.training.precision, g) for g in gs)
+        tokens = self.shard.tokens
+        act = 3 if self.model.ffn_kind == "swiglu" else 2
+        if module == "core_attn":
+            return self.layer_time(kind, group).attention_forward_s
+        if module == "layernorm":  # two norms, each reading and writing h per token
+            return compute.memory_time_s(device, 4 * tokens * self.model.hidden_size * e / (self.shard.tp if self.shard.sp else 1))
+        if module in ("mlp", "shared_experts"):
+            width = memory.mlp_width(self.model, k)
+            if (module == "mlp") == k.moe or not width:
+                return 0.0
+            return (gemms_s(compute.mlp_gemms(self.model, width, self.shard))
+                    + compute.memory_time_s(device, act * tokens * width * e / self.shard.tp))
+        if module == "moe_act":
+            if not k.moe:
+                return 0.0
+            pairs = experts.routed_pairs(self.model, self.shard, self.config.etp)
+            return compute.memory_time_s(device, act * pairs * self.model.expert_ffn_size / self.config.etp * e)
+        if module == "moe":
+            if not k.moe:
+                return 0.0
+            routed_f, _ = experts.routed_time_s(self.model, self.training, self.shard, self.config, device)
+            return routed_f + gemms_s(compute.moe_dense_gemms(self.model, self.shard))
+        if module == "mla_up_proj":
+            return gemms_s(compute.latent_up_gemms(self.model, self.shard)) if self.model.is_mla else 0.0
+        raise ValueError(f"unknown recompute module {module}")
+
+    def offloaded_layer_bytes(self, layout: StageLayout) -> list[float]:
+        """The activations of each layer offloaded to host memory (`offload_layers`: the first N of the model,
+        which with pp = 1 are this stage's first N), per micro-batch."""
+        left, out = self.config.offload_layers, []
+        for c in layout.layers:
+            n = min(left, c.count)
+            out += [self.layer_activation_bytes(c.kind, c.recompute)] * n
+            left -= n
+        return out
+
+    def offload_exposed_s(self, layout: StageLayout, forward_s: float, backward_s: float) -> tuple[float, float]:
+        """(forward, backward) seconds activation offloading adds to a micro-batch: the offloaded bytes go to
+        the host during the forward and come back during the backward, each direction at the device's host
+        link, overlapped with the compute beside it; only what the transfer takes beyond it shows."""
+        moved = sum(self.offloaded_layer_bytes(layout))
+        if not moved:
+            return 0.0, 0.0
+        link = self.group(layout.node_group).hardware.host_link_GBps
+        if link is None:
+            raise InputError(f"{self.group(layout.node_group).hardware.name} states no host link bandwidth, so "
+                             "activation offloading cannot be priced on it", hint="offload_layers=0, or add "
+                             "host_link_GBps to the hardware file")
+        transfer_s = moved / (link * 1e9)
+        return max(0.0, transfer_s - forward_s), max(0.0, transfer_s - backward_s)
 
     def stage_times(self, layout: StageLayout) -> StageTimes:
         """Seconds of one micro-batch on a stage: its layers (`layer_times`), the embedding and head it
@@ -319,7 +411,9 @@ class StepModel:
             kind, depths = self.model.mtp_kind.name, self.model.mtp_layers
             tp_s += depths * (self.layer_tp_comm_s(kind, "none", g) + (self.tp_allreduce_s(g) if self.config.tp > 1 else 0))
             ep_s += depths * self.layer_ep_comm_s(kind, "none", g)
-        return StageTimes(forward, backward, tp_s, cp_s, ep_s, self.stage_sends(layout) * self.pp_send_s(g))
+        offload_f, offload_b = self.offload_exposed_s(layout, forward, backward)
+        return StageTimes(forward + offload_f, backward + offload_b, tp_s, cp_s, ep_s,
+                          self.stage_sends(layout) * self.pp_send_s(g))
 
     def stage(self, index: int, layout: StageLayout) -> StagePrediction:
         g = layout.node_group
@@ -340,6 +434,9 @@ class StepModel:
         in_flight = self.in_flight(index)
         activations = in_flight * sum(c.count * self.layer_activation_bytes(c.kind, c.recompute)
                                       for c in layout.layers)
+        offloaded = self.offloaded_layer_bytes(layout)
+        if offloaded:  # in host memory but the layer in transit (Megatron's offload handler double-buffers)
+            activations -= in_flight * sum(offloaded) - max(offloaded)
         if layout.embedding:
             activations += in_flight * memory.embedding_activation_bytes(self.model, self.shard)
         if layout.head:
@@ -355,13 +452,14 @@ class StepModel:
     def state_bytes(self) -> memory.StateBytes:
         c, t = self.config, self.training
         return memory.state_bytes_per_param(t.element_bytes, c.zero, memory.zero_shard_ranks(c), t.engine,
-                                            bf16=t.precision == "bf16")
+                                            bf16=t.precision == "bf16", grad_bytes=t.grad_bytes)
 
     @cached_property
     def expert_state_bytes(self) -> memory.StateBytes:
         """Per routed-expert parameter: sharded over the expert data-parallel ranks (edp), not dp·cp."""
         c, t = self.config, self.training
-        return memory.state_bytes_per_param(t.element_bytes, c.zero, c.edp, t.engine, bf16=t.precision == "bf16")
+        return memory.state_bytes_per_param(t.element_bytes, c.zero, c.edp, t.engine, bf16=t.precision == "bf16",
+                                            grad_bytes=t.grad_bytes)
 
     def states(self, params: float, expert_params: float) -> tuple[float, float, float]:
         """(weights, grads, optimizer) bytes of `params` on one device, `expert_params` of them routed experts."""
@@ -374,17 +472,19 @@ class StepModel:
         copies of an FP8 recipe."""
         params = self.layer_params(kind)
         return sum(self.states(params, self.layer_expert_params(kind))) + \
-            params * memory.low_precision_weight_bytes(self.training.precision)
+            params * memory.layer_weight_copy_bytes(self.training)
 
     def layer_transient_bytes(self, kind: str, recompute: str) -> float:
         """The working set while one layer of this kind runs its backward (recompute + gradients)."""
-        return self.memo(("transient", kind, recompute), lambda: self._price_transient_bytes(kind, recompute))
+        return self.memo(("transient", kind, recompute, self.selective_modules(recompute)),
+                         lambda: self._price_transient_bytes(kind, recompute))
 
     def _price_transient_bytes(self, kind: str, recompute: str) -> float:
         t = self.training
-        working = (memory.recompute_working_bytes(self.model, self.kinds[kind], self.shard, t.element_bytes,
-                                                  t.flash_attention, recompute)
-                   + memory.gradient_working_bytes(self.model, self.shard, t.element_bytes))
+        replayed = (max(self.module_drops(kind), default=0.0) if recompute == "selective" else
+                    memory.recompute_working_bytes(self.model, self.kinds[kind], self.shard, t.element_bytes,
+                                                   t.flash_attention, recompute))
+        working = replayed + memory.gradient_working_bytes(self.model, self.shard, t.element_bytes, self.kinds[kind])
         if self.kinds[kind].moe:
             routed = experts.routed_gradient_working_bytes(self.model, self.shard, self.config, t.element_bytes)
             if recompute == "full":  # the replayed forward recreates the routed side's activations too
@@ -430,7 +530,7 @@ class StepModel:
         layer_params = sum(c.count * self.layer_params(c.kind) for c in layout.layers)
         if layout.head:  # the MTP depths' layers are quantised like the model's
             layer_params += self.model.mtp_layers * self.layer_params(self.model.mtp_kind.name)
-        weights += layer_params * memory.low_precision_weight_bytes(t.precision)
+        weights += layer_params * memory.layer_weight_copy_bytes(t)
         allocated = weights + grads + optimizer + activations + buffers + transient
         return StageMemory(
             weights_bytes=weights, grads_bytes=grads, optimizer_bytes=optimizer, activations_bytes=activations,
@@ -471,10 +571,10 @@ class StepModel:
         if not groups:
             return 0.0
         if c.zero == 0:
-            allreduce = sum(comm.ring_allreduce_time_s(p * memory.GRAD_BYTES, n, link) for p, n, link in groups)
+            allreduce = sum(comm.ring_allreduce_time_s(p * self.training.grad_bytes, n, link) for p, n, link in groups)
             return max(0.0, allreduce - backward_s)
         gather = sum(comm.allgather_time_s(p * e, n, link) for p, n, link in groups)
-        scatter = sum(comm.reduce_scatter_time_s(p * memory.GRAD_BYTES, n, link) for p, n, link in groups)
+        scatter = sum(comm.reduce_scatter_time_s(p * self.training.grad_bytes, n, link) for p, n, link in groups)
         if c.zero < 3:
             hidden_s = forward_s if overlaps_param_gather(self.training.engine, self.training.precision) else 0.0
             return max(0.0, scatter - backward_s) + max(0.0, gather - hidden_s)
@@ -488,7 +588,7 @@ class StepModel:
         c = self.config
         if not (self.model.tie_embeddings and c.pp > 1 and (layout.embedding or layout.head)):
             return 0.0
-        grad_bytes = self.model.vocab_size * self.model.hidden_size / c.tp * memory.GRAD_BYTES
+        grad_bytes = self.model.vocab_size * self.model.hidden_size / c.tp * self.training.grad_bytes
         return comm.ring_allreduce_time_s(grad_bytes, 2, comm.pipeline_link(self.group(layout.node_group), c))
 
     def zero3_exposed_s(self, layout: StageLayout, ranks: int, link) -> float:
@@ -504,13 +604,13 @@ class StepModel:
             lt = self.layer_time(c.kind, g)
             params = self.layer_params(c.kind)
             gather = comm.allgather_time_s(params * e, ranks, link)
-            scatter = comm.reduce_scatter_time_s(params * memory.GRAD_BYTES, ranks, link)
-            backward = lt.backward_s + lt.recompute_s(c.recompute)
+            scatter = comm.reduce_scatter_time_s(params * self.training.grad_bytes, ranks, link)
+            backward = lt.backward_s + self.layer_recompute_s(c.kind, c.recompute, g)
             exposed += c.count * (max(0.0, gather - lt.forward_s) + max(0.0, gather + scatter - backward))
         fixed = self.stage_fixed_params(empty_stage(layout.embedding, layout.head))
         if fixed:
             exposed += 2 * comm.allgather_time_s(fixed * e, ranks, link) + \
-                comm.reduce_scatter_time_s(fixed * memory.GRAD_BYTES, ranks, link)
+                comm.reduce_scatter_time_s(fixed * self.training.grad_bytes, ranks, link)
         return self.num_microbatches * exposed
 
     def optimizer_s(self, stage: StagePrediction) -> float:
@@ -573,3 +673,4 @@ def predict(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, conf
             layouts: list[StageLayout] | None = None) -> Prediction:
     """Predict one configuration (uniform Megatron split unless `layouts` is given)."""
     return StepModel(model, training, cluster, config).predict(layouts)
+

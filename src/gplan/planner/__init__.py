@@ -32,6 +32,7 @@ def plan(inputs: Inputs, limits: SearchLimits | None = None, top: int = 5, time_
     from gplan.planner.inputs import with_target
     from gplan.planner.search import search, search_record
     from gplan.planner.space import SearchLimits
+    from gplan.spec.targets import check_recompute_modules
 
     limits = limits or SearchLimits()
     if limits.target is None:
@@ -39,6 +40,8 @@ def plan(inputs: Inputs, limits: SearchLimits | None = None, top: int = 5, time_
         limits = replace(limits, target=inputs.training.engine)
     if limits.target is not None and inputs.training.engine != limits.target:  # its engine prices its memory
         inputs = replace(inputs, training=inputs.training.model_copy(update={"engine": limits.target}))
+    for modules in limits.recompute_modules or []:
+        check_recompute_modules(inputs.model, limits.target, modules)
     result = search(inputs.model, inputs.training, inputs.cluster, inputs.devices, limits, top=top,
                     time_limit_s=time_limit_s, progress=progress)
     best = result.best

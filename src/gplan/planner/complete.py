@@ -19,11 +19,12 @@ from gplan.errors import InfeasibleError, InputError
 from gplan.plan import Prediction
 from gplan.planner.inputs import Inputs
 from gplan.planner.space import SearchLimits
-from gplan.spec.parallel import (ParallelConfig, StageLayout, config_from_options, layout_from_sizes, recompute_mix,
-                                 split_text)
+from gplan.spec.parallel import (DEFAULT_RECOMPUTE_MODULES, ParallelConfig, StageLayout, check_config,
+                                 config_from_options, layout_from_sizes, recompute_mix, split_text)
+from gplan.spec.targets import check_recompute_modules
 
 #: The options a configuration has; the degrees dp tp pp cp are the user's (dp fills the devices).
-KNOBS = ("vpp", "ep", "etp", "mbs", "zero", "sp", "recompute", "schedule")
+KNOBS = ("vpp", "ep", "etp", "mbs", "zero", "sp", "recompute", "recompute_modules", "offload_layers", "schedule")
 
 
 @dataclass(frozen=True)
@@ -44,10 +45,15 @@ def complete(inputs: Inputs, given: dict[str, Any], stage_sizes: list[int] | Non
     its other options chosen as `gplan search` would, priced. `stage_sizes` fixes the split (uniform
     recompute); otherwise the search's split and per-layer recompute are taken."""
     degrees = degrees_of(given, inputs.devices)
+    if "recompute_modules" in given:
+        given = {**given, "recompute_modules": config_from_options(recompute_modules=given["recompute_modules"]).recompute_modules}
+        check_recompute_modules(inputs.model, inputs.training.engine, given["recompute_modules"])
     limits = SearchLimits(
         **{axis: [v] for axis, v in degrees.items()},
         **{k: [given[k]] for k in ("vpp", "ep", "etp", "mbs", "zero") if k in given},
-        **({"recompute": [given["recompute"]]} if "recompute" in given else {}),
+        **({"recompute": [given["recompute"]]} if "recompute" in given else
+           {"recompute": ["none"]} if given.get("offload_layers") else {}),  # Megatron offloads without recompute
+        **({"recompute_modules": [given["recompute_modules"]]} if "recompute_modules" in given else {}),
         schedule=[given["schedule"]] if "schedule" in given else None,
         allow_fewer_devices=False, target=inputs.training.engine)
     try:
@@ -57,6 +63,9 @@ def complete(inputs: Inputs, given: dict[str, Any], stage_sizes: list[int] | Non
     config, layouts = best.config, best.layouts
     if "sp" in given and given["sp"] != config.sp:  # the search runs sp whenever tp > 1
         config = config.model_copy(update={"sp": given["sp"]})
+    if given.get("offload_layers"):  # the search does not offload: the user's layers, on its best choices
+        config = config_from_options(**{**config.model_dump(), "offload_layers": given["offload_layers"]})
+        check_config(inputs.model, inputs.training, config, config.world_size)
     if stage_sizes is not None:
         layouts = layout_from_sizes(inputs.model, stage_sizes, [given.get("recompute", "none")] * config.pp)
     prediction = step.predict(inputs.model, inputs.training, best.cluster, config, layouts)
@@ -92,7 +101,9 @@ def _with_defaults(inputs: Inputs, given: dict[str, Any], degrees: dict[str, int
 def chosen_text(config: ParallelConfig, layouts, given: dict[str, Any], stage_sizes) -> dict[str, str]:
     values = {"vpp": str(config.vpp), "mbs": str(config.mbs), "zero": str(config.zero),
               "sp": "on" if config.sp else "off", "schedule": config.schedule,
-              "recompute": recompute_mix(layouts) if layouts else config.recompute}
+              "recompute": recompute_mix(layouts, config.recompute_modules) if layouts else config.recompute}
+    if config.recompute_modules != DEFAULT_RECOMPUTE_MODULES:
+        values["recompute_modules"] = ",".join(config.recompute_modules) or "none"
     if config.ep > 1 or config.etp > 1 or "ep" in given or "etp" in given:
         values |= {"ep": str(config.ep), "etp": str(config.etp)}
     if stage_sizes is None:

@@ -275,7 +275,7 @@ def what_if(plan: Plan, changes: list[WhatIf]) -> WhatIfResult:
         this = StepModel(plan.model, case.training, own_cluster, config).predict(layouts_of(plan))
     except InputError as exc:
         note = exc.message
-    limits = SearchLimits(**plan.search.limits) if plan.search else SearchLimits()
+    limits = SearchLimits.from_record(plan.search.limits) if plan.search else SearchLimits()
     result = search(plan.model, case.training, case.cluster, case.devices, limits, top=1)
     return WhatIfResult(changes, case.devices, this, note, result.best)
 

@@ -123,7 +123,8 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
                    hardware: str | None = None, devices_per_node: int | None = None,
                    gbs: int | None = None, seq_length: int | None = None, precision: str | None = None,
                    memory_headroom: float = 0.1, profile: str | None = None, target: str | None = None,
-                   expert_imbalance: float = 1.0) -> Inputs:
+                   expert_imbalance: float = 1.0, grad_reduce_in_bf16: bool = False,
+                   fp8_param_gather: bool = False) -> Inputs:
     """`target` (a backend or export target) is the engine whose memory accounting prices the run;
     default: the backend of the cluster's hardware, as `gplan search` defaults its --target."""
     from gplan.planner.space import target_name
@@ -154,10 +155,28 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
                     else f"default on CPUs: ~{batch_tokens} tokens")
     try:
         training = TrainingSpec(gbs=gbs, seq_length=seq, precision=precision, memory_headroom=memory_headroom,
-                                expert_imbalance=expert_imbalance, engine=resolve_target(target, spec, precision, model))
+                                expert_imbalance=expert_imbalance, engine=resolve_target(target, spec, precision, model),
+                                grad_reduce_in_bf16=grad_reduce_in_bf16, fp8_param_gather=fp8_param_gather)
     except ValidationError as exc:
         err = exc.errors()[0]
         raise InputError(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}",
                          hint="see gplan --help") from exc
+    check_memory_options(training)
     return Inputs(model=model, training=training, cluster=spec, devices=devices, cluster_note=note,
                   profile=profile_ref, gbs_note=gbs_note)
+
+
+def check_memory_options(training: TrainingSpec) -> None:
+    """Megatron's memory options need an engine that has them, and --fp8-param-gather a low-precision recipe."""
+    from gplan.spec.targets import TARGETS
+    from gplan.spec.training import LOW_PRECISION
+
+    caps = TARGETS.get(training.engine) if training.engine else None
+    for option, flag in (("grad_reduce_in_bf16", "--grad-reduce-in-bf16"), ("fp8_param_gather", "--fp8-param-gather")):
+        if getattr(training, option) and (caps is None or not getattr(caps, option)):
+            runners = [name for name, other in TARGETS.items() if getattr(other, option)]
+            raise InputError(f"{flag}: {training.engine} has no such option (capability {option})",
+                             hint=f"--target {' or '.join(runners)}, or leave {flag} out")
+    if training.fp8_param_gather and training.precision not in LOW_PRECISION:
+        raise InputError(f"--fp8-param-gather keeps the weights in a low-precision format; {training.precision} has none",
+                         hint="use --precision fp8 or mxfp8, or leave --fp8-param-gather out")

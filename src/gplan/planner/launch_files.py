@@ -41,10 +41,11 @@ LAYOUT_FLAGS = {
     "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
     "--expert-model-parallel-size", "--expert-tensor-parallel-size", "--num-layers-per-virtual-pipeline-stage",
     "--virtual-pipeline-model-parallel-size", "--sequence-parallel", "--micro-batch-size", "--global-batch-size",
-    "--seq-length", "--use-distributed-optimizer", "--recompute-granularity", "--recompute-method",
+    "--seq-length", "--use-distributed-optimizer", "--recompute-granularity", "--recompute-method", "--recompute-modules",
     "--recompute-num-layers", "--bf16", "--fp16", "--fp8-format", "--fp8-recipe", "--use-megatron-fsdp",
     "--data-parallel-sharding-strategy", "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
     "--tp-comm-overlap", "--overlap-grad-reduce", "--overlap-param-gather", "--pipeline-model-parallel-layout",
+    "--grad-reduce-in-bf16", "--fp8-param-gather", "--cpu-offloading", "--cpu-offloading-num-layers",
 }
 #: Model flags whose presence gplan reads through the named model (checked as switches).
 MODEL_SWITCHES = {
@@ -92,6 +93,8 @@ class Launch:
     """The gplan plan a launch of gplan's own worker runs (a SLURM or Kubernetes export): priced as written."""
     per_stage_recompute: tuple | None = None
     """MindFormers' (full, selective) recompute counts per stage (or True for every layer)."""
+    memory_options: dict[str, bool] = field(default_factory=dict)
+    """Megatron's memory options the launch sets (TrainingSpec's grad_reduce_in_bf16, fp8_param_gather)."""
 
 
 def read_launch(path: Path, model: ModelSpec) -> Launch:
@@ -152,7 +155,10 @@ def megatron_log_launch(args: dict, path: Path, model: ModelSpec) -> Launch:
                          f"{model.name} has {model.vocab_size}", hint="name the model the log trained")
     values = megatron.config_values(args)
     block = values["recompute"] == "full" and args.get("recompute_method") == "block"
+    memory_options = {"grad_reduce_in_bf16": bool(args.get("grad_reduce_in_bf16")),
+                      "fp8_param_gather": bool(args.get("fp8_param_gather"))}
     return Launch(source=str(path), engine=megatron.engine(args), given=values, gbs=int(args["global_batch_size"]),
+                  memory_options=memory_options if megatron.engine(args) == "megatron" else {},
                   seq_length=int(args["seq_length"]), precision=megatron.precision(args),
                   stage_sizes=megatron_split(model, values["pp"], args.get("pipeline_model_parallel_layout"),
                                              args.get("decoder_first_pipeline_num_layers"),
@@ -200,7 +206,9 @@ def read_megatron_launch(path: Path, model: ModelSpec, text: str) -> Launch:
     return Launch(source=str(path), engine="megatron", given=layout_of(args), gbs=integer(args, "--global-batch-size", path),
                   seq_length=optional_int(args, "--seq-length"), precision=precision_of(args),
                   stage_sizes=stage_sizes_of(args, model), recompute_layers=block_layers(args),
-                  world_size=world_size(args, variables), unread=unread)
+                  world_size=world_size(args, variables), unread=unread,
+                  memory_options={"grad_reduce_in_bf16": "--grad-reduce-in-bf16" in args,
+                                  "fp8_param_gather": "--fp8-param-gather" in args})
 
 
 def value(args: dict, flag: str) -> str | None:
@@ -258,6 +266,10 @@ def layout_of(args: dict) -> dict[str, Any]:
     given["zero"] = zero_of(args)
     granularity = value(args, "--recompute-granularity")
     given["recompute"] = granularity if granularity in ("full", "selective") else "none"
+    if "--recompute-modules" in args:
+        given["recompute_modules"] = tuple(args["--recompute-modules"])
+    if "--cpu-offloading" in args:
+        given["offload_layers"] = optional_int(args, "--cpu-offloading-num-layers") or 0
     return given
 
 
@@ -417,10 +429,10 @@ def launch_layouts(launch: Launch, model: ModelSpec, config, cluster=None) -> li
 def differences(mine, best) -> dict[str, tuple[str, str]]:
     """Option by option, what the best plan changes in the launch's configuration."""
     found = {}
-    for key in ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "sp", "mbs", "zero", "recompute"):
+    for key in ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "sp", "mbs", "zero", "recompute", "recompute_modules"):
         a, b = getattr(mine, key), getattr(best, key)
         if a != b:
-            found[key] = (str(a), str(b))
+            found[key] = (",".join(a) or "none", ",".join(b) or "none") if key == "recompute_modules" else (str(a), str(b))
     return found
 
 
@@ -807,7 +819,7 @@ def priced_launch(from_file: Path, model: str, devices, cluster, hardware, devic
     gbs = launch_batch(launch, launch_config(launch, spec, devices))
     inputs = resolve_inputs(model, devices, cluster, hardware, devices_per_node, gbs, seq_length or launch.seq_length,
                             launch.precision, headroom, str(profile) if profile else None, target or launch.engine,
-                            expert_imbalance)
+                            expert_imbalance, **launch.memory_options)
     config = launch_config(launch, inputs.model, inputs.devices)
     check_config(inputs.model, inputs.training, config, inputs.devices)
     layouts = launch_layouts(launch, inputs.model, config, inputs.cluster)

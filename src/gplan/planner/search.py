@@ -14,7 +14,7 @@ import heapq
 import itertools
 import math
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from gplan.cost_models.step import Prediction, StepModel
@@ -27,7 +27,7 @@ from gplan.planner.space import SearchLimits, candidates, uneven_interleaved
 from gplan.planner.table import CostTable, Split, build_table, floor_s, pipeline_times, states_fit, uniform_split
 from gplan.profiles.schema import ClusterSpec
 from gplan.spec.model import ModelSpec
-from gplan.spec.parallel import ParallelConfig, StageLayout
+from gplan.spec.parallel import DEFAULT_RECOMPUTE_MODULES, ParallelConfig, StageLayout
 from gplan.spec.targets import TARGETS, config_refusals, runs_as
 from gplan.spec.training import TrainingSpec
 
@@ -82,7 +82,7 @@ class SearchResult:
 
 def search_record(result: SearchResult, limits: SearchLimits) -> SearchRecord:
     """What the plan keeps of its search: the limits asked and the runner-ups."""
-    return SearchRecord(limits=asdict(limits), candidates=result.candidates, ilps_solved=result.solved,
+    return SearchRecord(limits=limits.record(), candidates=result.candidates, ilps_solved=result.solved,
                         ilps_answered=result.answered,
                         time_s=result.time_s, runner_ups=[runner_up(c) for c in result.ranked[1:]],
                         ilp_outcomes=dict(result.statuses), proven_optimal=result.proven_optimal,
@@ -290,9 +290,14 @@ def _keep(found: dict, step: StepModel, layouts: list[StageLayout], info: Solver
     prediction = step.predict(layouts)
     if not prediction.fits:
         return
-    old = found.get(step.config)
+    config = step.config
+    if config.recompute_modules != DEFAULT_RECOMPUTE_MODULES and not any(
+            c.recompute == "selective" and c.count for s in layouts for c in s.layers):
+        # no layer recomputes selectively, so its modules change nothing: one plan, written with the default
+        config = config.model_copy(update={"recompute_modules": DEFAULT_RECOMPUTE_MODULES})
+    old = found.get(config)
     if old is None or (replace and prediction.step_time_s <= old.prediction.step_time_s * (1 + 1e-9)):
-        found[step.config] = Candidate(step.config, layouts, prediction, info, step.cluster)
+        found[config] = Candidate(config, layouts, prediction, info, step.cluster)
 
 
 def _no_candidate(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devices: int,

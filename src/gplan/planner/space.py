@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Iterator
 
 from gplan.profiles.schema import ClusterSpec
 from gplan.spec.model import ModelSpec
 from gplan.errors import InputError
-from gplan.spec.parallel import (BATCH_RULES, DEGREE_RULES, EXPERT_RULES, RECOMPUTE_OPTIONS, SCHEDULES, SHARDING_RULES,
-                                 ParallelConfig, keeps_rules)
+from gplan.spec.parallel import (BATCH_RULES, canonical_modules, DEFAULT_RECOMPUTE_MODULES, DEGREE_RULES, EXPERT_RULES, RECOMPUTE_MODULES,
+                                 RECOMPUTE_OPTIONS, RECOMPUTE_RULES, SCHEDULES, SHARDING_RULES, ParallelConfig,
+                                 keeps_rules)
 from gplan.spec.targets import TARGETS, config_refusals
 from gplan.spec.training import TrainingSpec
 
@@ -39,11 +40,28 @@ class SearchLimits:
     """Default: 0, 1, 2, 3."""
     recompute: list[str] = field(default_factory=lambda: list(RECOMPUTE_OPTIONS))
     """Options the ILP may give each layer."""
+    recompute_modules: list[tuple[str, ...]] | None = None
+    """What `selective` recomputes: the sets tried (`module_options`; default: the attention core, and for a
+    target that names modules — Megatron — the sets its recipes run, as far as the model has the modules)."""
     schedule: list[str] | None = None
     allow_fewer_devices: bool = True
     target: str | None = None
     """The backend or export target whose capabilities bound the space (spec.targets); None: every
     configuration gplan can price."""
+
+    def record(self) -> dict:
+        """The limits as a plan keeps them (`SearchRecord.limits`): module sets written `layernorm+mlp`."""
+        data = asdict(self)
+        if self.recompute_modules is not None:
+            data["recompute_modules"] = ["+".join(m) or "none" for m in self.recompute_modules]
+        return data
+
+    @classmethod
+    def from_record(cls, data: dict) -> "SearchLimits":
+        modules = data.get("recompute_modules")
+        if modules is not None:
+            data = {**data, "recompute_modules": [module_set_list(m)[0] for m in modules]}
+        return cls(**data)
 
 
 def int_list(value: str | None, flag: str) -> list[int] | None:
@@ -76,14 +94,55 @@ def limits_from_options(tp: str | None = None, pp: str | None = None, dp: str | 
                         mbs: str | None = None, vpp: str | None = None, zero: str | None = None,
                         recompute: str = ",".join(RECOMPUTE_OPTIONS), schedule: str | None = None,
                         all_devices: bool = False, target: str | None = None, ep: str | None = None,
-                        etp: str | None = None) -> SearchLimits:
+                        etp: str | None = None, recompute_modules: str | None = None) -> SearchLimits:
     """SearchLimits from the command line's comma-separated lists (exit 3 with a hint when malformed)."""
     return SearchLimits(tp=int_list(tp, "--tp"), pp=int_list(pp, "--pp"), dp=int_list(dp, "--dp"),
+                        recompute_modules=module_set_list(recompute_modules),
                         cp=int_list(cp, "--cp"), mbs=int_list(mbs, "--mbs"), vpp=int_list(vpp, "--vpp"),
                         zero=int_list(zero, "--zero"), recompute=word_list(recompute, "--recompute", RECOMPUTE_OPTIONS),
                         schedule=word_list(schedule, "--schedule", SCHEDULES),
                         allow_fewer_devices=not all_devices, target=target_name(target),
                         ep=int_list(ep, "--ep"), etp=int_list(etp, "--etp"))
+
+
+def module_set_list(value: str | None) -> list[tuple[str, ...]] | None:
+    """`--recompute-modules moe_act,layernorm` -> [("moe_act", "layernorm")] (in the catalogue's order); `none`
+    or an empty value -> [()], selective layers recomputing nothing; None -> the search's sets."""
+    if value is None:
+        return None
+    names = [n.strip() for n in value.replace("+", ",").split(",") if n.strip() and n.strip() != "none"]
+    unknown = [n for n in names if n not in RECOMPUTE_MODULES]
+    if unknown:
+        raise InputError(f"--recompute-modules: unknown recompute module {unknown[0]!r}",
+                         hint="choose from " + ",".join(RECOMPUTE_MODULES))
+    return [canonical_modules(names)]
+
+
+
+def searched_modules(model: ModelSpec) -> tuple[str, ...]:
+    """The module set a search for a target that names modules gives its selective option: a middle point
+    between recomputing nothing and everything, from what Megatron-Bridge's recipes recompute (`other_settings`
+    of the shared Bridge table: DeepSeek-V3's `mla_up_proj`, Nemotron 3's `moe_act, layernorm`) — the norms,
+    the experts' activation, latent attention's up-projections; a dense model's MLP. Cheap to replay, and
+    together a large share of an MoE layer's activations."""
+    names = ["layernorm"] + (["moe_act"] if model.is_moe else []) + (["mla_up_proj"] if model.is_mla else [])
+    if any(not k.moe for k in model.layer_kinds()) and not model.is_moe:
+        names.append("mlp")
+    return canonical_modules(names)
+
+
+def module_options(model: ModelSpec, limits: SearchLimits, flash_attention: bool = True) -> list[tuple[str, ...]]:
+    """The recompute module sets to search: the user's; for a target that names modules (Megatron) the one
+    set `searched_modules` — alone under fused attention, where recomputing the attention core saves no
+    memory and costs its replay, so that Megatron's default set is dominated by recomputing nothing — else
+    the default set (the attention core) alone. One set keeps the search as fast as before the modules."""
+    if limits.recompute_modules is not None:
+        return limits.recompute_modules
+    target = TARGETS[limits.target] if limits.target else None
+    if "selective" not in limits.recompute or target is None or len(target.recompute_modules) <= 1:
+        return [DEFAULT_RECOMPUTE_MODULES]
+    chosen = searched_modules(model)
+    return [chosen] if flash_attention else [DEFAULT_RECOMPUTE_MODULES, chosen]
 
 
 def target_name(value: str | None) -> str | None:
@@ -203,6 +262,7 @@ def _fits_groups(cluster: ClusterSpec, per_stage: int, pp: int) -> bool:
 def _per_degrees(model: ModelSpec, training: TrainingSpec, limits: SearchLimits, dp: int, tp: int, pp: int,
                  cp: int) -> Iterator[ParallelConfig]:
     uneven = uneven_interleaved(limits)
+    module_sets = module_options(model, limits, training.flash_attention)
     target = TARGETS[limits.target] if limits.target else None
     for mbs in limits.mbs or [1, 2, 4, 8]:
         for vpp in vpp_options(model.total_layers, pp, limits, uneven):
@@ -227,10 +287,14 @@ def _per_degrees(model: ModelSpec, training: TrainingSpec, limits: SearchLimits,
                 if not keeps_rules(model, training, sharded, SHARDING_RULES):
                     continue
                 for ep, etp in expert_options(model, dp * tp * cp, limits, tp):
-                    config = sharded.model_copy(update={"ep": ep, "etp": etp})
-                    if not keeps_rules(model, training, config, EXPERT_RULES):
+                    experts = sharded.model_copy(update={"ep": ep, "etp": etp})
+                    if not keeps_rules(model, training, experts, EXPERT_RULES):
                         continue
-                    if target and config_refusals(target, model, config, config.microbatches_for(training.gbs),
-                                                  training.precision):
-                        continue
-                    yield config
+                    for modules in module_sets:
+                        config = experts.model_copy(update={"recompute_modules": modules})
+                        if not keeps_rules(model, training, config, RECOMPUTE_RULES):
+                            continue
+                        if target and config_refusals(target, model, config, config.microbatches_for(training.gbs),
+                                                      training.precision):
+                            continue
+                        yield config

@@ -127,7 +127,8 @@ def pipeline_times(step: StepModel, options: list[str], groups: list[int] | None
     # a layer's time depends on the shard, the expert grid and the links of tp, cp and ep, which only the
     # scale-up domain's size changes: shared between configurations that agree on those
     domains = tuple(g.domain_devices for g in step.cluster.node_groups)
-    layer_time = step.memo(("layer_table", tuple(options), tuple(groups), domains),
+    modules = step.config.recompute_modules if "selective" in options else ()  # what selective layers replay
+    layer_time = step.memo(("layer_table", tuple(options), tuple(groups), domains, modules),
                            lambda: _layer_times(step, kinds, options, groups))
     fixed_time = {}
     for i in range(c.pp):
@@ -224,7 +225,7 @@ def states_fit(step: StepModel) -> bool:
     a large mixture of experts) fail here."""
     layer_params, routed = _layer_param_sums(step)
     total = sum(step.states(layer_params + sum(_fixed_params(step)), routed)) + \
-        layer_params * memory.low_precision_weight_bytes(step.training.precision)
+        layer_params * memory.layer_weight_copy_bytes(step.training)
     return total / step.config.pp <= max(allocatable_bytes(step, g) for g in range(len(step.cluster.node_groups)))
 
 
@@ -255,12 +256,13 @@ def dp_floor_s(step: StepModel, g: int, total_params: float, fixed_params: list[
     if ranks == 1 and c.edp == 1:
         return 0.0
     # every layer at its heaviest recompute: the most backward, so the least exposure (shard-level values)
-    body = step.memo(("heaviest_layers", tuple(options), g), lambda: _heaviest_layers(step, options, g))
+    modules = step.config.recompute_modules if "selective" in options else ()
+    body = step.memo(("heaviest_layers", tuple(options), g, modules), lambda: _heaviest_layers(step, options, g))
     if c.zero >= 3:
         link = comm.axis_link(step.group(g), c, "dp")
         units = [body] + [empty_stage(i == 0, i == p - 1, g) for i, fixed in enumerate(fixed_params) if fixed]
         return sum(step.zero3_exposed_s(u, ranks, link) for u in units) / p
-    forward, backward = step.memo(("model_compute", tuple(options), g), lambda: step.compute_times(
+    forward, backward = step.memo(("model_compute", tuple(options), g, modules), lambda: step.compute_times(
         body.model_copy(update={"embedding": True, "head": True})))
     routed = sum(k.count * step.layer_expert_params(k.name) for k in step.model.layer_kinds())
     return step.dp_sync_exposed_s(total_params / p, forward / p, backward / p, g, routed / p)
@@ -269,7 +271,7 @@ def dp_floor_s(step: StepModel, g: int, total_params: float, fixed_params: list[
 def _heaviest_layers(step: StepModel, options: list[str], g: int) -> StageLayout:
     """Every layer of the model on group g, each kind at the recompute option of most backward time."""
     layers = [LayerCount(kind=k.name, count=k.count,
-                         recompute=max(options, key=lambda o, k=k: step.layer_time(k.name, g).recompute_s(o)))
+                         recompute=max(options, key=lambda o, k=k: step.layer_recompute_s(k.name, o, g)))
               for k in step.model.layer_kinds()]
     return StageLayout(layers=layers, embedding=False, head=False, node_group=g)
 

@@ -81,6 +81,9 @@ class DeviceSpec(BaseModel):
     peak_tflops: dict[str, float]
     """Dense peak per precision (bf16, fp16, fp32); a missing precision is unsupported."""
     hbm_bandwidth_GBps: float = Field(gt=0)
+    host_link_GBps: float | None = Field(default=None, gt=0)
+    """Device-to-host bandwidth in each direction (PCIe, or NVLink-C2C on Grace superchips): what activation
+    offloading moves at. None: not stated, and offloading is not priced on it."""
     reserve_GiB: float = Field(default=0.0, ge=0)
     """Memory held before the model: the CUDA (or CANN) context and library workspaces. (Plans written
     before the next two fields existed folded communicators and fragmentation in here.)"""
@@ -102,7 +105,7 @@ class DeviceSpec(BaseModel):
     GEMMs (torchao's float8 kernels in gplan's torch worker and torchtitan are not Transformer Engine's)."""
 
     #: Fields added after schema v1 plans were first written, left out of the digest at their default.
-    DIGEST_OPTIONAL: ClassVar[dict[str, object]] = {"communicator_MiB": 0.0, "fragmentation": 0.0,
+    DIGEST_OPTIONAL: ClassVar[dict[str, object]] = {"communicator_MiB": 0.0, "fragmentation": 0.0, "host_link_GBps": None,
                                                     "engine_efficiency": {}, "precision_efficiency": {},
                                                     "engine_precision_efficiency": {}}
 

@@ -3,11 +3,12 @@ pipeline stage); the rules a configuration must keep are RULES, read through `co
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer, model_validator
 
 from gplan.errors import InputError
 from gplan.spec.model import ModelSpec
@@ -16,6 +17,28 @@ from gplan.spec.training import TrainingSpec
 Recompute = Literal["none", "selective", "full"]
 Schedule = Literal["gpipe", "1f1b", "interleaved_1f1b"]
 RECOMPUTE_OPTIONS: tuple[Recompute, ...] = ("none", "selective", "full")
+
+RECOMPUTE_MODULES: dict[str, str] = {
+    "core_attn": "the attention core (scores, softmax, context)",
+    "mlp": "a dense layer's MLP",
+    "moe": "the whole MoE layer (router, dispatch, experts, combine)",
+    "moe_act": "the routed experts' activation function",
+    "shared_experts": "the shared experts' MLP",
+    "layernorm": "the two pre-norms (their outputs not kept)",
+    "mla_up_proj": "latent attention's up-projections and rotary embedding",
+}
+"""What `selective` layers may recompute, module by module: Megatron-core's `--recompute-modules`
+(TransformerConfig.__post_init__'s allowed set; core_attn its default). Each module's saved and
+recomputed bytes and time are priced in cost_models.recompute."""
+DEFAULT_RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn",)
+
+
+def canonical_modules(names) -> tuple[str, ...]:
+    """Module names in the catalogue's order, each once: how a configuration keeps them (so that two
+    configurations recomputing the same modules are equal, however they were named)."""
+    return tuple(n for n in RECOMPUTE_MODULES if n in names)
+
+
 SCHEDULES: tuple[Schedule, ...] = ("gpipe", "1f1b", "interleaved_1f1b")
 
 
@@ -46,6 +69,35 @@ class ParallelConfig(BaseModel):
     schedule: Schedule = "1f1b"
     recompute: Recompute = "none"
     """Default recompute of every layer; a stage layout may recompute only some layers."""
+    recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES
+    """What a `selective` layer recomputes (`RECOMPUTE_MODULES`; Megatron's `--recompute-modules`,
+    whose default is the attention core alone). Empty: selective layers recompute nothing."""
+
+    offload_layers: int = Field(default=0, ge=0)
+    """Layers whose activations wait in host memory between their forward and backward (Megatron-core's
+    `cpu_offloading_num_layers` with `cpu_offloading`: the first N layers of the model, moved while the next
+    layers compute). 0: none."""
+
+    @field_validator("recompute_modules", mode="before")
+    @classmethod
+    def _known_modules(cls, value: Any) -> tuple[str, ...]:
+        """Known names, in the catalogue's order, each once (a comma- or plus-separated string is read too)."""
+        names = [n.strip() for n in re.split(r"[,+ ]", value)] if isinstance(value, str) else list(value or [])
+        names = [n for n in names if n]
+        unknown = [n for n in names if n not in RECOMPUTE_MODULES]
+        if unknown:
+            raise ValueError(f"unknown recompute module {unknown[0]!r}")
+        return canonical_modules(names)
+
+    @model_serializer(mode="wrap")
+    def _leave_default_modules_out(self, handler):
+        """Plans written before the modules existed, and plans at Megatron's default, read the same."""
+        data = handler(self)
+        if isinstance(data, dict) and tuple(data.get("recompute_modules", ())) == DEFAULT_RECOMPUTE_MODULES:
+            data.pop("recompute_modules")
+        if isinstance(data, dict) and data.get("offload_layers") == 0:
+            data.pop("offload_layers")
+        return data
 
     @model_validator(mode="before")
     @classmethod
@@ -85,6 +137,10 @@ class ParallelConfig(BaseModel):
             parts.append(f"cp={self.cp}")
         parts += [f"{axis}={getattr(self, axis)}" for axis in ("ep", "etp") if getattr(self, axis) > 1]
         parts += [f"mbs={self.mbs}", f"zero={self.zero}"] + ([f"rc={self.recompute}"] if recompute else [])
+        if self.recompute_modules != DEFAULT_RECOMPUTE_MODULES:
+            parts.append("modules=" + ("+".join(self.recompute_modules) or "none"))
+        if self.offload_layers:
+            parts.append(f"offload={self.offload_layers}")
         if self.sp:
             parts.append("sp")
         return " ".join(parts)
@@ -101,12 +157,16 @@ def config_from_options(**values: Any) -> ParallelConfig:
         message = e["msg"].removeprefix("Value error, ")
         if not e["loc"]:
             raise InputError(message, hint="drop --schedule to let --vpp choose it") from exc
-        raise InputError(f"--{e['loc'][0]}: {message}", hint="degrees are integers ≥ 1; zero is 0..3") from exc
+        field = str(e["loc"][0])
+        hint = ("choose from " + ",".join(RECOMPUTE_MODULES) if field == "recompute_modules"
+                else "degrees are integers ≥ 1; zero is 0..3")
+        raise InputError(f"--{field.replace('_', '-')}: {message}", hint=hint) from exc
 
 
 def parse_config_values(text: str) -> dict[str, Any]:
-    """`"tp=8,pp=4,sp=1,recompute=full"` -> {"tp": 8, "pp": 4, "sp": True, "recompute": "full"}: what the
-    user said, and nothing else (planner.complete chooses the rest)."""
+    """`"tp=8,pp=4,sp=1,recompute=full"` -> {"tp": 8, "pp": 4, "sp": True, "recompute": "full"} (modules joined
+    by `+`: `recompute_modules=moe_act+layernorm`): what the user said, and nothing else (planner.complete
+    chooses the rest)."""
     values: dict[str, Any] = {}
     fields = set(ParallelConfig.model_fields)
     for part in filter(None, (p.strip() for p in text.split(","))):
@@ -116,7 +176,7 @@ def parse_config_values(text: str) -> dict[str, Any]:
             raise InputError(f"--config {text!r}: expected key=value pairs", hint='for example --config "tp=8,pp=4,mbs=1"')
         if key not in fields:
             raise InputError(f"--config {text!r}: unknown option {key!r}", hint="options: " + ", ".join(sorted(fields)))
-        if key in ("recompute", "schedule"):
+        if key in ("recompute", "schedule", "recompute_modules"):
             values[key] = value
         elif key == "sp":
             values[key] = value.lower() in ("1", "true", "yes", "on")
@@ -303,8 +363,39 @@ def _seq_split(model: ModelSpec, training: TrainingSpec, c: ParallelConfig, devi
     return None
 
 
+def _modules_exist(model: ModelSpec, training: TrainingSpec, c: ParallelConfig, devices: int) -> Violation | None:
+    """A recompute module names a part of the model (Megatron-core refuses `mla_up_proj` without latent
+    attention, TransformerConfig.__post_init__; a module with nothing to recompute is a mistake too)."""
+    has = {"mlp": any(not k.moe for k in model.layer_kinds()), "moe": model.is_moe, "moe_act": model.is_moe,
+           "shared_experts": model.is_moe and model.shared_expert_ffn_size > 0, "mla_up_proj": model.is_mla}
+    missing = next((m for m in c.recompute_modules if not has.get(m, True)), None)
+    if missing is None:
+        return None
+    return Violation("recompute_modules", f"recompute module {missing} ({RECOMPUTE_MODULES[missing]}): "
+                                          f"{model.name} has none", "leave it out of --recompute-modules")
+
+
+def _offload(model: ModelSpec, training: TrainingSpec, c: ParallelConfig, devices: int) -> Violation | None:
+    """Megatron-core's TransformerConfig.__post_init__: "Currently there is no support for Pipeline parallelism
+    with CPU offloading", "CPU offloading does not work when activation recomputation is enabled", and the
+    offloaded layers fewer than the model's."""
+    if not c.offload_layers:
+        return None
+    if c.pp > 1:
+        return Violation("offload_layers", f"activation offloading with pp={c.pp}: Megatron offloads without pipeline "
+                                           "stages only", "use pp=1, or offload_layers=0")
+    if c.recompute != "none":
+        return Violation("offload_layers", f"activation offloading with recompute {c.recompute}: Megatron offloads "
+                                           "without recomputation only", "use recompute=none, or offload_layers=0")
+    if c.offload_layers >= model.total_layers:
+        return Violation("offload_layers", f"offload_layers={c.offload_layers}: at most {model.total_layers - 1} of "
+                                           f"the model's {model.total_layers} layers", "offload fewer layers")
+    return None
+
+
 RULES: tuple[Rule, ...] = (_world, _tp, _dense_experts, _ep_divides, _etp_divides, _expert_grid, _moe_sp, _moe_zero,
-                           _ep_fp16, _pp_layers, _vpp_chunks, _batch, _interleaved_microbatches, _cp_chunks, _seq_split)
+                           _ep_fp16, _pp_layers, _vpp_chunks, _batch, _interleaved_microbatches, _cp_chunks, _seq_split,
+                           _modules_exist, _offload)
 """The rules every configuration keeps, in the order they are reported: the one rule set that
 `check_config`, the search space (planner.space), `--stages` and the plan check read."""
 DEGREE_RULES: tuple[Rule, ...] = (_world, _tp, _pp_layers, _cp_chunks, _seq_split)
@@ -316,7 +407,9 @@ SHARDING_RULES: tuple[Rule, ...] = (_moe_zero,)
 EXPERT_RULES: tuple[Rule, ...] = (_dense_experts, _ep_divides, _etp_divides, _expert_grid, _moe_sp, _ep_fp16)
 """The rules that read ep and etp. The search asks each group at the loop that sets what it reads, so a
 degree tuple, a batch split or a sharding level that breaks a rule is left before its options are built;
-the four groups are RULES, each rule once (tests/spec: test_rule_groups_are_the_rules)."""
+the five groups are RULES, each rule once (tests/spec: test_rule_groups_are_the_rules)."""
+RECOMPUTE_RULES: tuple[Rule, ...] = (_modules_exist, _offload)
+"""The rules that read the recompute modules and activation offloading."""
 
 
 def config_violations(model: ModelSpec, training: TrainingSpec, config: ParallelConfig,
@@ -414,12 +507,15 @@ def layout_from_sizes(model: ModelSpec, sizes: list[int], recompute: list[Recomp
 
 # ---- in words ----------------------------------------------------------------------------------
 
-def recompute_mix(layouts) -> str:
-    """'none' / 'full' when uniform, else counts per option, e.g. 'none 62 · full 18'."""
+def recompute_mix(layouts, modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES) -> str:
+    """'none' / 'full' when uniform, else counts per option, e.g. 'none 62 · full 18'; selective names its
+    modules where they are not Megatron's default ('selective(moe_act+layernorm) 48')."""
     totals: dict[str, int] = {}
+    selective = "selective" if modules == DEFAULT_RECOMPUTE_MODULES else f"selective({'+'.join(modules) or 'none'})"
     for stage in layouts:
         for c in stage.layers:
-            totals[c.recompute] = totals.get(c.recompute, 0) + c.count
+            key = selective if c.recompute == "selective" else c.recompute
+            totals[key] = totals.get(key, 0) + c.count
     totals = {k: v for k, v in totals.items() if v}
     if len(totals) == 1:
         return next(iter(totals))

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from gplan.spec.engines import ENGINES
 from gplan.spec.engines.profile import Capabilities
 from gplan.spec.model import ModelSpec
-from gplan.spec.parallel import LayerCount, ParallelConfig, StageLayout, even_sizes
+from gplan.spec.parallel import DEFAULT_RECOMPUTE_MODULES, LayerCount, ParallelConfig, StageLayout, even_sizes
 from gplan.spec.training import LOW_PRECISION, TrainingSpec
 
 TARGETS: dict[str, Capabilities] = {name: engine.capabilities for name, engine in ENGINES.items()}
@@ -140,6 +140,16 @@ def config_refusals(target: Capabilities, model: ModelSpec, config: ParallelConf
                                  "--zero " + ",".join(map(str, sorted(target.expert_zero)))))
     elif c.ep > 1 or c.etp > 1:
         found.append(Refusal("ep", f"{t}: ep={c.ep} etp={c.etp} without experts", "--ep 1"))
+    lacking = [m for m in c.recompute_modules if m not in target.recompute_modules]
+    if lacking and c.recompute_modules != DEFAULT_RECOMPUTE_MODULES and target.selective:
+        # an engine with no selective recompute runs selective layers fully (`runs_as`), modules and all
+        runners = [name for name, other in TARGETS.items() if set(c.recompute_modules) <= other.recompute_modules]
+        found.append(Refusal("recompute_modules", f"{t} cannot recompute the module {lacking[0]} selectively (it "
+                             "recomputes " + (", ".join(sorted(target.recompute_modules)) or "no module alone") + ")",
+                             (f"--target {' or '.join(runners)}, or " if runners else "") + "--recompute-modules core_attn"))
+    if c.offload_layers and not target.activation_offload:
+        found.append(Refusal("activation_offload", f"{t} does not offload activations to host memory "
+                             f"(offload_layers={c.offload_layers})", "--target megatron, or offload_layers=0"))
     if model.mtp_layers and not target.mtp:
         found.append(Refusal("mtp", f"{t} builds no multi-token-prediction module (the model has {model.mtp_layers})",
                              "--target megatron, or mtp_layers: 0 in the model file"))
@@ -300,3 +310,25 @@ def refusals(target: Capabilities, model: ModelSpec, config: ParallelConfig, num
     found = config_refusals(target, model, config, num_microbatches, precision)
     named = {r.capability for r in found}
     return found + [r for r in split_refusals(target, model, config, layouts) if r.capability not in named]
+
+
+def check_recompute_modules(model: ModelSpec, target: str | None, modules: tuple[str, ...]) -> None:
+    """Modules a user named: each in the model (`spec.parallel` RECOMPUTE_RULES) and recomputable by the
+    target's engine; the first that is not, as one InputError line naming the capability."""
+    from gplan.errors import InputError
+    from gplan.spec.parallel import RECOMPUTE_RULES
+
+    probe = ParallelConfig(recompute_modules=modules)
+    for rule in RECOMPUTE_RULES:
+        broken = rule(model, None, probe, 1)
+        if broken:
+            raise InputError(broken.message, hint=broken.hint)
+    caps = TARGETS[target] if target else None
+    lacking = [m for m in modules if caps is not None and m not in caps.recompute_modules]
+    if lacking and modules != DEFAULT_RECOMPUTE_MODULES:
+        runners = [name for name, other in TARGETS.items() if set(modules) <= other.recompute_modules]
+        raise InputError(f"{target} cannot recompute the module {lacking[0]} selectively (capability "
+                         f"recompute_modules: it recomputes " + (", ".join(sorted(caps.recompute_modules)) or
+                                                                 "no module alone") + ")",
+                         hint=(f"--target {' or '.join(runners)}, or " if runners else "") + "--recompute-modules core_attn")
+

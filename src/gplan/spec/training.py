@@ -65,8 +65,23 @@ class TrainingSpec(BaseModel):
     False prices and exports them exposed — runs without Transformer Engine's userbuffers, as before
     2023."""
 
+    grad_reduce_in_bf16: bool = False
+    """Main gradients kept and reduced in 16 bits, not fp32 (Megatron-LM's --grad-reduce-in-bf16; every
+    Megatron-Bridge performance recipe sets `grad_reduce_in_fp32 = False`, scripts/performance/configs):
+    2 bytes per parameter instead of 4, and half the gradient traffic. Megatron-LM only."""
+    fp8_param_gather: bool = False
+    """Low-precision recipes: the layers' weights kept only in their quantised form, all-gathered in it by the
+    distributed optimizer — no 16-bit copy beside it (Megatron-LM's --fp8-param-gather; Megatron-Bridge's
+    `bf16_with_mxfp8_mixed` and FP8 recipes set it, training/mixed_precision.py). Megatron-LM only."""
+
     #: Fields added after schema v1 plans were first written, left out of the digest at their default.
-    DIGEST_OPTIONAL: ClassVar[dict[str, object]] = {"engine": None, "expert_imbalance": 1.0, "tp_comm_overlap": True}
+    DIGEST_OPTIONAL: ClassVar[dict[str, object]] = {"engine": None, "expert_imbalance": 1.0, "tp_comm_overlap": True,
+                                                    "grad_reduce_in_bf16": False, "fp8_param_gather": False}
+
+    @property
+    def grad_bytes(self) -> int:
+        """Bytes of one main gradient: fp32 unless reduced in 16 bits."""
+        return 2 if self.grad_reduce_in_bf16 else 4
 
     def digest_dump(self) -> dict:
         return drop_defaults(self.model_dump(mode="json"), self.DIGEST_OPTIONAL)

@@ -16,11 +16,13 @@ What Megatron runs differently than a plan of another target is decided before t
 
 from __future__ import annotations
 
+import shlex
+
 from gplan.backends.exporters import Export, ExportContext, flag_lines, recompute_counts, stage_sizes, stamp
 from gplan.backends.launch import default_nodes, script_node_variables, script_torchrun_line
 from gplan.errors import InputError
 from gplan.plan import Plan
-from gplan.spec.parallel import StageLayout, chunk_sizes
+from gplan.spec.parallel import DEFAULT_RECOMPUTE_MODULES, StageLayout, chunk_sizes
 from gplan.spec.targets import overlaps_param_gather, overlaps_tp_comm
 
 VERSIONS = {"core_r0.16": "Megatron-LM core_r0.16 (pretrain_gpt.py; megatron/training/arguments.py as on main "
@@ -102,6 +104,7 @@ def model_args(plan: Plan, notes: list[str]) -> list[str]:
         args.append("--qk-layernorm")
     if t.precision in LOW_PRECISION_ARGS:
         args += ["--bf16", *LOW_PRECISION_ARGS[t.precision]]
+    args += ["--grad-reduce-in-bf16"] * t.grad_reduce_in_bf16 + ["--fp8-param-gather"] * t.fp8_param_gather
     return args + vocab_args(plan, notes)
 
 
@@ -268,14 +271,19 @@ def split_args(layouts: list[StageLayout], mtp: int = 0) -> list[str]:
 
 def recompute_args(plan: Plan, layouts: list[StageLayout]) -> list[str]:
     """The split arrives as Megatron runs it: the same number of fully recomputed layers per chunk
-    (`block`), or every layer selective."""
+    (`block`), or every layer selective, recomputing the plan's modules (`--recompute-modules`, written
+    only where they are not Megatron's default, core_attn)."""
     full = recompute_counts(layouts, "full")
     if any(full):
         per_chunk = max(-(-n // plan.parallel.vpp) for n in full)
         return ["--recompute-granularity", "full", "--recompute-method", "block",
                 "--recompute-num-layers", str(per_chunk)]
+    if plan.parallel.offload_layers:  # offloading runs without recomputation (spec.parallel's _offload)
+        return ["--cpu-offloading", "--cpu-offloading-num-layers", str(plan.parallel.offload_layers)]
     if any(recompute_counts(layouts, "selective")):
-        return ["--recompute-granularity", "selective"]
+        modules = plan.parallel.recompute_modules
+        named = ["--recompute-modules", *modules] if modules != DEFAULT_RECOMPUTE_MODULES else []
+        return ["--recompute-granularity", "selective", *named]
     return []
 
 
@@ -287,8 +295,8 @@ LAYOUT_OWNED = ("--tensor-model-parallel-size", "--pipeline-model-parallel-size"
                 "--virtual-pipeline-model-parallel-size", "--pipeline-model-parallel-layout",
                 "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
                 "--use-distributed-optimizer", "--use-megatron-fsdp", "--data-parallel-sharding-strategy",
-                "--recompute-granularity", "--recompute-method", "--recompute-num-layers",
-                "--expert-model-parallel-size", "--expert-tensor-parallel-size")
+                "--recompute-granularity", "--recompute-method", "--recompute-num-layers", "--recompute-modules",
+                "--cpu-offloading", "--cpu-offloading-num-layers", "--expert-model-parallel-size", "--expert-tensor-parallel-size")
 KEEP_UNLESS_SET = ("--ckpt-format",)
 """Set only where the layout needs it (Megatron-FSDP's fsdp_dtensor checkpoints); else the launch's own."""
 
@@ -301,8 +309,9 @@ def layout_flags(plan: Plan, layouts: list[StageLayout]) -> dict[str, str | None
     found: dict[str, str | None] = {flag: None for flag in LAYOUT_OWNED}
     for i, token in enumerate(args):
         if token.startswith("--"):
-            following = args[i + 1] if i + 1 < len(args) else ""
-            found[token] = "" if following.startswith("--") or not following else following
+            following = next((j for j in range(i + 1, len(args)) if args[j].startswith("--")), len(args))
+            # "" for a switch; several values for nargs="*"; shell-quoted as the export writes them (a layout's `|`)
+            found[token] = " ".join(shlex.quote(v) for v in args[i + 1:following])
     return {k: v for k, v in found.items() if k in LAYOUT_OWNED or k in KEEP_UNLESS_SET}
 
 

@@ -198,6 +198,8 @@ def config_values(args: dict) -> dict:
               "cp": a("context_parallel_size") or 1, "vpp": a("virtual_pipeline_model_parallel_size") or 1,
               "sp": bool(a("sequence_parallel")), "mbs": a("micro_batch_size"), "zero": zero,
               "recompute": granularity if granularity in ("full", "selective") else "none"}
+    if isinstance(a("recompute_modules"), (list, tuple)):  # printed as a list: ['core_attn']
+        values["recompute_modules"] = tuple(a("recompute_modules"))
     if experts(args):
         values |= {"ep": a("expert_model_parallel_size") or a("moe_expert_parallel_size") or 1,
                    "etp": a("expert_tensor_parallel_size") or a("tensor_model_parallel_size")}

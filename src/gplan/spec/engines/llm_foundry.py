@@ -11,7 +11,7 @@ ENGINE = EngineProfile(
     capabilities=Capabilities("llm-foundry", frozenset({"1f1b"}), microbatches_at_least_stages=False, cp=False,
                               tied_embeddings_across_stages=False, recompute="every_layer", uneven_split=False,
                               zero=frozenset({0, 2, 3}), zero_with_pp=frozenset({0, 2, 3}), encoder_decoder=False,
-                              selective=False, tensor_parallel=False, pipeline=False),
+                              selective=False, recompute_modules=frozenset(), tensor_parallel=False, pipeline=False),
     # its fused cross-entropy (flash-attn's, inplace_backward) keeps no fp32 logits and works in place
     memory=MemoryAccounting(states="fsdp", fp32_logits=False, loss_grad="fused"),
 )

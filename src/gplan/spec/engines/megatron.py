@@ -12,7 +12,10 @@ ENGINE = EngineProfile(
                               precisions=frozenset({"bf16", "fp16", "fp32", "fp8", "mxfp8", "nvfp4"}),
                               low_precision_experts=True, mtp=True,
                               experts=True, latent_attention=True, latent_attention_split=True, expert_tp="any",
-                              uneven_interleaved=True, token_dropping=True,
+                              uneven_interleaved=True, token_dropping=True, grad_reduce_in_bf16=True,
+                              fp8_param_gather=True, activation_offload=True,
+                              recompute_modules=frozenset({"core_attn", "mlp", "moe", "moe_act", "shared_experts",
+                                                           "layernorm", "mla_up_proj"}),
                               tp_comm_overlap=frozenset({"bf16", "fp16", "fp8", "mxfp8"}),
                               no_param_gather_overlap=frozenset({"mxfp8"})),
     memory=MemoryAccounting(),  # Megatron's theoretical_memory_usage: 18 bytes, the distributed optimizer's 6 + 12/d

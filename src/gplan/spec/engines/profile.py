@@ -55,6 +55,10 @@ class Capabilities:
     selective: bool = True
     """Whether it recomputes the attention core alone (Megatron's selective recompute); torchtitan's
     selective AC is per-operator (every other matmul), not that, so its plans recompute fully."""
+    recompute_modules: frozenset[str] = frozenset({"core_attn"})
+    """The modules its selective recompute can name (spec.parallel.RECOMPUTE_MODULES): Megatron-core's
+    `--recompute-modules` every one; the others recompute the attention core alone, or nothing
+    selectively (`selective` False)."""
     experts: bool = False
     """Mixture-of-experts layers and ep (Megatron-core's MoE layer; gplan's torch worker's MoE, with the
     limits below); the other exports and the MindSpore worker build dense models today."""
@@ -95,6 +99,13 @@ class Capabilities:
     """Precisions at which the distributed optimizer's parameter all-gather is not overlapped with the
     next forward (Megatron-Bridge turns `overlap_param_gather` off for MXFP8 — "keeping this enabled
     causes NaN grad norm", the same file — so gplan's export does too)."""
+    grad_reduce_in_bf16: bool = False
+    """Main gradients kept and reduced in 16 bits (Megatron-LM's --grad-reduce-in-bf16)."""
+    activation_offload: bool = False
+    """Layers' activations offloaded to host memory between forward and backward (Megatron-core's
+    `cpu_offloading`, `cpu_offloading_num_layers`)."""
+    fp8_param_gather: bool = False
+    """Layer weights kept only quantised (Megatron-LM's --fp8-param-gather)."""
     tensor_parallel: bool = True
     """Tensor (and sequence) parallelism; FSDP-only stacks (llm-foundry) shard data parallel alone."""
     pipeline: bool = True
@@ -125,6 +136,11 @@ class MemoryAccounting:
     """The loss backward's bytes per logit (`loss_working_bytes`): in_place: Megatron's vocab-parallel
     cross-entropy writes into its softmax buffer (e); fp32_grad: PyTorch's `F.cross_entropy` on fp32
     logits allocates the fp32 gradient and its 16-bit copy (4 + e); fused: in place, nothing."""
+    quantized_gemm_inputs: bool = True
+    """Whether, under an FP8 or MXFP8 recipe, a linear layer keeps its input for the weight gradient in the
+    quantised form it ran in (Transformer Engine's Linear, LayerNormLinear and GroupedLinear save the
+    quantised input, pytorch/module/linear.py `_Linear.forward`), not in 16 bits; torchao's Float8Linear
+    keeps the 16-bit input and casts again in the backward."""
     reduce_bucket_elements: float = 0.0
     """A gradient bucket it reduces from with zero 1/2, in elements (DeepSpeed's `reduce_bucket_size`)."""
     fragmentation: float = 0.0

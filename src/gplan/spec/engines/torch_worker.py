@@ -13,5 +13,5 @@ ENGINE = EngineProfile(
                               precisions=frozenset({"bf16", "fp16", "fp32", "fp8", "fp8-rowwise", "mxfp8"}),
                               low_precision_tp=False),
     # FSDP2 over autocast; the loss is F.cross_entropy on fp32 logits
-    memory=MemoryAccounting(states="fsdp", loss_grad="fp32_grad"),
+    memory=MemoryAccounting(states="fsdp", loss_grad="fp32_grad", quantized_gemm_inputs=False),
 )

@@ -1,0 +1,124 @@
+"""Selective recompute module by module: Megatron-core's `--recompute-granularity selective
+--recompute-modules …` (spec.parallel.RECOMPUTE_MODULES).
+
+A recomputed module keeps its input for the backward (a checkpoint holds the inputs of the function it
+wraps) and drops what it saved inside; the backward replays its forward just before its own backward,
+so what it dropped exists again for that moment. For each module, on one device and per micro-batch of
+one layer, this file gives the bytes it no longer keeps (`dropped_bytes`) — the same terms
+cost_models.memory counts for a layer that recomputes nothing, so a layer's selective bytes are its
+`none` bytes minus these — and what its replay recreates (`working_bytes`). Replay times are priced by
+`StepModel.layer_recompute_s` from the same forward pieces the layer's time is made of.
+
+Where each module sits (megatron/core/transformer): `core_attn` wraps the attention core
+(`attention.py`, `_checkpointed_attention_forward`); `layernorm` the two pre-norms, whose outputs are
+released once the next GEMM has consumed them (`transformer_layer.py`, CheckpointWithoutOutput);
+`mlp` a dense layer's MLP and `moe` the whole MoE layer (`transformer_layer.py`, `_forward_mlp`);
+`moe_act` the routed experts' activation (`moe/experts.py`: the fc1 output is kept, its activation
+recomputed); `shared_experts` the shared MLP (`moe/shared_experts.py`); `mla_up_proj` latent
+attention's up-projections and rotary embedding (`multi_latent_attention.py`: the compressed latents
+are kept, the per-head queries, keys and values recomputed).
+"""
+
+from __future__ import annotations
+
+from gplan.cost_models import experts
+from gplan.cost_models.compute import Shard
+from gplan.spec.model import LayerKind, ModelSpec
+from gplan.spec.parallel import ParallelConfig
+
+
+def attention_scores_bytes(model: ModelSpec, kind: LayerKind, shard: Shard, flash: bool) -> float:
+    """core_attn: the stored scores, softmax and dropout of unfused attention `(2 + 1 + 2)·a·s·s_kv·b/t`
+    (Korthikanti et al. 2022, §4.1); fused attention keeps none of them, so there is nothing to drop."""
+    if flash:
+        return 0.0
+    blocks = 2 if kind.cross_attention else 1
+    per_score = 2 + (1 + 2 if model.dropout > 0 else 0)
+    return blocks * per_score * model.num_attention_heads * shard.seq * shard.kv_seq * shard.batch / shard.tp
+
+
+def norm_output_bytes(model: ModelSpec, shard: Shard, element_bytes: int) -> float:
+    """layernorm: the two pre-norms' outputs, the QKV GEMM's and the MLP's (or router's) input,
+    `2·e·s·b·h` (/t with sp)."""
+    return 2 * element_bytes * shard.tokens * model.hidden_size / (shard.tp if shard.sp else 1)
+
+
+def dense_mlp_bytes(model: ModelSpec, kind: LayerKind, shard: Shard, element_bytes: int) -> float:
+    """mlp: a dense layer's activation input and output (swiglu: gate and up in, product out, 3·f/t;
+    else 2·f/t); the MLP's input stays as the checkpoint's. An MoE layer has no dense MLP."""
+    if kind.moe:
+        return 0.0
+    return element_bytes * shard.tokens * model.ffn_size * (3 if model.ffn_kind == "swiglu" else 2) / shard.tp
+
+
+def shared_experts_bytes(model: ModelSpec, kind: LayerKind, shard: Shard, element_bytes: int) -> float:
+    """shared_experts: the shared MLP's intermediates, as `dense_mlp_bytes` at their joint width."""
+    if not kind.moe or not model.shared_expert_ffn_size:
+        return 0.0
+    width = model.shared_expert_ffn_size
+    return element_bytes * shard.tokens * width * (3 if model.ffn_kind == "swiglu" else 2) / shard.tp
+
+
+def moe_act_bytes(model: ModelSpec, kind: LayerKind, shard: Shard, config: ParallelConfig,
+                  element_bytes: int) -> float:
+    """moe_act: the routed experts' activation output per token-expert pair, `e·f/etp` — the fc1 output
+    it is recomputed from stays."""
+    if not kind.moe:
+        return 0.0
+    return experts.routed_pairs(model, shard, config.etp) * element_bytes * model.expert_ffn_size / config.etp
+
+
+def moe_layer_bytes(model: ModelSpec, kind: LayerKind, shard: Shard, config: ParallelConfig,
+                    element_bytes: int) -> float:
+    """moe: everything the MoE layer saved past its input — the routed side (permuted tokens, expert
+    intermediates, router scores: `experts.routed_activation_bytes`) and the shared experts."""
+    if not kind.moe:
+        return 0.0
+    routed = experts.routed_activation_bytes(model, shard, config, element_bytes)
+    return routed + shared_experts_bytes(model, kind, shard, element_bytes)
+
+
+def latent_up_projection_bytes(model: ModelSpec, shard: Shard, element_bytes: int) -> float:
+    """mla_up_proj: the per-head queries, keys and values `e·s·b·(h_q + 2·h_kv)/t` the up-projections made,
+    less the compressed latents (`r_q + r_kv + d_rope`, replicated over tp) that stay to recompute them."""
+    if not model.is_mla:
+        return 0.0
+    per_head = element_bytes * shard.tokens * (model.q_hidden_size + 2 * model.kv_hidden_size) / shard.tp
+    latents = element_bytes * shard.tokens * ((model.q_lora_rank or 0) + model.kv_lora_rank + model.qk_rope_head_dim)
+    return max(0.0, per_head - latents)
+
+
+def dropped_bytes(module: str, model: ModelSpec, kind: LayerKind, shard: Shard, config: ParallelConfig,
+                  element_bytes: int, flash: bool) -> float:
+    """What recomputing `module` takes off a layer's kept activations (per micro-batch)."""
+    e = element_bytes
+    return {
+        "core_attn": lambda: attention_scores_bytes(model, kind, shard, flash),
+        "layernorm": lambda: norm_output_bytes(model, shard, e),
+        "mlp": lambda: dense_mlp_bytes(model, kind, shard, e),
+        "moe": lambda: moe_layer_bytes(model, kind, shard, config, e),
+        "moe_act": lambda: moe_act_bytes(model, kind, shard, config, e),
+        "shared_experts": lambda: shared_experts_bytes(model, kind, shard, e),
+        "mla_up_proj": lambda: latent_up_projection_bytes(model, shard, e),
+    }[module]()
+
+
+def effective_modules(modules: tuple[str, ...]) -> tuple[str, ...]:
+    """`moe` recomputes the whole layer, so the experts' activation and the shared experts inside it are
+    not counted twice (Megatron-core skips moe_act's own checkpoint under moe)."""
+    if "moe" in modules:
+        return tuple(m for m in modules if m not in ("moe_act", "shared_experts"))
+    return modules
+
+
+ROUTED_MODULES = ("moe", "moe_act")
+"""Modules whose drops are the routed side's, scaled by the routing imbalance like the rest of it."""
+
+
+def module_drops(modules: tuple[str, ...], model: ModelSpec, kind: LayerKind, shard: Shard, config: ParallelConfig,
+                 element_bytes: int, flash: bool, imbalance: float = 1.0) -> list[float]:
+    """Each recomputed module's drop on the busiest device. A layer keeps their sum less (each module's
+    saved tensors are its own); the replays recreate the largest one at once (modules are replayed one at
+    a time, each just before its own backward)."""
+    return [(imbalance if m in ROUTED_MODULES else 1.0) * dropped_bytes(m, model, kind, shard, config, element_bytes, flash)
+            for m in effective_modules(modules)]
