@@ -26,6 +26,7 @@ from gplan.spec.targets import TARGETS, runs_as
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- published-layouts:begin -->", "<!-- published-layouts:end -->"
+BRIDGE_BEGIN, BRIDGE_END = "<!-- bridge-moe-search:begin -->", "<!-- bridge-moe-search:end -->"
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,9 @@ class Published:
     """Layers per pipeline rank where the published layout is uneven (Megatron's pipeline layout)."""
     recompute: str = "none"
     source: str = "NVIDIA Megatron-LM H100 performance table (issue 18)"
+    bridge: bool = False
+    """A Megatron-Bridge recipe: bf16 gradient reduction, FP8 parameters with an FP8 recipe (its performance
+    scripts' settings, bench/accuracy.py `BRIDGE_LOW_PRECISION_PARAMS`)."""
 
     @property
     def config(self) -> ParallelConfig:
@@ -66,15 +70,18 @@ BRIDGE = "Megatron-Bridge performance summary (megatron_bridge_perf.csv row {})"
 #: two fewer with the loss; MTP not modelled), selective recompute; Qwen3: rows 96 and 91 (FP8 current scaling).
 MOE_LAYOUTS = [
     Published("deepseek-v3", 1024, 8192, 4096, 2, 8, 4, 1, ep=64, stages=(7, 8, 8, 8, 8, 8, 8, 6),
-              recompute="selective", source=BRIDGE.format(280)),
-    Published("qwen3-235b-a22b", 256, 8192, 4096, 2, 8, 4, 1, ep=32, precision="fp8", source=BRIDGE.format(96)),
-    Published("qwen3-30b-a3b", 16, 1024, 4096, 1, 1, 1, 1, ep=16, precision="fp8", source=BRIDGE.format(91)),
+              recompute="selective", source=BRIDGE.format(280), bridge=True),
+    Published("qwen3-235b-a22b", 256, 8192, 4096, 2, 8, 4, 1, ep=32, precision="fp8", source=BRIDGE.format(96),
+              bridge=True),
+    Published("qwen3-30b-a3b", 16, 1024, 4096, 1, 1, 1, 1, ep=16, precision="fp8", source=BRIDGE.format(91),
+              bridge=True),
 ]
 
 
 def compare(case: Published) -> dict:
     inputs = resolve_inputs(case.model, case.devices, "dgx-h100", gbs=case.gbs, seq_length=case.seq_length,
-                            precision=case.precision, target="megatron")
+                            precision=case.precision, target="megatron", grad_reduce_in_bf16=case.bridge,
+                            fp8_param_gather=case.bridge and case.precision in ("fp8", "mxfp8"))
     config = case.config
     sizes = list(case.stages) if case.stages else even_stage_sizes(inputs.model.total_layers, config.pp, config.vpp)
     layouts = runs_as(TARGETS["megatron"], inputs.model, config,
@@ -151,6 +158,13 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def write_between(begin: str, end: str, text: str) -> None:
+    readme = ROOT / "README.md"
+    s = readme.read_text()
+    start, stop = s.index(begin) + len(begin), s.index(end)
+    readme.write_text(s[:start] + "\n" + text + "\n" + s[stop:])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--readme", action="store_true", help="rewrite the README's table")
@@ -161,15 +175,14 @@ def main() -> int:
     if args.bridge_moe:
         rows = bridge_moe(args.bridge_moe)
         print(bridge_table(rows))
+        if args.readme:
+            write_between(BRIDGE_BEGIN, BRIDGE_END, bridge_table(rows))
         return 0 if all(r["fits"] and r["search_s"] <= r["published_s"] * (1 + 1e-9) for r in rows) else 1
     rows = [compare(c) for c in LAYOUTS + ([] if args.dense_only else MOE_LAYOUTS)]
     text = table(rows)
     print(text)
     if args.readme:
-        readme = ROOT / "README.md"
-        s = readme.read_text()
-        start, end = s.index(BEGIN) + len(BEGIN), s.index(END)
-        readme.write_text(s[:start] + "\n" + text + "\n" + s[end:])
+        write_between(BEGIN, END, text)
     return 0 if all(r["search_s"] <= r["published_s"] * (1 + 1e-9) for r in rows) else 1
 
 
