@@ -42,8 +42,7 @@ def estimate(
     cp: int = o.EstimateCp, ep: Optional[int] = o.EstimateEp, etp: Optional[int] = o.EstimateEtp,
     sp: Optional[bool] = o.EstimateSp, mbs: Optional[int] = o.EstimateMbs, recompute: Optional[str] = o.EstimateRecompute,
     recompute_modules: Optional[str] = o.ModulesOpt, offload_layers: Optional[int] = o.EstimateOffload,
-    zero: Optional[int] = o.EstimateZero,
-    schedule: Optional[str] = ScheduleOpt, stages: Optional[str] = o.EstimateStages,
+    zero: Optional[int] = o.EstimateZero, schedule: Optional[str] = ScheduleOpt, stages: Optional[str] = o.EstimateStages,
     from_file: Optional[Path] = FromOpt, gbs: Optional[int] = GbsOpt, seq_length: Optional[int] = SeqOpt,
     precision: Optional[str] = PrecisionOpt, memory_headroom: float = HeadroomOpt, profile: Optional[Path] = ProfileOpt,
     target: Optional[str] = TargetOpt, expert_imbalance: float = ImbalanceOpt, as_json: bool = JsonOpt,
@@ -96,8 +95,8 @@ def search(
     dp: Optional[str] = o.SearchDp, cp: Optional[str] = o.SearchCp, ep: Optional[str] = o.SearchEp,
     etp: Optional[str] = o.SearchEtp, mbs: Optional[str] = o.SearchMbs, vpp: Optional[str] = o.SearchVpp,
     zero: Optional[str] = o.SearchZero, recompute: str = RecomputeOpt, recompute_modules: Optional[str] = o.ModulesOpt,
-    schedule: Optional[str] = ScheduleOpt, all_devices: bool = o.AllDevicesOpt, target: Optional[str] = SearchTargetOpt, time_limit: float = o.TimeLimitOpt,
-    top: int = o.TopOpt, out: Path = o.OutPlanOpt, profile: Optional[Path] = ProfileOpt,
+    schedule: Optional[str] = ScheduleOpt, all_devices: bool = o.AllDevicesOpt, target: Optional[str] = SearchTargetOpt,
+    time_limit: float = o.TimeLimitOpt, top: int = o.TopOpt, out: Path = o.OutPlanOpt, profile: Optional[Path] = ProfileOpt,
     from_file: Optional[Path] = o.SearchFromOpt, out_launch: Optional[Path] = o.OutLaunchOpt, as_json: bool = JsonOpt,
     wide: bool = WideOpt, grad_reduce_in_bf16: bool = o.BF16GradsOpt, fp8_param_gather: bool = o.Fp8ParamsOpt):
     """Search degrees, micro-batch, recompute, optimizer sharding, stage split and placement; write the best plan."""
@@ -105,7 +104,8 @@ def search(
     from gplan import render
     from gplan.plan import write_plan
     from gplan.planner import plan as make_best_plan
-    from gplan.planner.launch_files import launch_versus, priced_launch
+    from gplan.backends.exporters.write_back import write_back
+    from gplan.planner.launch_files import launch_defaults, launch_versus, priced_launch
     from gplan.planner.space import limits_from_options
 
     if top < 1:
@@ -118,22 +118,16 @@ def search(
     if from_file is not None:  # the launch's devices, batch, sequence, precision and engine, unless said otherwise
         mine = priced_launch(from_file, model, devices, cluster, hardware, devices_per_node, seq_length, memory_headroom,
                              profile, target, expert_imbalance)
-        launch, launch_inputs = mine[0], mine[1]
-        devices, gbs, target = launch_inputs.devices, gbs or launch_inputs.training.gbs, target or launch.engine
-        seq_length, precision = seq_length or launch_inputs.training.seq_length, precision or launch.precision
-        grad_reduce_in_bf16 = grad_reduce_in_bf16 or launch_inputs.training.grad_reduce_in_bf16
-        fp8_param_gather = fp8_param_gather or launch_inputs.training.fp8_param_gather
+        devices, gbs, target, seq_length, precision, grad_reduce_in_bf16, fp8_param_gather = launch_defaults(
+            mine, gbs, target, seq_length, precision, grad_reduce_in_bf16, fp8_param_gather)
     inputs = inputs_of(model, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, memory_headroom,
                        profile, target, expert_imbalance, grad_reduce_in_bf16, fp8_param_gather)
     limits = limits_from_options(tp, pp, dp, cp, mbs, vpp, zero, recompute, schedule, all_devices, target, ep, etp,
                                  recompute_modules)
     with render.SearchProgress(err) as progress:
         planned = make_best_plan(inputs, limits, top=top, time_limit_s=time_limit, progress=progress)
-    rewritten = {}
-    if out_launch is not None:  # prepared before anything is written: a launch it cannot rewrite writes nothing
-        from gplan.backends.exporters.write_back import write_back
-
-        rewritten = write_back(planned.plan, mine[0].engine, from_file, out_launch)
+    # prepared before anything is written: a launch it cannot rewrite writes nothing
+    rewritten = write_back(planned.plan, mine[0].engine, from_file, out_launch) if out_launch is not None else {}
     write_plan(planned.plan, out)
     for path, text in rewritten.items():
         atomic_write_text(path, text)

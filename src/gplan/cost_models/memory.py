@@ -76,8 +76,14 @@ def mlp_block_activation_bytes(model: ModelSpec, shard: Shard, element_bytes: in
     g = e if gemm_input is None else gemm_input
     h, f = model.hidden_size, model.ffn_size if width is None else width
     replicated = (e + g) * s * b * h + (s * b * h if model.dropout > 0 else 0)
-    sharded = s * b * f * (e * (2 if model.ffn_kind == "swiglu" else 1) + g)
-    return replicated / (t if shard.sp else 1) + sharded / t
+    return replicated / (t if shard.sp else 1) + mlp_intermediate_bytes(model, shard, e, f, g)
+
+
+def mlp_intermediate_bytes(model: ModelSpec, shard: Shard, element_bytes: int, width: int, gemm_input: float) -> float:
+    """An MLP's intermediates on one tp rank: the activation's input (swiglu: gate and up, 2·f; else f) and its
+    output, the second GEMM's input, at `gemm_input` bytes: `s·b·f·(e·(2|1) + g)/t`."""
+    gated = 2 if model.ffn_kind == "swiglu" else 1
+    return shard.tokens * width * (element_bytes * gated + gemm_input) / shard.tp
 
 
 def layer_activation_bytes(model: ModelSpec, kind: LayerKind, shard: Shard, element_bytes: int,
@@ -120,11 +126,20 @@ def recompute_working_bytes(model: ModelSpec, kind: LayerKind, shard: Shard, ele
     (Jain et al. 2020) and Megatron's `CheckpointFunction` hold exactly the recomputed segment."""
     if recompute == "full":
         return layer_activation_bytes(model, kind, shard, element_bytes, flash, "none")
-    if recompute == "selective" and not flash:
-        blocks = 2 if kind.cross_attention else 1
-        scores = (2 + (1 + 2 if model.dropout > 0 else 0)) * model.num_attention_heads * shard.seq * shard.kv_seq * shard.batch
-        return blocks * scores / shard.tp
+    if recompute == "selective":
+        return stored_scores_bytes(model, kind, shard, flash)
     return 0.0
+
+
+def stored_scores_bytes(model: ModelSpec, kind: LayerKind, shard: Shard, flash: bool) -> float:
+    """What unfused attention stores per layer past its Q, K, V: scores, softmax and dropout,
+    `(2 + 1 + 2)·a·s·s_kv·b/t` (Korthikanti et al. 2022, §4.1) — the `stored` term of
+    `attention_block_activation_bytes`; fused attention stores none of it."""
+    if flash:
+        return 0.0
+    blocks = 2 if kind.cross_attention else 1
+    per_score = 2 + (1 + 2 if model.dropout > 0 else 0)
+    return blocks * per_score * model.num_attention_heads * shard.seq * shard.kv_seq * shard.batch / shard.tp
 
 
 def gradient_working_bytes(model: ModelSpec, shard: Shard, element_bytes: int, kind: LayerKind | None = None) -> float:

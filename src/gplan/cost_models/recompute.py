@@ -21,20 +21,10 @@ are kept, the per-head queries, keys and values recomputed).
 
 from __future__ import annotations
 
-from gplan.cost_models import experts
+from gplan.cost_models import experts, memory
 from gplan.cost_models.compute import Shard
 from gplan.spec.model import LayerKind, ModelSpec
 from gplan.spec.parallel import ParallelConfig
-
-
-def attention_scores_bytes(model: ModelSpec, kind: LayerKind, shard: Shard, flash: bool) -> float:
-    """core_attn: the stored scores, softmax and dropout of unfused attention `(2 + 1 + 2)·a·s·s_kv·b/t`
-    (Korthikanti et al. 2022, §4.1); fused attention keeps none of them, so there is nothing to drop."""
-    if flash:
-        return 0.0
-    blocks = 2 if kind.cross_attention else 1
-    per_score = 2 + (1 + 2 if model.dropout > 0 else 0)
-    return blocks * per_score * model.num_attention_heads * shard.seq * shard.kv_seq * shard.batch / shard.tp
 
 
 def norm_output_bytes(model: ModelSpec, shard: Shard, element_bytes: int) -> float:
@@ -43,39 +33,36 @@ def norm_output_bytes(model: ModelSpec, shard: Shard, element_bytes: int) -> flo
     return 2 * element_bytes * shard.tokens * model.hidden_size / (shard.tp if shard.sp else 1)
 
 
-def dense_mlp_bytes(model: ModelSpec, kind: LayerKind, shard: Shard, element_bytes: int) -> float:
-    """mlp: a dense layer's activation input and output (swiglu: gate and up in, product out, 3·f/t;
-    else 2·f/t); the MLP's input stays as the checkpoint's. An MoE layer has no dense MLP."""
-    if kind.moe:
-        return 0.0
-    return element_bytes * shard.tokens * model.ffn_size * (3 if model.ffn_kind == "swiglu" else 2) / shard.tp
+def dense_mlp_bytes(model: ModelSpec, kind: LayerKind, shard: Shard, element_bytes: int, gemm_input: float) -> float:
+    """mlp: a dense layer's MLP intermediates (`memory.mlp_intermediate_bytes`); the MLP's input stays as
+    the checkpoint's. An MoE layer has no dense MLP."""
+    return 0.0 if kind.moe else memory.mlp_intermediate_bytes(model, shard, element_bytes, model.ffn_size, gemm_input)
 
 
-def shared_experts_bytes(model: ModelSpec, kind: LayerKind, shard: Shard, element_bytes: int) -> float:
+def shared_experts_bytes(model: ModelSpec, kind: LayerKind, shard: Shard, element_bytes: int,
+                         gemm_input: float) -> float:
     """shared_experts: the shared MLP's intermediates, as `dense_mlp_bytes` at their joint width."""
     if not kind.moe or not model.shared_expert_ffn_size:
         return 0.0
-    width = model.shared_expert_ffn_size
-    return element_bytes * shard.tokens * width * (3 if model.ffn_kind == "swiglu" else 2) / shard.tp
+    return memory.mlp_intermediate_bytes(model, shard, element_bytes, model.shared_expert_ffn_size, gemm_input)
 
 
-def moe_act_bytes(model: ModelSpec, kind: LayerKind, shard: Shard, config: ParallelConfig,
-                  element_bytes: int) -> float:
-    """moe_act: the routed experts' activation output per token-expert pair, `e·f/etp` — the fc1 output
-    it is recomputed from stays."""
+def moe_act_bytes(model: ModelSpec, kind: LayerKind, shard: Shard, config: ParallelConfig, gemm_input: float) -> float:
+    """moe_act: the routed experts' activation output per token-expert pair, `g·f/etp` (kept as the second
+    grouped GEMM's input) — the fc1 output it is recomputed from stays."""
     if not kind.moe:
         return 0.0
-    return experts.routed_pairs(model, shard, config.etp) * element_bytes * model.expert_ffn_size / config.etp
+    return experts.routed_pairs(model, shard, config.etp) * gemm_input * model.expert_ffn_size / config.etp
 
 
 def moe_layer_bytes(model: ModelSpec, kind: LayerKind, shard: Shard, config: ParallelConfig,
-                    element_bytes: int) -> float:
+                    element_bytes: int, gemm_input: float) -> float:
     """moe: everything the MoE layer saved past its input — the routed side (permuted tokens, expert
     intermediates, router scores: `experts.routed_activation_bytes`) and the shared experts."""
     if not kind.moe:
         return 0.0
-    routed = experts.routed_activation_bytes(model, shard, config, element_bytes)
-    return routed + shared_experts_bytes(model, kind, shard, element_bytes)
+    routed = experts.routed_activation_bytes(model, shard, config, element_bytes, gemm_input)
+    return routed + shared_experts_bytes(model, kind, shard, element_bytes, gemm_input)
 
 
 def latent_up_projection_bytes(model: ModelSpec, shard: Shard, element_bytes: int) -> float:
@@ -89,16 +76,18 @@ def latent_up_projection_bytes(model: ModelSpec, shard: Shard, element_bytes: in
 
 
 def dropped_bytes(module: str, model: ModelSpec, kind: LayerKind, shard: Shard, config: ParallelConfig,
-                  element_bytes: int, flash: bool) -> float:
-    """What recomputing `module` takes off a layer's kept activations (per micro-batch)."""
+                  element_bytes: int, flash: bool, gemm_input: float | None = None) -> float:
+    """What recomputing `module` takes off a layer's kept activations (per micro-batch); the GEMM inputs it
+    held at `gemm_input` bytes (`memory.gemm_input_bytes`, as the layer kept them; e by default)."""
     e = element_bytes
+    g = e if gemm_input is None else gemm_input
     return {
-        "core_attn": lambda: attention_scores_bytes(model, kind, shard, flash),
+        "core_attn": lambda: memory.stored_scores_bytes(model, kind, shard, flash),  # nothing under fused attention
         "layernorm": lambda: norm_output_bytes(model, shard, e),
-        "mlp": lambda: dense_mlp_bytes(model, kind, shard, e),
-        "moe": lambda: moe_layer_bytes(model, kind, shard, config, e),
-        "moe_act": lambda: moe_act_bytes(model, kind, shard, config, e),
-        "shared_experts": lambda: shared_experts_bytes(model, kind, shard, e),
+        "mlp": lambda: dense_mlp_bytes(model, kind, shard, e, g),
+        "moe": lambda: moe_layer_bytes(model, kind, shard, config, e, g),
+        "moe_act": lambda: moe_act_bytes(model, kind, shard, config, g),
+        "shared_experts": lambda: shared_experts_bytes(model, kind, shard, e, g),
         "mla_up_proj": lambda: latent_up_projection_bytes(model, shard, e),
     }[module]()
 
@@ -116,9 +105,10 @@ ROUTED_MODULES = ("moe", "moe_act")
 
 
 def module_drops(modules: tuple[str, ...], model: ModelSpec, kind: LayerKind, shard: Shard, config: ParallelConfig,
-                 element_bytes: int, flash: bool, imbalance: float = 1.0) -> list[float]:
+                 element_bytes: int, flash: bool, imbalance: float = 1.0, gemm_input: float | None = None) -> list[float]:
     """Each recomputed module's drop on the busiest device. A layer keeps their sum less (each module's
     saved tensors are its own); the replays recreate the largest one at once (modules are replayed one at
     a time, each just before its own backward)."""
-    return [(imbalance if m in ROUTED_MODULES else 1.0) * dropped_bytes(m, model, kind, shard, config, element_bytes, flash)
+    return [(imbalance if m in ROUTED_MODULES else 1.0)
+            * dropped_bytes(m, model, kind, shard, config, element_bytes, flash, gemm_input)
             for m in effective_modules(modules)]

@@ -231,7 +231,7 @@ class StepModel:
         """What each module a selective layer of `kind` recomputes takes off its kept bytes (cost_models.recompute)."""
         t = self.training
         return recompute.module_drops(self.config.recompute_modules, self.model, self.kinds[kind], self.shard, self.config,
-                                      t.element_bytes, t.flash_attention, t.expert_imbalance)
+                                      t.element_bytes, t.flash_attention, t.expert_imbalance, memory.gemm_input_bytes(t))
 
     # ---- per stage --------------------------------------------------------------------------------
     def stage_fixed_params(self, stage: StageLayout) -> float:

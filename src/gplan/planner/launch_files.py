@@ -826,6 +826,15 @@ def priced_launch(from_file: Path, model: str, devices, cluster, hardware, devic
     return launch, inputs, config, layouts, predict(inputs.model, inputs.training, inputs.cluster, config, layouts)
 
 
+def launch_defaults(mine, gbs, target, seq_length, precision, grad_reduce_in_bf16: bool, fp8_param_gather: bool):
+    """What `search --from` takes from the priced launch (`priced_launch`'s tuple) unless the command line
+    says otherwise: (devices, gbs, target, seq_length, precision, grad_reduce_in_bf16, fp8_param_gather)."""
+    launch, training = mine[0], mine[1].training
+    return (mine[1].devices, gbs or training.gbs, target or launch.engine, seq_length or training.seq_length,
+            precision or launch.precision, grad_reduce_in_bf16 or training.grad_reduce_in_bf16,
+            fp8_param_gather or training.fp8_param_gather)
+
+
 def launch_versus(mine, planned) -> dict:
     """The user's launch beside the best plan: its configuration and prediction, what differs, the gain."""
     from gplan.planner.launch_files import differences

@@ -140,13 +140,9 @@ def config_refusals(target: Capabilities, model: ModelSpec, config: ParallelConf
                                  "--zero " + ",".join(map(str, sorted(target.expert_zero)))))
     elif c.ep > 1 or c.etp > 1:
         found.append(Refusal("ep", f"{t}: ep={c.ep} etp={c.etp} without experts", "--ep 1"))
-    lacking = [m for m in c.recompute_modules if m not in target.recompute_modules]
-    if lacking and c.recompute_modules != DEFAULT_RECOMPUTE_MODULES and target.selective:
+    if target.selective and (refused := modules_refusal(target, c.recompute_modules)):
         # an engine with no selective recompute runs selective layers fully (`runs_as`), modules and all
-        runners = [name for name, other in TARGETS.items() if set(c.recompute_modules) <= other.recompute_modules]
-        found.append(Refusal("recompute_modules", f"{t} cannot recompute the module {lacking[0]} selectively (it "
-                             "recomputes " + (", ".join(sorted(target.recompute_modules)) or "no module alone") + ")",
-                             (f"--target {' or '.join(runners)}, or " if runners else "") + "--recompute-modules core_attn"))
+        found.append(refused)
     if c.offload_layers and not target.activation_offload:
         found.append(Refusal("activation_offload", f"{t} does not offload activations to host memory "
                              f"(offload_layers={c.offload_layers})", "--target megatron, or offload_layers=0"))
@@ -323,12 +319,17 @@ def check_recompute_modules(model: ModelSpec, target: str | None, modules: tuple
         broken = rule(model, None, probe, 1)
         if broken:
             raise InputError(broken.message, hint=broken.hint)
-    caps = TARGETS[target] if target else None
-    lacking = [m for m in modules if caps is not None and m not in caps.recompute_modules]
-    if lacking and modules != DEFAULT_RECOMPUTE_MODULES:
-        runners = [name for name, other in TARGETS.items() if set(modules) <= other.recompute_modules]
-        raise InputError(f"{target} cannot recompute the module {lacking[0]} selectively (capability "
-                         f"recompute_modules: it recomputes " + (", ".join(sorted(caps.recompute_modules)) or
-                                                                 "no module alone") + ")",
-                         hint=(f"--target {' or '.join(runners)}, or " if runners else "") + "--recompute-modules core_attn")
+    refused = modules_refusal(TARGETS[target], modules) if target else None
+    if refused:
+        raise InputError(f"{refused.detail} (capability {refused.capability})", hint=refused.avoid)
 
+
+def modules_refusal(target: Capabilities, modules: tuple[str, ...]) -> Refusal | None:
+    """A module set other than Megatron's default that `target` cannot recompute, with the targets that can."""
+    lacking = [m for m in modules if m not in target.recompute_modules]
+    if not lacking or modules == DEFAULT_RECOMPUTE_MODULES:
+        return None
+    runners = [name for name, other in TARGETS.items() if set(modules) <= other.recompute_modules]
+    return Refusal("recompute_modules", f"{target.name} cannot recompute the module {lacking[0]} selectively (it "
+                   "recomputes " + (", ".join(sorted(target.recompute_modules)) or "no module alone") + ")",
+                   (f"--target {' or '.join(runners)}, or " if runners else "") + "--recompute-modules core_attn")
