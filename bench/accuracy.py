@@ -20,7 +20,7 @@ import math
 import re
 import statistics
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gplan.calibration.apply import apply
@@ -477,6 +477,8 @@ def main(argv: list[str] | None = None) -> int:
         if BRIDGE_CSV.is_file():
             factors = fit_precision_factors(load_bridge_cases()[0])
             sys.stdout.write(f"precision_efficiency: { {f'{k[0]}/{k[1]}': round(v, 3) for k, v in factors.items()} }\n")
+            moe = load_moe_cases()[0]
+            sys.stdout.write(f"experts: {fit_moe_constants(moe, {b.case.row_id: moe_parts(b) for b in moe})}\n")
         return 0
     table = report(cases, skipped, fitted, leave_one_source_out(cases))
     if BRIDGE_CSV.is_file():
@@ -541,14 +543,14 @@ def load_bridge_cases(path: Path = BRIDGE_CSV) -> tuple[list[BridgeCase], list[t
     return out, skipped
 
 
-def _add_bridge_case(r: dict, model, config: ParallelConfig, out: list, skipped: list) -> None:
-    """The row as a case (Megatron-LM, its precision; step time = gbs·seq / (tokens/s/GPU · GPUs)), or
-    skipped with the rule it breaks."""
+def _add_bridge_case(r: dict, model, config: ParallelConfig, out: list, skipped: list, **options) -> None:
+    """The row as a case (Megatron-LM, its precision, the engine `options` its settings state; step time =
+    gbs·seq / (tokens/s/GPU · GPUs)), or skipped with the rule it breaks."""
     gpus = int(r["num_gpus"])
     precision = BRIDGE_PRECISION[r["precision"]]
     training = TrainingSpec(gbs=int(r["global_batch_size"]), seq_length=int(r["seq_len"]), precision=precision,
                             engine="megatron", grad_reduce_in_bf16=True,
-                            fp8_param_gather=precision in BRIDGE_LOW_PRECISION_PARAMS)
+                            fp8_param_gather=precision in BRIDGE_LOW_PRECISION_PARAMS, **options)
     try:
         check_config(model, training, config, gpus)
     except GplanError as exc:
@@ -716,48 +718,127 @@ def load_moe_cases(path: Path = BRIDGE_CSV) -> tuple[list[BridgeCase], list[tupl
         config = ParallelConfig(dp=gpus // (tp * pp * cp), tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp,
                                 mbs=int(r["micro_batch_size"]), sp=tp > 1, zero=1, recompute=recompute,
                                 recompute_modules=modules)
-        _add_bridge_case(r, model, config, out, skipped)
+        _add_bridge_case(r, model, config, out, skipped, **moe_options_of(r["other_settings"]))
     return out, skipped
 
 
-def _moe_components(b: BridgeCase) -> tuple[float, float, float]:
-    """(rest, grouped GEMMs, all-to-all) seconds of a row's prediction: the step is affine in 1/g and 1/a
-    (the factors of cost_models.experts) while its critical stage stays the same, which two extra
-    predictions pin down."""
-    at = {}
-    for g, a in ((1.0, 1.0), (2.0, 1.0), (1.0, 2.0)):
-        with _moe_factors(g, a):
-            at[g, a] = StepModel(b.case.model, b.case.training, b.case.cluster, b.case.config).predict().step_time_s
-    gemm, a2a = 2 * (at[1, 1] - at[2, 1]), 2 * (at[1, 1] - at[1, 2])
-    return at[1, 1] - gemm - a2a, gemm, a2a
+def moe_options_of(settings: str) -> dict:
+    """The MoE engine options a row's settings state (TrainingSpec.moe_a2a_overlap, cuda_graphs): the
+    all-to-all overlap (`moe_a2a_overlap=True`, or `ep_a2a_overlap=True` in the 26.08 recipes), and what
+    `cuda_graph_impl` captures (`full_iteration`; `transformer_engine` with the router in its scope). A row
+    that states neither — the 25.11 tables, rows without settings — is priced without: it may have run
+    them, which shows as a row predicted faster than it ran only if it did not."""
+    scope = re.search(r"cuda_graph_scope=(\[[^\]]*\])", settings)
+    scopes = set(ast.literal_eval(scope.group(1))) if scope else set()
+    graphs = ("full_iteration" if "cuda_graph_impl=full_iteration" in settings else
+              "moe_router" if "cuda_graph_impl=transformer_engine" in settings and "moe_router" in scopes else "none")
+    return {"moe_a2a_overlap": bool(re.search(r"\b(moe|ep)_a2a_overlap=True", settings)), "cuda_graphs": graphs}
 
 
-class _moe_factors:
-    def __init__(self, gemm: float, alltoall: float):
-        self.values = (gemm, alltoall)
+@dataclass(frozen=True)
+class MoeParts:
+    """A row's prediction split by the MoE constants of cost_models.experts (the step is affine in each
+    while its critical stage stays the same, which extra predictions pin down): `rest` — all but the
+    routed GEMMs, the all-to-all and the host time; `gemm` at grouped-GEMM efficiency 1; `alltoall`
+    at efficiency 1, fully exposed; `host_per_s` — step seconds per second of host time per MoE-layer
+    pass; its graphs, overlap and local experts."""
 
-    def __enter__(self):
-        from gplan.cost_models import experts
-
-        self.saved = (experts.GROUPED_GEMM_EFFICIENCY, experts.ALLTOALL_EFFICIENCY)
-        experts.GROUPED_GEMM_EFFICIENCY, experts.ALLTOALL_EFFICIENCY = self.values
-
-    def __exit__(self, *exc):
-        from gplan.cost_models import experts
-
-        experts.GROUPED_GEMM_EFFICIENCY, experts.ALLTOALL_EFFICIENCY = self.saved
-
-
-MOE_GRID = [2 ** (x / 8) for x in range(-16, 25)]
-"""Factors 0.25 … 8 in steps of 2^(1/8)."""
+    rest: float
+    gemm: float
+    alltoall: float
+    host_per_s: float
+    graphs: str
+    overlap: bool
+    local_experts: int
 
 
-def fit_moe_factors(rows: list[BridgeCase], parts: dict[str, tuple[float, float, float]]) -> tuple[float, float]:
-    """(grouped GEMM, all-to-all) efficiency minimising the median absolute log error over `rows`."""
-    def misfit(g: float, a: float) -> float:
-        return statistics.median(abs(math.log((parts[b.case.row_id][0] + parts[b.case.row_id][1] / g
-                                               + parts[b.case.row_id][2] / a) / b.case.measured_step_s)) for b in rows)
-    return min(((g, a) for g in MOE_GRID for a in MOE_GRID), key=lambda ga: misfit(*ga))
+@dataclass(frozen=True)
+class MoeConstants:
+    """cost_models.experts' fitted constants."""
+
+    gemm: float
+    alltoall: float
+    overlapped: float
+    sync_none_s: float
+    sync_router_s: float
+    launch_s: float
+
+    @classmethod
+    def shipped(cls) -> "MoeConstants":
+        from gplan.cost_models import experts as x
+
+        return cls(x.GROUPED_GEMM_EFFICIENCY, x.ALLTOALL_EFFICIENCY, x.OVERLAPPED_ALLTOALL_EXPOSED,
+                   x.HOST_SYNC_S["none"], x.HOST_SYNC_S["moe_router"], x.EXPERT_LAUNCH_S)
+
+    def apply(self) -> None:
+        from gplan.cost_models import experts as x
+
+        x.GROUPED_GEMM_EFFICIENCY, x.ALLTOALL_EFFICIENCY = self.gemm, self.alltoall
+        x.OVERLAPPED_ALLTOALL_EXPOSED, x.EXPERT_LAUNCH_S = self.overlapped, self.launch_s
+        x.HOST_SYNC_S = {"none": self.sync_none_s, "moe_router": self.sync_router_s, "full_iteration": 0.0}
+
+    def step_s(self, p: MoeParts) -> float:
+        exposed = self.overlapped if p.overlap else 1.0
+        sync = {"none": self.sync_none_s, "moe_router": self.sync_router_s, "full_iteration": 0.0}[p.graphs]
+        launch = 0.0 if p.graphs == "full_iteration" else self.launch_s * p.local_experts
+        return p.rest + p.gemm / self.gemm + p.alltoall * exposed / self.alltoall + p.host_per_s * (sync + launch)
+
+
+def _predict(b: BridgeCase, constants: MoeConstants) -> float:
+    saved = MoeConstants.shipped()
+    constants.apply()
+    try:
+        return StepModel(b.case.model, b.case.training, b.case.cluster, b.case.config).predict().step_time_s
+    finally:
+        saved.apply()
+
+
+def moe_parts(b: BridgeCase) -> MoeParts:
+    """The row's `MoeParts`, from four predictions: at the base point (no host time, overlap and
+    efficiencies 1), with the grouped GEMMs twice as fast, the all-to-all twice as fast, and 1 ms of host
+    time per pass (every capture alike, no launches)."""
+    base = MoeConstants(1.0, 1.0, 1.0, 0.0, 0.0, 0.0)
+    at = _predict(b, base)
+    gemm = 2 * (at - _predict(b, replace(base, gemm=2.0)))
+    alltoall = 2 * (at - _predict(b, replace(base, alltoall=2.0)))
+    from gplan.cost_models import experts as x
+
+    saved = MoeConstants.shipped()
+    base.apply()
+    x.HOST_SYNC_S = {key: 1e-3 for key in x.HOST_SYNC_S}
+    try:
+        host = StepModel(b.case.model, b.case.training, b.case.cluster, b.case.config).predict().step_time_s
+    finally:
+        saved.apply()
+    t = b.case.training
+    return MoeParts(at - gemm - alltoall, gemm, alltoall, (host - at) / 1e-3, t.cuda_graphs, t.moe_a2a_overlap,
+                    x.local_experts(b.case.model, b.case.config))
+
+
+MOE_GRIDS = {"gemm": [2 ** (x / 16) for x in range(-32, 33)], "alltoall": [2 ** (x / 16) for x in range(-16, 49)],
+             "overlapped": [x / 20 for x in range(0, 21)], "sync_none_s": [x * 1e-4 for x in range(0, 41)],
+             "sync_router_s": [x * 1e-4 for x in range(0, 41)], "launch_s": [x * 1e-5 for x in range(0, 31)]}
+"""The search grids of each constant: efficiencies 0.25–4 (all-to-all 0.5–8) in steps of 2^(1/16), the
+exposed share 0–1, the host times 0–4 ms per pass and 0–0.3 ms per local expert."""
+
+
+def fit_moe_constants(rows: list[BridgeCase], parts: dict[str, MoeParts]) -> MoeConstants:
+    """The constants minimising the mean absolute log error over `rows` (the median's flat optimum leaves a
+    held-out model to chance): coordinate descent over the grids from the shipped values, until no
+    constant moves."""
+    def misfit(c: MoeConstants) -> float:
+        return statistics.fmean(abs(math.log(c.step_s(parts[b.case.row_id]) / b.case.measured_step_s)) for b in rows)
+
+    best = MoeConstants.shipped()
+    for _ in range(8):
+        moved = False
+        for name, grid in MOE_GRIDS.items():
+            value = min(grid, key=lambda v: (misfit(replace(best, **{name: v})), abs(v - getattr(best, name))))
+            moved |= value != getattr(best, name)
+            best = replace(best, **{name: value})
+        if not moved:
+            break
+    return best
 
 
 CURRENT_RELEASES = ("26.06", "26.06.01", "26.08")
@@ -774,13 +855,13 @@ def release_factor(rows: list[BridgeCase], errors: dict[str, float]) -> float:
 
 
 def release_lines(rows: list[BridgeCase], errors: list[float]) -> list[str]:
-    """The same layouts ran 1.6× faster from Megatron-Bridge 25.11 to 26.08 (its MoE dispatch, overlap
-    and CUDA-graph work), which no layout model sees: the error by release, and with one factor per
-    release (measured/predicted over the release's rows) — fitted on the other models' rows of that
-    release to predict a model's rows (leave-one-model-out)."""
+    """The same layouts ran up to 1.5× faster from Megatron-Bridge 25.11 to 26.08: the error by release,
+    and what one software factor per release (measured/predicted over the release's rows, fitted on the
+    other models' rows of that release) would still add — none is needed where the rows' CUDA graphs and
+    all-to-all overlap, which the releases turned on, are priced."""
     by_id = {b.case.row_id: e for b, e in zip(rows, errors)}
     med = lambda xs: statistics.median(abs(x) for x in xs)
-    lines = ["By release — the shipped model (no MoE factor fitted), and with a per-release software factor:", "",
+    lines = ["By release — the shipped model, and with a per-release software factor on top:", "",
              "| release | rows | shipped | release factor | with it, leave-one-model-out |", "|---|---:|---:|---:|---:|"]
     held: dict[str, float] = {}
     for release in sorted({release_of(b) for b in rows}):
@@ -793,50 +874,54 @@ def release_lines(rows: list[BridgeCase], errors: list[float]) -> list[str]:
                      f"{release_factor(same, by_id):.3f} | {med([held[b.case.row_id] for b in same]):.1%} |")
     current = [b for b in rows if release_of(b) in CURRENT_RELEASES]
     lines.append(f"| **all** | {len(rows)} | {med(errors):.1%} | | **{med(list(held.values())):.1%}** |")
-    lines += ["", f"On the current releases ({', '.join(CURRENT_RELEASES)}: {len(current)} rows) the shipped model, "
-              f"fitted on none of them, is within **{med([by_id[b.case.row_id] for b in current]):.1%}** (median); gplan "
-              "applies no release factor (its predictions for MoE runs on current software lean slow by the "
-              "factor above)."]
+    lines += ["", f"On the current releases ({', '.join(CURRENT_RELEASES)}: {len(current)} rows) the shipped model is "
+              f"within **{med([by_id[b.case.row_id] for b in current]):.1%}** (median). gplan applies no release factor: "
+              "the releases' speed-ups are the CUDA graphs and overlap their recipes turned on, which a plan states "
+              "(`--cuda-graphs`, `--moe-a2a-overlap`)."]
     return lines
 
 
 def moe_report(path: Path = BRIDGE_CSV) -> str:
-    """Every MoE row: as the catalogue ships (its two MoE factors), in-sample (the factors fitted on all
-    rows) and leave-one-model-out (fitted on the other models' rows)."""
-    from gplan.cost_models import experts
-
+    """Every MoE row: as the catalogue ships (cost_models.experts' constants), in-sample (refitted on all
+    rows) and leave-one-model-out (fitted on the other models' rows), by model and system and by release."""
     rows, skipped = load_moe_cases(path)
-    parts = {b.case.row_id: _moe_components(b) for b in rows}
-
-    def errors_at(held: list[BridgeCase], g: float, a: float) -> list[float]:
-        return [error(parts[b.case.row_id][0] + parts[b.case.row_id][1] / g + parts[b.case.row_id][2] / a,
-                      b.case.measured_step_s) for b in held]
-
-    shipped = (experts.GROUPED_GEMM_EFFICIENCY, experts.ALLTOALL_EFFICIENCY)
-    with _moe_factors(*shipped):
-        errors = [error(StepModel(b.case.model, b.case.training, b.case.cluster, b.case.config).predict().step_time_s,
-                        b.case.measured_step_s) for b in rows]
-    fitted = fit_moe_factors(rows, parts)
-    in_sample = errors_at(rows, *fitted)
+    parts = {b.case.row_id: moe_parts(b) for b in rows}
+    shipped = MoeConstants.shipped()
+    errors = [error(_predict(b, shipped), b.case.measured_step_s) for b in rows]
+    fitted = fit_moe_constants(rows, parts)
+    in_sample = [error(fitted.step_s(parts[b.case.row_id]), b.case.measured_step_s) for b in rows]
     lomo: dict[str, float] = {}
     for name in sorted({b.case.model.name for b in rows}):
         held = [b for b in rows if b.case.model.name == name]
-        factors = fit_moe_factors([b for b in rows if b.case.model.name != name], parts)
-        lomo.update({b.case.row_id: e for b, e in zip(held, errors_at(held, *factors))})
+        constants = fit_moe_constants([b for b in rows if b.case.model.name != name], parts)
+        lomo.update({b.case.row_id: error(constants.step_s(parts[b.case.row_id]), b.case.measured_step_s) for b in held})
     med = lambda xs: statistics.median(abs(x) for x in xs)
-    lines = [f"Megatron-Bridge's mixture-of-experts rows: {len(rows)} priced, {len(skipped)} skipped. Shipped "
-             f"factors (cost_models/experts.py): grouped GEMM {shipped[0]:.3g}, all-to-all {shipped[1]:.3g}; fitted "
-             f"on every row: {fitted[0]:.3g}, {fitted[1]:.3g}.", "",
+    c = shipped
+    lines = [f"Megatron-Bridge's mixture-of-experts rows: {len(rows)} priced, {len(skipped)} skipped, each with the "
+             "all-to-all overlap and CUDA graphs its settings state. Shipped constants (cost_models/experts.py, the "
+             f"in-sample fit): grouped GEMM efficiency {c.gemm:.3g}, all-to-all efficiency {c.alltoall:.3g}, "
+             f"{c.overlapped:.0%} of it exposed under overlap, host time per MoE-layer pass {c.sync_none_s * 1e3:.2g} ms "
+             f"without graphs and {c.sync_router_s * 1e3:.2g} ms with the router captured, plus "
+             f"{c.launch_s * 1e6:.0f} µs per local expert outside a captured iteration.", "",
              "| model | system | rows | shipped | in-sample (refit) | leave-one-model-out |", "|---|---|---:|---:|---:|---:|"]
     for key in sorted({(b.case.model.name, b.system) for b in rows}):
         idx = [i for i, b in enumerate(rows) if (b.case.model.name, b.system) == key]
         lines.append(f"| {key[0]} | {key[1]} | {len(idx)} | {med([errors[i] for i in idx]):.1%} | "
                      f"{med([in_sample[i] for i in idx]):.1%} | {med([lomo[rows[i].case.row_id] for i in idx]):.1%} |")
+    for name in sorted({b.case.model.name for b in rows}):
+        idx = [i for i, b in enumerate(rows) if b.case.model.name == name]
+        lines.append(f"| **{name}** | all | {len(idx)} | {med([errors[i] for i in idx]):.1%} | "
+                     f"{med([in_sample[i] for i in idx]):.1%} | **{med([lomo[rows[i].case.row_id] for i in idx]):.1%}** |")
     lines.append(f"| **all** | | {len(rows)} | **{med(errors):.1%}** | {med(in_sample):.1%} | "
                  f"**{med(list(lomo.values())):.1%}** |")
-    lines += ["", *release_lines(rows, errors)]
-    lines += ["", "<details><summary>Per row</summary>", "", "| row | run | measured s | error |", "|---|---|---:|---:|"]
-    lines += [f"| {b.case.row_id} | {b.case.label} | {b.case.measured_step_s:.3g} | {e:+.1%} |" for b, e in zip(rows, errors)]
+    faster = sum(e < 0 for e in errors)
+    lines += ["", f"Predicted faster than measured: {faster} of {len(rows)} rows (shipped).", ""]
+    lines += release_lines(rows, errors)
+    lines += ["", "<details><summary>Per row</summary>", "", "| row | run | graphs | a2a overlap | measured s | error |",
+              "|---|---|---|---|---:|---:|"]
+    lines += [f"| {b.case.row_id} | {b.case.label} | {b.case.training.cuda_graphs} | "
+              f"{'yes' if b.case.training.moe_a2a_overlap else 'no'} | {b.case.measured_step_s:.3g} | {e:+.1%} |"
+              for b, e in zip(rows, errors)]
     lines += ["", "Skipped: " + "; ".join(f"row {rid} ({why})" for rid, why in skipped), "", "</details>"]
     return "\n".join(lines)
 

@@ -20,7 +20,6 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from gplan import __version__
 from gplan import cli_base as o
 from gplan.cli_base import (ClusterOpt, DevicesOpt, FromOpt, GbsOpt, HardwareOpt, HeadroomOpt, ImbalanceOpt, JsonOpt,
                             ModelArg, PerNodeOpt, PrecisionOpt, ProfileOpt, RecomputeOpt, ScheduleOpt, SearchTargetOpt,
@@ -46,7 +45,8 @@ def estimate(
     from_file: Optional[Path] = FromOpt, gbs: Optional[int] = GbsOpt, seq_length: Optional[int] = SeqOpt,
     precision: Optional[str] = PrecisionOpt, memory_headroom: float = HeadroomOpt, profile: Optional[Path] = ProfileOpt,
     target: Optional[str] = TargetOpt, expert_imbalance: float = ImbalanceOpt, as_json: bool = JsonOpt,
-    wide: bool = WideOpt, grad_reduce_in_bf16: bool = o.BF16GradsOpt, fp8_param_gather: bool = o.Fp8ParamsOpt):
+    wide: bool = WideOpt, grad_reduce_in_bf16: bool = o.BF16GradsOpt, fp8_param_gather: bool = o.Fp8ParamsOpt,
+    moe_a2a_overlap: bool = o.A2AOverlapOpt, cuda_graphs: str = o.CudaGraphsOpt):
     """Predict step time, throughput, MFU and memory of one configuration.
 
     What is not given (vpp, mbs, zero, sp, recompute, the split, ep/etp) is chosen as `gplan search`
@@ -75,8 +75,9 @@ def estimate(
         return render.launch_output(err, launch, inputs, config, prediction, from_file)
     from gplan.planner.complete import estimate as estimated, given_options
 
-    inputs = inputs_of(model, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision,
-                       memory_headroom, profile, target, expert_imbalance, grad_reduce_in_bf16, fp8_param_gather)
+    inputs = inputs_of(model, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, memory_headroom,
+                       profile, target, expert_imbalance,
+                       **o.engine_options(grad_reduce_in_bf16, fp8_param_gather, moe_a2a_overlap, cuda_graphs))
     result = estimated(inputs, given_options(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, sp=sp, mbs=mbs,
                                              recompute=recompute, recompute_modules=recompute_modules,
                                              offload_layers=offload_layers, zero=zero, schedule=schedule), stages)
@@ -98,7 +99,8 @@ def search(
     schedule: Optional[str] = ScheduleOpt, all_devices: bool = o.AllDevicesOpt, target: Optional[str] = SearchTargetOpt,
     time_limit: float = o.TimeLimitOpt, top: int = o.TopOpt, out: Path = o.OutPlanOpt, profile: Optional[Path] = ProfileOpt,
     from_file: Optional[Path] = o.SearchFromOpt, out_launch: Optional[Path] = o.OutLaunchOpt, as_json: bool = JsonOpt,
-    wide: bool = WideOpt, grad_reduce_in_bf16: bool = o.BF16GradsOpt, fp8_param_gather: bool = o.Fp8ParamsOpt):
+    wide: bool = WideOpt, grad_reduce_in_bf16: bool = o.BF16GradsOpt, fp8_param_gather: bool = o.Fp8ParamsOpt,
+    moe_a2a_overlap: bool = o.A2AOverlapOpt, cuda_graphs: str = o.CudaGraphsOpt):
     """Search degrees, micro-batch, recompute, optimizer sharding, stage split and placement; write the best plan."""
     set_wide(wide)
     from gplan import render
@@ -114,14 +116,14 @@ def search(
         raise InputError(f"--out {out}: is a directory", hint=f"name a file, e.g. --out {out / 'plan.json'}")
     if out_launch is not None and from_file is None:
         raise UsageError("--out-launch rewrites the launch of --from", hint="add --from train.sh")
-    mine = None
+    mine, options = None, o.engine_options(grad_reduce_in_bf16, fp8_param_gather, moe_a2a_overlap, cuda_graphs)
     if from_file is not None:  # the launch's devices, batch, sequence, precision and engine, unless said otherwise
         mine = priced_launch(from_file, model, devices, cluster, hardware, devices_per_node, seq_length, memory_headroom,
                              profile, target, expert_imbalance)
-        devices, gbs, target, seq_length, precision, grad_reduce_in_bf16, fp8_param_gather = launch_defaults(
-            mine, gbs, target, seq_length, precision, grad_reduce_in_bf16, fp8_param_gather)
+        devices, gbs, target, seq_length, precision, options = launch_defaults(mine, gbs, target, seq_length, precision,
+                                                                               options)
     inputs = inputs_of(model, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, memory_headroom,
-                       profile, target, expert_imbalance, grad_reduce_in_bf16, fp8_param_gather)
+                       profile, target, expert_imbalance, **options)
     limits = limits_from_options(tp, pp, dp, cp, mbs, vpp, zero, recompute, schedule, all_devices, target, ep, etp,
                                  recompute_modules)
     with render.SearchProgress(err) as progress:
@@ -366,15 +368,8 @@ def validate(file: Path = o.ValidateFileArg, refresh: bool = o.RefreshOpt, as_js
     return validated_json(file, found) if as_json else err.print(validated_line(file, found), highlight=False)
 
 
-def version_callback(value: bool) -> None:
-    if value:
-        sys.stdout.write(f"gplan {__version__}\n")
-        raise typer.Exit()
-
-
 @app.callback()
-def _root(version: bool = typer.Option(False, "--version", callback=version_callback, is_eager=True,
-                                       help="print the version")) -> None:
+def _root(version: bool = o.VersionOpt) -> None:
     """Plan and launch parallel training of large transformers."""
 
 

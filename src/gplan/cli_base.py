@@ -146,17 +146,36 @@ BF16GradsOpt = typer.Option(False, "--grad-reduce-in-bf16", help="keep and reduc
                             "(Megatron-LM's flag; Megatron-Bridge's performance recipes run it)")
 Fp8ParamsOpt = typer.Option(False, "--fp8-param-gather", help="keep the layers' weights only in the low-precision "
                             "format (Megatron-LM's flag; Megatron-Bridge's FP8 and MXFP8 recipes run it)")
+def version_callback(value: bool) -> None:
+    if value:
+        from gplan import __version__
+
+        sys.stdout.write(f"gplan {__version__}\n")
+        raise typer.Exit()
+
+
+VersionOpt = typer.Option(False, "--version", callback=version_callback, is_eager=True, help="print the version")
+A2AOverlapOpt = typer.Option(False, "--moe-a2a-overlap", help="MoE: overlap the experts' all-to-all with another "
+                             "micro-batch's compute (Megatron-LM's --overlap-moe-expert-parallel-comm)")
+CudaGraphsOpt = typer.Option("none", "--cuda-graphs", help="what CUDA graphs capture: none, moe_router (attention, "
+                             "router, permutation) or full_iteration (Megatron-LM's --cuda-graph-impl/-scope); an MoE "
+                             "layer exposes host time outside a graph")
 ScheduleOpt = typer.Option(None, "--schedule", help=f"allowed schedules: {','.join(SCHEDULES)}")
 
 
 def inputs_of(model: str, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, headroom,
-              profile=None, target: Optional[str] = None, expert_imbalance: float = 1.0,
-              grad_reduce_in_bf16: bool = False, fp8_param_gather: bool = False):
+              profile=None, target: Optional[str] = None, expert_imbalance: float = 1.0, **engine_options):
+    """The run's inputs; `engine_options`: TrainingSpec's engine switches (`engine_options`)."""
     from gplan.planner.inputs import resolve_inputs
 
     return resolve_inputs(model, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, headroom,
-                          str(profile) if profile else None, target, expert_imbalance, grad_reduce_in_bf16,
-                          fp8_param_gather)
+                          str(profile) if profile else None, target, expert_imbalance, **engine_options)
+
+
+def engine_options(grad_reduce_in_bf16: bool, fp8_param_gather: bool, moe_a2a_overlap: bool, cuda_graphs: str) -> dict:
+    """The engine switches of estimate and search, by TrainingSpec field."""
+    return {"grad_reduce_in_bf16": grad_reduce_in_bf16, "fp8_param_gather": fp8_param_gather,
+            "moe_a2a_overlap": moe_a2a_overlap, "cuda_graphs": cuda_graphs}
 
 # ---- estimate -----------------------------------------------------------------------------------------
 

@@ -59,6 +59,11 @@ ARGUMENTS: dict[str, tuple[object, tuple | None]] = {
     "--expert-model-parallel-size": (int, None), "--expert-tensor-parallel-size": (int, None),
     "--moe-router-num-groups": (int, None), "--moe-router-group-topk": (int, None),
     "--moe-router-topk-scaling-factor": (float, None), "--mtp-num-layers": (int, None),
+    "--overlap-moe-expert-parallel-comm": (None, None),
+    # _add_inference_args (CUDA graphs) and _add_logging_args (its store_false switch, as a store_true here)
+    "--cuda-graph-impl": (str, ("none", "local", "transformer_engine")),
+    "--cuda-graph-scope": (str, ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration")),
+    "--no-check-for-nan-in-loss-and-grad": (None, None),
     # _add_network_size_args (MLA) and the QK norm
     "--multi-latent-attention": (None, None), "--q-lora-rank": (int, None), "--kv-lora-rank": (int, None),
     "--qk-head-dim": (int, None), "--qk-pos-emb-head-dim": (int, None), "--v-head-dim": (int, None),
@@ -75,8 +80,8 @@ DEFAULTS = {"pipeline_model_parallel_size": 1, "tensor_model_parallel_size": 1, 
 """Defaults of the arguments above that the rules read (their add_argument defaults)."""
 
 
-NARGS_STAR = ("--recompute-modules",)
-"""Arguments defined with nargs='*' (a list of values)."""
+NARGS_STAR = ("--recompute-modules", "--cuda-graph-scope")
+"""Arguments defined with nargs='*' or '+' (a list of values)."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -187,11 +192,50 @@ def validate(argv: list[str], world_size: int, env: dict[str, str], device_arch:
                "CUDA_DEVICE_MAX_CONNECTIONS to 1")
     _check(int(a.mock_data) <= 1, "A single data source must be provided in training mode, else None")
     _validate_experts(a, world_size)
+    _validate_moe_overlap(a, pp, vpp)
+    _validate_cuda_graphs(a)
     # megatron/core/num_microbatches_calculator.py (ConstantNumMicroBatchesCalculator):
     _check(a.global_batch_size % (a.micro_batch_size * dp) == 0,
            "global batch size ({}) is not divisible by micro batch size ({}) times data parallel size ({})")
     a.data_parallel_size, a.virtual_pipeline_model_parallel_size = dp, vpp
     return a
+
+
+def _validate_moe_overlap(a: argparse.Namespace, pp: int, vpp: int | None) -> None:
+    """megatron/core/transformer/transformer_config.py, TransformerConfig.__post_init__ on
+    `overlap_moe_expert_parallel_comm`."""
+    if not a.overlap_moe_expert_parallel_comm:
+        return
+    if pp > 1:
+        _check(vpp is not None, "If enabling EP A2A overlap, virtual_pipeline_model_parallel_size must be specified "
+                                "when pipeline_model_parallel_size > 1")
+    _check(a.expert_model_parallel_size > 1,
+           "overlap_moe_expert_parallel_comm is only supported with expert model parallelism")
+    _check(a.moe_token_dispatcher_type in ("alltoall", "flex"),
+           "overlap_moe_expert_parallel_comm is supported with alltoall/flex token dispatcher")
+    _check(a.recompute_granularity != "full", "disable full recomputation when enabling overlap_moe_expert_parallel_comm")
+    _check(a.recompute_method is None, "disable recomputation method when enabling overlap_moe_expert_parallel_comm")
+    _check(a.recompute_modules is None or "moe" not in a.recompute_modules,
+           "disable moe in recompute_modules when enabling overlap_moe_expert_parallel_comm")
+    _check(a.bf16 or a.fp16, "overlap_moe_expert_parallel_comm is only supported with bf16 or fp16 model")
+
+
+def _validate_cuda_graphs(a: argparse.Namespace) -> None:
+    """The --cuda-graph-scope help ("full_iteration scope is only supported with --cuda-graph-impl=local,
+    other scopes are only supported with --cuda-graph-impl=transformer_engine"; "moe_preprocess … Must be
+    used together with moe_router") and validate_args ("--no-check-for-nan-in-loss-and-grad should be set
+    with full_iteration CUDA graph")."""
+    scopes = a.cuda_graph_scope or []
+    if "full_iteration" in scopes:
+        _check(a.cuda_graph_impl == "local", "full_iteration cuda graph is not supported for "
+                                             "cuda_graph_impl=transformer_engine. Please use cuda_graph_impl=local instead.")
+        _check(a.no_check_for_nan_in_loss_and_grad,
+               "--no-check-for-nan-in-loss-and-grad should be set with full_iteration CUDA graph")
+    elif scopes:
+        _check(a.cuda_graph_impl == "transformer_engine", "other scopes are only supported with "
+                                                          "--cuda-graph-impl=transformer_engine")
+    if "moe_preprocess" in scopes:
+        _check("moe_router" in scopes, "moe_preprocess must be used together with moe_router")
 
 
 def moe_layer_pattern(a: argparse.Namespace) -> list[int]:

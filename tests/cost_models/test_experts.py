@@ -80,12 +80,14 @@ def test_alltoall_is_bounded_by_the_nic_once_the_group_leaves_the_node():
 
 
 def test_ep_traffic_is_priced_on_the_link_its_group_rides_and_scales_with_imbalance():
-    inside = step_model("qwen3-30b-a3b", 16, dp=16, ep=8)    # ep groups of 8 consecutive ranks: one node
-    across = step_model("qwen3-30b-a3b", 16, dp=16, ep=16)   # two nodes
-    dense = step_model("qwen3-30b-a3b", 16, dp=16, ep=1)
+    # under a full-iteration graph the layer exposes no host time: its ep term is the traffic alone
+    graphed = lambda step: _with(step, cuda_graphs="full_iteration")
+    inside = graphed(step_model("qwen3-30b-a3b", 16, dp=16, ep=8))    # ep groups of 8 consecutive ranks: one node
+    across = graphed(step_model("qwen3-30b-a3b", 16, dp=16, ep=16))   # two nodes
+    dense = graphed(step_model("qwen3-30b-a3b", 16, dp=16, ep=1))
     assert dense.layer_ep_comm_s("moe_decoder", "none", 0) == 0.0
     assert across.layer_ep_comm_s("moe_decoder", "none", 0) > 4 * inside.layer_ep_comm_s("moe_decoder", "none", 0)
-    skewed = step_model("qwen3-30b-a3b", 16, imbalance=1.5, dp=16, ep=16)
+    skewed = graphed(step_model("qwen3-30b-a3b", 16, imbalance=1.5, dp=16, ep=16))
     assert skewed.layer_ep_comm_s("moe_decoder", "none", 0) == pytest.approx(
         1.5 * across.layer_ep_comm_s("moe_decoder", "none", 0), rel=5e-3)  # bytes scale, latencies do not
     full = across.layer_ep_comm_s("moe_decoder", "full", 0)
@@ -133,3 +135,51 @@ def test_ep_on_a_dense_model_is_refused():
 def test_shard_of_is_unchanged_by_the_expert_grid():
     t = TrainingSpec(gbs=64, seq_length=SEQ)
     assert shard_of(t, ParallelConfig(dp=8, ep=8)) == shard_of(t, ParallelConfig(dp=8))
+
+
+def _ep_s(step: StepModel) -> float:
+    return step.layer_ep_comm_s(next(k.name for k in step.model.layer_kinds() if k.moe), "none", 0)
+
+
+def _with(step: StepModel, **options) -> StepModel:
+    return StepModel(step.model, step.training.model_copy(update=options), step.cluster, step.config)
+
+
+def test_an_moe_pass_exposes_host_time_unless_a_graph_captures_the_iteration():
+    """experts.host_time_s: the dispatcher's sync per pass, plus a launch per local expert — both gone under a
+    full-iteration graph, so the two passes of a layer (forward, backward) differ by twice that time."""
+    step = step_model("qwen3-30b-a3b", 16, dp=16, ep=16)
+    plain, graphed = _ep_s(step), _ep_s(_with(step, cuda_graphs="full_iteration"))
+    per_pass = experts.HOST_SYNC_S["none"] + experts.EXPERT_LAUNCH_S * experts.local_experts(step.model, step.config)
+    assert plain - graphed == pytest.approx(2 * per_pass, rel=1e-9)
+    assert per_pass > 0
+
+
+def test_more_local_experts_mean_more_launches():
+    """Fewer ep ranks hold more experts each: E/ep launches per pass outside a captured iteration."""
+    model = load_model("qwen3-30b-a3b")
+    few = experts.host_time_s(model, ParallelConfig(dp=16, ep=16), "none")
+    many = experts.host_time_s(model, ParallelConfig(dp=16, ep=4), "none")
+    assert many - few == pytest.approx(experts.EXPERT_LAUNCH_S * (128 // 4 - 128 // 16))
+    assert experts.host_time_s(model, ParallelConfig(dp=16, ep=4), "full_iteration") == 0.0
+
+
+def test_the_overlapped_alltoall_exposes_its_fitted_share():
+    """--moe-a2a-overlap scales the all-to-all (not the host time) by OVERLAPPED_ALLTOALL_EXPOSED."""
+    step = _with(step_model("qwen3-30b-a3b", 16, dp=16, ep=16), cuda_graphs="full_iteration")
+    overlapped = _ep_s(_with(step, moe_a2a_overlap=True))
+    assert overlapped == pytest.approx(_ep_s(step) * experts.OVERLAPPED_ALLTOALL_EXPOSED, rel=1e-9)
+
+
+@pytest.mark.parametrize("degrees, message", [
+    (dict(dp=16, ep=1), "ep is 1"),
+    (dict(dp=8, pp=2, ep=8), "interleaved schedule"),
+    (dict(dp=16, ep=16, recompute="full"), "cannot replay the MoE layer"),
+    (dict(dp=16, ep=16, recompute="selective", recompute_modules=("moe",)), "cannot replay the MoE layer"),
+])
+def test_the_alltoall_overlap_keeps_megatron_cores_rules(degrees, message):
+    """TransformerConfig.__post_init__ on overlap_moe_expert_parallel_comm (spec.parallel._a2a_overlap)."""
+    config = ParallelConfig(**{"zero": 1, **degrees})
+    training = TrainingSpec(gbs=256, seq_length=SEQ, engine="megatron", moe_a2a_overlap=True)
+    with pytest.raises(InputError, match=message):
+        check_config(load_model("qwen3-30b-a3b"), training, config, 16)

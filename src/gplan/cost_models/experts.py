@@ -27,12 +27,27 @@ from gplan.spec.training import TrainingSpec
 
 
 GROUPED_GEMM_EFFICIENCY = 1.0
-"""Routed experts' grouped GEMMs against a dense GEMM of one expert's shape (1.0 until fitted:
-`bench/accuracy.py --fit` on Megatron-Bridge's MoE rows)."""
-ALLTOALL_EFFICIENCY = 1.0
-"""Achieved over modelled all-to-all speed (1.0 until fitted, as above): it lumps what the model leaves
-out — DeepEP's per-node de-duplication, Megatron's `moe_a2a_overlap` — and NCCL all-to-all's own
+"""Routed experts' grouped GEMMs against a dense GEMM of one expert's shape. This and the constants below
+are fitted together on Megatron-Bridge's 84 MoE rows (`bench/accuracy.py --fit`: the mean absolute log
+error, each row with the overlap and graphs its settings state; README, "Mixture of experts")."""
+ALLTOALL_EFFICIENCY = 1.915
+"""Achieved over modelled all-to-all speed (fitted, as above): it lumps what the model leaves
+out — DeepEP's and HybridEP's per-node de-duplication of a token's copies — and NCCL all-to-all's own
 efficiency."""
+OVERLAPPED_ALLTOALL_EXPOSED = 0.95
+"""The share of the all-to-all left exposed under Megatron-core's `--overlap-moe-expert-parallel-comm`,
+which runs one micro-batch's dispatch and combine beside another's attention and MLP (its combined 1F1B
+schedule): fitted as above — the rows that run it gain little from it."""
+HOST_SYNC_S: dict[str, float] = {"none": 0.9e-3, "moe_router": 0.9e-3, "full_iteration": 0.0}
+"""Exposed host time per MoE layer and pass (forward, backward, a replayed forward), by CUDA-graph
+capture (TrainingSpec.cuda_graphs): a dropless dispatcher reads the tokens per expert back to the host
+before it can size the grouped GEMMs (a device-to-host sync that drains the launch queue), then launches
+the router, permutation and dispatch kernels one by one; capturing the router and the permutation
+(`moe_router`) leaves part of it, a captured iteration none. Fitted as above."""
+EXPERT_LAUNCH_S = 0.12e-3
+"""Exposed host time per local expert, MoE layer and pass without a captured iteration: Transformer
+Engine's grouped linear launches each expert's GEMMs (and their FP8 casts) as separate kernels, so a
+device holding many small experts waits on launches. Fitted as above."""
 
 
 def source_tokens(shard: Shard) -> float:
@@ -88,6 +103,14 @@ def routed_elementwise_elements(model: ModelSpec, shard: Shard, config: Parallel
     pairs, h, f = routed_pairs(model, shard, config.etp), model.hidden_size, model.expert_ffn_size / config.etp
     activation = 3 * f if model.ffn_kind == "swiglu" else 2 * f
     return pairs * (4 * h + activation) + 3 * source_tokens(shard) * model.num_experts
+
+
+def host_time_s(model: ModelSpec, config: ParallelConfig, cuda_graphs: str) -> float:
+    """Exposed host seconds of one MoE layer's pass on one device: the dispatcher's sync and launches
+    (`HOST_SYNC_S`) and the local experts' GEMM launches (`EXPERT_LAUNCH_S`), none of it under a captured
+    iteration."""
+    launches = 0.0 if cuda_graphs == "full_iteration" else EXPERT_LAUNCH_S * local_experts(model, config)
+    return HOST_SYNC_S[cuda_graphs] + launches
 
 
 # ---- communication volumes -----------------------------------------------------------------------

@@ -162,8 +162,9 @@ class StepModel:
     def layer_ep_comm_s(self, kind: str, recompute: str, group: int) -> float:
         """An MoE layer's token traffic: dispatch and combine, each an all-to-all over ep (and with etp an
         all-gather, resp. reduce-scatter, over etp), in the forward and again in the backward; full
-        recompute replays the forward's. Not overlapped with compute (Megatron's `moe_a2a_overlap`
-        hides part of it behind another micro-batch: not priced), scaled by the routing imbalance."""
+        recompute replays the forward's; scaled by the routing imbalance, and under Megatron's
+        `--overlap-moe-expert-parallel-comm` only its exposed share. Each pass adds the host time the
+        layer exposes (experts.host_time_s)."""
         if not self.kinds[kind].moe:
             return 0.0
         c, g, e = self.config, self.group(group), self.training.element_bytes
@@ -173,7 +174,9 @@ class StepModel:
         gathered = experts.etp_gather_bytes(self.model, self.shard, c, e) * self.training.expert_imbalance
         etp_s = comm.allgather_time_s(gathered, c.etp, comm.expert_axis_link(g, c, "etp"))
         passes = 3 if self.replays_moe_layer(recompute) else 2
-        return passes * 2 * (a2a + etp_s) / experts.ALLTOALL_EFFICIENCY
+        exposed = experts.OVERLAPPED_ALLTOALL_EXPOSED if self.training.moe_a2a_overlap else 1.0
+        host_s = experts.host_time_s(self.model, c, self.training.cuda_graphs)
+        return passes * (2 * (a2a + etp_s) * exposed / experts.ALLTOALL_EFFICIENCY + host_s)
 
     def selective_modules(self, option: str) -> tuple[str, ...]:
         """The modules a layer recomputing with `option` replays: the configuration's for selective, none else

@@ -124,7 +124,8 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
                    gbs: int | None = None, seq_length: int | None = None, precision: str | None = None,
                    memory_headroom: float = 0.1, profile: str | None = None, target: str | None = None,
                    expert_imbalance: float = 1.0, grad_reduce_in_bf16: bool = False,
-                   fp8_param_gather: bool = False) -> Inputs:
+                   fp8_param_gather: bool = False, moe_a2a_overlap: bool = False,
+                   cuda_graphs: str = "none") -> Inputs:
     """`target` (a backend or export target) is the engine whose memory accounting prices the run;
     default: the backend of the cluster's hardware, as `gplan search` defaults its --target."""
     from gplan.planner.space import target_name
@@ -156,12 +157,16 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
     try:
         training = TrainingSpec(gbs=gbs, seq_length=seq, precision=precision, memory_headroom=memory_headroom,
                                 expert_imbalance=expert_imbalance, engine=resolve_target(target, spec, precision, model),
-                                grad_reduce_in_bf16=grad_reduce_in_bf16, fp8_param_gather=fp8_param_gather)
+                                grad_reduce_in_bf16=grad_reduce_in_bf16, fp8_param_gather=fp8_param_gather,
+                                moe_a2a_overlap=moe_a2a_overlap, cuda_graphs=cuda_graphs)
     except ValidationError as exc:
         err = exc.errors()[0]
         raise InputError(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}",
                          hint="see gplan --help") from exc
     check_memory_options(training)
+    if training.moe_a2a_overlap and not model.is_moe:
+        raise InputError(f"--moe-a2a-overlap overlaps the experts' all-to-all: {model.name} has no experts",
+                         hint="leave --moe-a2a-overlap out")
     return Inputs(model=model, training=training, cluster=spec, devices=devices, cluster_note=note,
                   profile=profile_ref, gbs_note=gbs_note)
 
@@ -172,8 +177,9 @@ def check_memory_options(training: TrainingSpec) -> None:
     from gplan.spec.training import LOW_PRECISION
 
     caps = TARGETS.get(training.engine) if training.engine else None
-    for option, flag in (("grad_reduce_in_bf16", "--grad-reduce-in-bf16"), ("fp8_param_gather", "--fp8-param-gather")):
-        if getattr(training, option) and (caps is None or not getattr(caps, option)):
+    for option, flag in (("grad_reduce_in_bf16", "--grad-reduce-in-bf16"), ("fp8_param_gather", "--fp8-param-gather"),
+                         ("moe_a2a_overlap", "--moe-a2a-overlap"), ("cuda_graphs", "--cuda-graphs")):
+        if getattr(training, option) not in (False, "none") and (caps is None or not getattr(caps, option)):
             runners = [name for name, other in TARGETS.items() if getattr(other, option)]
             raise InputError(f"{flag}: {training.engine} has no such option (capability {option})",
                              hint=f"--target {' or '.join(runners)}, or leave {flag} out")

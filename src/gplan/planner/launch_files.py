@@ -46,6 +46,7 @@ LAYOUT_FLAGS = {
     "--data-parallel-sharding-strategy", "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
     "--tp-comm-overlap", "--overlap-grad-reduce", "--overlap-param-gather", "--pipeline-model-parallel-layout",
     "--grad-reduce-in-bf16", "--fp8-param-gather", "--cpu-offloading", "--cpu-offloading-num-layers",
+    "--overlap-moe-expert-parallel-comm", "--cuda-graph-impl", "--cuda-graph-scope", "--no-check-for-nan-in-loss-and-grad",
 }
 #: Model flags whose presence gplan reads through the named model (checked as switches).
 MODEL_SWITCHES = {
@@ -93,8 +94,9 @@ class Launch:
     """The gplan plan a launch of gplan's own worker runs (a SLURM or Kubernetes export): priced as written."""
     per_stage_recompute: tuple | None = None
     """MindFormers' (full, selective) recompute counts per stage (or True for every layer)."""
-    memory_options: dict[str, bool] = field(default_factory=dict)
-    """Megatron's memory options the launch sets (TrainingSpec's grad_reduce_in_bf16, fp8_param_gather)."""
+    memory_options: dict[str, bool | str] = field(default_factory=dict)
+    """Megatron's engine options the launch sets (TrainingSpec's grad_reduce_in_bf16, fp8_param_gather,
+    moe_a2a_overlap, cuda_graphs)."""
 
 
 def read_launch(path: Path, model: ModelSpec) -> Launch:
@@ -156,7 +158,9 @@ def megatron_log_launch(args: dict, path: Path, model: ModelSpec) -> Launch:
     values = megatron.config_values(args)
     block = values["recompute"] == "full" and args.get("recompute_method") == "block"
     memory_options = {"grad_reduce_in_bf16": bool(args.get("grad_reduce_in_bf16")),
-                      "fp8_param_gather": bool(args.get("fp8_param_gather"))}
+                      "fp8_param_gather": bool(args.get("fp8_param_gather")),
+                      "moe_a2a_overlap": bool(args.get("overlap_moe_expert_parallel_comm")),
+                      "cuda_graphs": cuda_graphs_of(args.get("cuda_graph_impl"), args.get("cuda_graph_scope"))}
     return Launch(source=str(path), engine=megatron.engine(args), given=values, gbs=int(args["global_batch_size"]),
                   memory_options=memory_options if megatron.engine(args) == "megatron" else {},
                   seq_length=int(args["seq_length"]), precision=megatron.precision(args),
@@ -208,7 +212,22 @@ def read_megatron_launch(path: Path, model: ModelSpec, text: str) -> Launch:
                   stage_sizes=stage_sizes_of(args, model), recompute_layers=block_layers(args),
                   world_size=world_size(args, variables), unread=unread,
                   memory_options={"grad_reduce_in_bf16": "--grad-reduce-in-bf16" in args,
-                                  "fp8_param_gather": "--fp8-param-gather" in args})
+                                  "fp8_param_gather": "--fp8-param-gather" in args,
+                                  "moe_a2a_overlap": "--overlap-moe-expert-parallel-comm" in args,
+                                  "cuda_graphs": cuda_graphs_of(value(args, "--cuda-graph-impl"),
+                                                                args.get("--cuda-graph-scope"))})
+
+
+def cuda_graphs_of(impl: str | None, scope) -> str:
+    """TrainingSpec.cuda_graphs of Megatron's --cuda-graph-impl and --cuda-graph-scope: the whole iteration,
+    a capture that holds the MoE router (`moe_router`, or an MoE layer whole), or none that gplan prices
+    (no graph, or graphs of dense parts only: the host time it prices is the MoE layers')."""
+    scopes = set(scope.split() if isinstance(scope, str) else scope or [])
+    if impl in (None, "none"):
+        return "none"
+    if "full_iteration" in scopes:
+        return "full_iteration"
+    return "moe_router" if not scopes or scopes & {"moe_router", "moe"} else "none"
 
 
 def value(args: dict, flag: str) -> str | None:
@@ -826,13 +845,14 @@ def priced_launch(from_file: Path, model: str, devices, cluster, hardware, devic
     return launch, inputs, config, layouts, predict(inputs.model, inputs.training, inputs.cluster, config, layouts)
 
 
-def launch_defaults(mine, gbs, target, seq_length, precision, grad_reduce_in_bf16: bool, fp8_param_gather: bool):
+def launch_defaults(mine, gbs, target, seq_length, precision, options: dict):
     """What `search --from` takes from the priced launch (`priced_launch`'s tuple) unless the command line
-    says otherwise: (devices, gbs, target, seq_length, precision, grad_reduce_in_bf16, fp8_param_gather)."""
+    says otherwise: (devices, gbs, target, seq_length, precision, engine options) — an engine switch the
+    command line leaves at its default (False, "none") is the launch's."""
     launch, training = mine[0], mine[1].training
+    options = {key: given if given not in (False, "none") else getattr(training, key) for key, given in options.items()}
     return (mine[1].devices, gbs or training.gbs, target or launch.engine, seq_length or training.seq_length,
-            precision or launch.precision, grad_reduce_in_bf16 or training.grad_reduce_in_bf16,
-            fp8_param_gather or training.fp8_param_gather)
+            precision or launch.precision, options)
 
 
 def launch_versus(mine, planned) -> dict:

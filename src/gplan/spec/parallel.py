@@ -393,9 +393,30 @@ def _offload(model: ModelSpec, training: TrainingSpec, c: ParallelConfig, device
     return None
 
 
+def _a2a_overlap(model: ModelSpec, training: TrainingSpec | None, c: ParallelConfig, devices: int) -> Violation | None:
+    """Megatron-core's TransformerConfig.__post_init__ for `overlap_moe_expert_parallel_comm`: "only supported
+    with expert model parallelism", vpp "must be specified when pipeline_model_parallel_size > 1", "disable
+    full recomputation", "disable moe in recompute_modules", a bf16 or fp16 model."""
+    if training is None or not training.moe_a2a_overlap:
+        return None
+    hint = "leave --moe-a2a-overlap out"
+    if c.ep == 1:
+        return Violation("moe_a2a_overlap", "--moe-a2a-overlap overlaps the expert-parallel all-to-all: ep is 1",
+                         f"use ep > 1, or {hint}")
+    if c.pp > 1 and c.vpp == 1:
+        return Violation("moe_a2a_overlap", f"--moe-a2a-overlap with pp={c.pp} runs on the interleaved schedule only",
+                         f"use vpp > 1, or {hint}")
+    if c.recompute == "full" or (c.recompute == "selective" and "moe" in c.recompute_modules):
+        return Violation("moe_a2a_overlap", "--moe-a2a-overlap cannot replay the MoE layer (full recompute or the "
+                                            "moe module)", f"recompute selectively without moe, or {hint}")
+    if training.precision == "fp32":
+        return Violation("moe_a2a_overlap", "--moe-a2a-overlap needs a bf16 or fp16 model", f"use bf16, or {hint}")
+    return None
+
+
 RULES: tuple[Rule, ...] = (_world, _tp, _dense_experts, _ep_divides, _etp_divides, _expert_grid, _moe_sp, _moe_zero,
                            _ep_fp16, _pp_layers, _vpp_chunks, _batch, _interleaved_microbatches, _cp_chunks, _seq_split,
-                           _modules_exist, _offload)
+                           _modules_exist, _offload, _a2a_overlap)
 """The rules every configuration keeps, in the order they are reported: the one rule set that
 `check_config`, the search space (planner.space), `--stages` and the plan check read."""
 DEGREE_RULES: tuple[Rule, ...] = (_world, _tp, _pp_layers, _cp_chunks, _seq_split)
@@ -408,8 +429,8 @@ EXPERT_RULES: tuple[Rule, ...] = (_dense_experts, _ep_divides, _etp_divides, _ex
 """The rules that read ep and etp. The search asks each group at the loop that sets what it reads, so a
 degree tuple, a batch split or a sharding level that breaks a rule is left before its options are built;
 the five groups are RULES, each rule once (tests/spec: test_rule_groups_are_the_rules)."""
-RECOMPUTE_RULES: tuple[Rule, ...] = (_modules_exist, _offload)
-"""The rules that read the recompute modules and activation offloading."""
+RECOMPUTE_RULES: tuple[Rule, ...] = (_modules_exist, _offload, _a2a_overlap)
+"""The rules that read the recompute modules, activation offloading and the MoE all-to-all overlap."""
 
 
 def config_violations(model: ModelSpec, training: TrainingSpec, config: ParallelConfig,

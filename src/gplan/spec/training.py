@@ -24,6 +24,7 @@ TENSOR_CORE_FORMAT = {"fp8-rowwise": "fp8"}
 
 def tensor_core_format(precision: str) -> str:
     return TENSOR_CORE_FORMAT.get(precision, precision)
+CudaGraphs = Literal["none", "moe_router", "full_iteration"]
 Engine = Literal[ENGINE_NAMES]  # type: ignore[valid-type]
 """The engines of spec.engines: gplan's workers, the export targets, and llm-foundry (MosaicML's FSDP
 stack), which gplan prices but neither launches nor exports to."""
@@ -74,9 +75,21 @@ class TrainingSpec(BaseModel):
     distributed optimizer — no 16-bit copy beside it (Megatron-LM's --fp8-param-gather; Megatron-Bridge's
     `bf16_with_mxfp8_mixed` and FP8 recipes set it, training/mixed_precision.py). Megatron-LM only."""
 
+    moe_a2a_overlap: bool = False
+    """Mixture of experts: each micro-batch's dispatch and combine all-to-alls run beside another
+    micro-batch's attention and MLP (Megatron-core's --overlap-moe-expert-parallel-comm, its combined 1F1B
+    schedule; it needs ep > 1, vpp with pp > 1, and no full or `moe` recompute). Megatron-LM only."""
+    cuda_graphs: CudaGraphs = "none"
+    """What CUDA graphs capture, which decides the host time an MoE layer exposes (experts.host_time_s):
+    `moe_router` — Transformer Engine graphs of the attention, router and permutation
+    (`--cuda-graph-impl transformer_engine --cuda-graph-scope attn moe_router moe_preprocess`);
+    `full_iteration` — the whole step (`--cuda-graph-impl local --cuda-graph-scope full_iteration`).
+    Megatron-LM only."""
+
     #: Fields added after schema v1 plans were first written, left out of the digest at their default.
     DIGEST_OPTIONAL: ClassVar[dict[str, object]] = {"engine": None, "expert_imbalance": 1.0, "tp_comm_overlap": True,
-                                                    "grad_reduce_in_bf16": False, "fp8_param_gather": False}
+                                                    "grad_reduce_in_bf16": False, "fp8_param_gather": False,
+                                                    "moe_a2a_overlap": False, "cuda_graphs": "none"}
 
     @property
     def grad_bytes(self) -> int:

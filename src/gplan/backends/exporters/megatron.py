@@ -105,7 +105,19 @@ def model_args(plan: Plan, notes: list[str]) -> list[str]:
     if t.precision in LOW_PRECISION_ARGS:
         args += ["--bf16", *LOW_PRECISION_ARGS[t.precision]]
     args += ["--grad-reduce-in-bf16"] * t.grad_reduce_in_bf16 + ["--fp8-param-gather"] * t.fp8_param_gather
+    args += ["--overlap-moe-expert-parallel-comm"] * t.moe_a2a_overlap + CUDA_GRAPH_ARGS[t.cuda_graphs]
     return args + vocab_args(plan, notes)
+
+
+CUDA_GRAPH_ARGS = {
+    "none": [],
+    "moe_router": ["--cuda-graph-impl", "transformer_engine", "--cuda-graph-scope", "attn", "moe_router", "moe_preprocess"],
+    "full_iteration": ["--cuda-graph-impl", "local", "--cuda-graph-scope", "full_iteration",
+                       "--no-check-for-nan-in-loss-and-grad"],
+}
+"""TrainingSpec.cuda_graphs on Megatron's command line: partial scopes are Transformer Engine's, the whole
+iteration the local implementation's, which asserts "--no-check-for-nan-in-loss-and-grad should be set
+with full_iteration CUDA graph" (arguments.py, validate_args)."""
 
 
 def expert_args(plan: Plan) -> list[str]:

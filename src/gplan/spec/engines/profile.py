@@ -106,6 +106,12 @@ class Capabilities:
     `cpu_offloading`, `cpu_offloading_num_layers`)."""
     fp8_param_gather: bool = False
     """Layer weights kept only quantised (Megatron-LM's --fp8-param-gather)."""
+    moe_a2a_overlap: bool = False
+    """The MoE all-to-all overlapped with another micro-batch's compute (Megatron-LM's
+    --overlap-moe-expert-parallel-comm)."""
+    cuda_graphs: bool = False
+    """CUDA-graph capture of the MoE router and permutation, or of the whole step (Megatron-LM's
+    --cuda-graph-impl, --cuda-graph-scope)."""
     tensor_parallel: bool = True
     """Tensor (and sequence) parallelism; FSDP-only stacks (llm-foundry) shard data parallel alone."""
     pipeline: bool = True

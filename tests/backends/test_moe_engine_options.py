@@ -1,0 +1,69 @@
+"""Megatron's MoE engine options — the all-to-all overlap and CUDA graphs — from the command line to the
+export and back: searched, written as Megatron-LM's flags (checked by megatron_rules.py, Megatron-LM's own
+rules), read back by `--from` at the same price; an engine without them, or a model without experts,
+exits 3 with a hint."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import megatron_rules
+from test_exporters import script_args, script_env
+
+MOE = ["qwen3-30b-a3b", "--cluster", "dgx-h100", "--devices", "16", "--gbs", "256", "--seq-length", "4096"]
+
+
+def _exported(gplan, plan_path, out):
+    assert gplan("export", str(plan_path), "--to", "megatron", "-o", str(out)).code == 0
+    plan = json.loads(plan_path.read_text())
+    text = (out / "megatron_pretrain_gpt.sh").read_text()
+    world = plan["parallel"]["dp"] * plan["parallel"]["tp"] * plan["parallel"]["pp"] * plan["parallel"]["cp"]
+    return plan, megatron_rules.validate(script_args(text, "MEGATRON_ARGS"), world, script_env(text), device_arch=9)
+
+
+def test_an_overlapped_graphed_search_is_exported_as_megatron_runs_it_and_read_back(gplan, tmp_path):
+    plan_path = tmp_path / "plan.json"
+    r = gplan("search", *MOE, "--target", "megatron", "--precision", "fp8", "--moe-a2a-overlap",
+              "--cuda-graphs", "moe_router", "--out", str(plan_path))
+    assert r.code == 0, r.stderr
+    plan, args = _exported(gplan, plan_path, tmp_path / "megatron")
+    assert plan["training"]["moe_a2a_overlap"] and plan["training"]["cuda_graphs"] == "moe_router"
+    c = plan["parallel"]
+    assert c["ep"] > 1 and (c["pp"] == 1 or c["vpp"] > 1)  # the overlap's own rules, kept by the search
+    assert args.overlap_moe_expert_parallel_comm
+    assert args.cuda_graph_impl == "transformer_engine" and "moe_router" in args.cuda_graph_scope
+    back = gplan("estimate", "qwen3-30b-a3b", "--from", str(tmp_path / "megatron" / "megatron_pretrain_gpt.sh"),
+                 "--cluster", "dgx-h100", "--json").json()
+    assert back["step_time_s"] == pytest.approx(plan["prediction"]["step_time_s"], rel=1e-6)
+
+
+def test_a_full_iteration_graph_is_cheaper_and_exported_with_megatrons_nan_check_off(gplan, tmp_path):
+    base = [*MOE, "--target", "megatron", "--tp", "1", "--pp", "1", "--ep", "8", "--mbs", "1", "--recompute", "none",
+            "--zero", "1"]
+    plain = gplan("estimate", *base, "--json").json()
+    graphed = gplan("estimate", *base, "--cuda-graphs", "full_iteration", "--json").json()
+    assert graphed["step_time_s"] < plain["step_time_s"]  # no host time on the MoE layers
+    assert graphed["memory_bytes_per_device_max"] == plain["memory_bytes_per_device_max"]
+    plan_path = tmp_path / "plan.json"
+    assert gplan("search", *MOE, "--target", "megatron", "--tp", "1", "--pp", "1", "--cuda-graphs", "full_iteration",
+                 "--out", str(plan_path)).code == 0
+    _, args = _exported(gplan, plan_path, tmp_path / "megatron")
+    assert args.cuda_graph_impl == "local" and args.cuda_graph_scope == ["full_iteration"]
+    assert args.no_check_for_nan_in_loss_and_grad
+
+
+@pytest.mark.parametrize("argv, says, hint", [
+    ([*MOE, "--target", "torchtitan", "--cuda-graphs", "full_iteration"], "capability cuda_graphs", "--target megatron"),
+    ([*MOE, "--target", "torchtitan", "--moe-a2a-overlap"], "capability moe_a2a_overlap", "--target megatron"),
+    (["llama3-8b", "--cluster", "dgx-h100", "--devices", "8", "--target", "megatron", "--moe-a2a-overlap"],
+     "has no experts", "leave --moe-a2a-overlap out"),
+    ([*MOE, "--target", "megatron", "--cuda-graphs", "layers"], "--cuda-graphs", "gplan --help"),
+    ([*MOE, "--target", "megatron", "--moe-a2a-overlap", "--ep", "1"], "ep is 1", "leave --moe-a2a-overlap out"),
+])
+def test_bad_engine_options_exit_3_with_a_hint(gplan, argv, says, hint):
+    r = gplan("estimate", *argv)
+    assert r.code == 3, r.stderr
+    assert says in r.stderr and hint in r.stderr
+    assert "Traceback" not in r.stderr
