@@ -369,10 +369,14 @@ def bloom_partition(num_layers: int, pp: int, embedding_aware: bool) -> list[int
     return sizes
 
 
+JEAN_ZAY = ROOT / "bench" / "data" / "jean-zay-a100.yaml"
+"""The sweep's cluster: DGX-like A100 nodes with a quarter of a DGX's inter-node bandwidth (Omni-Path)."""
+
+
 def load_bloom_cases(path: Path = BLOOM_CSV) -> list[tuple[Case, dict]]:
     """(case, row) for every BLOOM row with a configuration (measured step time, or 0 when it has none:
     the out-of-memory rows): GPT-style (gelu 4h, LayerNorm, ALiBi, tied), Megatron-DeepSpeed ZeRO-1,
-    full recompute, its pipeline partition, no flash attention (2022)."""
+    full recompute, its pipeline partition, no flash attention (2022), on Jean Zay's nodes (`JEAN_ZAY`)."""
     out = []
     for r in csv.DictReader(path.open()):
         if not r["dp"] or not r["micro_batch_size"] or "no measurement" in r["status"]:
@@ -391,7 +395,7 @@ def load_bloom_cases(path: Path = BLOOM_CSV) -> list[tuple[Case, dict]]:
         label = f"BLOOM {r['model'].split('(')[1].rstrip(')')} {config.label()} {precision}"
         step = float(r["sec_per_iter"]) if r["sec_per_iter"] else 0.0
         out.append((Case(r["row_id"], "S12", label, model, training, config,
-                         load_cluster("dgx-a100-80g", config.world_size), False, step, layouts), r))
+                         load_cluster(str(JEAN_ZAY)).sized(config.world_size), False, step, layouts), r))
     return out
 
 
@@ -522,7 +526,8 @@ def load_bridge_cases(path: Path = BRIDGE_CSV) -> tuple[list[BridgeCase], list[t
     from gplan.profiles.catalogue import load_model
 
     out, skipped = [], []
-    for r in csv.DictReader(path.open()):
+    table = list(csv.DictReader(path.open()))
+    for r in table:
         if r["is_moe"] == "true":
             continue
         if not r["precision"]:
@@ -532,6 +537,9 @@ def load_bridge_cases(path: Path = BRIDGE_CSV) -> tuple[list[BridgeCase], list[t
         gpus, tp, pp, cp = int(r["num_gpus"]), int(r["tp"]), int(r["pp"]), int(r["cp"])
         vpp = int(r["vp"]) if r["vp"] not in ("", "n/a") else 1
         dp = gpus // (tp * pp * cp)
+        donor = settings_donor(r, table)
+        if donor is not None:
+            r = {**r, "fsdp": donor["fsdp"], "other_settings": donor["other_settings"], "inherited": donor["row_id"]}
         fsdp = int(r["fsdp"]) if r["fsdp"] else 0
         settings = r["other_settings"]
         recompute, modules = recompute_of(settings)
@@ -541,6 +549,39 @@ def load_bridge_cases(path: Path = BRIDGE_CSV) -> tuple[list[BridgeCase], list[t
                                 recompute_modules=modules, offload_layers=int(offload.group(1)) if offload else 0)
         _add_bridge_case(r, model, config, out, skipped)
     return out, skipped
+
+
+RECIPE_SETTINGS = re.compile(r"\[from |recompute_|cpu_offloading|use_megatron_fsdp")
+"""What a row's `other_settings` hold when its table states the recipe (its source, recompute, offloading,
+Megatron-FSDP); a row with none of it — the 25.11 tables' `GA=…` notes, empty 26.02.01 rows — states none."""
+
+
+def _release_key(release: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in release.split("."))
+
+
+def settings_donor(r: dict, table: list[dict]) -> dict | None:
+    """For a dense row whose table states no recipe settings: the row of the same model, system and layout
+    (tp pp cp vp mbs) in the nearest release that states them — at the same precision if one does, else at
+    any — whose memory settings (Megatron-FSDP, offloading, recompute) it is priced with; None where the
+    row states its own or none matches. Megatron-Bridge keeps one performance preset per (model, system,
+    layout) across releases (scripts/performance/configs/llama/llama3_workload_base_configs.py), and a
+    70B layout at tp1 pp1 cannot run without sharding its states: the README names each row priced so."""
+    if RECIPE_SETTINGS.search(r["other_settings"]):
+        return None
+    def layout(row: dict) -> tuple:
+        vp = row["vp"] if row["vp"] not in ("", "n/a") else "1"
+        return row["model"], row["system"], row["tp"], row["pp"], row["cp"], vp, row["micro_batch_size"]
+
+    same = [d for d in table if d["is_moe"] != "true" and d["row_id"] != r["row_id"] and
+            layout(d) == layout(r) and RECIPE_SETTINGS.search(d["other_settings"])]
+    precise = [d for d in same if BRIDGE_PRECISION.get(d["precision"]) == BRIDGE_PRECISION.get(r["precision"])]
+    pool = precise or same
+    if not pool:
+        return None
+    here = _release_key(r["release"])
+    return min(pool, key=lambda d: (abs(_release_key(d["release"])[0] - here[0]) * 100
+                                    + abs(_release_key(d["release"])[1] - here[1]), d["row_id"]))
 
 
 def _add_bridge_case(r: dict, model, config: ParallelConfig, out: list, skipped: list, **options) -> None:
@@ -557,7 +598,8 @@ def _add_bridge_case(r: dict, model, config: ParallelConfig, out: list, skipped:
         skipped.append((r["row_id"], f"not expressible yet: {exc.message}"))
         return
     step = training.gbs * training.seq_length / (float(r["tokens_per_sec_per_gpu"]) * gpus)
-    label = f"{r['model']} {gpus}×{r['system']} {r['precision']} {config.label()} ({r['release']})"
+    inherited = f"; settings of row {r['inherited']}" if r.get("inherited") else ""
+    label = f"{r['model']} {gpus}×{r['system']} {r['precision']} {config.label()} ({r['release']}{inherited})"
     cluster = load_cluster(BRIDGE_SYSTEMS[r["system"]], gpus)
     out.append(BridgeCase(Case(r["row_id"], "MB", label, model, training, config, cluster, False, step),
                           r["release"], r["system"]))
@@ -650,6 +692,7 @@ def memory_report(path: Path = BRIDGE_CSV) -> str:
              "sets them: `BRIDGE_LOW_PRECISION_PARAMS`):", "",
              "| rows | priced | above physical memory | above gplan's budget (headroom 10%) |", "|---|---:|---:|---:|"]
     named = []
+    table = {r["row_id"]: r for r in csv.DictReader(path.open())}
     for family, loader in (("dense", load_bridge_cases), ("MoE", load_moe_cases)):
         rows = loader(path)[0]
         over = budget = 0
@@ -666,13 +709,31 @@ def memory_report(path: Path = BRIDGE_CSV) -> str:
                 states = m.weights_bytes + m.grads_bytes + m.optimizer_bytes
                 term = (f"states alone {states / 2**30:.0f} GiB" if states > physical * 0.9 else
                         f"activations {m.activations_bytes / 2**30:.0f} GiB beside {states / 2**30:.0f} GiB of states")
-                named.append(f"| {c.row_id} | {c.label} | {peak / 2**30:.0f} of {physical / 2**30:.0f} GiB | {term} |")
+                elsewhere = other_layouts(table[c.row_id], table.values()) if peak > physical else ""
+                named.append(f"| {c.row_id} | {c.label} | {peak / 2**30:.0f} of {physical / 2**30:.0f} GiB | {term} | "
+                             f"{elsewhere} |")
         lines.append(f"| {family} | {len(rows)} | {over} | {budget} |")
     if named:
-        lines += ["", "The rows gplan does not fit, and the term that decides (a row whose layout its table states "
-                  "only in part — `WorkloadBaseConfig overrides only`, or no settings at all — is priced as written):",
-                  "", "| row | run | predicted peak | deciding term |", "|---|---|---:|---|", *named]
+        lines += ["", "The rows gplan does not fit, and the term that decides (a row whose table states no recipe "
+                  "settings is priced with those of the same model, system and layout in the nearest release that "
+                  "states them — `settings_donor`, shown as \"settings of row N\"; a row with no such neighbour, or "
+                  "stating `WorkloadBaseConfig overrides only`, as written):",
+                  "", "| row | run | predicted peak | deciding term | above physical: the same model, system and "
+                  "precision in the table's other releases |", "|---|---|---:|---|---|", *named]
     return "\n".join(lines)
+
+
+def other_layouts(r: dict, table) -> str:
+    """The layouts (tp pp vp mbs) the table gives the row's model, system and precision in other releases,
+    with their rows: where a row's own layout is unlike all of them, its table likely mis-states it."""
+    found: dict[str, list[str]] = {}
+    for d in table:
+        if (d["model"], d["system"]) != (r["model"], r["system"]) or d["row_id"] == r["row_id"] or \
+                BRIDGE_PRECISION.get(d["precision"]) != BRIDGE_PRECISION.get(r["precision"]):
+            continue
+        found.setdefault(f"tp{d['tp']} pp{d['pp']} vp{d['vp'] or '-'} mbs{d['micro_batch_size']}", []).append(d["row_id"])
+    found.pop(f"tp{r['tp']} pp{r['pp']} vp{r['vp'] or '-'} mbs{r['micro_batch_size']}", None)
+    return "; ".join(f"{layout} (rows {', '.join(rows)})" for layout, rows in found.items()) or "none"
 
 
 # ---- Megatron-Bridge's mixture-of-experts rows ------------------------------------------------------

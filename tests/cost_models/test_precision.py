@@ -31,6 +31,26 @@ def test_a_low_precision_recipe_keeps_quantised_copies_of_the_layer_weights(prec
     assert memory.low_precision_weight_bytes(precision) == per_param
 
 
+@pytest.mark.parametrize("precision", ["nvfp4", "mxfp8"])
+def test_under_zero_3_a_rank_keeps_the_quantised_copies_of_its_own_shard(precision):
+    """Megatron-FSDP and FSDP2 quantise the unit they gather: the persistent copies are the shard's, 1/(dp·cp)
+    of the layer weights (row 155 of the Bridge table, Llama 3 70B NVFP4 at tp 1 pp 1 over 64 GB300, was
+    priced with 73 GiB of unsharded copies)."""
+    cluster = load_cluster("gb300-nvl72", 64)
+    training = TrainingSpec(gbs=128, seq_length=8192, precision=precision, engine="megatron")
+    bf16 = training.model_copy(update={"precision": "bf16"})
+
+    def extra(zero: int) -> float:
+        config = ParallelConfig(dp=64, zero=zero, mbs=1, recompute="full")
+        low, base = (StepModel(LLAMA, t, cluster, config).predict().stages[0].memory.weights_bytes
+                     for t in (training, bf16))
+        return low - base
+
+    layer_params = LLAMA.num_layers * LLAMA.layer_params_per_rank(LLAMA.layer_kinds()[0], 1)
+    assert extra(1) == pytest.approx(layer_params * memory.low_precision_weight_bytes(precision))
+    assert extra(3) == pytest.approx(extra(1) / 64)
+
+
 def test_fp8_runs_the_layers_gemms_at_the_fp8_peak_and_attention_at_bf16():
     device = load_cluster("dgx-h100", 8).primary.hardware.model_copy(update={"precision_efficiency": {}})
     shard = compute.Shard(batch=1, seq=8192, kv_seq=8192, tp=8, sp=True)

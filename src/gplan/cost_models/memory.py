@@ -228,12 +228,14 @@ def low_precision_weight_bytes(precision: str) -> float:
     return {"fp8": 2.0, "mxfp8": 2 + 2 / 32, "nvfp4": 1 + 2 / 16}.get(precision, 0.0)
 
 
-def layer_weight_copy_bytes(training: TrainingSpec) -> float:
+def layer_weight_copy_bytes(training: TrainingSpec, config: ParallelConfig) -> float:
     """Per parameter of a layer, what a low-precision recipe adds to its 16-bit weight: the quantised copies
     (`low_precision_weight_bytes`), less the 16-bit weight itself where the weights are kept only quantised
-    (`fp8_param_gather`)."""
+    (`fp8_param_gather`). With zero 3 a rank keeps them of its own shard only, as it keeps the weights
+    (Megatron-FSDP and FSDP2 quantise the unit they gather; the gathered unit is `zero3_gather_buffer_bytes`'s)."""
     copies = low_precision_weight_bytes(training.precision)
-    return copies - training.element_bytes if training.fp8_param_gather and copies else copies
+    extra = copies - training.element_bytes if training.fp8_param_gather and copies else copies
+    return extra / zero_shard_ranks(config) if config.zero >= 3 else extra
 
 
 def zero3_gather_buffer_bytes(unit_params: list[float], element_bytes: int) -> float:

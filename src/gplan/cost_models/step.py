@@ -475,7 +475,7 @@ class StepModel:
         copies of an FP8 recipe."""
         params = self.layer_params(kind)
         return sum(self.states(params, self.layer_expert_params(kind))) + \
-            params * memory.layer_weight_copy_bytes(self.training)
+            params * memory.layer_weight_copy_bytes(self.training, self.config)
 
     def layer_transient_bytes(self, kind: str, recompute: str) -> float:
         """The working set while one layer of this kind runs its backward (recompute + gradients)."""
@@ -533,7 +533,7 @@ class StepModel:
         layer_params = sum(c.count * self.layer_params(c.kind) for c in layout.layers)
         if layout.head:  # the MTP depths' layers are quantised like the model's
             layer_params += self.model.mtp_layers * self.layer_params(self.model.mtp_kind.name)
-        weights += layer_params * memory.layer_weight_copy_bytes(t)
+        weights += layer_params * memory.layer_weight_copy_bytes(t, c)
         allocated = weights + grads + optimizer + activations + buffers + transient
         return StageMemory(
             weights_bytes=weights, grads_bytes=grads, optimizer_bytes=optimizer, activations_bytes=activations,

@@ -225,7 +225,7 @@ def states_fit(step: StepModel) -> bool:
     a large mixture of experts) fail here."""
     layer_params, routed = _layer_param_sums(step)
     total = sum(step.states(layer_params + sum(_fixed_params(step)), routed)) + \
-        layer_params * memory.layer_weight_copy_bytes(step.training)
+        layer_params * memory.layer_weight_copy_bytes(step.training, step.config)
     return total / step.config.pp <= max(allocatable_bytes(step, g) for g in range(len(step.cluster.node_groups)))
 
 
