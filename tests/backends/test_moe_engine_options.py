@@ -67,3 +67,17 @@ def test_bad_engine_options_exit_3_with_a_hint(gplan, argv, says, hint):
     assert r.code == 3, r.stderr
     assert says in r.stderr and hint in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_an_export_to_an_engine_without_the_options_runs_and_reprices_without_them(gplan, tmp_path):
+    """torchtitan has neither CUDA graphs nor bf16 gradient reduction: its export says it runs without them
+    and re-prices the plan so (spec.targets.as_engine_runs) — the host time comes back, so it is slower."""
+    plan_path = tmp_path / "plan.json"
+    assert gplan("search", *MOE, "--target", "megatron", "--tp", "1", "--pp", "1", "--cuda-graphs", "full_iteration",
+                 "--grad-reduce-in-bf16", "--out", str(plan_path)).code == 0
+    r = gplan("export", str(plan_path), "--to", "torchtitan", "-o", str(tmp_path / "tt"))
+    assert r.code == 0, r.stderr
+    note = next(line for line in r.stderr.replace("\n", " ").split("note: ") if "re-priced as torchtitan" in line)
+    assert "without --grad-reduce-in-bf16, --cuda-graphs" in note
+    change = float(note.split("s/step (")[1].split("%")[0])
+    assert change > 0

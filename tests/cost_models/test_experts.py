@@ -157,11 +157,15 @@ def test_an_moe_pass_exposes_host_time_unless_a_graph_captures_the_iteration():
 
 def test_more_local_experts_mean_more_launches():
     """Fewer ep ranks hold more experts each: E/ep launches per pass outside a captured iteration."""
-    model = load_model("qwen3-30b-a3b")
-    few = experts.host_time_s(model, ParallelConfig(dp=16, ep=16), "none")
-    many = experts.host_time_s(model, ParallelConfig(dp=16, ep=4), "none")
+    model, megatron = load_model("qwen3-30b-a3b"), TrainingSpec(gbs=64, seq_length=SEQ, engine="megatron")
+    few = experts.host_time_s(model, ParallelConfig(dp=16, ep=16), megatron)
+    many = experts.host_time_s(model, ParallelConfig(dp=16, ep=4), megatron)
     assert many - few == pytest.approx(experts.EXPERT_LAUNCH_S * (128 // 4 - 128 // 16))
-    assert experts.host_time_s(model, ParallelConfig(dp=16, ep=4), "full_iteration") == 0.0
+    graphed = megatron.model_copy(update={"cuda_graphs": "full_iteration"})
+    assert experts.host_time_s(model, ParallelConfig(dp=16, ep=4), graphed) == 0.0
+    # torchtitan's torch._grouped_mm runs the group as one kernel: the sync alone, however many experts
+    torchtitan = megatron.model_copy(update={"engine": "torchtitan"})
+    assert experts.host_time_s(model, ParallelConfig(dp=16, ep=4), torchtitan) == experts.HOST_SYNC_S["none"]
 
 
 def test_the_overlapped_alltoall_exposes_its_fitted_share():

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from gplan.cost_models.compute import GEMM_BACKWARD_FLOP_RATIO, Gemm, Shard, gemm_time_s, memory_time_s
 from gplan.profiles.schema import DeviceSpec
+from gplan.spec.engines import ENGINES
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import ParallelConfig
 from gplan.spec.training import TrainingSpec
@@ -105,12 +106,13 @@ def routed_elementwise_elements(model: ModelSpec, shard: Shard, config: Parallel
     return pairs * (4 * h + activation) + 3 * source_tokens(shard) * model.num_experts
 
 
-def host_time_s(model: ModelSpec, config: ParallelConfig, cuda_graphs: str) -> float:
+def host_time_s(model: ModelSpec, config: ParallelConfig, training: TrainingSpec) -> float:
     """Exposed host seconds of one MoE layer's pass on one device: the dispatcher's sync and launches
-    (`HOST_SYNC_S`) and the local experts' GEMM launches (`EXPERT_LAUNCH_S`), none of it under a captured
-    iteration."""
-    launches = 0.0 if cuda_graphs == "full_iteration" else EXPERT_LAUNCH_S * local_experts(model, config)
-    return HOST_SYNC_S[cuda_graphs] + launches
+    (`HOST_SYNC_S`) and, where the engine launches each expert's GEMMs (`Capabilities.per_expert_launches`),
+    the local experts' (`EXPERT_LAUNCH_S`); none of it under a captured iteration."""
+    graphs = training.cuda_graphs
+    per_expert = graphs != "full_iteration" and (training.engine not in ENGINES or ENGINES[training.engine].capabilities.per_expert_launches)
+    return HOST_SYNC_S[graphs] + (EXPERT_LAUNCH_S * local_experts(model, config) if per_expert else 0.0)
 
 
 # ---- communication volumes -----------------------------------------------------------------------

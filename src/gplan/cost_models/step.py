@@ -175,7 +175,7 @@ class StepModel:
         etp_s = comm.allgather_time_s(gathered, c.etp, comm.expert_axis_link(g, c, "etp"))
         passes = 3 if self.replays_moe_layer(recompute) else 2
         exposed = experts.OVERLAPPED_ALLTOALL_EXPOSED if self.training.moe_a2a_overlap else 1.0
-        host_s = experts.host_time_s(self.model, c, self.training.cuda_graphs)
+        host_s = experts.host_time_s(self.model, c, self.training)
         return passes * (2 * (a2a + etp_s) * exposed / experts.ALLTOALL_EFFICIENCY + host_s)
 
     def selective_modules(self, option: str) -> tuple[str, ...]:

@@ -8,6 +8,7 @@ from gplan.planner.placement import place
 from gplan.profiles.schema import ClusterSpec
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import ParallelConfig, StageLayout, uniform_layout
+from gplan.spec.targets import as_engine_runs
 from gplan.spec.training import TrainingSpec
 
 
@@ -47,7 +48,7 @@ def reprice_split(plan: Plan, layouts: list[StageLayout], engine: str | None = N
     """The plan's configuration priced as `engine` runs it (default: the plan's own; its overlap,
     efficiency, low-precision kernels and memory accounting) with the stage split it runs: step seconds,
     whether every stage fits its budget, and, when one does not, which and by how much."""
-    training = plan.training.model_copy(update={"engine": engine}) if engine else plan.training
+    training = as_engine_runs(plan.training, engine) if engine else plan.training
     prediction = StepModel(plan.model, training, plan.cluster, plan.parallel).predict(layouts)
     over = [s for s in prediction.stages if s.memory_bytes > s.memory_budget_bytes]
     binds = ""

@@ -173,16 +173,14 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
 
 def check_memory_options(training: TrainingSpec) -> None:
     """Megatron's memory options need an engine that has them, and --fp8-param-gather a low-precision recipe."""
-    from gplan.spec.targets import TARGETS
+    from gplan.spec.targets import ENGINE_OPTIONS, TARGETS, lacked_options
     from gplan.spec.training import LOW_PRECISION
 
-    caps = TARGETS.get(training.engine) if training.engine else None
-    for option, flag in (("grad_reduce_in_bf16", "--grad-reduce-in-bf16"), ("fp8_param_gather", "--fp8-param-gather"),
-                         ("moe_a2a_overlap", "--moe-a2a-overlap"), ("cuda_graphs", "--cuda-graphs")):
-        if getattr(training, option) not in (False, "none") and (caps is None or not getattr(caps, option)):
-            runners = [name for name, other in TARGETS.items() if getattr(other, option)]
-            raise InputError(f"{flag}: {training.engine} has no such option (capability {option})",
-                             hint=f"--target {' or '.join(runners)}, or leave {flag} out")
+    for option in lacked_options(training, training.engine):
+        flag = ENGINE_OPTIONS[option]
+        runners = [name for name, other in TARGETS.items() if getattr(other, option)]
+        raise InputError(f"{flag}: {training.engine} has no such option (capability {option})",
+                         hint=f"--target {' or '.join(runners)}, or leave {flag} out")
     if training.fp8_param_gather and training.precision not in LOW_PRECISION:
         raise InputError(f"--fp8-param-gather keeps the weights in a low-precision format; {training.precision} has none",
                          hint="use --precision fp8 or mxfp8, or leave --fp8-param-gather out")

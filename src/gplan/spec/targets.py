@@ -85,6 +85,25 @@ def overlaps_param_gather(engine: str | None, precision: str) -> bool:
     return target is None or precision not in target.no_param_gather_overlap
 
 
+ENGINE_OPTIONS = {"grad_reduce_in_bf16": "--grad-reduce-in-bf16", "fp8_param_gather": "--fp8-param-gather",
+                  "moe_a2a_overlap": "--moe-a2a-overlap", "cuda_graphs": "--cuda-graphs"}
+"""TrainingSpec's engine switches, each a capability of the same name, and its flag."""
+
+
+def lacked_options(training: TrainingSpec, engine: str | None) -> list[str]:
+    """The engine switches `training` sets that `engine` does not have (all of them without an engine)."""
+    caps = TARGETS.get(engine or "")
+    return [option for option in ENGINE_OPTIONS if getattr(training, option) not in (False, "none")
+            and (caps is None or not getattr(caps, option))]
+
+
+def as_engine_runs(training: TrainingSpec, engine: str) -> TrainingSpec:
+    """`training` run by `engine`: the switches it lacks at their defaults (an export to another engine
+    runs without Megatron's CUDA graphs or bf16 gradient reduction)."""
+    dropped = {option: TrainingSpec.model_fields[option].default for option in lacked_options(training, engine)}
+    return training.model_copy(update={"engine": engine, **dropped})
+
+
 def default_target(hardware_kind: str, precision: str | None = None, experts: bool = False) -> str:
     """The backend of the cluster's hardware: MindSpore on Ascend NPUs (MindFormers for mixtures of
     experts), torch elsewhere — Megatron-LM for FP8 recipes and for mixtures of experts on GPUs

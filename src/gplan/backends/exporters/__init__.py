@@ -121,7 +121,8 @@ def engine_split(plan: Plan, engine: str, reprice: Reprice | None) -> tuple[list
     option that avoids it. Return the split it runs and, where the engine runs the plan otherwise — its
     own split, or the same split at its own speed (another engine's overlap, efficiency, kernels, memory
     accounting) — a note with the step re-priced as it runs; refuse when that no longer fits."""
-    from gplan.spec.targets import TARGETS, config_refusals, same_split, split_refusals, runs_as
+    from gplan.spec.targets import (ENGINE_OPTIONS, TARGETS, config_refusals, lacked_options, runs_as, same_split,
+                                    split_refusals)
 
     caps = TARGETS[engine]
     found = config_refusals(caps, plan.model, plan.parallel, plan.parallel.num_microbatches, plan.training.precision)
@@ -137,6 +138,9 @@ def engine_split(plan: Plan, engine: str, reprice: Reprice | None) -> tuple[list
         return planned, []
     why = (f"priced for {plan.training.engine}, run by {engine}" if same
            else split_refusals(caps, plan.model, plan.parallel, planned)[0].detail)
+    lacked = lacked_options(plan.training, engine)
+    if lacked:  # the plan's engine switches this engine has not: it runs without them
+        why += f" without {', '.join(ENGINE_OPTIONS[o] for o in lacked)} ({engine} has no such option)"
     if reprice is None:
         return layouts, [] if same else [f"{why}: not re-priced"]
     step_s, fits, binds = reprice(plan, layouts, engine)

@@ -112,6 +112,11 @@ class Capabilities:
     cuda_graphs: bool = False
     """CUDA-graph capture of the MoE router and permutation, or of the whole step (Megatron-LM's
     --cuda-graph-impl, --cuda-graph-scope)."""
+    per_expert_launches: bool = True
+    """Its grouped GEMM launches each local expert's GEMMs as kernels of their own (Transformer Engine's
+    GroupedLinear under Megatron, gplan's torch worker's loop over experts, DeepSpeed-MoE's): a host cost
+    per local expert (cost_models.experts.EXPERT_LAUNCH_S). torchtitan's `torch._grouped_mm` runs the group
+    as one kernel (torchtitan/models/moe: `_run_experts_grouped_mm`)."""
     tensor_parallel: bool = True
     """Tensor (and sequence) parallelism; FSDP-only stacks (llm-foundry) shard data parallel alone."""
     pipeline: bool = True

@@ -10,7 +10,8 @@ ENGINE = EngineProfile(
     capabilities=Capabilities("torchtitan", ALL_SCHEDULES, microbatches_at_least_stages=True, cp=True,
                               tied_embeddings_across_stages=False, recompute="every_layer", uneven_split=True,
                               zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False, llama_family_only=True,
-                              tied_embeddings=True, selective=False, recompute_modules=frozenset(), experts=True, latent_attention=True,
+                              tied_embeddings=True, selective=False, recompute_modules=frozenset(), experts=True,
+                              per_expert_launches=False, latent_attention=True,
                               expert_tp="follows_tp", ep_within_fsdp=True,
                               expert_families=frozenset({"qwen3_moe", "deepseek_v3"}),
                               # 0.3.0's converters: Float8LinearConverter (recipes rowwise and
