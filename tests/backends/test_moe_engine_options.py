@@ -81,3 +81,17 @@ def test_an_export_to_an_engine_without_the_options_runs_and_reprices_without_th
     assert "without --grad-reduce-in-bf16, --cuda-graphs" in note
     change = float(note.split("s/step (")[1].split("%")[0])
     assert change > 0
+
+
+@pytest.mark.parametrize("impl, scope, graphs", [
+    (None, None, "none"), ("none", ["full_iteration"], "none"),
+    ("local", ["full_iteration"], "full_iteration"),                    # a log prints the scope as a list
+    ("transformer_engine", ["attn", "moe_router", "moe_preprocess"], "moe_router"),
+    ("transformer_engine", [], "moe_router"),                           # no scope: every layer whole
+    ("transformer_engine", ["attn"], "none"),                           # dense parts only: no MoE host time saved
+    ("transformer_engine", "moe_router moe_preprocess", "moe_router"),
+])
+def test_megatrons_cuda_graph_flags_read_as_the_capture_gplan_prices(impl, scope, graphs):
+    from gplan.planner.launch_files import cuda_graphs_of
+
+    assert cuda_graphs_of(impl, scope) == graphs
