@@ -88,6 +88,20 @@ def test_the_log_gives_the_rows_configuration_and_step_exactly(tmp_path):
     assert m.total_params() == bundled.total_params() and m.kv_heads == 8 and m.rope_theta == 500000
 
 
+def test_a_logs_engine_switches_price_the_run_as_it_ran(tmp_path):
+    """`gplan calibrate` prices a Megatron log with the switches its arguments set (bf16 gradients, FP8
+    parameters), as `--from` does: their memory is the run's, not fp32 gradients beside 16-bit weights."""
+    args, tokens_per_gpu = ROWS["llama3-70b-row70"]
+    step_s = args["global_batch_size"] * args["seq_length"] / (tokens_per_gpu * args["world_size"])
+    plain, switched = tmp_path / "plain.log", tmp_path / "switched.log"
+    plain.write_text(megatron_log(args, step_s))
+    switched.write_text(megatron_log(dict(args, grad_reduce_in_bf16=True, fp8_param_gather=True), step_s))
+    runs = [read_log_run(p, "dgx-h100", None, None).plan for p in (plain, switched)]
+    assert not runs[0].training.grad_reduce_in_bf16
+    assert runs[1].training.grad_reduce_in_bf16 and runs[1].training.fp8_param_gather
+    assert runs[1].prediction.memory_bytes_per_device_max < runs[0].prediction.memory_bytes_per_device_max
+
+
 def test_skipped_iterations_are_left_out_of_the_steady_step(tmp_path):
     args, _ = ROWS["llama3-8b-row250"]
     path = tmp_path / "skip.log"

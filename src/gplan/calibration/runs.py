@@ -238,7 +238,8 @@ def read_log_run(path: Path, cluster: str | None, hardware: str | None, devices_
 
 
 def launch_plan(launch, model, cluster: str | None, hardware: str | None, devices_per_node: int | None) -> Plan:
-    """The plan of a launch read from a log, on its own world size, priced as its engine runs it."""
+    """The plan of a launch read from a log, on its own world size, priced as its engine runs it (with the
+    engine switches it sets: bf16 gradients, FP8 parameters, the MoE overlap, CUDA graphs)."""
     from gplan.planner.build import make_plan
     from gplan.planner.inputs import resolve_cluster
     from gplan.planner.launch_files import launch_batch, launch_config, launch_layouts
@@ -249,7 +250,7 @@ def launch_plan(launch, model, cluster: str | None, hardware: str | None, device
     spec, devices, _ = resolve_cluster(world, cluster, hardware, devices_per_node)
     config = launch_config(launch, model, world)
     training = TrainingSpec(gbs=launch_batch(launch, config), seq_length=launch.seq_length or model.seq_length,
-                            precision=launch.precision, engine=launch.engine)
+                            precision=launch.precision, engine=launch.engine, **launch.memory_options)
     check_config(model, training, config, world)
     sized = spec.sized(devices)
     return make_plan(model, training, sized, config, launch_layouts(launch, model, config, sized), target=launch.engine)
