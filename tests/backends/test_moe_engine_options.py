@@ -1,7 +1,7 @@
-"""Megatron's MoE engine options — the all-to-all overlap and CUDA graphs — from the command line to the
-export and back: searched, written as Megatron-LM's flags (checked by megatron_rules.py, Megatron-LM's own
-rules), read back by `--from` at the same price; an engine without them, or a model without experts,
-exits 3 with a hint."""
+"""Megatron's engine switches — the MoE all-to-all overlap and CUDA graphs, beside bf16 gradients — from the
+command line to the export and back: searched, written as Megatron-LM's flags (checked by megatron_rules.py,
+Megatron-LM's own rules), read back by `--from` at the same price; another engine's export or worker runs
+without them and says so; an engine without them, or a model without experts, exits 3 with a hint."""
 
 from __future__ import annotations
 
@@ -95,3 +95,13 @@ def test_megatrons_cuda_graph_flags_read_as_the_capture_gplan_prices(impl, scope
     from gplan.planner.launch_files import cuda_graphs_of
 
     assert cuda_graphs_of(impl, scope) == graphs
+
+
+def test_a_launch_on_a_worker_without_the_switches_says_it_runs_without_them(gplan, tmp_path):
+    plan_path = tmp_path / "plan.json"
+    assert gplan("search", "llama3-8b", "--cluster", "dgx-h100", "--devices", "8", "--target", "megatron", "--tp", "1,2",
+                 "--pp", "1", "--grad-reduce-in-bf16", "--out", str(plan_path)).code == 0
+    r = gplan("launch", str(plan_path), "--dry-run")
+    assert r.code == 0, r.stderr
+    said = " ".join(r.stderr.split())
+    assert "priced with --grad-reduce-in-bf16 (megatron's); the torch worker runs without" in said

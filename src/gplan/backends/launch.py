@@ -21,7 +21,7 @@ from pathlib import Path
 
 from gplan.errors import BackendError, InputError
 from gplan.plan import Plan, layouts_of
-from gplan.spec.targets import TARGETS, refusals
+from gplan.spec.targets import ENGINE_OPTIONS, TARGETS, lacked_options, refusals
 
 TORCHRUN_PORT = 29500
 MSRUN_PORT = 8118
@@ -94,6 +94,17 @@ def refuse_unsupported(plan: Plan, target: str) -> None:
     if found:
         raise InputError(f"the {target} backend cannot run this plan ({found[0].capability}): {found[0].detail}",
                          hint=found[0].hint(target, plan.target))
+
+
+def lacked_switch_notes(plan: Plan, target: str) -> list[str]:
+    """The plan's engine switches (TrainingSpec: CUDA graphs, the MoE overlap, bf16 gradients, FP8 parameters)
+    the backend's worker does not have: it runs without them, so the measured step and memory differ."""
+    lacked = lacked_options(plan.training, target)
+    if not lacked:
+        return []
+    flags = ", ".join(ENGINE_OPTIONS[o] for o in lacked)
+    return [f"the plan was priced with {flags} ({plan.training.engine or 'megatron'}'s); the {target} worker runs "
+            f"without: measured step and memory differ from the plan's (search with --target {target} to match)"]
 
 
 def default_nodes(plan: Plan) -> tuple[int, int]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from gplan.backends.common import worker_argv
 from gplan.backends.launch import (MSRUN_PORT, JobRecipe, LaunchOptions, LaunchSpec, NodeCommand, job_name, msrun_argv,
-                                   node_layout, refuse_unsupported, run_job,
+                                   lacked_switch_notes, node_layout, refuse_unsupported, run_job,
                                    slurm_script as slurm_script_of)
 from gplan.backends.mindspore.strategy import optimizer_parallel_note
 from gplan.errors import BackendError, InputError
@@ -60,6 +60,10 @@ def recipe(plan: Plan, plan_path: Path, options: LaunchOptions, nnodes: int, per
 
 
 def notes(plan: Plan, device: str) -> list[str]:
+    return _sharding_notes(plan, device) + lacked_switch_notes(plan, "mindspore")
+
+
+def _sharding_notes(plan: Plan, device: str) -> list[str]:
     c = plan.parallel
     if c.zero == 0 or c.dp == 1:
         return []

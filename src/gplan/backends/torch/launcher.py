@@ -20,7 +20,7 @@ from pathlib import Path
 from gplan.backends.common import worker_argv as common_worker_argv
 from gplan.backends.launch import (TORCHRUN_PORT, JobRecipe, LaunchOptions, LaunchSpec, NodeCommand, job_name,
                                    node_layout, refuse_unsupported, run_job, torchrun_argv)
-from gplan.backends.launch import hetero_slurm_script, slurm_script as slurm_script_of
+from gplan.backends.launch import hetero_slurm_script, lacked_switch_notes, slurm_script as slurm_script_of
 from gplan.errors import BackendError, InputError
 from gplan.plan import Plan
 from gplan.spec.training import LOW_PRECISION_RECIPES
@@ -88,7 +88,7 @@ def notes(plan: Plan, device: str = "auto") -> list[str]:
     if c.zero == 0 and c.dp > 1:
         found.append("zero 0 averages the gradients after the backward, not overlapped with it as DDP does: "
                      "the data-parallel all-reduce shows in full in the measured step")
-    return found
+    return found + lacked_switch_notes(plan, "torch")
 
 
 def job_env(plan: Plan) -> dict[str, str]:
