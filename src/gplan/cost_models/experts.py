@@ -14,7 +14,9 @@ tp rank starts from its own slice of the tokens):
 With balanced routing a device computes `k·b·s/(cp·tp)` token-expert pairs whatever ep and etp are:
 ep and etp change the GEMMs' shapes, the all-to-all and the memory, not the FLOPs per device.
 `imbalance` (≥ 1) scales the busiest device's routed work and traffic: 1.0 is the balanced limit the
-published Megatron-Bridge runs force (`moe_router_force_load_balancing`).
+published Megatron-Bridge runs force (`moe_router_force_load_balancing`). Each pass of a layer also
+exposes host time (`host_time_s`: the dispatcher's sync, per-expert launches) unless CUDA graphs capture
+the iteration.
 """
 
 from __future__ import annotations
@@ -43,8 +45,8 @@ HOST_SYNC_S: dict[str, float] = {"none": 0.9e-3, "moe_router": 0.9e-3, "full_ite
 """Exposed host time per MoE layer and pass (forward, backward, a replayed forward), by CUDA-graph
 capture (TrainingSpec.cuda_graphs): a dropless dispatcher reads the tokens per expert back to the host
 before it can size the grouped GEMMs (a device-to-host sync that drains the launch queue), then launches
-the router, permutation and dispatch kernels one by one; capturing the router and the permutation
-(`moe_router`) leaves part of it, a captured iteration none. Fitted as above."""
+the router, permutation and dispatch kernels one by one; a captured iteration leaves none of it. Fitted as
+above: capturing the router and the permutation (`moe_router`) fitted no cheaper on the rows that ran it."""
 EXPERT_LAUNCH_S = 0.12e-3
 """Exposed host time per local expert, MoE layer and pass without a captured iteration: Transformer
 Engine's grouped linear launches each expert's GEMMs (and their FP8 casts) as separate kernels, so a
@@ -110,8 +112,8 @@ def host_time_s(model: ModelSpec, config: ParallelConfig, training: TrainingSpec
     """Exposed host seconds of one MoE layer's pass on one device: the dispatcher's sync and launches
     (`HOST_SYNC_S`) and, where the engine launches each expert's GEMMs (`Capabilities.per_expert_launches`),
     the local experts' (`EXPERT_LAUNCH_S`); none of it under a captured iteration."""
-    graphs = training.cuda_graphs
-    per_expert = graphs != "full_iteration" and (training.engine not in ENGINES or ENGINES[training.engine].capabilities.per_expert_launches)
+    graphs, engine = training.cuda_graphs, ENGINES.get(training.engine or "")
+    per_expert = graphs != "full_iteration" and (engine is None or engine.capabilities.per_expert_launches)
     return HOST_SYNC_S[graphs] + (EXPERT_LAUNCH_S * local_experts(model, config) if per_expert else 0.0)
 
 
