@@ -857,23 +857,18 @@ def _predict(b: BridgeCase, constants: MoeConstants) -> float:
 def moe_parts(b: BridgeCase) -> MoeParts:
     """The row's `MoeParts`, from four predictions: at the base point (no host time, overlap and
     efficiencies 1), with the grouped GEMMs twice as fast, the all-to-all twice as fast, and 1 ms of host
-    time per pass (every capture alike, no launches)."""
+    time per pass without a captured iteration (no launches: a graphed row's `host_per_s` is 0, as its
+    host time is)."""
+    from gplan.cost_models.experts import local_experts
+
     base = MoeConstants(1.0, 1.0, 1.0, 0.0, 0.0, 0.0)
     at = _predict(b, base)
     gemm = 2 * (at - _predict(b, replace(base, gemm=2.0)))
     alltoall = 2 * (at - _predict(b, replace(base, alltoall=2.0)))
-    from gplan.cost_models import experts as x
-
-    saved = MoeConstants.shipped()
-    base.apply()
-    x.HOST_SYNC_S = {key: 1e-3 for key in x.HOST_SYNC_S}
-    try:
-        host = StepModel(b.case.model, b.case.training, b.case.cluster, b.case.config).predict().step_time_s
-    finally:
-        saved.apply()
+    host = _predict(b, replace(base, sync_none_s=1e-3, sync_router_s=1e-3))
     t = b.case.training
     return MoeParts(at - gemm - alltoall, gemm, alltoall, (host - at) / 1e-3, t.cuda_graphs, t.moe_a2a_overlap,
-                    x.local_experts(b.case.model, b.case.config))
+                    local_experts(b.case.model, b.case.config))
 
 
 MOE_GRIDS = {"gemm": [2 ** (x / 16) for x in range(-32, 33)], "alltoall": [2 ** (x / 16) for x in range(-16, 49)],

@@ -146,6 +146,8 @@ BF16GradsOpt = typer.Option(False, "--grad-reduce-in-bf16", help="keep and reduc
                             "(Megatron-LM's flag; Megatron-Bridge's performance recipes run it)")
 Fp8ParamsOpt = typer.Option(False, "--fp8-param-gather", help="keep the layers' weights only in the low-precision "
                             "format (Megatron-LM's flag; Megatron-Bridge's FP8 and MXFP8 recipes run it)")
+
+
 def version_callback(value: bool) -> None:
     if value:
         from gplan import __version__

@@ -250,7 +250,7 @@ def launch_plan(launch, model, cluster: str | None, hardware: str | None, device
     spec, devices, _ = resolve_cluster(world, cluster, hardware, devices_per_node)
     config = launch_config(launch, model, world)
     training = TrainingSpec(gbs=launch_batch(launch, config), seq_length=launch.seq_length or model.seq_length,
-                            precision=launch.precision, engine=launch.engine, **launch.memory_options)
+                            precision=launch.precision, engine=launch.engine, **launch.engine_options)
     check_config(model, training, config, world)
     sized = spec.sized(devices)
     return make_plan(model, training, sized, config, launch_layouts(launch, model, config, sized), target=launch.engine)

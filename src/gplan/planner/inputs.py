@@ -163,24 +163,26 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
         err = exc.errors()[0]
         raise InputError(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}",
                          hint="see gplan --help") from exc
-    check_memory_options(training)
-    if training.moe_a2a_overlap and not model.is_moe:
-        raise InputError(f"--moe-a2a-overlap overlaps the experts' all-to-all: {model.name} has no experts",
-                         hint="leave --moe-a2a-overlap out")
+    check_engine_options(training, model)
     return Inputs(model=model, training=training, cluster=spec, devices=devices, cluster_note=note,
                   profile=profile_ref, gbs_note=gbs_note)
 
 
-def check_memory_options(training: TrainingSpec) -> None:
-    """Megatron's memory options need an engine that has them, and --fp8-param-gather a low-precision recipe."""
+def check_engine_options(training: TrainingSpec, model: ModelSpec) -> None:
+    """Megatron's engine switches need an engine that has them, --fp8-param-gather a low-precision recipe
+    and --moe-a2a-overlap a model with experts."""
     from gplan.spec.targets import ENGINE_OPTIONS, TARGETS, lacked_options
     from gplan.spec.training import LOW_PRECISION
 
-    for option in lacked_options(training, training.engine):
-        flag = ENGINE_OPTIONS[option]
+    lacked = lacked_options(training, training.engine)
+    if lacked:
+        option, flag = lacked[0], ENGINE_OPTIONS[lacked[0]]
         runners = [name for name, other in TARGETS.items() if getattr(other, option)]
         raise InputError(f"{flag}: {training.engine} has no such option (capability {option})",
                          hint=f"--target {' or '.join(runners)}, or leave {flag} out")
+    if training.moe_a2a_overlap and not model.is_moe:
+        raise InputError(f"--moe-a2a-overlap overlaps the experts' all-to-all: {model.name} has no experts",
+                         hint="leave --moe-a2a-overlap out")
     if training.fp8_param_gather and training.precision not in LOW_PRECISION:
         raise InputError(f"--fp8-param-gather keeps the weights in a low-precision format; {training.precision} has none",
                          hint="use --precision fp8 or mxfp8, or leave --fp8-param-gather out")

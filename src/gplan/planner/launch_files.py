@@ -94,7 +94,7 @@ class Launch:
     """The gplan plan a launch of gplan's own worker runs (a SLURM or Kubernetes export): priced as written."""
     per_stage_recompute: tuple | None = None
     """MindFormers' (full, selective) recompute counts per stage (or True for every layer)."""
-    memory_options: dict[str, bool | str] = field(default_factory=dict)
+    engine_options: dict[str, bool | str] = field(default_factory=dict)
     """Megatron's engine options the launch sets (TrainingSpec's grad_reduce_in_bf16, fp8_param_gather,
     moe_a2a_overlap, cuda_graphs)."""
 
@@ -157,12 +157,12 @@ def megatron_log_launch(args: dict, path: Path, model: ModelSpec) -> Launch:
                          f"{model.name} has {model.vocab_size}", hint="name the model the log trained")
     values = megatron.config_values(args)
     block = values["recompute"] == "full" and args.get("recompute_method") == "block"
-    memory_options = {"grad_reduce_in_bf16": bool(args.get("grad_reduce_in_bf16")),
+    engine_options = {"grad_reduce_in_bf16": bool(args.get("grad_reduce_in_bf16")),
                       "fp8_param_gather": bool(args.get("fp8_param_gather")),
                       "moe_a2a_overlap": bool(args.get("overlap_moe_expert_parallel_comm")),
                       "cuda_graphs": cuda_graphs_of(args.get("cuda_graph_impl"), args.get("cuda_graph_scope"))}
     return Launch(source=str(path), engine=megatron.engine(args), given=values, gbs=int(args["global_batch_size"]),
-                  memory_options=memory_options if megatron.engine(args) == "megatron" else {},
+                  engine_options=engine_options if megatron.engine(args) == "megatron" else {},
                   seq_length=int(args["seq_length"]), precision=megatron.precision(args),
                   stage_sizes=megatron_split(model, values["pp"], args.get("pipeline_model_parallel_layout"),
                                              args.get("decoder_first_pipeline_num_layers"),
@@ -211,7 +211,7 @@ def read_megatron_launch(path: Path, model: ModelSpec, text: str) -> Launch:
                   seq_length=optional_int(args, "--seq-length"), precision=precision_of(args),
                   stage_sizes=stage_sizes_of(args, model), recompute_layers=block_layers(args),
                   world_size=world_size(args, variables), unread=unread,
-                  memory_options={"grad_reduce_in_bf16": "--grad-reduce-in-bf16" in args,
+                  engine_options={"grad_reduce_in_bf16": "--grad-reduce-in-bf16" in args,
                                   "fp8_param_gather": "--fp8-param-gather" in args,
                                   "moe_a2a_overlap": "--overlap-moe-expert-parallel-comm" in args,
                                   "cuda_graphs": cuda_graphs_of(value(args, "--cuda-graph-impl"),
@@ -838,7 +838,7 @@ def priced_launch(from_file: Path, model: str, devices, cluster, hardware, devic
     gbs = launch_batch(launch, launch_config(launch, spec, devices))
     inputs = resolve_inputs(model, devices, cluster, hardware, devices_per_node, gbs, seq_length or launch.seq_length,
                             launch.precision, headroom, str(profile) if profile else None, target or launch.engine,
-                            expert_imbalance, **launch.memory_options)
+                            expert_imbalance, **launch.engine_options)
     config = launch_config(launch, inputs.model, inputs.devices)
     check_config(inputs.model, inputs.training, config, inputs.devices)
     layouts = launch_layouts(launch, inputs.model, config, inputs.cluster)
@@ -849,8 +849,10 @@ def launch_defaults(mine, gbs, target, seq_length, precision, options: dict):
     """What `search --from` takes from the priced launch (`priced_launch`'s tuple) unless the command line
     says otherwise: (devices, gbs, target, seq_length, precision, engine options) — an engine switch the
     command line leaves at its default (False, "none") is the launch's."""
+    from gplan.spec.targets import switch_default
+
     launch, training = mine[0], mine[1].training
-    options = {key: given if given not in (False, "none") else getattr(training, key) for key, given in options.items()}
+    options = {key: given if given != switch_default(key) else getattr(training, key) for key, given in options.items()}
     return (mine[1].devices, gbs or training.gbs, target or launch.engine, seq_length or training.seq_length,
             precision or launch.precision, options)
 

@@ -90,17 +90,22 @@ ENGINE_OPTIONS = {"grad_reduce_in_bf16": "--grad-reduce-in-bf16", "fp8_param_gat
 """TrainingSpec's engine switches, each a capability of the same name, and its flag."""
 
 
+def switch_default(option: str):
+    """An engine switch's value when it is off (TrainingSpec's default: False, or "none")."""
+    return TrainingSpec.model_fields[option].default
+
+
 def lacked_options(training: TrainingSpec, engine: str | None) -> list[str]:
     """The engine switches `training` sets that `engine` does not have (all of them without an engine)."""
     caps = TARGETS.get(engine or "")
-    return [option for option in ENGINE_OPTIONS if getattr(training, option) not in (False, "none")
+    return [option for option in ENGINE_OPTIONS if getattr(training, option) != switch_default(option)
             and (caps is None or not getattr(caps, option))]
 
 
 def as_engine_runs(training: TrainingSpec, engine: str) -> TrainingSpec:
     """`training` run by `engine`: the switches it lacks at their defaults (an export to another engine
     runs without Megatron's CUDA graphs or bf16 gradient reduction)."""
-    dropped = {option: TrainingSpec.model_fields[option].default for option in lacked_options(training, engine)}
+    dropped = {option: switch_default(option) for option in lacked_options(training, engine)}
     return training.model_copy(update={"engine": engine, **dropped})
 
 

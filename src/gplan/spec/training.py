@@ -24,7 +24,10 @@ TENSOR_CORE_FORMAT = {"fp8-rowwise": "fp8"}
 
 def tensor_core_format(precision: str) -> str:
     return TENSOR_CORE_FORMAT.get(precision, precision)
+
+
 CudaGraphs = Literal["none", "moe_router", "full_iteration"]
+"""What CUDA graphs capture (TrainingSpec.cuda_graphs)."""
 Engine = Literal[ENGINE_NAMES]  # type: ignore[valid-type]
 """The engines of spec.engines: gplan's workers, the export targets, and llm-foundry (MosaicML's FSDP
 stack), which gplan prices but neither launches nor exports to."""
