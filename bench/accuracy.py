@@ -30,7 +30,8 @@ from gplan.errors import GplanError
 from gplan.profiles.catalogue import load_cluster
 from gplan.profiles.schema import ClusterSpec, Efficiency
 from gplan.spec.model import ModelSpec
-from gplan.spec.parallel import DEFAULT_RECOMPUTE_MODULES, ParallelConfig, check_config, layout_from_sizes, uniform_layout
+from gplan.spec.parallel import (DEFAULT_RECOMPUTE_MODULES, PER_OP_MODULES, ParallelConfig, check_config, layout_from_sizes,
+                                 uniform_layout)
 from gplan.spec.training import TrainingSpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,17 +100,19 @@ def _zero(text: str) -> int:
     return 0
 
 
-def _recompute(text: str) -> tuple[str, bool]:
+def _recompute(text: str) -> tuple[str, tuple[str, ...], bool]:
+    """(recompute, its modules, torchtitan's layer-level AC) of a row."""
     t = text.lower()
     if t.startswith("full"):
-        return "full", False
-    if "selective layer" in t or "selective op" in t:
-        # torchtitan: layer SAC checkpoints every other layer fully; op SAC saves every other matmul
-        # output and recomputes the rest — priced alike, half the layers fully recomputed (approximate)
-        return "none", True
+        return "full", DEFAULT_RECOMPUTE_MODULES, False
+    if "selective op" in t:  # torchtitan's per-op SAC: the module `op`
+        return "selective", PER_OP_MODULES, False
+    if "selective layer" in t:
+        # torchtitan's layer SAC (selective_ac_option "2"): every other block fully recomputed
+        return "none", DEFAULT_RECOMPUTE_MODULES, True
     if t.startswith("selective"):
-        return "selective", False
-    return "none", False
+        return "selective", DEFAULT_RECOMPUTE_MODULES, False
+    return "none", DEFAULT_RECOMPUTE_MODULES, False
 
 
 #: Fields a source leaves empty but documents elsewhere: S3 trains Megatron's GPT with the same
@@ -159,11 +162,11 @@ def case_from_row(row: dict) -> Case | str:
     vpp = _int(row["vpp"]) or 1
     if row["layers_per_virtual_stage"]:
         vpp = layers // (pp * _int(row["layers_per_virtual_stage"]))
-    recompute, selective_layer = _recompute(row["recompute"])
+    recompute, modules, selective_layer = _recompute(row["recompute"])
     config = ParallelConfig(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, mbs=_int(row["micro_batch_size"]),
                             sp=row["sequence_parallel"].lower().startswith("yes"),
                             zero=_zero(row["zero_or_fsdp"]) or (1 if src == "S19" else 0),
-                            recompute=recompute)
+                            recompute=recompute, recompute_modules=modules)
     training = TrainingSpec(gbs=_int(row["global_batch_size"]), seq_length=_int(row["seq_len"]),
                             precision=precision, flash_attention=src in FLASH_SOURCES, engine=ENGINE.get(src),
                             tp_comm_overlap=src in TP_COMM_OVERLAP_SOURCES)

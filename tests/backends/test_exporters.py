@@ -312,8 +312,13 @@ def titan_parse(tmp_path: Path, plan: Plan):
         sys.modules.pop("gplan_torchtitan", None)
 
 
-TITAN_PLANS = ["dp_only", "tp_pp_dp_sp_interleaved", "zero3_full_recompute", "zero3_tp_pp_uneven", "uneven_layout",
-               "per_stage_recompute_vpp"]
+TITAN_ONLY = {
+    # torchtitan's per-operator selective AC (the module op; Megatron refuses it): SelectiveAC in its config
+    "zero3_per_op_recompute": lambda: plan_of(ParallelConfig(dp=8, zero=3, recompute="selective",
+                                                             recompute_modules=("op",))),
+}
+TITAN_PLANS = ["dp_only", "tp_pp_dp_sp_interleaved", "zero3_full_recompute", "zero3_per_op_recompute", "zero3_tp_pp_uneven",
+               "uneven_layout", "per_stage_recompute_vpp"]
 
 
 @requires_engine("torchtitan", "dev")
@@ -321,10 +326,10 @@ TITAN_PLANS = ["dp_only", "tp_pp_dp_sp_interleaved", "zero3_full_recompute", "ze
 def test_torchtitan_config_manager_parses_the_export_into_the_plans_model_and_layout(name, tmp_path):
     import torch
     from torch.distributed.pipelining.schedules import get_schedule_class
-    from torchtitan.distributed.activation_checkpoint import FullAC
+    from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
     from torchtitan.distributed.parallel_dims import ParallelDims
 
-    plan = PLANS[name]()
+    plan = {**PLANS, **TITAN_ONLY}[name]()
     config = titan_parse(tmp_path, plan)
     p, t, c, m = config.parallelism, config.training, plan.parallel, plan.model
     # the model: torchtitan's Llama with the plan's shape, every parameter counted
@@ -355,8 +360,12 @@ def test_torchtitan_config_manager_parses_the_export_into_the_plans_model_and_la
                     for r in range(c.pp)]
         assert per_rank == [s.num_layers for s in engine]
         assert parts[0][0] == "tok_embeddings" and parts[-1][-2:] == ["norm", "lm_head"]
-    full = any(x.recompute == "full" for s in engine for x in s.layers)
-    assert isinstance(config.activation_checkpoint, FullAC.Config) if full else config.activation_checkpoint is None
+    # one policy for every block: full where any layer recomputes fully, the per-op policy where the plan's
+    # selective layers recompute the module op (the attention core alone it runs as full), else none
+    options = {x.recompute for s in engine for x in s.layers}
+    policy = (FullAC if "full" in options else SelectiveAC if "selective" in options else None)
+    assert type(config.activation_checkpoint) is policy.Config if policy else config.activation_checkpoint is None
+    assert ("selective" in options) == (c.recompute_modules == ("op",))
 
 
 @requires_engine("torchtitan", "dev")

@@ -84,6 +84,9 @@ def test_an_offloading_estimate_is_exported_as_megatron_offloads_and_read_back(g
     (["--target", "megatron", "--recompute-modules", "mla_up_proj"], "qwen3-30b-a3b has none"),
     (["--target", "torch", "--grad-reduce-in-bf16"], "capability grad_reduce_in_bf16"),
     (["--target", "megatron", "--fp8-param-gather"], "bf16 has none"),
+    # torchtitan's per-operator policy: not Megatron's, and a policy over the whole block, alone
+    (["--target", "megatron", "--recompute-modules", "op"], "cannot recompute the module op"),
+    (["--target", "torchtitan", "--recompute-modules", "op,layernorm"], "op alone"),
 ])
 def test_bad_recompute_and_memory_options_exit_3_with_a_hint(gplan, tmp_path, args, words):
     for command in ("search", "estimate"):
@@ -91,3 +94,33 @@ def test_bad_recompute_and_memory_options_exit_3_with_a_hint(gplan, tmp_path, ar
         assert r.code == 3, (command, r.stderr)
         assert words in r.stderr and "hint:" in r.stderr and "Traceback" not in r.stderr
         assert not (tmp_path / "p.json").exists()
+
+
+def test_torchtitans_per_op_policy_is_searched_exported_and_read_back_at_the_same_price(gplan, tmp_path):
+    """A torchtitan search offers its own selective recompute (the module op, not the attention core it lacks);
+    the export's config function sets SelectiveAC, and its job config read back by --from prices the same."""
+    plan_path, out = tmp_path / "plan.json", tmp_path / "titan"
+    base = ["llama2-70b", "--cluster", "dgx-a100-80g", "--devices", "64", "--gbs", "64", "--target", "torchtitan"]
+    assert gplan("search", *base, "--recompute", "selective", "--pp", "1", "--out", str(plan_path)).code == 0
+    plan = json.loads(plan_path.read_text())
+    assert plan["parallel"]["recompute_modules"] == ["op"]
+    assert {c["recompute"] for s in plan["stages"] for c in s["layers"]} == {"selective"}
+    assert gplan("export", str(plan_path), "--to", "torchtitan", "-o", str(out)).code == 0
+    assert "ACTIVATION_CHECKPOINT = 'selective'" in (out / "gplan_torchtitan.py").read_text()
+    toml = tmp_path / "job.toml"
+    p = plan["parallel"]
+    toml.write_text(f"""[training]
+local_batch_size = {p["mbs"]}
+global_batch_size = {plan["training"]["gbs"]}
+seq_len = {plan["training"]["seq_length"]}
+[parallelism]
+data_parallel_shard_degree = {p["dp"]}
+tensor_parallel_degree = {p["tp"]}
+[activation_checkpoint]
+mode = "selective"
+selective_ac_option = "op"
+""")
+    back = gplan("estimate", "llama2-70b", "--from", str(toml), "--cluster", "dgx-a100-80g", "--devices", "64",
+                 "--json").json()
+    assert back["parallel"]["recompute_modules"] == ["op"]
+    assert back["step_time_s"] == pytest.approx(plan["prediction"]["step_time_s"], rel=1e-6)

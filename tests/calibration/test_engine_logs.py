@@ -185,10 +185,26 @@ def test_a_torchtitan_log_gives_its_configuration_and_step(tmp_path):
     path.write_text(torchtitan_log(6150))
     run = read_log_run(path, "dgx-h100", None, None)
     c, t = run.plan.parallel, run.plan.training
-    assert (c.dp, c.tp, c.pp, c.zero, c.mbs, c.recompute) == (8, 1, 1, 3, 1, "full")
+    # per-op selective AC: torchtitan's own policy, the recompute module op (not priced as full recompute)
+    assert (c.dp, c.tp, c.pp, c.zero, c.mbs, c.recompute, c.recompute_modules) == (8, 1, 1, 3, 1, "selective", ("op",))
     assert (t.gbs, t.seq_length, t.precision, t.engine) == (8, 8192, "bf16", "torchtitan")
     assert run.measured_step_s == pytest.approx(8 * 8192 / (6150 * 8))
     assert run.plan.model.name == "llama3-8b"
+
+
+@pytest.mark.parametrize("printed, recompute", [
+    # torchtitan 0.3 prints its policy's config by its fields, no `mode`: SelectiveAC (per-op) or FullAC
+    ({"force_recompute_mm_shapes_by_fqns": ["moe.router.gate"], "preserve_rng_state": False}, ("selective", ("op",))),
+    ({"preserve_rng_state": False, "determinism_check": "default"}, ("full", ("core_attn",))),
+])
+def test_a_torchtitan_03_log_names_its_policy_by_the_fields_it_prints(tmp_path, printed, recompute):
+    text = torchtitan_log(6150).replace(json.dumps({"mode": "selective", "selective_ac_option": "op"}, indent=2)
+                                        .replace("\n", "\n  "), json.dumps(printed, indent=2).replace("\n", "\n  "))
+    assert json.dumps(printed, indent=2).replace("\n", "\n  ") in text
+    path = tmp_path / "titan.log"
+    path.write_text(text)
+    c = read_log_run(path, "dgx-h100", None, None).plan.parallel
+    assert (c.recompute, c.recompute_modules) == recompute
 
 
 def test_calibrate_mixes_engines_and_reports_the_other_engines_prediction_apart(gplan, tmp_path):

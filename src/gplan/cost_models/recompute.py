@@ -17,12 +17,17 @@ released once the next GEMM has consumed them (`transformer_layer.py`, Checkpoin
 recomputed); `shared_experts` the shared MLP (`moe/shared_experts.py`); `mla_up_proj` latent
 attention's up-projections and rotary embedding (`multi_latent_attention.py`: the compressed latents
 are kept, the per-head queries, keys and values recomputed).
+
+`op` is torchtitan's per-operator selective AC instead (`SelectiveAC`, torchtitan 0.3.0
+`distributed/activation_checkpoint.py`): one policy over the whole block that keeps the outputs of every
+other matmul, of attention, of the reduce-scatters and all-to-alls, and replays the rest — priced from
+what it keeps (`per_op_kept_bytes`) rather than from what it drops.
 """
 
 from __future__ import annotations
 
 from gplan.cost_models import experts, memory
-from gplan.cost_models.compute import Shard
+from gplan.cost_models.compute import Gemm, Shard
 from gplan.spec.model import LayerKind, ModelSpec
 from gplan.spec.parallel import ParallelConfig
 
@@ -112,3 +117,63 @@ def module_drops(modules: tuple[str, ...], model: ModelSpec, kind: LayerKind, sh
     return [(imbalance if m in ROUTED_MODULES else 1.0)
             * dropped_bytes(m, model, kind, shard, config, element_bytes, flash, gemm_input)
             for m in effective_modules(modules)]
+
+
+# ---- torchtitan's per-operator selective AC (`op`) ----------------------------------------------------
+# torchtitan 0.3.0 `SelectiveAC._wrap_block`: every output of an op in its save list is kept, except that
+# matmuls (aten.mm, aten.linear) alternate — the 1st, 3rd, 5th… of the block kept, the others replayed;
+# the save list holds torch's compute-intensive ops (`get_default_op_list`: mm, addmm, bmm, _scaled_mm,
+# SDPA) and the reduce-scatter and all-to-all collectives; the router's gate is forced to replay and not
+# counted. The same alternation as its 2024 releases (`_op_sac_save_list`, `mm_count_key`).
+
+#: Precisions whose linear layers run torchao's `torch._scaled_mm` (a compute-intensive op that is not a
+#: counted matmul): every GEMM output of the block is kept.
+SCALED_MM_PRECISIONS = frozenset({"fp8", "fp8-rowwise", "mxfp8"})
+
+
+def per_op_matmuls(model: ModelSpec, kind: LayerKind, shard: Shard) -> list[Gemm]:
+    """A block's weight GEMMs on one tp rank in the order torchtitan's models run them: wq, wk, wv, wo (MLA:
+    wq_a, wq_b, wkv_a, wkv_b, wo); the dense MLP or the shared experts' w1, w3, w2. A row-parallel GEMM's
+    output is the whole `s·b·h` partial sum before its reduce-scatter. Routed experts run `_grouped_mm`,
+    not in the save list: replayed."""
+    h, n, t = model.hidden_size, shard.tokens, shard.tp
+    if model.is_mla:
+        a, rope = model.num_attention_heads, model.qk_rope_head_dim
+        nope, v, r_q, r_kv = model.kv_channels, model.v_head_dim or model.kv_channels, model.q_lora_rank, model.kv_lora_rank
+        queries = ([Gemm(n, r_q, h)] if r_q else []) + [Gemm(n, a * (nope + rope) // t, r_q or h)]
+        attention = queries + [Gemm(n, r_kv + rope, h), Gemm(n, a * (nope + v) // t, r_kv), Gemm(n, h, a * v // t)]
+    else:
+        hq, hkv = model.q_hidden_size, model.kv_hidden_size
+        attention = [Gemm(n, hq // t, h), Gemm(n, hkv // t, h), Gemm(n, hkv // t, h), Gemm(n, h, hq // t)]
+    width = model.shared_expert_ffn_size if kind.moe else model.ffn_size
+    ups = 2 if model.ffn_kind == "swiglu" else 1
+    mlp = [Gemm(n, width // t, h)] * ups + [Gemm(n, h, width // t)] if width else []
+    return attention * (2 if kind.cross_attention else 1) + mlp
+
+
+def per_op_split(model: ModelSpec, kind: LayerKind, shard: Shard, precision: str) -> tuple[list[Gemm], list[Gemm]]:
+    """(kept, replayed) GEMMs of a block under the per-op policy: alternating from the first, or all kept
+    where the linears run `_scaled_mm` (`SCALED_MM_PRECISIONS`)."""
+    matmuls = per_op_matmuls(model, kind, shard)
+    if precision in SCALED_MM_PRECISIONS:
+        return matmuls, []
+    return matmuls[0::2], matmuls[1::2]
+
+
+def per_op_kept_bytes(model: ModelSpec, kind: LayerKind, shard: Shard, config: ParallelConfig, element_bytes: int,
+                      precision: str, imbalance: float = 1.0) -> float:
+    """What a block keeps under the per-op policy, per micro-batch: its input (the checkpoint's, /t with sp),
+    the kept GEMM outputs, attention's output and fp32 log-sum-exp, with sp the two reduce-scatters' outputs,
+    and in an MoE layer the all-to-all's received tokens, dispatch and combine (ep > 1)."""
+    e, n, t = element_bytes, shard.tokens, shard.tp
+    sp = t if shard.sp else 1
+    kept_gemms, _ = per_op_split(model, kind, shard, precision)
+    blocks = 2 if kind.cross_attention else 1
+    a = model.num_attention_heads
+    context = a * (model.v_head_dim or model.kv_channels) if model.is_mla else model.q_hidden_size
+    attention_out = blocks * n * (e * context + memory.FLASH_LSE_BYTES * a) / t
+    scattered = 2 * e * n * model.hidden_size / t if shard.sp else 0.0
+    kept = e * n * model.hidden_size / sp + e * sum(g.m * g.n for g in kept_gemms) + attention_out + scattered
+    if kind.moe and config.ep > 1:
+        kept += imbalance * 2 * experts.dispatch_bytes(model, shard, e)
+    return kept

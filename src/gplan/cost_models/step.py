@@ -13,7 +13,7 @@ from gplan.errors import InputError
 from gplan.plan import Prediction, StageMemory, StagePrediction, StepBreakdown
 from gplan.profiles.schema import ClusterSpec, NodeGroup
 from gplan.spec.model import LayerKind, ModelSpec
-from gplan.spec.parallel import ParallelConfig, StageLayout, empty_stage, uniform_layout
+from gplan.spec.parallel import PER_OP_MODULES, ParallelConfig, StageLayout, empty_stage, uniform_layout
 from gplan.spec.targets import overlaps_param_gather, overlaps_tp_comm
 from gplan.spec.training import TrainingSpec
 
@@ -129,10 +129,13 @@ class StepModel:
             return 0.0
         per_pass = 3 if self.kinds[kind].cross_attention else 2
         passes = 3 if recompute == "full" else 2
+        # torchtitan's per-op policy keeps the reduce-scatters' outputs and replays the all-gathers: half a pass
+        gathers = 0.5 if recompute == "selective" and self.config.recompute_modules == PER_OP_MODULES else 0.0
         if not self.tp_overlapped:
-            return per_pass * passes * self.tp_allreduce_s(group)
+            return per_pass * (passes + gathers) * self.tp_allreduce_s(group)
         collectives_s, gemm_s = per_pass * self.tp_allreduce_s(group), self.layer_gemm_s(kind, group)
-        return sum(max(0.0, collectives_s - k * gemm_s) for k in (1, 2, 1)[:passes])
+        return (sum(max(0.0, collectives_s - k * gemm_s) for k in (1, 2, 1)[:passes])
+                + max(0.0, gathers * (collectives_s - gemm_s)))
 
     @cached_property
     def tp_overlapped(self) -> bool:
@@ -231,8 +234,13 @@ class StepModel:
         return kept
 
     def module_drops(self, kind: str) -> list[float]:
-        """What each module a selective layer of `kind` recomputes takes off its kept bytes (cost_models.recompute)."""
+        """What each module a selective layer of `kind` recomputes takes off its kept bytes (cost_models.recompute);
+        torchtitan's per-op policy drops all but what it keeps (`recompute.per_op_kept_bytes`)."""
         t = self.training
+        if self.config.recompute_modules == PER_OP_MODULES:
+            kept = recompute.per_op_kept_bytes(self.model, self.kinds[kind], self.shard, self.config, t.element_bytes,
+                                               t.precision, t.expert_imbalance)
+            return [max(0.0, self.layer_activation_bytes(kind, "none") - kept)]
         return recompute.module_drops(self.config.recompute_modules, self.model, self.kinds[kind], self.shard, self.config,
                                       t.element_bytes, t.flash_attention, t.expert_imbalance, memory.gemm_input_bytes(t))
 
@@ -371,7 +379,21 @@ class StepModel:
             return routed_f + gemms_s(compute.moe_dense_gemms(self.model, self.shard))
         if module == "mla_up_proj":
             return gemms_s(compute.latent_up_gemms(self.model, self.shard)) if self.model.is_mla else 0.0
+        if module == "op":
+            return self.per_op_replay_s(kind, group)
         raise ValueError(f"unknown recompute module {module}")
+
+    def per_op_replay_s(self, kind: str, group: int) -> float:
+        """What torchtitan's per-op policy replays of a block: the GEMMs it did not keep, every element-wise
+        kernel (norms, rotary, activation, residuals) and the launches, and an MoE layer's routed experts (its
+        grouped GEMMs are not saved; the all-to-all's outputs are). Attention is kept."""
+        k, device, t = self.kinds[kind], self.device(group), self.training
+        _, replayed = recompute.per_op_split(self.model, k, self.shard, t.precision)
+        gemm_s = sum(compute.gemm_time_s(device, t.precision, g) for g in replayed)
+        elementwise_s = compute.memory_time_s(device, compute.layer_elementwise_elements(self.model, k, self.shard)
+                                              * t.element_bytes)
+        routed_s = experts.routed_time_s(self.model, t, self.shard, self.config, device)[0] if k.moe else 0.0
+        return gemm_s + elementwise_s + device.efficiency.layer_overhead_s + routed_s
 
     def offloaded_layer_bytes(self, layout: StageLayout) -> list[float]:
         """The activations of each layer offloaded to host memory (`offload_layers`: the first N of the model,

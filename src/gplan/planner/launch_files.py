@@ -26,7 +26,7 @@ from gplan.errors import InputError
 from gplan.launch_text import arguments
 from gplan.planner.logs import family
 from gplan.spec.model import ModelSpec
-from gplan.spec.parallel import LayerCount, StageLayout, even_stage_sizes
+from gplan.spec.parallel import PER_OP_MODULES, LayerCount, StageLayout, even_stage_sizes
 
 #: Megatron flags that set the model, with the ModelSpec value they must agree with.
 MODEL_FLAGS = {
@@ -644,11 +644,13 @@ def _titan_layout(values: dict, model: ModelSpec, parts, ac) -> tuple[dict[str, 
     reshard = str(values.get("parallelism.fsdp_reshard_after_forward", "default"))
     zero = 0 if shard == 1 else (2 if reshard == "never" else 3)
     mode = str(values.get("activation_checkpoint.mode", ac or "none")).lower()
-    if mode == "selective":
-        option = values.get("activation_checkpoint.selective_ac_option", "op")
-        notes.append(f"(activation_checkpoint selective, option {option}: torchtitan's selective AC is priced as full "
-                     "recompute of every layer — more time and less memory than it takes)")
-    recompute = "none" if mode in ("none", "") else "full"
+    option = str(values.get("activation_checkpoint.selective_ac_option", "op"))
+    if mode == "selective" and option != "op":
+        notes.append(f"(activation_checkpoint selective, option {option}: torchtitan's layer-level AC, every "
+                     f"{option}th block fully recomputed, is priced as full recompute of every layer — more time "
+                     "and less memory than it takes)")
+    per_op = mode == "selective" and option == "op"
+    recompute = "none" if mode in ("none", "") else ("selective" if per_op else "full")
     sp = str(values.get("parallelism.enable_sequence_parallel", True)).lower() not in ("false", "0")
     micro = _int(values.get("parallelism.pipeline_parallel_microbatch_size", 1))
     local = _int(values.get("training.local_batch_size", values.get("training.batch_size", 1)))
@@ -659,6 +661,7 @@ def _titan_layout(values: dict, model: ModelSpec, parts, ac) -> tuple[dict[str, 
         vpp = model.total_layers // (pp * _int(values["parallelism.pipeline_parallel_layers_per_stage"]))
     schedule = str(values.get("parallelism.pipeline_parallel_schedule", "1F1B"))
     given = {"tp": tp, "pp": pp, "cp": cp, "sp": sp and tp > 1, "zero": zero, "recompute": recompute,
+             **({"recompute_modules": PER_OP_MODULES} if per_op else {}),
              "mbs": micro if pp > 1 else local, "vpp": vpp, "ep": _int(values.get("parallelism.expert_parallel_degree", 1)),
              "dp_shard": shard, "dp_replicate": replicate}
     if pp > 1:

@@ -132,14 +132,19 @@ def searched_modules(model: ModelSpec) -> tuple[str, ...]:
 
 
 def module_options(model: ModelSpec, limits: SearchLimits, flash_attention: bool = True) -> list[tuple[str, ...]]:
-    """The recompute module sets to search: the user's; for a target that names modules (Megatron) the one
+    """The recompute module sets to search: the user's; for a target whose selective recompute is a policy of
+    its own (torchtitan's `op`) that policy; for a target that names modules (Megatron) the one
     set `searched_modules` — alone under fused attention, where recomputing the attention core saves no
     memory and costs its replay, so that Megatron's default set is dominated by recomputing nothing — else
     the default set (the attention core) alone. One set keeps the search as fast as before the modules."""
     if limits.recompute_modules is not None:
         return limits.recompute_modules
     target = TARGETS[limits.target] if limits.target else None
-    if "selective" not in limits.recompute or target is None or len(target.recompute_modules) <= 1:
+    if "selective" not in limits.recompute or target is None:
+        return [DEFAULT_RECOMPUTE_MODULES]
+    if not target.selective and target.recompute_modules:  # its own policy (torchtitan's per-op AC)
+        return [canonical_modules(target.recompute_modules)]
+    if len(target.recompute_modules) <= 1:
         return [DEFAULT_RECOMPUTE_MODULES]
     chosen = searched_modules(model)
     return [chosen] if flash_attention else [DEFAULT_RECOMPUTE_MODULES, chosen]

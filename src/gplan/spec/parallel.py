@@ -26,10 +26,14 @@ RECOMPUTE_MODULES: dict[str, str] = {
     "shared_experts": "the shared experts' MLP",
     "layernorm": "the two pre-norms (their outputs not kept)",
     "mla_up_proj": "latent attention's up-projections and rotary embedding",
+    "op": "every operator but every other matmul, attention and the collectives (torchtitan's per-op policy)",
 }
 """What `selective` layers may recompute, module by module: Megatron-core's `--recompute-modules`
-(TransformerConfig.__post_init__'s allowed set; core_attn its default). Each module's saved and
-recomputed bytes and time are priced in cost_models.recompute."""
+(TransformerConfig.__post_init__'s allowed set; core_attn its default), and torchtitan's per-operator
+selective AC (`op`, its `selective_ac_option = "op"`: a policy over the whole block, named alone). Each
+module's saved and recomputed bytes and time are priced in cost_models.recompute."""
+PER_OP_MODULES: tuple[str, ...] = ("op",)
+"""torchtitan's per-operator policy as a module set."""
 DEFAULT_RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn",)
 
 
@@ -375,6 +379,16 @@ def _modules_exist(model: ModelSpec, training: TrainingSpec, c: ParallelConfig, 
                                           f"{model.name} has none", "leave it out of --recompute-modules")
 
 
+def _op_alone(model: ModelSpec, training: TrainingSpec, c: ParallelConfig, devices: int) -> Violation | None:
+    """`op` is a policy over the whole block (torchtitan applies one AC policy per block), not a part of it
+    to add other modules to."""
+    if "op" in c.recompute_modules and c.recompute_modules != PER_OP_MODULES:
+        return Violation("recompute_modules", "recompute module op (torchtitan's per-operator policy) covers the "
+                         "whole layer, not beside " + ",".join(m for m in c.recompute_modules if m != "op"),
+                         "--recompute-modules op alone")
+    return None
+
+
 def _offload(model: ModelSpec, training: TrainingSpec, c: ParallelConfig, devices: int) -> Violation | None:
     """Megatron-core's TransformerConfig.__post_init__: "Currently there is no support for Pipeline parallelism
     with CPU offloading", "CPU offloading does not work when activation recomputation is enabled", and the
@@ -416,7 +430,7 @@ def _a2a_overlap(model: ModelSpec, training: TrainingSpec | None, c: ParallelCon
 
 RULES: tuple[Rule, ...] = (_world, _tp, _dense_experts, _ep_divides, _etp_divides, _expert_grid, _moe_sp, _moe_zero,
                            _ep_fp16, _pp_layers, _vpp_chunks, _batch, _interleaved_microbatches, _cp_chunks, _seq_split,
-                           _modules_exist, _offload, _a2a_overlap)
+                           _modules_exist, _op_alone, _offload, _a2a_overlap)
 """The rules every configuration keeps, in the order they are reported: the one rule set that
 `check_config`, the search space (planner.space), `--stages` and the plan check read."""
 DEGREE_RULES: tuple[Rule, ...] = (_world, _tp, _pp_layers, _cp_chunks, _seq_split)
@@ -429,7 +443,7 @@ EXPERT_RULES: tuple[Rule, ...] = (_dense_experts, _ep_divides, _etp_divides, _ex
 """The rules that read ep and etp. The search asks each group at the loop that sets what it reads, so a
 degree tuple, a batch split or a sharding level that breaks a rule is left before its options are built;
 the five groups are RULES, each rule once (tests/spec: test_rule_groups_are_the_rules)."""
-RECOMPUTE_RULES: tuple[Rule, ...] = (_modules_exist, _offload, _a2a_overlap)
+RECOMPUTE_RULES: tuple[Rule, ...] = (_modules_exist, _op_alone, _offload, _a2a_overlap)
 """The rules that read the recompute modules, activation offloading and the MoE all-to-all overlap."""
 
 

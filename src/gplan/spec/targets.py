@@ -225,7 +225,7 @@ def runs_as(target: Capabilities, model: ModelSpec, config: ParallelConfig,
     else:
         sizes = even_sizes(model.total_layers, len(layouts))
     options = [_recompute_list(s) for s in layouts]
-    if not target.selective:
+    if not runs_selective(target, config.recompute_modules):
         options = [["full" if o == "selective" else o for o in opts] for opts in options]
     if target.recompute in ("block", "every_layer"):
         options = _engine_recompute(target.recompute, options, sizes, config.vpp)
@@ -234,6 +234,16 @@ def runs_as(target: Capabilities, model: ModelSpec, config: ParallelConfig,
     return [StageLayout(layers=_counts(model, start, size, opts), embedding=s.embedding, head=s.head,
                         node_group=s.node_group)
             for s, start, size, opts in zip(layouts, _starts(sizes), sizes, options)]
+
+
+def runs_selective(target: Capabilities, modules: tuple[str, ...]) -> bool:
+    """Whether `target` recomputes selective layers as planned: the default set (the attention core) where
+    it recomputes the attention core alone (`selective`); another set where it names every module of it
+    (torchtitan's per-op policy; Megatron's modules). An engine without selective recompute runs the layers
+    fully; one with it refuses a set it lacks (`modules_refusal`)."""
+    if modules == DEFAULT_RECOMPUTE_MODULES:
+        return target.selective
+    return set(modules) <= target.recompute_modules
 
 
 def same_split(a: list[StageLayout], b: list[StageLayout]) -> bool:

@@ -121,8 +121,11 @@ def overrides(plan: Plan, main: bool = False) -> tuple[list[str], list[str]]:
 
 
 def ac_policy(layouts: list[StageLayout]) -> str:
-    """torchtitan applies one policy to every block; the split arrives as torchtitan runs it."""
-    return "full" if any(recompute_counts(layouts, "full")) else "none"
+    """torchtitan applies one policy to every block; the split arrives as torchtitan runs it (`runs_as`), so a
+    selective layer left in it is one recomputing the per-op policy (`SelectiveAC`)."""
+    if any(recompute_counts(layouts, "full")):
+        return "full"
+    return "selective" if any(recompute_counts(layouts, "selective")) else "none"
 
 
 def module_fqns(plan: Plan, layouts: list[StageLayout]) -> list[list[str]]:
@@ -158,7 +161,7 @@ MODULE_HEAD = '''{stamp}
 
 import dataclasses
 
-from torchtitan.distributed.activation_checkpoint import FullAC
+from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
 {imports}
 SHAPE = {shape}
 MODULE_FQNS_PER_MODEL_PART = {fqns}
@@ -294,7 +297,8 @@ def {function}():
         model = converter.build().convert(model)
     config.model_spec = dataclasses.replace(model_registry({flavor}), flavor="gplan", model=model)
     config.loss.loss_fn.global_vocab_size = SHAPE["vocab_size"]
-    config.activation_checkpoint = FullAC.Config() if ACTIVATION_CHECKPOINT == "full" else None
+    policy = {{"full": FullAC, "selective": SelectiveAC}}.get(ACTIVATION_CHECKPOINT)
+    config.activation_checkpoint = policy.Config() if policy else None
     if MODULE_FQNS_PER_MODEL_PART:
         config.parallelism.module_fqns_per_model_part = MODULE_FQNS_PER_MODEL_PART
     return config

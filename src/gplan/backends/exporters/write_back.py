@@ -48,8 +48,8 @@ def write_back(plan: Plan, engine: str, source: Path, target: Path) -> dict[Path
                              hint="export the best plan instead: gplan export PLAN --to torchtitan")
         mode = values.pop("activation_checkpoint.mode")
         if mode != "none":
-            raise InputError("the best plan recomputes every layer, which torchtitan 0.3 sets in its config "
-                             "function, not by an override", hint="export the best plan: gplan export PLAN --to torchtitan")
+            raise InputError(f"the best plan recomputes every layer ({mode}), which torchtitan 0.3 sets in its "
+                             "config function, not by an override", hint="export the best plan: gplan export PLAN --to torchtitan")
         return {target: rewrite_launch(text, titan_flags(values))}
     if engine == "deepspeed":
         return deepspeed_files(plan, source, target, text)

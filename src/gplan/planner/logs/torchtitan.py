@@ -130,7 +130,9 @@ def flat_values(config: dict) -> dict:
                 values[f"{section}.{key}"] = item
     checkpoint = config.get("activation_checkpoint")
     if isinstance(checkpoint, dict) and checkpoint and "mode" not in checkpoint:
-        values["activation_checkpoint.mode"] = "full"  # 0.3's FullAC.Config, printed by its fields
+        # 0.3's FullAC.Config or SelectiveAC.Config (the per-op policy), printed by their fields
+        per_op = "force_recompute_mm_shapes_by_fqns" in checkpoint
+        values["activation_checkpoint.mode"] = "selective" if per_op else "full"
     return values
 
 

@@ -53,12 +53,13 @@ class Capabilities:
     sliding_window: bool = False
     """Sliding-window attention (Megatron's --window-size); gplan's workers run full attention."""
     selective: bool = True
-    """Whether it recomputes the attention core alone (Megatron's selective recompute); torchtitan's
-    selective AC is per-operator (every other matmul), not that, so its plans recompute fully."""
+    """Whether it recomputes the attention core alone (Megatron's selective recompute, the default module
+    set); torchtitan's selective AC is per-operator (`op`), not that, so a plan recomputing the attention
+    core runs fully there (`spec.targets.runs_selective`)."""
     recompute_modules: frozenset[str] = frozenset({"core_attn"})
     """The modules its selective recompute can name (spec.parallel.RECOMPUTE_MODULES): Megatron-core's
-    `--recompute-modules` every one; the others recompute the attention core alone, or nothing
-    selectively (`selective` False)."""
+    `--recompute-modules` every one; torchtitan its per-operator policy `op`; the others the attention core
+    alone, or nothing selectively."""
     experts: bool = False
     """Mixture-of-experts layers and ep (Megatron-core's MoE layer; gplan's torch worker's MoE, with the
     limits below); the other exports and the MindSpore worker build dense models today."""

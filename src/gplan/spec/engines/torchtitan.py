@@ -1,4 +1,5 @@
-"""torchtitan: one activation-checkpoint policy for all layers (apply_ac over every block); its llama3
+"""torchtitan: one activation-checkpoint policy for all layers (apply_ac over every block) — none, full, or
+its per-operator selective AC (`SelectiveAC`, the recompute module `op`); its llama3
 module (swiglu, RMSNorm, RoPE); FSDP2 has no optimizer-only sharding, so zero 1 runs as zero 2 there (the
 export says so). Stages are exact: the export lists every chunk's modules. Experts: its qwen3 and
 deepseek_v3 models (MoE layers with ep; MLA left at tp = cp = 1 here, not checked)."""
@@ -10,7 +11,7 @@ ENGINE = EngineProfile(
     capabilities=Capabilities("torchtitan", ALL_SCHEDULES, microbatches_at_least_stages=True, cp=True,
                               tied_embeddings_across_stages=False, recompute="every_layer", uneven_split=True,
                               zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False, llama_family_only=True,
-                              tied_embeddings=True, selective=False, recompute_modules=frozenset(), experts=True,
+                              tied_embeddings=True, selective=False, recompute_modules=frozenset({"op"}), experts=True,
                               per_expert_launches=False, latent_attention=True,
                               expert_tp="follows_tp", ep_within_fsdp=True,
                               expert_families=frozenset({"qwen3_moe", "deepseek_v3"}),

@@ -6,7 +6,7 @@ initialised as its llama3 builder does, so the model is torchtitan's Llama with 
 
 import dataclasses
 
-from torchtitan.distributed.activation_checkpoint import FullAC
+from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
 from functools import partial
 
 import torch.nn as nn
@@ -70,7 +70,8 @@ def gplan_plan():
         model = converter.build().convert(model)
     config.model_spec = dataclasses.replace(model_registry('8B'), flavor="gplan", model=model)
     config.loss.loss_fn.global_vocab_size = SHAPE["vocab_size"]
-    config.activation_checkpoint = FullAC.Config() if ACTIVATION_CHECKPOINT == "full" else None
+    policy = {"full": FullAC, "selective": SelectiveAC}.get(ACTIVATION_CHECKPOINT)
+    config.activation_checkpoint = policy.Config() if policy else None
     if MODULE_FQNS_PER_MODEL_PART:
         config.parallelism.module_fqns_per_model_part = MODULE_FQNS_PER_MODEL_PART
     return config
