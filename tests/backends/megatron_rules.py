@@ -23,6 +23,9 @@ ARGUMENTS: dict[str, tuple[object, tuple | None]] = {
     "--position-embedding-type": (str, ("learned_absolute", "rope", "mrope", "relative", "none")),
     "--rotary-base": (int, None), "--make-vocab-size-divisible-by": (int, None),
     "--normalization": (str, ("LayerNorm", "RMSNorm")), "--swiglu": (None, None),
+    "--window-attn-skip-freq": (str, None),  # moe_freq_type
+    "--softmax-type": (str, ("learnable", "vanilla", "off-by-one")),
+    "--quick-geglu": (None, None), "--activation-func-clamp-value": (float, None), "--glu-linear-offset": (float, None),
     "--untie-embeddings-and-output-weights": (None, None),
     # _add_regularization_args
     "--attention-dropout": (float, None), "--hidden-dropout": (float, None),
@@ -170,6 +173,8 @@ def validate(argv: list[str], world_size: int, env: dict[str, str], device_arch:
         _check(0 <= a.cpu_offloading_num_layers < a.num_layers,
                f"CPU offloading can be done only for layers less than {a.num_layers}")
     _check(not (a.fp16 and a.bf16), "assert not args.bf16 (fp16 and bf16 are exclusive)")
+    # core_transformer_config_from_args: `elif args.quick_geglu: assert not args.swiglu`
+    _check(not (a.quick_geglu and a.swiglu), "assert not args.swiglu (quick_geglu is its own gated unit)")
     _check(not (a.fp4_format and a.fp8_format), "--fp4-format and --fp8-format cannot be used simultaneously. "
            "Please choose one.")
     if cp > 1:

@@ -141,10 +141,19 @@ def attention_core_flops(model: ModelSpec, kind: LayerKind, shard: Shard, causal
             return full
         w, kv = model.sliding_window, shard.kv_seq
         if w and w < kv:
-            return full * (w - w * w / (2 * kv)) / kv
+            windowed = full * (w - w * w / (2 * kv)) / kv
+            return windowed_share(model) * windowed + (1 - windowed_share(model)) * full / 2
         return full / 2
     cross = core(False) if kind.cross_attention else 0.0
     return core(kind.causal) + cross
+
+
+def windowed_share(model: ModelSpec) -> float:
+    """The share of layers attending through the sliding window: all of them, or (N−1)/N with a full layer
+    every N (`full_attention_every`). One layer kind carries the mean, exact over the model; a stage's
+    share differs from it by at most one layer's attention."""
+    n = model.full_attention_every
+    return (n - 1) / n if n else 1.0
 
 
 def head_gemm(model: ModelSpec, shard: Shard) -> Gemm:

@@ -16,7 +16,7 @@ from gplan.spec.model import ModelSpec
 # ---- Hugging Face config.json ------------------------------------------------------------------
 
 _LLAMA_LIKE = {"llama", "mistral", "qwen2", "qwen3"}
-_MOE = {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3"}
+_MOE = {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss"}
 _SUPPORTED_HF = sorted(_LLAMA_LIKE | _MOE | {"gpt2", "gpt_neox"})
 #: HF configs give the longest supported context, not a training length; cap the default there.
 _DEFAULT_SEQ_CAP = 8192
@@ -27,9 +27,9 @@ def model_from_hf_config(config: dict[str, Any], source: str) -> ModelSpec:
     model_type = config.get("model_type")
     try:
         if model_type in _LLAMA_LIKE:
-            data = _from_llama_like(config)
+            data = _from_llama_like(config, source)
         elif model_type in _MOE:
-            data = {**_from_llama_like(config), **_experts(config, source)}
+            data = {**_from_llama_like(config, source), **_experts(config, source)}
         elif model_type == "gpt2":
             data = _from_gpt2(config)
         elif model_type == "gpt_neox":
@@ -61,11 +61,31 @@ def _sliding_window(c: dict[str, Any]) -> int | None:
     return int(window) if int(window) < c.get("max_position_embeddings", 1 << 62) else None
 
 
-def _from_llama_like(c: dict[str, Any]) -> dict[str, Any]:
+def _window_pattern(c: dict[str, Any], source: str) -> dict[str, Any]:
+    """The sliding window and which layers use it: Hugging Face `layer_types` ("sliding_attention" /
+    "full_attention" per layer; gpt-oss alternates them) as one full layer every N (`full_attention_every`,
+    Megatron's --window-attn-skip-freq: layer i full where (i + 1) % N == 0); without `layer_types` every
+    layer windowed. A pattern no N gives is refused."""
+    window, types = _sliding_window(c), c.get("layer_types")
+    if not window or not types:
+        return {"sliding_window": window}
+    full = [t == "full_attention" for t in types]
+    if all(full):
+        return {"sliding_window": None}
+    if not any(full):
+        return {"sliding_window": window}
+    every = next((n for n in range(2, len(full) + 1) if full == [(i + 1) % n == 0 for i in range(len(full))]), None)
+    if every is None:
+        raise InputError(f"{source}: layer_types mixes sliding and full attention in a pattern other than one full "
+                         "layer every N", hint="write a model.yaml with sliding_window and full_attention_every")
+    return {"sliding_window": window, "full_attention_every": every}
+
+
+def _from_llama_like(c: dict[str, Any], source: str = "config.json") -> dict[str, Any]:
     act = c.get("hidden_act", "silu")
     return {
         "head_dim": _head_dim(c),
-        "sliding_window": _sliding_window(c),
+        **_window_pattern(c, source),
         "rope_theta": float(c.get("rope_theta", 10000.0)),
         "num_layers": c["num_hidden_layers"],
         "hidden_size": c["hidden_size"],
@@ -87,13 +107,19 @@ def _from_llama_like(c: dict[str, Any]) -> dict[str, Any]:
 
 
 def _experts(c: dict[str, Any], source: str) -> dict[str, Any]:
-    """The mixture-of-experts (and DeepSeek's latent attention) fields of Mixtral, Qwen2/Qwen3-MoE and
+    """The mixture-of-experts (and DeepSeek's latent attention) fields of Mixtral, Qwen2/Qwen3-MoE, gpt-oss and
     DeepSeek-V3 configs. Every layer after the leading dense ones must be an MoE layer (the stack's
     layer kinds are contiguous); DeepSeek's multi-token-prediction depths (`num_nextn_predict_layers`) run
     on the last stage."""
     kind = c["model_type"]
     if kind == "mixtral":
         return {"num_experts": c["num_local_experts"], "top_k": c["num_experts_per_tok"]}
+    if kind == "gpt_oss":
+        # modeling_gpt_oss: biases on q/k/v/o, the router and the experts; a learned sink per head; the
+        # clamped gated unit (`swiglu_limit`); every layer an MoE layer of intermediate_size-wide experts
+        return {"num_experts": c["num_local_experts"], "top_k": c.get("num_experts_per_tok") or c["experts_per_token"],
+                "moe_ffn_hidden_size": c["intermediate_size"], "bias": bool(c.get("attention_bias", True)),
+                "attention_sinks": True, "glu_clamp": c.get("swiglu_limit")}
     if kind in ("qwen2_moe", "qwen3_moe"):
         if c.get("decoder_sparse_step", 1) != 1 or c.get("mlp_only_layers"):
             raise InputError(f"{source}: {kind} with dense layers between MoE layers (decoder_sparse_step "

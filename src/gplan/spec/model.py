@@ -72,6 +72,16 @@ class ModelSpec(BaseModel):
     sliding_window: int | None = Field(default=None, gt=0)
     """Sliding-window attention: each query attends to the last `sliding_window` tokens (Mistral 7B
     v0.1's 4096; Hugging Face `sliding_window`); None: full attention."""
+    full_attention_every: int | None = Field(default=None, gt=1)
+    """With sliding_window: every Nth layer attends fully, the N−1 before it through the window (gpt-oss's
+    alternating `layer_types`, N = 2; Megatron's --window-attn-skip-freq N); None: every layer windowed."""
+    attention_sinks: bool = False
+    """A learned logit per head in every softmax's denominator (gpt-oss's `sinks`; Megatron's
+    --softmax-type learnable): a parameter per head and layer, no cost gplan prices."""
+    glu_clamp: float | None = Field(default=None, gt=0)
+    """gpt-oss's gated unit: gate clamped to ≤ limit and the linear part to ±limit, `(up + 1)·g·σ(1.702·g)`
+    (Hugging Face `swiglu_limit`; Megatron's --quick-geglu --glu-linear-offset 1.0
+    --activation-func-clamp-value); the cost of a SwiGLU. None: the plain gated unit of ffn_kind."""
 
     qk_norm: bool = False
     """A norm over each head's queries and keys before RoPE (Qwen3; Hugging Face Qwen3 `q_norm`/`k_norm`)."""
@@ -132,7 +142,8 @@ class ModelSpec(BaseModel):
         "top_k": None, "moe_ffn_hidden_size": None, "num_shared_experts": 0, "shared_expert_ffn_hidden_size": None,
         "first_dense_layers": 0, "capacity_factor": None, "router": "softmax", "q_lora_rank": None,
         "kv_lora_rank": None, "qk_rope_head_dim": None, "v_head_dim": None, "qkv_bias": False, "router_groups": None,
-        "router_group_topk": None, "router_topk_scale": None, "mtp_layers": 0}
+        "router_group_topk": None, "router_topk_scale": None, "mtp_layers": 0, "full_attention_every": None,
+        "attention_sinks": False, "glu_clamp": None}
 
     @model_validator(mode="after")
     def _check_shapes(self) -> "ModelSpec":
@@ -146,6 +157,10 @@ class ModelSpec(BaseModel):
                 f"num_attention_heads {self.num_attention_heads} is not a multiple of num_kv_heads "
                 f"{self.kv_heads}"
             )
+        if self.full_attention_every and not self.sliding_window:
+            raise ValueError("full_attention_every needs sliding_window (the layers between the full ones are windowed)")
+        if self.glu_clamp and self.ffn_kind != "swiglu":
+            raise ValueError("glu_clamp is a gated unit's limit: it needs ffn_kind swiglu")
         self._check_experts()
         self._check_latent_attention()
         return self
@@ -255,7 +270,8 @@ class ModelSpec(BaseModel):
         weights = h * (hq + 2 * hkv) + hq * h
         qk_norm = 2 * self.kv_channels if self.qk_norm else 0
         biases = (hq + 2 * hkv) + h if self.bias else (hq + 2 * hkv if self.qkv_bias else 0)
-        return weights + biases + qk_norm
+        sinks = self.num_attention_heads if self.attention_sinks else 0
+        return weights + biases + qk_norm + sinks
 
     def latent_attention_params(self) -> int:
         """MLA (DeepSeek-V2 §2.1, eqs. 9-14; DeepSeek-V3's `modeling_deepseek.py`), a heads of
@@ -270,10 +286,12 @@ class ModelSpec(BaseModel):
         return queries + keys_values + a * v * h
 
     def mlp_params(self) -> int:
-        """gelu/relu: up and down (2·h·f); swiglu: gate, up and down (3·h·f)."""
-        h, f = self.hidden_size, self.ffn_size
-        matrices = 3 if self.ffn_kind == "swiglu" else 2
-        return matrices * h * f + ((matrices - 1) * f + h if self.bias else 0)
+        """gelu/relu: up and down (2·h·f); swiglu: gate, up and down (3·h·f); with their biases."""
+        return self.ffn_params(self.ffn_size) + self.ffn_bias_params(self.ffn_size)
+
+    def ffn_bias_params(self, width: int) -> int:
+        """An MLP's biases where the model has them: the up (and gate) outputs' and the down output's."""
+        return ((3 if self.ffn_kind == "swiglu" else 2) - 1) * width + self.hidden_size if self.bias else 0
 
     def norm_params(self) -> int:
         """One norm: a scale, and a shift for LayerNorm when the model has biases (`bias` covers every
@@ -291,12 +309,14 @@ class ModelSpec(BaseModel):
         return (3 if self.ffn_kind == "swiglu" else 2) * self.hidden_size * width
 
     def router_params(self) -> int:
-        """The router's h × E scores, and DeepSeek-V3's E load-balancing biases with a sigmoid router."""
-        return self.hidden_size * self.num_experts + (self.num_experts if self.router == "sigmoid" else 0)
+        """The router's h × E scores, and E biases: DeepSeek-V3's load-balancing ones with a sigmoid router,
+        or a biased model's (gpt-oss)."""
+        return self.hidden_size * self.num_experts + (self.num_experts if self.router == "sigmoid" or self.bias else 0)
 
     def expert_params(self) -> int:
-        """One routed expert."""
-        return self.ffn_params(self.expert_ffn_size)
+        """One routed expert, with its biases where the model has them (gpt-oss's `gate_up_proj_bias`,
+        `down_proj_bias`)."""
+        return self.ffn_params(self.expert_ffn_size) + self.ffn_bias_params(self.expert_ffn_size)
 
     def shared_expert_params(self) -> int:
         return self.ffn_params(self.shared_expert_ffn_size) if self.shared_expert_ffn_size else 0

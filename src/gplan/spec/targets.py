@@ -204,6 +204,12 @@ def config_refusals(target: Capabilities, model: ModelSpec, config: ParallelConf
     if model.sliding_window and not target.sliding_window:
         found.append(Refusal("sliding_window", f"{t} runs full attention, not a {model.sliding_window}-token "
                              "sliding window", "--target megatron"))
+    if model.attention_sinks and not target.attention_sinks:
+        found.append(Refusal("attention_sinks", f"{t} builds no learned attention sinks ({model.name} has them)",
+                             "--target megatron"))
+    if model.glu_clamp and not target.clamped_glu:
+        found.append(Refusal("clamped_glu", f"{t} runs a plain SwiGLU, not {model.name}'s gated unit clamped at "
+                             f"{model.glu_clamp:g}", "--target megatron"))
     if model.num_encoder_layers and not target.encoder_decoder:
         found.append(Refusal("encoder_decoder", f"{t} runs decoder-only models", "--target megatron (export)"))
     if target.llama_family_only and ((model.ffn_kind, model.norm, model.position_embedding) != ("swiglu", "rmsnorm", "rope")

@@ -95,6 +95,10 @@ def model_args(plan: Plan, notes: list[str]) -> list[str]:
         args += ["--kv-channels", str(m.kv_channels)]
     if m.sliding_window:
         args += ["--window-size", f"{m.sliding_window},0"]  # (left, right): causal
+    if m.full_attention_every:
+        args += ["--window-attn-skip-freq", str(m.full_attention_every)]  # one full layer after N−1 windowed
+    if m.attention_sinks:
+        args += ["--softmax-type", "learnable"]
     if m.position_embedding == "rope":
         args += ["--rotary-base", rotary_base(m.rope_theta)]
     if m.kv_heads != m.num_attention_heads:
@@ -168,7 +172,10 @@ def switch_args(plan: Plan) -> list[str]:
     """The model switches Megatron-LM and its fork Megatron-DeepSpeed spell alike: swiglu, untied head,
     no biases, 16-bit training."""
     m, t = plan.model, plan.training
-    args = ["--swiglu"] if m.ffn_kind == "swiglu" else []
+    if m.glu_clamp:  # gpt-oss's gated unit, which Megatron asserts is not also --swiglu
+        args = ["--quick-geglu", "--glu-linear-offset", "1.0", "--activation-func-clamp-value", f"{m.glu_clamp:g}"]
+    else:
+        args = ["--swiglu"] if m.ffn_kind == "swiglu" else []
     args += [] if m.tie_embeddings else ["--untie-embeddings-and-output-weights"]
     args += [] if m.bias else ["--disable-bias-linear"]
     args += ["--add-qkv-bias"] if m.qkv_bias and not m.bias else []  # Qwen2: q/k/v biases only

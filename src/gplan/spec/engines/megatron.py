@@ -8,7 +8,7 @@ ENGINE = EngineProfile(
     name="megatron", title="Megatron-LM", order=2, exporter="megatron",
     capabilities=Capabilities("megatron", frozenset({"1f1b", "interleaved_1f1b"}), microbatches_at_least_stages=False,
                               cp=True, tied_embeddings_across_stages=True, recompute="block", uneven_split=True,
-                              zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False, sliding_window=True,
+                              zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False, sliding_window=True, attention_sinks=True, clamped_glu=True,
                               precisions=frozenset({"bf16", "fp16", "fp32", "fp8", "mxfp8", "nvfp4"}),
                               low_precision_experts=True, mtp=True,
                               experts=True, latent_attention=True, latent_attention_split=True, expert_tp="any",

@@ -51,7 +51,13 @@ class Capabilities:
     """Whether its low-precision layers run sharded by tensor parallelism (torchao's float8 linear
     layers take DTensor weights; its MXFP8Linear does not, so gplan's worker runs MXFP8 at tp = 1)."""
     sliding_window: bool = False
-    """Sliding-window attention (Megatron's --window-size); gplan's workers run full attention."""
+    """Sliding-window attention (Megatron's --window-size, with a full layer every N:
+    --window-attn-skip-freq); gplan's workers run full attention."""
+    attention_sinks: bool = False
+    """A learned softmax sink per head (Megatron's --softmax-type learnable, for gpt-oss)."""
+    clamped_glu: bool = False
+    """gpt-oss's clamped gated unit (Megatron's --quick-geglu --glu-linear-offset 1.0
+    --activation-func-clamp-value)."""
     selective: bool = True
     """Whether it recomputes the attention core alone (Megatron's selective recompute, the default module
     set); torchtitan's selective AC is per-operator (`op`), not that, so a plan recomputing the attention
