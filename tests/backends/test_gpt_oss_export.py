@@ -22,3 +22,11 @@ def test_the_megatron_export_spells_its_layers_as_megatron_lm_builds_gpt_oss(gpl
     assert args.window_size == (128, 0) and args.window_attn_skip_freq == "2" and args.softmax_type == "learnable"
     assert args.quick_geglu and not args.swiglu and args.glu_linear_offset == 1.0
     assert args.activation_func_clamp_value == 7.0 and not args.disable_bias_linear
+    # read back by --from as the same model at the same price; a launch of another pattern is not this model
+    back = gplan("estimate", "gpt-oss-20b", "--from", str(out / "megatron_pretrain_gpt.sh"), "--cluster", "dgx-h100",
+                 "--json").json()
+    assert back["step_time_s"] == json.loads(plan.read_text())["prediction"]["step_time_s"]
+    other = tmp_path / "every4.sh"
+    other.write_text(text.replace("--window-attn-skip-freq 2", "--window-attn-skip-freq 4"))
+    r = gplan("estimate", "gpt-oss-20b", "--from", str(other), "--cluster", "dgx-h100")
+    assert r.code == 3 and "--window-attn-skip-freq 4, but gpt-oss-20b has 2" in r.stderr

@@ -35,6 +35,7 @@ MODEL_FLAGS = {
     "--num-query-groups": lambda m: m.kv_heads, "--num-experts": lambda m: m.num_experts,
     "--moe-router-topk": lambda m: m.top_k, "--moe-ffn-hidden-size": lambda m: m.expert_ffn_size,
     "--mtp-num-layers": lambda m: m.mtp_layers,
+    "--window-attn-skip-freq": lambda m: m.full_attention_every,  # one full layer every N (a list: refused)
 }
 #: Flags read for the layout, the batch or the precision.
 LAYOUT_FLAGS = {
@@ -58,7 +59,8 @@ MODEL_SWITCHES = {
     "--moe-shared-expert-intermediate-size", "--moe-router-num-groups", "--moe-router-group-topk",
     "--moe-router-topk-scaling-factor", "--multi-latent-attention", "--q-lora-rank", "--kv-lora-rank",
     "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim", "--moe-expert-capacity-factor",
-    "--moe-token-drop-policy", "--tokenizer-type", "--mock-data",
+    "--moe-token-drop-policy", "--tokenizer-type", "--mock-data", "--softmax-type", "--quick-geglu",
+    "--glu-linear-offset", "--activation-func-clamp-value",
 }
 #: A flag gplan does not read that matches this could change the layout or its cost: refused.
 LAYOUT_LIKE = re.compile(r"parallel|pipeline|recompute|checkpoint-activations|batch|expert|fsdp|offload|zero|"
