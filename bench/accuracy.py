@@ -404,18 +404,54 @@ def load_bloom_cases(path: Path = BLOOM_CSV) -> list[tuple[Case, dict]]:
 
 # ---- reporting ----------------------------------------------------------------------------------
 
+@dataclass
+class FamilyErrors:
+    """One engine's rows of one family (dense / MoE) in one table, by median absolute error."""
+    engine: str
+    family: str
+    table: str
+    rows: int
+    in_sample: float
+    held_source: float | None
+    """Held out by source (published runs: leave-one-source-out; Megatron-Bridge, one source: by release)."""
+    held_model: float | None
+    """Held out by model (None: not computed for that table)."""
+
+
+def family_table(entries: list[FamilyErrors]) -> str:
+    """Every engine and family side by side: in-sample beside held out by source and by model."""
+    cell = lambda x: "—" if x is None else f"{x:.1%}"
+    lines = ["By engine and family (median absolute step-time error; held out by source: leave-one-source-out on "
+             "the published runs, leave-one-release-out on Megatron-Bridge's single source; held out by model: "
+             "refitted without the model's rows — not run on the published runs, whose BLOOM sweep alone has "
+             "dozens of shapes):", "",
+             "| engine | family | table | rows | in-sample | held out by source | held out by model |",
+             "|---|---|---|---:|---:|---:|---:|"]
+    lines += [f"| {e.engine} | {e.family} | {e.table} | {e.rows} | {e.in_sample:.1%} | {cell(e.held_source)} | "
+              f"{cell(e.held_model)} |" for e in entries]
+    return "\n".join(lines)
+
+
 def summarize(errors: list[float]) -> tuple[float, float]:
     absolute = [abs(e) for e in errors]
     return statistics.median(absolute), statistics.fmean(absolute)
 
 
-def report(cases: list[Case], skipped: list, fitted: Fit, loso: dict[str, list[float]]) -> str:
-    """In-sample (the catalogue's fitted knobs and engine factors) beside leave-one-source-out."""
+def report(cases: list[Case], skipped: list, fitted: Fit, loso: dict[str, list[float]],
+           families: list[FamilyErrors] | None = None) -> str:
+    """In-sample (the catalogue's fitted knobs and engine factors) beside leave-one-source-out; each engine's
+    rows summed up into `families`."""
     rows = [(c, predict_case(c)) for c in cases]
     by_source: dict[str, list[float]] = {}
     for c, p in rows:
         by_source.setdefault(c.source, []).append(error(p, c.measured_step_s))
     engines = {c.source: c.training.engine for c in cases}
+    for engine in sorted({engines[s] for s in by_source}):
+        sources = [s for s in by_source if engines[s] == engine]
+        if families is not None:
+            families.append(FamilyErrors(engine, "dense", "published runs", sum(len(by_source[s]) for s in sources),
+                                         summarize([e for s in sources for e in by_source[s]])[0],
+                                         summarize([e for s in sources for e in loso[s]])[0], None))
     lines = [f"{len(cases)} rows predicted, {len(skipped)} skipped (incomplete configuration). In-sample: the "
              "catalogue's knobs (fitted on every source); leave-one-source-out: everything refitted without the "
              "source, its engine's factor from that engine's other sources or, with none, the prior (1).", "",
@@ -487,9 +523,11 @@ def main(argv: list[str] | None = None) -> int:
             moe = load_moe_cases()[0]
             sys.stdout.write(f"experts: {fit_moe_constants(moe, {b.case.row_id: moe_parts(b) for b in moe})}\n")
         return 0
-    table = report(cases, skipped, fitted, leave_one_source_out(cases))
+    families: list[FamilyErrors] = []
+    table = report(cases, skipped, fitted, leave_one_source_out(cases), families)
     if BRIDGE_CSV.is_file():
-        table += "\n\n" + bridge_report() + "\n\n" + moe_report() + "\n\n" + memory_report()
+        table += "\n\n" + bridge_report(families=families) + "\n\n" + moe_report(families=families) + "\n\n" + memory_report()
+    table = family_table(families) + "\n\n" + table
     sys.stdout.write(table + "\n")
     if args.readme:
         write_readme(table)
@@ -644,7 +682,7 @@ def bridge_errors(rows: list[BridgeCase], factors: dict[tuple[str, str], float])
                   b.case.measured_step_s) for b in rows]
 
 
-def bridge_report(path: Path = BRIDGE_CSV) -> str:
+def bridge_report(path: Path = BRIDGE_CSV, families: list[FamilyErrors] | None = None) -> str:
     rows, skipped = load_bridge_cases(path)
     factors = fit_precision_factors(rows)
     in_sample = bridge_errors(rows, factors)
@@ -677,6 +715,9 @@ def bridge_report(path: Path = BRIDGE_CSV) -> str:
     for system in sorted({b.system for b in rows}):
         lines.append(f"| {system} | all | {sum(b.system == system for b in rows)} | | "
                      f"{medians([i for i, b in enumerate(rows) if b.system == system])} |")
+    if families is not None:
+        families.append(FamilyErrors("megatron", "dense", "Megatron-Bridge", len(rows), summarize(in_sample)[0],
+                                     summarize(list(loro.values()))[0], summarize(list(lomo.values()))[0]))
     everything = medians(list(range(len(rows)))).split(" | ", 1)
     lines.append(f"| **all** | | {len(rows)} | | **{everything[0]}** | {everything[1]} |")
     lines += ["", "<details><summary>Per row</summary>", "", "| row | run | measured s | in-sample error |",
@@ -940,7 +981,7 @@ def release_lines(rows: list[BridgeCase], errors: list[float]) -> list[str]:
     return lines
 
 
-def moe_report(path: Path = BRIDGE_CSV) -> str:
+def moe_report(path: Path = BRIDGE_CSV, families: list[FamilyErrors] | None = None) -> str:
     """Every MoE row: as the catalogue ships (cost_models.experts' constants), in-sample (refitted on all
     rows) and leave-one-model-out (fitted on the other models' rows), by model and system and by release."""
     rows, skipped = load_moe_cases(path)
@@ -955,6 +996,14 @@ def moe_report(path: Path = BRIDGE_CSV) -> str:
         constants = fit_moe_constants([b for b in rows if b.case.model.name != name], parts)
         lomo.update({b.case.row_id: error(constants.step_s(parts[b.case.row_id]), b.case.measured_step_s) for b in held})
     med = lambda xs: statistics.median(abs(x) for x in xs)
+    if families is not None:
+        by_release: dict[str, float] = {}  # the constants refitted without each release's rows
+        for release in sorted({release_of(b) for b in rows}):
+            constants = fit_moe_constants([b for b in rows if release_of(b) != release], parts)
+            by_release.update({b.case.row_id: error(constants.step_s(parts[b.case.row_id]), b.case.measured_step_s)
+                               for b in rows if release_of(b) == release})
+        families.append(FamilyErrors("megatron", "MoE", "Megatron-Bridge", len(rows), med(errors),
+                                     med(list(by_release.values())), med(list(lomo.values()))))
     c = shipped
     lines = [f"Megatron-Bridge's mixture-of-experts rows: {len(rows)} priced, {len(skipped)} skipped, each with the "
              "all-to-all overlap and CUDA graphs its settings state. Shipped constants (cost_models/experts.py, the "

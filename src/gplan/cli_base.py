@@ -140,8 +140,9 @@ FromOpt = typer.Option(None, "--from", help="an engine's launch (Megatron-LM scr
 RecomputeOpt = typer.Option(",".join(RECOMPUTE_OPTIONS), "--recompute",
                             help=f"recompute options the ILP may give each layer: {choices(RECOMPUTE_OPTIONS)}")
 ModulesOpt = typer.Option(None, "--recompute-modules", help=f"what a selective layer recomputes (Megatron's "
-                          f"--recompute-modules): {','.join(RECOMPUTE_MODULES)}, or none (default: the attention "
-                          "core; a search for Megatron also tries the sets its recipes run)")
+                          f"--recompute-modules; op: torchtitan's per-op AC): {','.join(RECOMPUTE_MODULES)}, or none "
+                          "(default: the attention core; a search for Megatron tries the sets its recipes run, one "
+                          "for torchtitan its per-op AC; gplan's torch worker runs op too)")
 BF16GradsOpt = typer.Option(False, "--grad-reduce-in-bf16", help="keep and reduce the main gradients in bf16, not fp32 "
                             "(Megatron-LM's flag; Megatron-Bridge's performance recipes run it)")
 Fp8ParamsOpt = typer.Option(False, "--fp8-param-gather", help="keep the layers' weights only in the low-precision "

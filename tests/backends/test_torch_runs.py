@@ -90,6 +90,57 @@ def test_moe_layout_matches_single_process(name, reference, tmp_path):
     assert report["losses"][-1] != report["losses"][0]
 
 
+@pytest.mark.parametrize("model, degrees", [(TINY_LLAMA, dict(dp=2, tp=2, sp=True)), (TINY_MOE, dict(dp=2, ep=2))],
+                         ids=["llama_dp2_tp2_sp", "moe_dp2_ep2"])
+def test_per_op_recompute_matches_single_process(reference, tmp_path, model, degrees):
+    """torchtitan's per-operator policy (the module op) in gplan's worker: every block replays what it did not
+    keep — matmuls on alternate counts, the tp collectives, the experts — and the losses do not move."""
+    plan = tiny_plan(tmp_path / "plan.json", model, None, recompute="selective", recompute_modules=("op",), **degrees)
+    data = json.loads(plan.read_text())
+    assert data["parallel"]["recompute_modules"] == ["op"]
+    assert {c["recompute"] for s in data["stages"] for c in s["layers"]} == {"selective"}
+    assert launch(plan, tmp_path / "run")["losses"] == pytest.approx(reference[model.name], abs=1e-5)
+
+
+def test_the_per_op_policy_replays_every_second_matmul_of_a_block():
+    """Matmuls a block's backward runs: 14 for its 7 weights' gradients (wq wk wv wo w1 w3 w2: input and weight
+    gradient each); full recompute replays the forward's up to the last one whose output the backward needs
+    (6: torch's checkpoint stops before w2); the per-op policy only the 2nd, 4th, 6th (wk, wo, w3) — the
+    others' outputs and attention's are kept."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.checkpoint import checkpoint
+
+    from gplan.backends.torch.model import ModelArgs, Transformer, per_op_contexts, rope_tables
+
+    class Matmuls(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.count += func in (torch.ops.aten.mm.default, torch.ops.aten.bmm.default)
+            return func(*args, **(kwargs or {}))
+
+    torch.manual_seed(0)
+    args = ModelArgs.from_spec(TINY_LLAMA, 64)
+    block = Transformer(args).layers["0"]
+    rope = rope_tables(64, args.rope_dim, args.rope_theta, "cpu")
+
+    def backward_matmuls(forward) -> int:
+        x = torch.randn(2, 64, TINY_LLAMA.hidden_size, requires_grad=True)
+        loss = forward(x).sum()
+        with Matmuls() as seen:
+            loss.backward()
+        return seen.count
+
+    none = backward_matmuls(lambda x: block._forward(x, rope))
+    full = backward_matmuls(lambda x: checkpoint(block._forward, x, rope, use_reentrant=False))
+    per_op = backward_matmuls(lambda x: checkpoint(block._forward, x, rope, use_reentrant=False,
+                                                   context_fn=per_op_contexts))
+    assert (none, full - none, per_op - none) == (14, 6, 3)
+
+
 def test_latent_attention_and_sigmoid_routing_with_ep_and_pp_match_single_process(reference, tmp_path):
     plan = tiny_plan(tmp_path / "plan.json", TINY_DEEPSEEK, [[("selective", 2)], [("full", 1)]], dp=2, pp=2, ep=2)
     report = launch(plan, tmp_path / "run")

@@ -8,7 +8,8 @@ from typing import Iterator
 from gplan.profiles.schema import ClusterSpec
 from gplan.spec.model import ModelSpec
 from gplan.errors import InputError
-from gplan.spec.parallel import (BATCH_RULES, canonical_modules, DEFAULT_RECOMPUTE_MODULES, DEGREE_RULES, EXPERT_RULES, RECOMPUTE_MODULES,
+from gplan.spec.parallel import (BATCH_RULES, canonical_modules, DEFAULT_RECOMPUTE_MODULES, DEGREE_RULES, EXPERT_RULES,
+                                 PER_OP_MODULES, RECOMPUTE_MODULES,
                                  RECOMPUTE_OPTIONS, RECOMPUTE_RULES, SCHEDULES, SHARDING_RULES, ParallelConfig,
                                  keeps_rules)
 from gplan.spec.targets import TARGETS, config_refusals
@@ -132,21 +133,22 @@ def searched_modules(model: ModelSpec) -> tuple[str, ...]:
 
 
 def module_options(model: ModelSpec, limits: SearchLimits, flash_attention: bool = True) -> list[tuple[str, ...]]:
-    """The recompute module sets to search: the user's; for a target whose selective recompute is a policy of
-    its own (torchtitan's `op`) that policy; for a target that names modules (Megatron) the one
-    set `searched_modules` — alone under fused attention, where recomputing the attention core saves no
-    memory and costs its replay, so that Megatron's default set is dominated by recomputing nothing — else
-    the default set (the attention core) alone. One set keeps the search as fast as before the modules."""
+    """The recompute module sets to search: the user's; torchtitan's per-operator policy for torchtitan (the
+    attention core alone it would run fully); for a target that names modules (Megatron) the one set
+    `searched_modules` — alone under fused attention, where recomputing the attention core saves no memory and
+    costs its replay, so that the default set is dominated by recomputing nothing — else the default set (the
+    attention core) alone, so that a default search's plan exports everywhere (gplan's torch worker runs `op`
+    where it is named). One set keeps the search as fast as before the modules."""
     if limits.recompute_modules is not None:
         return limits.recompute_modules
     target = TARGETS[limits.target] if limits.target else None
     if "selective" not in limits.recompute or target is None:
         return [DEFAULT_RECOMPUTE_MODULES]
-    if not target.selective and target.recompute_modules:  # its own policy (torchtitan's per-op AC)
-        return [canonical_modules(target.recompute_modules)]
-    if len(target.recompute_modules) <= 1:
-        return [DEFAULT_RECOMPUTE_MODULES]
-    chosen = searched_modules(model)
+    if not target.selective and set(PER_OP_MODULES) <= target.recompute_modules:
+        return [PER_OP_MODULES]  # torchtitan: its per-op policy is its only selective recompute
+    if not set(searched_modules(model)) <= target.recompute_modules:
+        return [DEFAULT_RECOMPUTE_MODULES]  # gplan's workers: the attention core (the torch worker's op when named)
+    chosen = searched_modules(model)  # Megatron's modules
     return [chosen] if flash_attention else [DEFAULT_RECOMPUTE_MODULES, chosen]
 
 

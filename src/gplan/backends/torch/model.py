@@ -218,6 +218,39 @@ def make_mlp(args: ModelArgs, layer_id: int) -> nn.Module:
     return MoE(args.dim, args.n_experts, args.top_k, args.moe_ffn_dim, args.ffn_kind, args.router, shared)
 
 
+def _per_op_saved() -> set:
+    """The ops whose outputs the per-op policy keeps, as torchtitan 0.3.0's `_get_default_save_ops` lists them:
+    torch's compute-intensive ops (mm, addmm, bmm, _scaled_mm, attention; `get_default_op_list`), linear,
+    the CPU flash kernel, and the reduce-scatter and all-to-all collectives."""
+    from torch._functorch.partitioners import get_default_op_list
+
+    ops = {op.default for op in get_default_op_list().compute_intensive_ops}
+    ops |= {torch.ops.aten.linear.default, torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+            torch.ops._c10d_functional.reduce_scatter_tensor.default,
+            torch.ops._c10d_functional.all_to_all_single.default}
+    return ops
+
+
+MATMULS = (torch.ops.aten.mm.default, torch.ops.aten.linear.default)
+
+
+def per_op_contexts():
+    """A fresh per-op policy for one block's forward and its replay: kept ops' outputs are saved, except every
+    second matmul (counted apart in the forward and in the replay, so both make the same choice)."""
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    saved, count = _per_op_saved(), {"forward": 0, "recompute": 0}
+
+    def policy(ctx, func, *args, **kwargs):
+        if func in MATMULS:
+            count["recompute" if ctx.is_recompute else "forward"] += 1
+            if count["recompute" if ctx.is_recompute else "forward"] % 2 == 0:
+                return CheckpointPolicy.PREFER_RECOMPUTE
+        return CheckpointPolicy.MUST_SAVE if func in saved else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return create_selective_checkpoint_contexts(policy)
+
+
 class Block(nn.Module):
     def __init__(self, args: ModelArgs, layer_id: int = 0):
         super().__init__()
@@ -227,10 +260,15 @@ class Block(nn.Module):
         self.feed_forward = make_mlp(args, layer_id)
         self.recompute_full = False
         """Full recomputation: keep only the block's input for the backward."""
+        self.recompute_per_op = False
+        """torchtitan's per-operator policy (the recompute module `op`): keep every other matmul's output,
+        attention's and the collectives', replay the rest (`per_op_policy`)."""
 
     def forward(self, x: torch.Tensor, rope) -> torch.Tensor:
         if self.recompute_full and torch.is_grad_enabled():
             return checkpoint(self._forward, x, rope, use_reentrant=False)
+        if self.recompute_per_op and torch.is_grad_enabled():
+            return checkpoint(self._forward, x, rope, use_reentrant=False, context_fn=per_op_contexts)
         return self._forward(x, rope)
 
     def _forward(self, x: torch.Tensor, rope) -> torch.Tensor:

@@ -1,6 +1,7 @@
 """gplan's own torch worker (backends/torch): cp with its own ring attention (apply_cp.py); MoE
 (backends/torch/moe.py) with ep over all_to_all_single and etp over gathered tokens at tp = 1, zero 0;
-torchao's float8 tensorwise and rowwise and MXFP8 (backends/torch/apply_lowp.py)."""
+torchao's float8 tensorwise and rowwise and MXFP8 (backends/torch/apply_lowp.py); selective recompute of the
+attention core or, as torchtitan's, per operator (the module `op`: backends/torch/model.per_op_contexts)."""
 
 from gplan.spec.engines.profile import ALL_SCHEDULES, ALL_ZERO, Capabilities, EngineProfile, MemoryAccounting
 
@@ -11,7 +12,7 @@ ENGINE = EngineProfile(
                               zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False, experts=True,
                               expert_zero=frozenset({0}), latent_attention=True, expert_tp="etp",
                               precisions=frozenset({"bf16", "fp16", "fp32", "fp8", "fp8-rowwise", "mxfp8"}),
-                              low_precision_tp=False),
+                              low_precision_tp=False, recompute_modules=frozenset({"core_attn", "op"})),
     # FSDP2 over autocast; the loss is F.cross_entropy on fp32 logits
     memory=MemoryAccounting(states="fsdp", loss_grad="fp32_grad", quantized_gemm_inputs=False),
 )
