@@ -219,9 +219,10 @@ def make_mlp(args: ModelArgs, layer_id: int) -> nn.Module:
 
 
 def _per_op_saved() -> set:
-    """The ops whose outputs the per-op policy keeps, as torchtitan 0.3.0's `_get_default_save_ops` lists them:
-    torch's compute-intensive ops (mm, addmm, bmm, _scaled_mm, attention; `get_default_op_list`), linear,
-    the CPU flash kernel, and the reduce-scatter and all-to-all collectives."""
+    """The ops whose outputs the per-op policy keeps: those of torchtitan 0.3.0's `_get_default_save_ops` that
+    this model runs — torch's compute-intensive ops (mm, addmm, bmm, _scaled_mm, attention;
+    `get_default_op_list`), linear, and the reduce-scatter and all-to-all collectives — and the CPU flash kernel
+    (attention on CPU)."""
     from torch._functorch.partitioners import get_default_op_list
 
     ops = {op.default for op in get_default_op_list().compute_intensive_ops}
@@ -262,7 +263,7 @@ class Block(nn.Module):
         """Full recomputation: keep only the block's input for the backward."""
         self.recompute_per_op = False
         """torchtitan's per-operator policy (the recompute module `op`): keep every other matmul's output,
-        attention's and the collectives', replay the rest (`per_op_policy`)."""
+        attention's and the collectives', replay the rest (`per_op_contexts`)."""
 
     def forward(self, x: torch.Tensor, rope) -> torch.Tensor:
         if self.recompute_full and torch.is_grad_enabled():
