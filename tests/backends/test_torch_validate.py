@@ -37,3 +37,15 @@ def test_a_worker_that_lost_its_mixed_precision_policy_fails_validation(tmp_path
     report = validate.validation_report(bf16_plan(tmp_path, 1))
     failed = [c for c in report.checks if "weight bytes" in c.subject and not c.ok]
     assert failed and all(c.error > 0.02 for c in failed)
+
+
+@pytest.mark.parametrize("degrees, backend, capability", [
+    (dict(cp=2, dp=2), "mindspore", "(cp)"),
+    (dict(dp=4, recompute="selective", recompute_modules=("op",)), "mindspore", "(recompute_modules)"),
+])
+def test_validation_refuses_what_the_backend_cannot_run_before_building_it(gplan, tmp_path, degrees, backend, capability):
+    """`gplan launch --validate` asks the same capabilities a launch does: a plan the backend cannot run exits 3
+    naming the capability, not a layout error from the fake process group."""
+    plan = tiny_plan(tmp_path / "plan.json", TINY_LLAMA, None, **degrees)
+    r = gplan("launch", str(plan), "--backend", backend, "--validate")
+    assert r.code == 3 and capability in r.stderr and "hint:" in r.stderr and "Traceback" not in r.stderr

@@ -394,7 +394,8 @@ def launch_plan(plan: Plan, backend_name: str, options: LaunchOptions, *, valida
     from gplan.plan import write_plan
 
     impl = backend(backend_name)
-    if validate_only:
+    if validate_only:  # what the backend cannot run is refused first, as a launch would
+        refuse_unsupported(plan, backend_name)
         return LaunchOutcome("validated", backend_name, validation=impl.validate(plan), plan=plan)
     plan = scale(plan) if scale else plan
     plan_path = options.run_dir / "plan.json"
