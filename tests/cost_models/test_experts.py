@@ -115,6 +115,19 @@ def test_routed_activations_count_the_permuted_tokens_and_the_expert_intermediat
     assert kept - s.layer_activation_bytes("moe_decoder", "full") > expected  # full recompute keeps only the input
 
 
+def test_an_all_to_all_in_flight_holds_what_it_sends_beside_what_it_receives():
+    """The backward's working set of an MoE layer with ep: the routed gradients, and the dispatcher's send buffer
+    beside the tokens it receives (k·s·h, 2 bytes) — none without ep, where no all-to-all runs."""
+    spread, alone = step_model("qwen3-30b-a3b", 16, dp=16, ep=16), step_model("qwen3-30b-a3b", 16, dp=16)
+    m, pairs = spread.model, 8 * SEQ
+    assert experts.dispatch_buffer_bytes(m, spread.shard, spread.config, 2) == pairs * m.hidden_size * 2
+    assert experts.dispatch_buffer_bytes(m, alone.shard, alone.config, 2) == 0.0
+    routed = experts.routed_gradient_working_bytes(m, spread.shard, spread.config, 2)
+    dense_part = spread.layer_transient_bytes("moe_decoder", "none") - routed - pairs * m.hidden_size * 2
+    assert dense_part == pytest.approx(alone.layer_transient_bytes("moe_decoder", "none")
+                                       - experts.routed_gradient_working_bytes(m, alone.shard, alone.config, 2))
+
+
 @pytest.mark.parametrize("degrees, message", [
     (dict(dp=16, ep=3), "does not divide the 128 experts"),
     (dict(dp=4, tp=4, sp=True, ep=32), "does not fold"),

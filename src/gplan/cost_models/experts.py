@@ -157,6 +157,14 @@ def routed_gradient_working_bytes(model: ModelSpec, shard: Shard, config: Parall
     return pairs * element_bytes * ((3 if model.ffn_kind == "swiglu" else 2) * f + model.hidden_size)
 
 
+def dispatch_buffer_bytes(model: ModelSpec, shard: Shard, config: ParallelConfig, element_bytes: int) -> float:
+    """The all-to-all dispatcher's buffer in flight (ep > 1): while an all-to-all runs — the dispatch and the
+    combine, forward and backward — the tokens (or their gradients) it sends and those it receives exist
+    together, and the received ones are the working set's already (Megatron-core's
+    MoEAlltoAllTokenDispatcher: `permute`, then `all_to_all` into a new tensor): one more `k·tokens·h`."""
+    return dispatch_bytes(model, shard, element_bytes) if config.ep > 1 else 0.0
+
+
 def expert_params_per_device(model: ModelSpec, config: ParallelConfig) -> float:
     """One MoE layer's routed-expert parameters on one device: E/ep experts, 1/etp of each."""
     return local_experts(model, config) * model.expert_params() / config.etp

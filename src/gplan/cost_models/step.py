@@ -511,7 +511,8 @@ class StepModel:
                                                    t.flash_attention, recompute))
         working = replayed + memory.gradient_working_bytes(self.model, self.shard, t.element_bytes, self.kinds[kind])
         if self.kinds[kind].moe:
-            routed = experts.routed_gradient_working_bytes(self.model, self.shard, self.config, t.element_bytes)
+            routed = (experts.routed_gradient_working_bytes(self.model, self.shard, self.config, t.element_bytes)
+                      + experts.dispatch_buffer_bytes(self.model, self.shard, self.config, t.element_bytes))
             if recompute == "full":  # the replayed forward recreates the routed side's activations too
                 routed += experts.routed_activation_bytes(self.model, self.shard, self.config, t.element_bytes)
             working += t.expert_imbalance * routed
