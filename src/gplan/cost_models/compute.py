@@ -141,8 +141,8 @@ def attention_core_flops(model: ModelSpec, kind: LayerKind, shard: Shard, causal
             return full
         w, kv = model.sliding_window, shard.kv_seq
         if w and w < kv:
-            windowed = full * (w - w * w / (2 * kv)) / kv
-            return windowed_share(model) * windowed + (1 - windowed_share(model)) * full / 2
+            windowed, share = full * (w - w * w / (2 * kv)) / kv, windowed_share(model)
+            return share * windowed + (1 - share) * full / 2
         return full / 2
     cross = core(False) if kind.cross_attention else 0.0
     return core(kind.causal) + cross

@@ -26,7 +26,7 @@ what it keeps (`per_op_kept_bytes`) rather than from what it drops.
 
 from __future__ import annotations
 
-from gplan.cost_models import experts, memory
+from gplan.cost_models import compute, experts, memory
 from gplan.cost_models.compute import Gemm, Shard
 from gplan.spec.model import LayerKind, ModelSpec
 from gplan.spec.parallel import ParallelConfig
@@ -138,10 +138,10 @@ def per_op_matmuls(model: ModelSpec, kind: LayerKind, shard: Shard) -> list[Gemm
     not in the save list: replayed."""
     h, n, t = model.hidden_size, shard.tokens, shard.tp
     if model.is_mla:
-        a, rope = model.num_attention_heads, model.qk_rope_head_dim
-        nope, v, r_q, r_kv = model.kv_channels, model.v_head_dim or model.kv_channels, model.q_lora_rank, model.kv_lora_rank
-        queries = ([Gemm(n, r_q, h)] if r_q else []) + [Gemm(n, a * (nope + rope) // t, r_q or h)]
-        attention = queries + [Gemm(n, r_kv + rope, h), Gemm(n, a * (nope + v) // t, r_kv), Gemm(n, h, a * v // t)]
+        a, v, r_q = model.num_attention_heads, model.v_head_dim or model.kv_channels, model.q_lora_rank
+        q_up, kv_up = compute.latent_up_gemms(model, shard)
+        q_down = [Gemm(n, r_q, h)] if r_q else []
+        attention = q_down + [q_up, Gemm(n, model.kv_lora_rank + model.qk_rope_head_dim, h), kv_up, Gemm(n, h, a * v // t)]
     else:
         hq, hkv = model.q_hidden_size, model.kv_hidden_size
         attention = [Gemm(n, hq // t, h), Gemm(n, hkv // t, h), Gemm(n, hkv // t, h), Gemm(n, h, hq // t)]

@@ -13,7 +13,7 @@ from gplan.errors import InputError
 from gplan.plan import Prediction, StageMemory, StagePrediction, StepBreakdown
 from gplan.profiles.schema import ClusterSpec, NodeGroup
 from gplan.spec.model import LayerKind, ModelSpec
-from gplan.spec.parallel import PER_OP_MODULES, ParallelConfig, StageLayout, empty_stage, uniform_layout
+from gplan.spec.parallel import ParallelConfig, StageLayout, empty_stage, uniform_layout
 from gplan.spec.targets import overlaps_param_gather, overlaps_tp_comm
 from gplan.spec.training import TrainingSpec
 
@@ -130,7 +130,7 @@ class StepModel:
         per_pass = 3 if self.kinds[kind].cross_attention else 2
         passes = 3 if recompute == "full" else 2
         # torchtitan's per-op policy keeps the reduce-scatters' outputs and replays the all-gathers: half a pass
-        gathers = 0.5 if recompute == "selective" and self.config.recompute_modules == PER_OP_MODULES else 0.0
+        gathers = 0.5 if recompute == "selective" and self.config.per_op else 0.0
         if not self.tp_overlapped:
             return per_pass * (passes + gathers) * self.tp_allreduce_s(group)
         collectives_s, gemm_s = per_pass * self.tp_allreduce_s(group), self.layer_gemm_s(kind, group)
@@ -237,7 +237,7 @@ class StepModel:
         """What each module a selective layer of `kind` recomputes takes off its kept bytes (cost_models.recompute);
         torchtitan's per-op policy drops all but what it keeps (`recompute.per_op_kept_bytes`)."""
         t = self.training
-        if self.config.recompute_modules == PER_OP_MODULES:
+        if self.config.per_op:
             kept = recompute.per_op_kept_bytes(self.model, self.kinds[kind], self.shard, self.config, t.element_bytes,
                                                t.precision, t.expert_imbalance)
             return [max(0.0, self.layer_activation_bytes(kind, "none") - kept)]

@@ -291,7 +291,12 @@ class ModelSpec(BaseModel):
 
     def ffn_bias_params(self, width: int) -> int:
         """An MLP's biases where the model has them: the up (and gate) outputs' and the down output's."""
-        return ((3 if self.ffn_kind == "swiglu" else 2) - 1) * width + self.hidden_size if self.bias else 0
+        return (self.ffn_matrices - 1) * width + self.hidden_size if self.bias else 0
+
+    @property
+    def ffn_matrices(self) -> int:
+        """Weight matrices of one MLP: up and down (gelu/relu), gate, up and down (swiglu)."""
+        return 3 if self.ffn_kind == "swiglu" else 2
 
     def norm_params(self) -> int:
         """One norm: a scale, and a shift for LayerNorm when the model has biases (`bias` covers every
@@ -306,7 +311,7 @@ class ModelSpec(BaseModel):
 
     def ffn_params(self, width: int) -> int:
         """One MLP of inner width f: 2·h·f (gelu/relu) or 3·h·f (swiglu), without biases."""
-        return (3 if self.ffn_kind == "swiglu" else 2) * self.hidden_size * width
+        return self.ffn_matrices * self.hidden_size * width
 
     def router_params(self) -> int:
         """The router's h × E scores, and E biases: DeepSeek-V3's load-balancing ones with a sigmoid router,

@@ -123,6 +123,11 @@ class ParallelConfig(BaseModel):
         return self.dp * self.tp * self.pp * self.cp
 
     @property
+    def per_op(self) -> bool:
+        """Its selective layers recompute torchtitan's per-operator policy (the module `op`)."""
+        return self.recompute_modules == PER_OP_MODULES
+
+    @property
     def edp(self) -> int:
         """Expert data parallelism: the ranks holding the same experts, a stage's dp·tp·cp over etp·ep
         (Megatron's `expert_data_parallel_size`); expert gradients are reduced over these."""

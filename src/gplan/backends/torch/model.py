@@ -244,8 +244,9 @@ def per_op_contexts():
 
     def policy(ctx, func, *args, **kwargs):
         if func in MATMULS:
-            count["recompute" if ctx.is_recompute else "forward"] += 1
-            if count["recompute" if ctx.is_recompute else "forward"] % 2 == 0:
+            run = "recompute" if ctx.is_recompute else "forward"
+            count[run] += 1
+            if count[run] % 2 == 0:
                 return CheckpointPolicy.PREFER_RECOMPUTE
         return CheckpointPolicy.MUST_SAVE if func in saved else CheckpointPolicy.PREFER_RECOMPUTE
 

@@ -21,7 +21,6 @@ from gplan.backends.torch.apply_tp import apply_tp
 from gplan.backends.torch.model import ModelArgs, Transformer, keep_stage
 from gplan.backends.torch.moe import ExpertGroup, apply_ep
 from gplan.plan import Plan
-from gplan.spec.parallel import PER_OP_MODULES
 
 
 @dataclass
@@ -98,7 +97,7 @@ def build_chunks(plan: Plan, mesh: DeviceMesh, pp_rank: int, device: torch.devic
             apply_tp(part, mesh["tp"], c.sp)  # bf16 collectives around float8 GEMMs, as the cost model prices tp
         if ring is not None:
             apply_cp(part, ring, plan.training.seq_length)
-        apply_recompute(part, recompute, per_op=c.recompute_modules == PER_OP_MODULES)
+        apply_recompute(part, recompute, per_op=c.per_op)
         built.params_after_tp += local_numel(part)
         if c.zero >= 1 and c.dp * c.cp > 1:
             apply_fsdp(part, grad_mesh(mesh, plan), c.zero, param_dtype=param_dtype)
