@@ -557,6 +557,8 @@ class BridgeCase:
     case: Case
     release: str
     system: str
+    stated: ParallelConfig | None = None
+    """Where the row is priced at its recipe's layout (`layout_donor`): the layout its table states."""
 
 
 def load_bridge_cases(path: Path = BRIDGE_CSV) -> tuple[list[BridgeCase], list[tuple[str, str]]]:
@@ -575,12 +577,17 @@ def load_bridge_cases(path: Path = BRIDGE_CSV) -> tuple[list[BridgeCase], list[t
             skipped.append((r["row_id"], "precision not stated (25.09 tables)"))
             continue
         model = load_model(BRIDGE_MODELS[r["model"]])
-        gpus, tp, pp, cp = int(r["num_gpus"]), int(r["tp"]), int(r["pp"]), int(r["cp"])
-        vpp = int(r["vp"]) if r["vp"] not in ("", "n/a") else 1
-        dp = gpus // (tp * pp * cp)
+        stated = None
         donor = settings_donor(r, table)
         if donor is not None:
             r = {**r, "fsdp": donor["fsdp"], "other_settings": donor["other_settings"], "inherited": donor["row_id"]}
+        elif (recipe := layout_donor(r, table)) is not None:
+            stated = r
+            r = {**r, **{k: recipe[k] for k in LAYOUT_FIELDS}, "fsdp": recipe["fsdp"],
+                 "other_settings": recipe["other_settings"], "relaid": recipe["row_id"], "stated": layout_text(r)}
+        gpus, tp, pp, cp = int(r["num_gpus"]), int(r["tp"]), int(r["pp"]), int(r["cp"])
+        vpp = int(r["vp"]) if r["vp"] not in ("", "n/a") else 1
+        dp = gpus // (tp * pp * cp)
         fsdp = int(r["fsdp"]) if r["fsdp"] else 0
         settings = r["other_settings"]
         recompute, modules = recompute_of(settings)
@@ -589,7 +596,18 @@ def load_bridge_cases(path: Path = BRIDGE_CSV) -> tuple[list[BridgeCase], list[t
                                 zero=3 if fsdp or "use_megatron_fsdp=True" in settings else 1, recompute=recompute,
                                 recompute_modules=modules, offload_layers=int(offload.group(1)) if offload else 0)
         _add_bridge_case(r, model, config, out, skipped)
+        if stated is not None and out and out[-1].case.row_id == r["row_id"]:
+            out[-1].stated = layout_of(stated, config)
     return out, skipped
+
+
+def layout_of(r: dict, config: ParallelConfig) -> ParallelConfig:
+    """`config` with the row's own tp pp cp vp and micro-batch (dp from its GPU count)."""
+    tp, pp, cp = int(r["tp"]), int(r["pp"]), int(r["cp"])
+    vpp = int(r["vp"]) if r["vp"] not in ("", "n/a") else 1
+    fields = {k: v for k, v in config.model_dump().items() if k != "schedule"}
+    return ParallelConfig(**fields | dict(dp=int(r["num_gpus"]) // (tp * pp * cp), tp=tp, pp=pp, cp=cp, sp=tp > 1,
+                                          vpp=vpp, mbs=int(r["micro_batch_size"])))
 
 
 RECIPE_SETTINGS = re.compile(r"\[from |recompute_|cpu_offloading|use_megatron_fsdp")
@@ -625,6 +643,36 @@ def settings_donor(r: dict, table: list[dict]) -> dict | None:
                                     + abs(_release_key(d["release"])[1] - here[1]), d["row_id"]))
 
 
+LAYOUT_FIELDS = ("tp", "pp", "cp", "vp", "micro_batch_size")
+
+
+def layout_text(r: dict) -> str:
+    vp = f" vp{r['vp']}" if r["vp"] not in ("", "n/a", "1") else ""
+    return f"tp{r['tp']} pp{r['pp']}{vp} cp{r['cp']} mbs{r['micro_batch_size']}"
+
+
+def layout_donor(r: dict, table: list[dict]) -> dict | None:
+    """For a dense row that states no recipe and has no settings donor: the row whose layout its model,
+    system and precision run in every other release — when every row of them that names its preset
+    (`[from …]`) gives one layout, unlike the row's own — in the nearest release; else None.
+
+    Megatron-Bridge keeps one preset per (model, system, precision): where every release around a row
+    runs one layout and the row's stated layout is in no preset of any release, the table mis-states
+    the row rather than the run changing layout for one release. The README lists each row priced so,
+    with its prediction at the layout the table states."""
+    if RECIPE_SETTINGS.search(r["other_settings"]):
+        return None
+    kin = [d for d in table if d["row_id"] != r["row_id"] and "[from " in d["other_settings"] and
+           (d["model"], d["system"], d["num_gpus"]) == (r["model"], r["system"], r["num_gpus"]) and
+           BRIDGE_PRECISION.get(d["precision"]) == BRIDGE_PRECISION.get(r["precision"])]
+    layouts = {layout_text(d) for d in kin}
+    if len(kin) < 2 or len(layouts) != 1 or layout_text(r) in layouts:
+        return None
+    here = _release_key(r["release"])
+    return min(kin, key=lambda d: (abs(_release_key(d["release"])[0] - here[0]) * 100
+                                   + abs(_release_key(d["release"])[1] - here[1]), d["row_id"]))
+
+
 def _add_bridge_case(r: dict, model, config: ParallelConfig, out: list, skipped: list, **options) -> None:
     """The row as a case (Megatron-LM, its precision, the engine `options` its settings state; step time =
     gbs·seq / (tokens/s/GPU · GPUs)), or skipped with the rule it breaks."""
@@ -639,7 +687,8 @@ def _add_bridge_case(r: dict, model, config: ParallelConfig, out: list, skipped:
         skipped.append((r["row_id"], f"not expressible yet: {exc.message}"))
         return
     step = training.gbs * training.seq_length / (float(r["tokens_per_sec_per_gpu"]) * gpus)
-    inherited = f"; settings of row {r['inherited']}" if r.get("inherited") else ""
+    inherited = (f"; settings of row {r['inherited']}" if r.get("inherited") else
+                 f"; layout of row {r['relaid']}, stated {r['stated']}" if r.get("relaid") else "")
     label = f"{r['model']} {gpus}×{r['system']} {r['precision']} {config.label()} ({r['release']}{inherited})"
     cluster = load_cluster(BRIDGE_SYSTEMS[r["system"]], gpus)
     out.append(BridgeCase(Case(r["row_id"], "MB", label, model, training, config, cluster, False, step),
@@ -735,7 +784,7 @@ def memory_report(path: Path = BRIDGE_CSV) -> str:
              "activation offloading, Megatron-FSDP, bf16 gradient reduction and FP8 parameters where its recipe "
              "sets them: `BRIDGE_LOW_PRECISION_PARAMS`):", "",
              "| rows | priced | above physical memory | above gplan's budget (headroom 10%) |", "|---|---:|---:|---:|"]
-    named = []
+    named, relaid = [], []
     table = {r["row_id"]: r for r in csv.DictReader(path.open())}
     for family, loader in (("dense", load_bridge_cases), ("MoE", load_moe_cases)):
         rows = loader(path)[0]
@@ -745,6 +794,12 @@ def memory_report(path: Path = BRIDGE_CSV) -> str:
             p = StepModel(c.model, c.training, c.cluster, c.config).predict()
             physical = c.cluster.node_groups[0].hardware.memory_bytes
             peak = p.memory_bytes_per_device_max
+            if b.stated is not None:
+                as_stated = StepModel(c.model, c.training, c.cluster, b.stated).predict()
+                relaid.append(f"| {c.row_id} | {layout_text(table[c.row_id])}: {as_stated.memory_bytes_per_device_max / 2**30:.0f} "
+                              f"GiB, {as_stated.step_time_s / c.measured_step_s - 1:+.1%} | {c.label} | "
+                              f"{peak / 2**30:.0f} GiB, {p.step_time_s / c.measured_step_s - 1:+.1%} | "
+                              f"{physical / 2**30:.0f} GiB |")
             over += peak > physical
             budget += not p.fits
             if not p.fits:
@@ -757,6 +812,13 @@ def memory_report(path: Path = BRIDGE_CSV) -> str:
                 named.append(f"| {c.row_id} | {c.label} | {peak / 2**30:.0f} of {physical / 2**30:.0f} GiB | {term} | "
                              f"{elsewhere} |")
         lines.append(f"| {family} | {len(rows)} | {over} | {budget} |")
+    if relaid:
+        lines += ["", "Rows priced at their preset's layout, not the one their table states (`layout_donor`: the row "
+                  "names no preset, and every release that names one runs its model, system and precision at one "
+                  "other layout — a table's slip, not a run that changed layout for one release; its throughput "
+                  "sits with those releases'). Each with its prediction (peak memory, step-time error) both ways:",
+                  "", "| row | as the table states it | priced as | at the preset's layout | device |",
+                  "|---|---|---|---|---:|", *relaid]
     if named:
         lines += ["", "The rows gplan does not fit, and the term that decides (a row whose table states no recipe "
                   "settings is priced with those of the same model, system and layout in the nearest release that "
