@@ -781,8 +781,8 @@ def memory_report(path: Path = BRIDGE_CSV) -> str:
     and each should fit gplan's budget (physical less the headroom). A row that does not is named with the
     term that decides: its states alone, or its activations."""
     lines = ["Peak memory of Megatron-Bridge's rows, each priced as its recipe states it (recompute modules, "
-             "activation offloading, Megatron-FSDP, bf16 gradient reduction and FP8 parameters where its recipe "
-             "sets them: `BRIDGE_LOW_PRECISION_PARAMS`):", "",
+             "activation offloading, Megatron-FSDP, bf16 gradient reduction, FP8 parameters (`BRIDGE_LOW_PRECISION_PARAMS`) "
+             "and the flex dispatcher's DeepEP buffers (`moe_options_of`) where its recipe sets them):", "",
              "| rows | priced | above physical memory | above gplan's budget (headroom 10%) |", "|---|---:|---:|---:|"]
     named, relaid = [], []
     table = {r["row_id"]: r for r in csv.DictReader(path.open())}
@@ -890,16 +890,20 @@ def load_moe_cases(path: Path = BRIDGE_CSV) -> tuple[list[BridgeCase], list[tupl
 
 
 def moe_options_of(settings: str) -> dict:
-    """The MoE engine options a row's settings state (TrainingSpec.moe_a2a_overlap, cuda_graphs): the
-    all-to-all overlap (`moe_a2a_overlap=True`, or `ep_a2a_overlap=True` in the 26.08 recipes), and what
-    `cuda_graph_impl` captures (`full_iteration`; `transformer_engine` with the router in its scope). A row
-    that states neither — the 25.11 tables, rows without settings — is priced without: it may have run
-    them, which shows as a row predicted faster than it ran only if it did not."""
+    """The MoE engine options a row's settings state (TrainingSpec.moe_a2a_overlap, cuda_graphs,
+    moe_dispatcher): the all-to-all overlap (`moe_a2a_overlap=True`, or `ep_a2a_overlap=True` in the 26.08
+    recipes), what `cuda_graph_impl` captures (`full_iteration`; `transformer_engine` with the router in its
+    scope), and the flex dispatcher where a DeepEP or HybridEP backend is named (Megatron-Bridge's
+    `apply_flex_dispatcher_backend` sets `moe_token_dispatcher_type = "flex"` for it); else the all-to-all
+    its model providers set. A row that states none — the 25.11 tables, rows without settings — is priced
+    without: it may have run them, which shows as a row predicted faster than it ran only if it did not."""
     scope = re.search(r"cuda_graph_scope=(\[[^\]]*\])", settings)
     scopes = set(ast.literal_eval(scope.group(1))) if scope else set()
     graphs = ("full_iteration" if "cuda_graph_impl=full_iteration" in settings else
               "moe_router" if "cuda_graph_impl=transformer_engine" in settings and "moe_router" in scopes else "none")
-    return {"moe_a2a_overlap": bool(re.search(r"\b(moe|ep)_a2a_overlap=True", settings)), "cuda_graphs": graphs}
+    flex = re.search(r"moe_flex_dispatcher_backend=|moe_token_dispatcher_type=flex", settings)
+    return {"moe_a2a_overlap": bool(re.search(r"\b(moe|ep)_a2a_overlap=True", settings)), "cuda_graphs": graphs,
+            "moe_dispatcher": "flex" if flex else "alltoall"}
 
 
 @dataclass(frozen=True)

@@ -163,6 +163,8 @@ A2AOverlapOpt = typer.Option(False, "--moe-a2a-overlap", help="MoE: overlap the 
 CudaGraphsOpt = typer.Option("none", "--cuda-graphs", help="what CUDA graphs capture: none, moe_router (attention, "
                              "router, permutation) or full_iteration (Megatron-LM's --cuda-graph-impl/-scope); an MoE "
                              "layer exposes host time outside a graph")
+DispatcherOpt = typer.Option("alltoall", "--moe-dispatcher", help="MoE: the token dispatcher, alltoall, allgather or "
+                             "flex (DeepEP; Megatron-LM's --moe-token-dispatcher-type): its buffers and traffic")
 ScheduleOpt = typer.Option(None, "--schedule", help=f"allowed schedules: {','.join(SCHEDULES)}")
 
 
@@ -175,10 +177,11 @@ def inputs_of(model: str, devices, cluster, hardware, devices_per_node, gbs, seq
                           str(profile) if profile else None, target, expert_imbalance, **engine_options)
 
 
-def engine_options(grad_reduce_in_bf16: bool, fp8_param_gather: bool, moe_a2a_overlap: bool, cuda_graphs: str) -> dict:
+def engine_options(grad_reduce_in_bf16: bool, fp8_param_gather: bool, moe_a2a_overlap: bool, cuda_graphs: str,
+                   moe_dispatcher: str) -> dict:
     """The engine switches of estimate and search, by TrainingSpec field."""
     return {"grad_reduce_in_bf16": grad_reduce_in_bf16, "fp8_param_gather": fp8_param_gather,
-            "moe_a2a_overlap": moe_a2a_overlap, "cuda_graphs": cuda_graphs}
+            "moe_a2a_overlap": moe_a2a_overlap, "cuda_graphs": cuda_graphs, "moe_dispatcher": moe_dispatcher}
 
 # ---- estimate -----------------------------------------------------------------------------------------
 

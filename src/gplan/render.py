@@ -658,11 +658,17 @@ def estimate_output(console: Console, e) -> None:
 
 def launch_json(launch, config, prediction, source) -> dict:
     return {**prediction.model_dump(mode="json"), "parallel": config.model_dump(mode="json"), "from": str(source),
-            "engine": launch.engine, "not_read": launch.unread}
+            "engine": launch.engine, "engine_options": launch.engine_options, "not_read": launch.unread}
 
 
 def launch_output(console: Console, launch, inputs, config, prediction, source) -> None:
+    from gplan.spec.targets import ENGINE_OPTIONS, switch_default
+
     prediction_summary(console, title(inputs) + f"; read from {source}", config, prediction)
+    options = [f"{ENGINE_OPTIONS[k]}{'' if v is True else f' {v}'}" for k, v in launch.engine_options.items()
+               if v != switch_default(k)]
+    if options:  # what the launch sets, or its engine defaults to, that prices it (Megatron's allgather dispatcher)
+        console.print(f"engine options read: {', '.join(options)}", highlight=False)
     if launch.unread:
         console.print(f"not read (no effect on the layout or its cost): {', '.join(launch.unread)}", highlight=False)
 

@@ -56,7 +56,7 @@ ARGUMENTS: dict[str, tuple[object, tuple | None]] = {
     "--num-experts": (int, None), "--moe-router-topk": (int, None), "--moe-ffn-hidden-size": (int, None),
     "--moe-shared-expert-intermediate-size": (int, None), "--moe-layer-freq": (str, None),  # moe_freq_type
     "--moe-grouped-gemm": (None, None),
-    "--moe-token-dispatcher-type": (str, ("allgather", "alltoall", "flex")),
+    "--moe-token-dispatcher-type": (str, ("allgather", "alltoall", "flex")), "--moe-enable-deepep": (None, None),
     "--moe-router-score-function": (str, ("softmax", "sigmoid")), "--moe-router-enable-expert-bias": (None, None),
     "--moe-expert-capacity-factor": (float, None), "--moe-token-drop-policy": (str, ("probs", "position")),
     "--expert-model-parallel-size": (int, None), "--expert-tensor-parallel-size": (int, None),
@@ -198,12 +198,20 @@ def validate(argv: list[str], world_size: int, env: dict[str, str], device_arch:
     _check(int(a.mock_data) <= 1, "A single data source must be provided in training mode, else None")
     _validate_experts(a, world_size)
     _validate_moe_overlap(a, pp, vpp)
+    _validate_dispatcher(a)
     _validate_cuda_graphs(a)
     # megatron/core/num_microbatches_calculator.py (ConstantNumMicroBatchesCalculator):
     _check(a.global_batch_size % (a.micro_batch_size * dp) == 0,
            "global batch size ({}) is not divisible by micro batch size ({}) times data parallel size ({})")
     a.data_parallel_size, a.virtual_pipeline_model_parallel_size = dp, vpp
     return a
+
+
+def _validate_dispatcher(a: argparse.Namespace) -> None:
+    """megatron/core/transformer/transformer_config.py, TransformerConfig.__post_init__ on `moe_enable_deepep`
+    (--moe-enable-deepep: "Only works with flex token dispatcher", its help in arguments.py)."""
+    if a.moe_enable_deepep:
+        _check(a.moe_token_dispatcher_type == "flex", "DeepEP backend is only supported with flex token dispatcher.")
 
 
 def _validate_moe_overlap(a: argparse.Namespace, pp: int, vpp: int | None) -> None:

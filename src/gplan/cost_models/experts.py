@@ -157,12 +157,61 @@ def routed_gradient_working_bytes(model: ModelSpec, shard: Shard, config: Parall
     return pairs * element_bytes * ((3 if model.ffn_kind == "swiglu" else 2) * f + model.hidden_size)
 
 
-def dispatch_buffer_bytes(model: ModelSpec, shard: Shard, config: ParallelConfig, element_bytes: int) -> float:
-    """The all-to-all dispatcher's buffer in flight (ep > 1): while an all-to-all runs — the dispatch and the
-    combine, forward and backward — the tokens (or their gradients) it sends and those it receives exist
-    together, and the received ones are the working set's already (Megatron-core's
-    MoEAlltoAllTokenDispatcher: `permute`, then `all_to_all` into a new tensor): one more `k·tokens·h`."""
+def dispatch_buffer_bytes(model: ModelSpec, shard: Shard, config: ParallelConfig, element_bytes: int,
+                          dispatcher: str = "alltoall") -> float:
+    """The dispatcher's buffer in flight beside the tokens the experts receive (which are the working set's
+    already), by Megatron-core's token dispatcher (TrainingSpec.moe_dispatcher):
+    - alltoall (ep > 1): while an all-to-all runs — dispatch and combine, forward and backward — the tokens
+      it sends exist beside those it receives (MoEAlltoAllTokenDispatcher: `permute` into a new tensor, then
+      `all_to_all` into another): one more `k·tokens·h`;
+    - allgather (ep·etp > 1): every token of the ep × etp group, gathered to each rank before it picks its
+      experts' (MoEAllGatherTokenDispatcher: `gather_from_sequence_parallel_region` over the tp-ep group):
+      `tokens·ep·etp·h`;
+    - flex: none — DeepEP reads the tokens in place into the buffers it allocated once (`flex_buffer_bytes`,
+      counted with the communicators)."""
+    if dispatcher == "flex":
+        return 0.0
+    if dispatcher == "allgather":
+        group = config.ep * config.etp
+        return source_tokens(shard) * group * model.hidden_size * element_bytes if group > 1 else 0.0
     return dispatch_bytes(model, shard, element_bytes) if config.ep > 1 else 0.0
+
+
+def allgather_dispatch_bytes(model: ModelSpec, shard: Shard, config: ParallelConfig, element_bytes: int) -> float:
+    """The all-gather dispatcher's gathered tokens (its dispatch; the combine reduce-scatters as many back)."""
+    return dispatch_buffer_bytes(model, shard, config, element_bytes, "allgather")
+
+
+DEEPEP_SMS = 20
+"""SMs DeepEP's normal kernels use: Megatron-LM's --moe-deepep-num-sms default (arguments.py); a channel is
+two SMs."""
+DEEPEP_NVL_PEERS = 8
+"""DeepEP's NUM_MAX_NVL_PEERS: the ranks one NVLink buffer serves; beyond them the ranks talk over RDMA."""
+DEEPEP_TOKEN_META_BYTES = 8 + 128 * 8 + 128 * 4 + 128 * 4
+"""A buffered token's bookkeeping beside its hidden bytes (DeepEP csrc/config.hpp `get_nvl_buffer_size_hint`):
+its source meta (8), and room for kNumMaxTopK = 128 expert indices (int64), weights and kNumMaxScales = 128
+scales (fp32)."""
+
+
+def deepep_recv_tokens(ranks: int) -> int:
+    """Tokens per channel and peer DeepEP's NVLink buffer holds (`Buffer.get_dispatch_config`, deep_ep/buffer.py:
+    256 up to 8 ranks, 288 to 64, 560 at 128, 720 beyond)."""
+    return 256 if ranks <= 8 else 288 if ranks <= 64 else 560 if ranks <= 128 else 720
+
+
+def flex_buffer_bytes(model: ModelSpec, config: ParallelConfig, element_bytes: int) -> float:
+    """DeepEP's buffers, allocated once per process outside PyTorch's allocator (Megatron-core's fused_a2a
+    `get_buffer`, sized by DeepEP's own hints, csrc/config.hpp): with c = SMs/2 channels, n = min(ep, 8)
+    NVLink peers, r = ep/8 RDMA peers and per-token bytes `h·max(e, 2) + meta`,
+    NVLink `c·n·T_nvl·(h·e + meta)` and, across nodes (ep > 8), RDMA `2·c·r·128·(h·e + meta + 16)` (send
+    and receive halves, 128 tokens per chunk). A few hundred MB; HybridEP's are priced as DeepEP's."""
+    if config.ep <= 1:
+        return 0.0
+    channels, token = DEEPEP_SMS // 2, model.hidden_size * max(element_bytes, 2) + DEEPEP_TOKEN_META_BYTES
+    nvl = channels * min(config.ep, DEEPEP_NVL_PEERS) * deepep_recv_tokens(config.ep) * token
+    rdma_peers = config.ep // DEEPEP_NVL_PEERS
+    rdma = 2 * channels * rdma_peers * 128 * (token + 16) if config.ep > DEEPEP_NVL_PEERS else 0
+    return float(nvl + rdma)
 
 
 def expert_params_per_device(model: ModelSpec, config: ParallelConfig) -> float:

@@ -167,19 +167,27 @@ class StepModel:
         all-gather, resp. reduce-scatter, over etp), in the forward and again in the backward; full
         recompute replays the forward's; scaled by the routing imbalance, and under Megatron's
         `--overlap-moe-expert-parallel-comm` only its exposed share. Each pass adds the host time the
-        layer exposes (experts.host_time_s)."""
+        layer exposes (experts.host_time_s). The all-gather dispatcher instead gathers every token of the
+        ep × etp group and reduce-scatters as many back, whatever the routing, at the ring's own speed (the
+        fitted ALLTOALL_EFFICIENCY is the all-to-all's and DeepEP's); flex is priced as the all-to-all."""
         if not self.kinds[kind].moe:
             return 0.0
         c, g, e = self.config, self.group(group), self.training.element_bytes
-        sent = experts.dispatch_bytes(self.model, self.shard, e) * self.training.expert_imbalance
-        inside = comm.expert_members_per_domain(c, "ep", g.domain_devices)
-        a2a = comm.alltoall_time_s(sent, c.ep, inside, g.intra_node, g.inter_node)
-        gathered = experts.etp_gather_bytes(self.model, self.shard, c, e) * self.training.expert_imbalance
-        etp_s = comm.allgather_time_s(gathered, c.etp, comm.expert_axis_link(g, c, "etp"))
+        if self.training.moe_dispatcher == "allgather":  # every token of the ep × etp group, to each rank
+            a2a = comm.allgather_time_s(experts.allgather_dispatch_bytes(self.model, self.shard, c, e), c.ep * c.etp,
+                                        comm.expert_axis_link(g, c, "ep" if c.ep > 1 else "etp"))
+            etp_s, efficiency = 0.0, 1.0
+        else:
+            sent = experts.dispatch_bytes(self.model, self.shard, e) * self.training.expert_imbalance
+            inside = comm.expert_members_per_domain(c, "ep", g.domain_devices)
+            a2a = comm.alltoall_time_s(sent, c.ep, inside, g.intra_node, g.inter_node)
+            gathered = experts.etp_gather_bytes(self.model, self.shard, c, e) * self.training.expert_imbalance
+            etp_s = comm.allgather_time_s(gathered, c.etp, comm.expert_axis_link(g, c, "etp"))
+            efficiency = experts.ALLTOALL_EFFICIENCY
         passes = 3 if self.replays_moe_layer(recompute) else 2
         exposed = experts.OVERLAPPED_ALLTOALL_EXPOSED if self.training.moe_a2a_overlap else 1.0
         host_s = experts.host_time_s(self.model, c, self.training)
-        return passes * (2 * (a2a + etp_s) * exposed / experts.ALLTOALL_EFFICIENCY + host_s)
+        return passes * (2 * (a2a + etp_s) * exposed / efficiency + host_s)
 
     def selective_modules(self, option: str) -> tuple[str, ...]:
         """The modules a layer recomputing with `option` replays: the configuration's for selective, none else
@@ -512,7 +520,8 @@ class StepModel:
         working = replayed + memory.gradient_working_bytes(self.model, self.shard, t.element_bytes, self.kinds[kind])
         if self.kinds[kind].moe:
             routed = (experts.routed_gradient_working_bytes(self.model, self.shard, self.config, t.element_bytes)
-                      + experts.dispatch_buffer_bytes(self.model, self.shard, self.config, t.element_bytes))
+                      + experts.dispatch_buffer_bytes(self.model, self.shard, self.config, t.element_bytes,
+                                                      t.moe_dispatcher))
             if recompute == "full":  # the replayed forward recreates the routed side's activations too
                 routed += experts.routed_activation_bytes(self.model, self.shard, self.config, t.element_bytes)
             working += t.expert_imbalance * routed
@@ -541,9 +550,13 @@ class StepModel:
         return memory.fragmentation_fraction(self.group(group).hardware.fragmentation, self.training.engine)
 
     def communicator_bytes(self, group: int) -> float:
-        c = self.config
+        """NCCL's buffers per communicator, and DeepEP's under the flex dispatcher (allocated once, outside
+        PyTorch's allocator, as NCCL's are)."""
+        c, t = self.config, self.training
         tied_pair = self.model.tie_embeddings and c.pp > 1
-        return memory.communicator_count(c, tied_pair, self.model.is_moe) * self.group(group).hardware.communicator_MiB * 2**20
+        nccl = memory.communicator_count(c, tied_pair, self.model.is_moe) * self.group(group).hardware.communicator_MiB * 2**20
+        flex = t.moe_dispatcher == "flex" and self.model.is_moe
+        return nccl + (experts.flex_buffer_bytes(self.model, c, t.element_bytes) if flex else 0.0)
 
     def stage_memory(self, index: int, layout: StageLayout, params: float, activations: float) -> StageMemory:
         c, t = self.config, self.training

@@ -125,7 +125,7 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
                    memory_headroom: float = 0.1, profile: str | None = None, target: str | None = None,
                    expert_imbalance: float = 1.0, grad_reduce_in_bf16: bool = False,
                    fp8_param_gather: bool = False, moe_a2a_overlap: bool = False,
-                   cuda_graphs: str = "none") -> Inputs:
+                   cuda_graphs: str = "none", moe_dispatcher: str = "alltoall") -> Inputs:
     """`target` (a backend or export target) is the engine whose memory accounting prices the run;
     default: the backend of the cluster's hardware, as `gplan search` defaults its --target."""
     from gplan.planner.space import target_name
@@ -158,7 +158,8 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
         training = TrainingSpec(gbs=gbs, seq_length=seq, precision=precision, memory_headroom=memory_headroom,
                                 expert_imbalance=expert_imbalance, engine=resolve_target(target, spec, precision, model),
                                 grad_reduce_in_bf16=grad_reduce_in_bf16, fp8_param_gather=fp8_param_gather,
-                                moe_a2a_overlap=moe_a2a_overlap, cuda_graphs=cuda_graphs)
+                                moe_a2a_overlap=moe_a2a_overlap, cuda_graphs=cuda_graphs,
+                                moe_dispatcher=moe_dispatcher)
     except ValidationError as exc:
         err = exc.errors()[0]
         raise InputError(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}",
@@ -169,20 +170,27 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
 
 
 def check_engine_options(training: TrainingSpec, model: ModelSpec) -> None:
-    """Megatron's engine switches need an engine that has them, --fp8-param-gather a low-precision recipe
-    and --moe-a2a-overlap a model with experts."""
-    from gplan.spec.targets import ENGINE_OPTIONS, TARGETS, lacked_options
+    """Megatron's engine switches need an engine that has them, --fp8-param-gather a low-precision recipe,
+    --moe-a2a-overlap and --moe-dispatcher a model with experts (and the overlap a dispatcher it overlaps)."""
+    from gplan.spec.targets import ENGINE_OPTIONS, TARGETS, has_option, lacked_options
     from gplan.spec.training import LOW_PRECISION
 
     lacked = lacked_options(training, training.engine)
     if lacked:
         option, flag = lacked[0], ENGINE_OPTIONS[lacked[0]]
-        runners = [name for name, other in TARGETS.items() if getattr(other, option)]
-        raise InputError(f"{flag}: {training.engine} has no such option (capability {option})",
+        value = getattr(training, option)
+        runners = [name for name, other in TARGETS.items() if has_option(other, option, value)]
+        shown = f"{flag} {value}" if isinstance(value, str) else flag
+        raise InputError(f"{shown}: {training.engine} has no such option (capability {option})",
                          hint=f"--target {' or '.join(runners)}, or leave {flag} out")
-    if training.moe_a2a_overlap and not model.is_moe:
-        raise InputError(f"--moe-a2a-overlap overlaps the experts' all-to-all: {model.name} has no experts",
-                         hint="leave --moe-a2a-overlap out")
+    for option, flag in (("moe_a2a_overlap", "--moe-a2a-overlap"), ("moe_dispatcher", "--moe-dispatcher")):
+        if getattr(training, option) != TrainingSpec.model_fields[option].default and not model.is_moe:
+            raise InputError(f"{flag} sets how the experts' tokens travel: {model.name} has no experts",
+                             hint=f"leave {flag} out")
+    if training.moe_a2a_overlap and training.moe_dispatcher == "allgather":  # Megatron-core's TransformerConfig:
+        # "overlap_moe_expert_parallel_comm is supported with alltoall/flex token dispatcher"
+        raise InputError("--moe-a2a-overlap overlaps the all-to-all or flex dispatcher's traffic, not the all-gather's",
+                         hint="use --moe-dispatcher alltoall or flex, or leave --moe-a2a-overlap out")
     if training.fp8_param_gather and training.precision not in LOW_PRECISION:
         raise InputError(f"--fp8-param-gather keeps the weights in a low-precision format; {training.precision} has none",
                          hint="use --precision fp8 or mxfp8, or leave --fp8-param-gather out")

@@ -48,6 +48,7 @@ LAYOUT_FLAGS = {
     "--tp-comm-overlap", "--overlap-grad-reduce", "--overlap-param-gather", "--pipeline-model-parallel-layout",
     "--grad-reduce-in-bf16", "--fp8-param-gather", "--cpu-offloading", "--cpu-offloading-num-layers",
     "--overlap-moe-expert-parallel-comm", "--cuda-graph-impl", "--cuda-graph-scope", "--no-check-for-nan-in-loss-and-grad",
+    "--moe-token-dispatcher-type", "--moe-enable-deepep", "--moe-flex-dispatcher-backend",
 }
 #: Model flags whose presence gplan reads through the named model (checked as switches).
 MODEL_SWITCHES = {
@@ -55,7 +56,7 @@ MODEL_SWITCHES = {
     "--group-query-attention", "--normalization", "--position-embedding-type", "--rotary-base", "--kv-channels",
     "--max-position-embeddings", "--vocab-size", "--make-vocab-size-divisible-by", "--qk-layernorm",
     "--attention-dropout", "--hidden-dropout", "--window-size", "--moe-layer-freq", "--moe-grouped-gemm",
-    "--moe-token-dispatcher-type", "--moe-router-score-function", "--moe-router-enable-expert-bias",
+    "--moe-router-score-function", "--moe-router-enable-expert-bias",
     "--moe-shared-expert-intermediate-size", "--moe-router-num-groups", "--moe-router-group-topk",
     "--moe-router-topk-scaling-factor", "--multi-latent-attention", "--q-lora-rank", "--kv-lora-rank",
     "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim", "--moe-expert-capacity-factor",
@@ -162,7 +163,8 @@ def megatron_log_launch(args: dict, path: Path, model: ModelSpec) -> Launch:
     engine_options = {"grad_reduce_in_bf16": bool(args.get("grad_reduce_in_bf16")),
                       "fp8_param_gather": bool(args.get("fp8_param_gather")),
                       "moe_a2a_overlap": bool(args.get("overlap_moe_expert_parallel_comm")),
-                      "cuda_graphs": cuda_graphs_of(args.get("cuda_graph_impl"), args.get("cuda_graph_scope"))}
+                      "cuda_graphs": cuda_graphs_of(args.get("cuda_graph_impl"), args.get("cuda_graph_scope")),
+                      "moe_dispatcher": dispatcher_of(args.get("moe_token_dispatcher_type"), model)}
     return Launch(source=str(path), engine=megatron.engine(args), given=values, gbs=int(args["global_batch_size"]),
                   engine_options=engine_options if megatron.engine(args) == "megatron" else {},
                   seq_length=int(args["seq_length"]), precision=megatron.precision(args),
@@ -217,7 +219,20 @@ def read_megatron_launch(path: Path, model: ModelSpec, text: str) -> Launch:
                                   "fp8_param_gather": "--fp8-param-gather" in args,
                                   "moe_a2a_overlap": "--overlap-moe-expert-parallel-comm" in args,
                                   "cuda_graphs": cuda_graphs_of(value(args, "--cuda-graph-impl"),
-                                                                args.get("--cuda-graph-scope"))})
+                                                                args.get("--cuda-graph-scope")),
+                                  "moe_dispatcher": dispatcher_of(value(args, "--moe-token-dispatcher-type"), model)})
+
+
+def dispatcher_of(named: str | None, model: ModelSpec) -> str:
+    """TrainingSpec.moe_dispatcher of Megatron's --moe-token-dispatcher-type: as named, else Megatron's default,
+    allgather (arguments.py, _add_moe_args) — for a model with experts; a dense model's is moot (gplan's
+    default). DeepEP and HybridEP (--moe-enable-deepep, --moe-flex-dispatcher-backend) are both `flex`."""
+    if not model.is_moe:
+        return "alltoall"
+    if named not in (None, "alltoall", "allgather", "flex"):
+        raise InputError(f"--moe-token-dispatcher-type {named}: Megatron's dispatchers are alltoall, allgather and "
+                         "flex", hint="fix the launch's --moe-token-dispatcher-type")
+    return named or "allgather"
 
 
 def cuda_graphs_of(impl: str | None, scope) -> str:

@@ -86,8 +86,16 @@ def overlaps_param_gather(engine: str | None, precision: str) -> bool:
 
 
 ENGINE_OPTIONS = {"grad_reduce_in_bf16": "--grad-reduce-in-bf16", "fp8_param_gather": "--fp8-param-gather",
-                  "moe_a2a_overlap": "--moe-a2a-overlap", "cuda_graphs": "--cuda-graphs"}
+                  "moe_a2a_overlap": "--moe-a2a-overlap", "cuda_graphs": "--cuda-graphs",
+                  "moe_dispatcher": "--moe-dispatcher"}
 """TrainingSpec's engine switches, each a capability of the same name, and its flag."""
+
+
+def has_option(caps, option: str, value) -> bool:
+    """Whether an engine with capabilities `caps` runs the engine switch `option` at `value`: a capability
+    that lists values (the MoE dispatchers) holds it; a yes/no capability is yes."""
+    have = getattr(caps, option)
+    return value in have if isinstance(have, frozenset) else bool(have)
 
 
 def switch_default(option: str):
@@ -99,7 +107,7 @@ def lacked_options(training: TrainingSpec, engine: str | None) -> list[str]:
     """The engine switches `training` sets that `engine` does not have (all of them without an engine)."""
     caps = TARGETS.get(engine or "")
     return [option for option in ENGINE_OPTIONS if getattr(training, option) != switch_default(option)
-            and (caps is None or not getattr(caps, option))]
+            and (caps is None or not has_option(caps, option, getattr(training, option)))]
 
 
 def as_engine_runs(training: TrainingSpec, engine: str) -> TrainingSpec:

@@ -27,6 +27,7 @@ def tensor_core_format(precision: str) -> str:
 
 
 CudaGraphs = Literal["none", "moe_router", "full_iteration"]
+MoeDispatcher = Literal["alltoall", "allgather", "flex"]
 """What CUDA graphs capture (TrainingSpec.cuda_graphs)."""
 Engine = Literal[ENGINE_NAMES]  # type: ignore[valid-type]
 """The engines of spec.engines: gplan's workers, the export targets, and llm-foundry (MosaicML's FSDP
@@ -88,11 +89,19 @@ class TrainingSpec(BaseModel):
     (`--cuda-graph-impl transformer_engine --cuda-graph-scope attn moe_router moe_preprocess`);
     `full_iteration` — the whole step (`--cuda-graph-impl local --cuda-graph-scope full_iteration`).
     Megatron-LM only."""
+    moe_dispatcher: MoeDispatcher = "alltoall"
+    """Mixture of experts: Megatron-core's token dispatcher (--moe-token-dispatcher-type), which decides the
+    buffers an MoE layer holds (experts.dispatch_buffer_bytes, experts.flex_buffer_bytes) and its traffic:
+    `alltoall` permutes the tokens into a send buffer and all-to-alls them over ep; `allgather` gathers every
+    token of the ep × etp group to each rank; `flex` is DeepEP's fused dispatch and combine (--moe-enable-deepep),
+    which sends from the tokens in place through buffers it allocates once per process. Megatron-LM only
+    (its own default is allgather; gplan's, and Megatron's recommendation with ep, alltoall)."""
 
     #: Fields added after schema v1 plans were first written, left out of the digest at their default.
     DIGEST_OPTIONAL: ClassVar[dict[str, object]] = {"engine": None, "expert_imbalance": 1.0, "tp_comm_overlap": True,
                                                     "grad_reduce_in_bf16": False, "fp8_param_gather": False,
-                                                    "moe_a2a_overlap": False, "cuda_graphs": "none"}
+                                                    "moe_a2a_overlap": False, "cuda_graphs": "none",
+                                                    "moe_dispatcher": "alltoall"}
 
     @property
     def grad_bytes(self) -> int:

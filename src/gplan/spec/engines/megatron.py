@@ -15,7 +15,7 @@ ENGINE = EngineProfile(
                               experts=True, latent_attention=True, latent_attention_split=True, expert_tp="any",
                               uneven_interleaved=True, token_dropping=True, grad_reduce_in_bf16=True,
                               fp8_param_gather=True, activation_offload=True, moe_a2a_overlap=True,
-                              cuda_graphs=True,
+                              cuda_graphs=True, moe_dispatcher=frozenset({"alltoall", "allgather", "flex"}),
                               recompute_modules=frozenset({"core_attn", "mlp", "moe", "moe_act", "shared_experts",
                                                            "layernorm", "mla_up_proj"}),
                               tp_comm_overlap=frozenset({"bf16", "fp16", "fp8", "mxfp8"}),

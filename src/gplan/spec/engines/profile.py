@@ -119,6 +119,9 @@ class Capabilities:
     cuda_graphs: bool = False
     """CUDA-graph capture of the MoE router and permutation, or of the whole step (Megatron-LM's
     --cuda-graph-impl, --cuda-graph-scope)."""
+    moe_dispatcher: frozenset[str] = frozenset({"alltoall"})
+    """The MoE token dispatchers it runs (TrainingSpec.moe_dispatcher): every engine with experts runs an
+    all-to-all; Megatron-core also its all-gather and flex (DeepEP) dispatchers."""
     per_expert_launches: bool = True
     """Its grouped GEMM launches each local expert's GEMMs as kernels of their own (Transformer Engine's
     GroupedLinear under Megatron, gplan's torch worker's loop over experts, DeepSpeed-MoE's): a host cost
