@@ -141,8 +141,14 @@ def report(do_fit: bool) -> str:
           for label, p, m in published_oom()],
     ]
     over = published_over_physical()
+    bloom_over = [(f"BLOOM row {r.row_id}: {r.label}", p, physical) for r in runs if not r.oom
+                  for p in [predicted_GiB(r)] if p > physical]
+    completed = sum(not r.oom for r in runs)
     lines += ["", f"Completed runs of published_runs.csv predicted above their device's physical memory: {len(over)}"
-              + "".join(f"\n- {label}: {p:.1f} of {m:g} GiB" for label, p, m in over)]
+              + "".join(f"\n- {label}: {p:.1f} of {m:g} GiB" for label, p, m in over),
+              "", f"Completed runs of the BLOOM sweep (all {completed}, with a measured peak or not) predicted above "
+              f"their device's physical memory: {len(bloom_over)}"
+              + "".join(f"\n- {label}: {p:.1f} of {m:g} GiB" for label, p, m in bloom_over)]
     lines += ["", "<details><summary>Per row (predicted vs measured peak)</summary>", "",
               "| row | run | measured GiB | predicted GiB | error |", "|---|---|---:|---:|---:|"]
     for r in measured:
