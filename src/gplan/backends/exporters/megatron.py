@@ -127,8 +127,8 @@ with full_iteration CUDA graph" (arguments.py, validate_args)."""
 def expert_args(plan: Plan) -> list[str]:
     """Megatron-core's MoE layer as the plan prices it (cost_models.experts): E experts, top-k, the
     expert and shared widths, the leading dense layers as a `--moe-layer-freq` pattern, grouped GEMMs,
-    the plan's token dispatcher (DeepEP's under flex), the router's score function (sigmoid with its expert bias, DeepSeek-V3's
-    auxiliary-loss-free balancing), dropless unless the model sets a capacity factor."""
+    the plan's token dispatcher (DeepEP's under flex), the router's score function (sigmoid with its expert
+    bias, DeepSeek-V3's auxiliary-loss-free balancing), dropless unless the model sets a capacity factor."""
     m, c, dispatcher = plan.model, plan.parallel, plan.training.moe_dispatcher
     if not m.is_moe:
         return []
@@ -136,7 +136,8 @@ def expert_args(plan: Plan) -> list[str]:
     args = ["--num-experts", str(m.num_experts), "--moe-router-topk", str(m.top_k),
             "--moe-ffn-hidden-size", str(m.expert_ffn_size),
             "--moe-layer-freq", f"([0]*{m.first_dense_layers}+[1]*{moe_layers})" if m.first_dense_layers else "1",
-            "--moe-grouped-gemm", "--moe-token-dispatcher-type", dispatcher, *["--moe-enable-deepep"] * (dispatcher == "flex"),
+            "--moe-grouped-gemm", "--moe-token-dispatcher-type", dispatcher,
+            *["--moe-enable-deepep"] * (dispatcher == "flex"),
             "--moe-router-score-function", m.router,
             "--expert-model-parallel-size", str(c.ep), "--expert-tensor-parallel-size", str(c.etp)]
     if m.shared_expert_ffn_size:
