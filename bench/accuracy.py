@@ -20,7 +20,8 @@ import math
 import re
 import statistics
 import sys
-from dataclasses import dataclass, replace
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gplan.calibration.apply import apply
@@ -29,6 +30,7 @@ from gplan.cost_models.step import StepModel
 from gplan.errors import GplanError
 from gplan.profiles.catalogue import load_cluster
 from gplan.profiles.schema import ClusterSpec, Efficiency
+from gplan.spec.engines import ENGINES
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import (DEFAULT_RECOMPUTE_MODULES, PER_OP_MODULES, ParallelConfig, check_config, layout_from_sizes,
                                  uniform_layout)
@@ -36,6 +38,8 @@ from gplan.spec.training import TrainingSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CSV = ROOT.parent / "shared" / "reference" / "published_runs.csv"
+BENCH_RUNS = ROOT / "bench" / "data" / "sc21_zero3_runs.csv"
+"""Public runs gathered for the bench, in published_runs.csv's columns: SC21's DeepSpeed ZeRO-3 runs (S22)."""
 README = ROOT / "README.md"
 BEGIN, END = "<!-- accuracy:begin -->", "<!-- accuracy:end -->"
 
@@ -50,7 +54,9 @@ CLUSTERS = {
 FLASH_SOURCES = {"S10", "S19", "S21"}
 #: The engine of each source (SOURCES.md): its memory accounting and, where fitted, its efficiency.
 ENGINE = {"S1": "megatron", "S3": "megatron", "S4": "megatron", "S19": "megatron", "S10": "torchtitan",
-          "S21": "llm-foundry"}
+          "S21": "llm-foundry", "S22": "deepspeed"}
+#: Sources that ran another source's model and code (its GPT, its FLOP count): SC21's ZeRO-3 runs are S1's.
+STACK = {"S22": "S1"}
 
 
 @dataclass
@@ -81,7 +87,7 @@ def measured_step_s(row: dict) -> float | None:
         return gbs * seq / (float(row["tokens_per_sec_per_gpu"]) * gpus)
     if row["tokens_per_sec_total"] and gbs and seq:
         return gbs * seq / float(row["tokens_per_sec_total"])
-    if row["source_id"] == "S1" and row["tflops_per_gpu"] and gbs and gpus:
+    if STACK.get(row["source_id"], row["source_id"]) == "S1" and row["tflops_per_gpu"] and gbs and gpus:
         # S1 counts 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)) per iteration (SOURCES.md).
         l, h, v = _int(row["num_layers"]), _int(row["hidden_size"]), _int(row["vocab_size"])
         flops = 96 * gbs * seq * l * h * h * (1 + seq / (6 * h) + v / (16 * l * h))
@@ -130,6 +136,7 @@ def case_from_row(row: dict) -> Case | str:
     """A Case, or the reason the row is incomplete."""
     src = row["source_id"]
     row = {**row, **{k: v for k, v in ASSUMED.get(src, {}).items() if not row[k].strip()}}
+    stack = STACK.get(src, src)
     need = ["num_layers", "hidden_size", "vocab_size", "seq_len", "global_batch_size",
             "micro_batch_size", "num_gpus", "tp", "pp"]
     missing = [k for k in need if not row[k].strip()]
@@ -151,9 +158,9 @@ def case_from_row(row: dict) -> Case | str:
         ffn_hidden_size=_int(row["ffn_hidden_size"]) or 4 * hidden,
         ffn_kind="swiglu" if swiglu else ("relu" if "Nemotron" in row["model"] else "gelu"),
         vocab_size=_int(row["vocab_size"]), seq_length=_int(row["seq_len"]),
-        tie_embeddings=src in ("S1", "S3", "S21"), norm="rmsnorm" if swiglu else "layernorm",
+        tie_embeddings=stack in ("S1", "S3", "S21"), norm="rmsnorm" if swiglu else "layernorm",
         position_embedding="rope" if swiglu else ("alibi" if src == "S21" else "learned"),
-        dropout=0.1 if src in ("S1", "S3") else 0.0, bias=src in ("S1", "S3"),
+        dropout=0.1 if stack in ("S1", "S3") else 0.0, bias=stack in ("S1", "S3"),
     )
     precision = "fp16" if "fp16" in row["precision"].lower() else "bf16"
     gpus, tp, pp = _int(row["num_gpus"]), _int(row["tp"]), _int(row["pp"])
@@ -279,9 +286,46 @@ class Fit:
     hardware: dict[str, Efficiency]
     """Hardware name -> its fitted knobs (absent: the catalogue's)."""
     engines: dict[str, float]
+    zero3: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """Engine -> its fitted (zero3_comm_efficiency, zero3_overlap) (absent: the prior, 1 and 1)."""
 
     def predict(self, case: Case) -> float:
-        return predict_case(case, self.hardware.get(hardware_of(case)), self.engines)
+        with zero3_constants({e: self.zero3.get(e, (1.0, 1.0)) for e in ZERO3_FITTED}):
+            return predict_case(case, self.hardware.get(hardware_of(case)), self.engines)
+
+
+ZERO3_FITTED = ("deepspeed",)
+"""Engines whose sharded-DP constants (EngineProfile.zero3_comm_efficiency, zero3_overlap) are fitted on their
+own ZeRO-3 runs at scale (S22); the FSDP engines keep the shared default (their S10 and S21 rows fit at it)."""
+
+
+@contextmanager
+def zero3_constants(constants: dict[str, tuple[float, float]]):
+    """ENGINES with these engines' (efficiency, overlap) for the duration (the cost model reads them there)."""
+    saved = {e: ENGINES[e] for e in constants}
+    for e, (efficiency, overlap) in constants.items():
+        ENGINES[e] = replace(ENGINES[e], zero3_comm_efficiency=efficiency, zero3_overlap=overlap)
+    try:
+        yield
+    finally:
+        ENGINES.update(saved)
+
+
+def fit_zero3(rows: list[Case], hardware: dict[str, Efficiency],
+              engines: dict[str, float] | None) -> tuple[float, float]:
+    """The (efficiency, overlap) minimising the median absolute log error of an engine's ZeRO-3 rows (a grid;
+    no rows: the prior)."""
+    if not rows:
+        return 1.0, 1.0
+    engine = rows[0].training.engine
+    grid = [(f / 100, o / 10) for f in range(6, 41, 2) for o in range(2, 11)]
+
+    def misfit(constants: tuple[float, float]) -> float:
+        with zero3_constants({engine: constants}):
+            return statistics.median(abs(math.log(predict_case(c, hardware.get(hardware_of(c)), engines)
+                                                  / c.measured_step_s)) for c in rows)
+
+    return min(grid, key=misfit)
 
 
 def fit_all(cases: list[Case]) -> Fit:
@@ -305,9 +349,12 @@ def fit_all(cases: list[Case]) -> Fit:
             hardware.update({n: borrowed for n in names})
     engines: dict[str, float] = {}
     for engine in sorted({c.training.engine for c in cases} - {REFERENCE_ENGINE, None}):
-        rows = [c for c in cases if c.training.engine == engine]
-        engines[engine] = _engine_factor(rows, hardware)
-    return Fit(hardware, engines)
+        # an engine whose ZeRO-3 constants are fitted: its compute factor on its other rows (the prior without)
+        rows = [c for c in cases if c.training.engine == engine and not (engine in ZERO3_FITTED and c.config.zero >= 3)]
+        engines[engine] = _engine_factor(rows, hardware) if rows else 1.0
+    zero3 = {e: fit_zero3([c for c in cases if c.training.engine == e and c.config.zero >= 3], hardware, engines)
+             for e in ZERO3_FITTED}
+    return Fit(hardware, engines, zero3)
 
 
 def _engine_factor(rows: list[Case], hardware: dict[str, Efficiency]) -> float:
@@ -489,6 +536,45 @@ def report(cases: list[Case], skipped: list, fitted: Fit, loso: dict[str, list[f
     return "\n".join(lines)
 
 
+def zero3_report(cases: list[Case]) -> str:
+    """The engines' ZeRO-3 runs at scale (S22): each priced with the shipped constants, with the prior (what
+    gplan would say without these runs: leave-one-source-out), and with the constants refitted without the
+    row's model, resp. without the row."""
+    lines = []
+    for engine in ZERO3_FITTED:
+        rows = [c for c in cases if c.training.engine == engine and c.config.zero >= 3]
+        if not rows:
+            continue
+        hardware, engines = {}, None  # the catalogue's knobs and engine factors
+        errors = {"shipped": [], "prior": [], "model": [], "row": []}
+        for c in rows:
+            errors["shipped"].append(error(predict_case(c), c.measured_step_s))
+            with zero3_constants({engine: (1.0, 1.0)}):
+                errors["prior"].append(error(predict_case(c), c.measured_step_s))
+            for key, kept in (("model", [r for r in rows if r.model.name != c.model.name]),
+                              ("row", [r for r in rows if r is not c])):
+                with zero3_constants({engine: fit_zero3(kept, hardware, engines)}):
+                    errors[key].append(error(predict_case(c), c.measured_step_s))
+        shipped = ENGINES[engine]
+        slow = [1 / (1 + e) for e in errors["prior"]]
+        lines += [f"{engine}: ZeRO-3 at scale ({len(rows)} runs of SC21's Table 2, S22, "
+                  "`bench/data/sc21_zero3_runs.csv`): its sharded-DP collectives reach "
+                  f"{shipped.zero3_comm_efficiency:.0%} of the modelled ring's speed and hide behind "
+                  f"{shipped.zero3_overlap:.0%} of a unit's compute (`EngineProfile.zero3_comm_efficiency`, "
+                  "`zero3_overlap`, fitted together); the FSDP engines keep the shared default (100%, 100%). "
+                  f"Without these runs (the prior, as leave-one-source-out) gplan priced them {min(slow):.1f}–"
+                  f"{max(slow):.1f}× too fast.", "",
+                  "| row | run | measured s | shipped | prior (held out by source) | held out by model | held out by row |",
+                  "|---|---|---:|---:|---:|---:|---:|"]
+        for i, c in enumerate(rows):
+            lines.append(f"| {c.row_id} | {c.label} | {c.measured_step_s:.3g} | {errors['shipped'][i]:+.1%} | "
+                         f"{errors['prior'][i]:+.1%} | {errors['model'][i]:+.1%} | {errors['row'][i]:+.1%} |")
+        med = {k: summarize(v)[0] for k, v in errors.items()}
+        lines.append(f"| **median** | | | **{med['shipped']:.1%}** | {med['prior']:.1%} | **{med['model']:.1%}** | "
+                     f"{med['row']:.1%} |")
+    return "\n".join(lines)
+
+
 def write_readme(table: str) -> None:
     text = README.read_text()
     start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
@@ -497,6 +583,9 @@ def write_readme(table: str) -> None:
 
 def all_cases(path: Path) -> tuple[list[Case], list]:
     cases, skipped = load_cases(path)
+    if BENCH_RUNS.is_file():
+        more, more_skipped = load_cases(BENCH_RUNS)
+        cases, skipped = cases + more, skipped + more_skipped
     if BLOOM_CSV.is_file():
         cases += [c for c, _ in load_bloom_cases() if c.measured_step_s]
     return cases, skipped
@@ -517,6 +606,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, eff in sorted(fitted.hardware.items()):
             sys.stdout.write(f"{name}: {eff.model_dump()}\n")
         sys.stdout.write(f"engine_efficiency: {fitted.engines}\n")
+        sys.stdout.write(f"zero3 (efficiency, overlap): {fitted.zero3}\n")
         if BRIDGE_CSV.is_file():
             factors = fit_precision_factors(load_bridge_cases()[0])
             sys.stdout.write(f"precision_efficiency: { {f'{k[0]}/{k[1]}': round(v, 3) for k, v in factors.items()} }\n")
@@ -524,7 +614,7 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.write(f"experts: {fit_moe_constants(moe, {b.case.row_id: moe_parts(b) for b in moe})}\n")
         return 0
     families: list[FamilyErrors] = []
-    table = report(cases, skipped, fitted, leave_one_source_out(cases), families)
+    table = report(cases, skipped, fitted, leave_one_source_out(cases), families) + "\n\n" + zero3_report(cases)
     if BRIDGE_CSV.is_file():
         table += "\n\n" + bridge_report(families=families) + "\n\n" + moe_report(families=families) + "\n\n" + memory_report()
     table = family_table(families) + "\n\n" + table

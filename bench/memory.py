@@ -24,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from accuracy import BENCH_RUNS  # noqa: E402
 from accuracy import DEFAULT_CSV as PUBLISHED_CSV  # noqa: E402
 from accuracy import case_layouts, load_bloom_cases, load_cases  # noqa: E402
 
@@ -91,9 +92,10 @@ def leave_one_out(runs: list[Run]) -> list[float]:
     return errors
 
 
-def published_over_physical() -> list[tuple[str, float, float]]:
-    """Completed runs of published_runs.csv gplan predicts above their device's physical memory."""
-    cases, _ = load_cases(PUBLISHED_CSV)
+def published_over_physical(path: Path = PUBLISHED_CSV) -> list[tuple[str, float, float]]:
+    """Completed runs of published_runs.csv (or the bench's own, `path`) gplan predicts above their device's
+    physical memory."""
+    cases, _ = load_cases(path)
     over = []
     for c in cases:
         prediction = StepModel(c.model, c.training, c.cluster, c.config).predict(case_layouts(c))
@@ -115,6 +117,17 @@ def published_oom() -> list[tuple[str, float, float]]:
             prediction = StepModel(c.model, training, c.cluster, config).predict(case_layouts(c))
             found.append((f"{c.label.replace('mbs=1', 'mbs=2')} (S10)", prediction.memory_bytes_per_device_max / GIB,
                           c.cluster.primary.hardware.memory_GiB))
+    if BENCH_RUNS.is_file():  # SC21 Table 2's note: the 530B "did not fit on 560 GPUs" at micro-batch 4 with ZeRO-3
+        from gplan.profiles.catalogue import load_cluster
+
+        for c in load_cases(BENCH_RUNS)[0]:
+            if c.row_id == "Z4":
+                config = c.config.model_copy(update={"dp": 560})
+                training = c.training.model_copy(update={"gbs": 560 * c.config.mbs})
+                cluster = load_cluster("dgx-a100-80g", 560)
+                prediction = StepModel(c.model, training, cluster, config).predict()
+                found.append((f"{c.label.replace('640×', '560×').replace('dp=640', 'dp=560')} (S22)",
+                              prediction.memory_bytes_per_device_max / GIB, cluster.primary.hardware.memory_GiB))
     return found
 
 
@@ -144,11 +157,15 @@ def report(do_fit: bool) -> str:
     bloom_over = [(f"BLOOM row {r.row_id}: {r.label}", p, physical) for r in runs if not r.oom
                   for p in [predicted_GiB(r)] if p > physical]
     completed = sum(not r.oom for r in runs)
+    bench_over = published_over_physical(BENCH_RUNS) if BENCH_RUNS.is_file() else []
     lines += ["", f"Completed runs of published_runs.csv predicted above their device's physical memory: {len(over)}"
               + "".join(f"\n- {label}: {p:.1f} of {m:g} GiB" for label, p, m in over),
               "", f"Completed runs of the BLOOM sweep (all {completed}, with a measured peak or not) predicted above "
               f"their device's physical memory: {len(bloom_over)}"
-              + "".join(f"\n- {label}: {p:.1f} of {m:g} GiB" for label, p, m in bloom_over)]
+              + "".join(f"\n- {label}: {p:.1f} of {m:g} GiB" for label, p, m in bloom_over),
+              "", f"Completed runs of the bench's own data ({BENCH_RUNS.name}: DeepSpeed ZeRO-3, S22) predicted above "
+              f"their device's physical memory: {len(bench_over)}"
+              + "".join(f"\n- {label}: {p:.1f} of {m:g} GiB" for label, p, m in bench_over)]
     lines += ["", "<details><summary>Per row (predicted vs measured peak)</summary>", "",
               "| row | run | measured GiB | predicted GiB | error |", "|---|---|---:|---:|---:|"]
     for r in measured:

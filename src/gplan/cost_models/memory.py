@@ -238,12 +238,17 @@ def layer_weight_copy_bytes(training: TrainingSpec, config: ParallelConfig) -> f
     return extra / zero_shard_ranks(config) if config.zero >= 3 else extra
 
 
-def zero3_gather_buffer_bytes(unit_params: list[float], element_bytes: int) -> float:
-    """FSDP (and ZeRO-3) keep the unit being computed and the prefetched next one gathered (16-bit
-    weights), plus one unit's unsharded fp32 gradients before its reduce-scatter: the two largest units
-    of the stage (layers, the embedding, the head — a 250k vocabulary's embedding is larger than a
-    layer) and the largest one's gradients."""
+def zero3_gather_buffer_bytes(unit_params: list[float], element_bytes: int, engine: str | None = None) -> float:
+    """FSDP keeps the unit being computed and the prefetched next one gathered (16-bit weights), plus one
+    unit's unsharded fp32 gradients before its reduce-scatter: the two largest units of the stage (layers,
+    the embedding, the head — a 250k vocabulary's embedding is larger than a layer) and the largest one's
+    gradients. DeepSpeed's ZeRO-3 gathers submodule by submodule, at most `zero3_live_params` at once, and
+    reduces through its 16-bit bucket (`MemoryAccounting.zero3_live_params`, `reduce_bucket_elements`)."""
     largest = sorted(unit_params, reverse=True)[:2]
+    accounting = memory_accounting(engine)
+    if accounting.zero3_live_params:
+        live = min(sum(largest), accounting.zero3_live_params)
+        return (live + min(accounting.reduce_bucket_elements, largest[0] if largest else 0.0)) * element_bytes
     return sum(largest) * element_bytes + (largest[0] if largest else 0.0) * GRAD_BYTES
 
 

@@ -12,6 +12,7 @@ from gplan.cost_models import compute, experts, memory, pipeline, recompute
 from gplan.errors import InputError
 from gplan.plan import Prediction, StageMemory, StagePrediction, StepBreakdown
 from gplan.profiles.schema import ClusterSpec, NodeGroup
+from gplan.spec.engines import ENGINES
 from gplan.spec.model import LayerKind, ModelSpec
 from gplan.spec.parallel import ParallelConfig, StageLayout, empty_stage, uniform_layout
 from gplan.spec.targets import overlaps_param_gather, overlaps_tp_comm
@@ -563,7 +564,7 @@ class StepModel:
         device = self.group(layout.node_group).hardware
         buffers = memory.engine_buffer_bytes(t.engine, c.zero, t.element_bytes, params)
         if c.zero >= 3 and memory.zero_shard_ranks(c) > 1:
-            buffers += memory.zero3_gather_buffer_bytes(self.unit_params(layout), t.element_bytes)
+            buffers += memory.zero3_gather_buffer_bytes(self.unit_params(layout), t.element_bytes, t.engine)
         transient = self.stage_transient_bytes(layout)
         weights, grads, optimizer = self.states(params, self.stage_expert_params(layout))
         layer_params = sum(c.count * self.layer_params(c.kind) for c in layout.layers)
@@ -636,21 +637,27 @@ class StepModel:
         each a ring collective paying `(n−1)·α` of latency (NCCL has no tree for all-gather and
         reduce-scatter). Prefetching hides a unit's collectives behind the compute of its neighbour,
         so per unit only what exceeds one unit's forward (resp. backward) is exposed (FSDP2's
-        implicit prefetch; Zhao et al. 2023, PyTorch FSDP, §3.3)."""
+        implicit prefetch; Zhao et al. 2023, PyTorch FSDP, §3.3). An engine whose collectives run below the
+        modelled speed (`EngineProfile.zero3_comm_efficiency`: DeepSpeed ZeRO-3's, fitted) stretches them."""
         e, g = self.training.element_bytes, layout.node_group
+        engine = ENGINES.get(self.training.engine or "")
+        slowdown = 1 / engine.zero3_comm_efficiency if engine else 1.0
+        overlap = engine.zero3_overlap if engine else 1.0
         exposed = 0.0
         for c in layout.layers:
             lt = self.layer_time(c.kind, g)
             params = self.layer_params(c.kind)
-            gather = comm.allgather_time_s(params * e, ranks, link)
-            scatter = comm.reduce_scatter_time_s(params * self.training.grad_bytes, ranks, link)
+            gather = comm.allgather_time_s(params * e, ranks, link) * slowdown
+            scatter = comm.reduce_scatter_time_s(params * self.training.grad_bytes, ranks, link) * slowdown
             backward = lt.backward_s + self.layer_recompute_s(c.kind, c.recompute, g)
-            exposed += c.count * (max(0.0, gather - lt.forward_s) + max(0.0, gather + scatter - backward))
+            exposed += c.count * (max(0.0, gather - overlap * lt.forward_s) +
+                                  max(0.0, gather + scatter - overlap * backward))
         fixed = self.stage_fixed_params(empty_stage(layout.embedding, layout.head))
         if fixed:
-            exposed += 2 * comm.allgather_time_s(fixed * e, ranks, link) + \
-                comm.reduce_scatter_time_s(fixed * self.training.grad_bytes, ranks, link)
+            exposed += (2 * comm.allgather_time_s(fixed * e, ranks, link) +
+                        comm.reduce_scatter_time_s(fixed * self.training.grad_bytes, ranks, link)) * slowdown
         return self.num_microbatches * exposed
+
 
     def optimizer_s(self, stage: StagePrediction) -> float:
         return compute.optimizer_time_s(self.device(stage.node_group),

@@ -16,7 +16,15 @@ ENGINE = EngineProfile(
         states="deepspeed",
         # its default reduce_bucket_size (runtime/zero/config.py), the 16-bit gradient bucket of ZeRO 1/2
         reduce_bucket_elements=5e8,
+        # ZeRO-3 keeps at most stage3_max_live_parameters gathered (runtime/zero/config.py default, 1e9)
+        zero3_live_params=1e9,
         # Megatron-DeepSpeed (2022, PyTorch 1.11, no expandable segments; its pipeline engine's buffers not
         # itemised): fitted by `bench/memory.py --fit` on the 32 measured peaks of the BLOOM sweep (S12)
         fragmentation=0.295),
+    # DeepSpeed ZeRO-3 without model parallelism, GPT 175B and 530B on 384–2240 A100s (SC21 Table 2,
+    # bench/data/sc21_zero3_runs.csv): its per-submodule fetches reach under a fifth of the modelled ring's
+    # speed and hide behind half of a layer's compute, so at one micro-batch per step the exposed collectives
+    # take three times the compute. Fitted together by `bench/accuracy.py --fit` (median absolute log error
+    # over the six runs; held out by model in the README).
+    zero3_comm_efficiency=0.18, zero3_overlap=0.5,
 )

@@ -164,6 +164,10 @@ class MemoryAccounting:
     keeps the 16-bit input and casts again in the backward."""
     reduce_bucket_elements: float = 0.0
     """A gradient bucket it reduces from with zero 1/2, in elements (DeepSpeed's `reduce_bucket_size`)."""
+    zero3_live_params: float = 0.0
+    """With zero 3, the most parameters it keeps gathered at once and reduces its gradients through its
+    16-bit reduce bucket (DeepSpeed's `stage3_max_live_parameters`: it gathers submodule by submodule);
+    0: whole units (FSDP's layers), the two largest gathered and one's fp32 gradients."""
     fragmentation: float = 0.0
     """Allocator reserve beyond the allocated bytes where its measured peaks show more than the device's
     default (a fraction of the allocated bytes)."""
@@ -189,3 +193,10 @@ class EngineProfile:
     efficiency: str = "engine_efficiency"
     """Where its speed lives: the hardware catalogue's `engine_efficiency[name]` (fitted per hardware on
     its runs, prior 1: the compute efficiencies are Megatron-LM's)."""
+    zero3_comm_efficiency: float = 1.0
+    """Achieved over modelled speed of its fully sharded data parallel's per-unit all-gathers and
+    reduce-scatters (StepModel.zero3_exposed_s): 1 — the ring collective at the link's speed, the shared
+    default — unless fitted on the engine's own ZeRO-3 / FSDP runs at scale (`bench/accuracy.py --fit`)."""
+    zero3_overlap: float = 1.0
+    """The share of a unit's compute behind which its neighbour's collectives run: 1 — FSDP2's one-unit
+    implicit prefetch, the shared default — unless fitted as above."""

@@ -1,0 +1,60 @@
+"""Fully sharded data parallel as each engine runs it: DeepSpeed's ZeRO-3 collectives run below the modelled
+ring's speed and hide behind half a unit's compute (EngineProfile.zero3_comm_efficiency, zero3_overlap, fitted
+on SC21's ZeRO-3 runs, bench/data/sc21_zero3_runs.csv), and it gathers submodule by submodule up to its live
+parameter cap instead of whole layers; the FSDP engines keep the shared default."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from gplan.cost_models import memory
+from gplan.cost_models.step import StepModel
+from gplan.profiles.catalogue import load_cluster, load_model
+from gplan.spec.engines import ENGINES
+from gplan.spec.parallel import ParallelConfig, uniform_layout
+from gplan.spec.training import TrainingSpec
+
+MODEL = load_model("llama3-70b")
+CONFIG = ParallelConfig(dp=512, mbs=1, zero=3, recompute="full")
+
+
+def _step(engine: str) -> StepModel:
+    training = TrainingSpec(gbs=512, seq_length=4096, precision="bf16", engine=engine)
+    return StepModel(MODEL, training, load_cluster("dgx-a100-80g", 512), CONFIG)
+
+
+def _zero3_s(step: StepModel) -> float:
+    layout = uniform_layout(MODEL, 1, "full", 1)[0]
+    return step.zero3_exposed_s(layout, 512, step.group(0).intra_node.model_copy(update={"bandwidth_GBps": 200.0}))
+
+
+def test_the_fsdp_engines_keep_the_shared_default_and_deepspeed_its_fitted_constants():
+    for engine in ("torch", "torchtitan", "llm-foundry", "megatron"):
+        assert (ENGINES[engine].zero3_comm_efficiency, ENGINES[engine].zero3_overlap) == (1.0, 1.0)
+    assert ENGINES["deepspeed"].zero3_comm_efficiency < 1 and ENGINES["deepspeed"].zero3_overlap < 1
+
+
+def test_deepspeed_exposes_more_of_its_zero3_collectives_than_fsdp2_on_the_same_run():
+    assert _zero3_s(_step("deepspeed")) > _zero3_s(_step("torchtitan"))
+
+
+def test_slower_collectives_or_less_overlap_never_expose_less(monkeypatch):
+    """A 70B layer's all-gather at 512 ranks hides behind half its forward: less overlap alone exposes
+    nothing more there; slower collectives do."""
+    exposed = []
+    for efficiency, overlap in [(1.0, 1.0), (1.0, 0.5), (0.3, 1.0), (0.3, 0.5), (0.1, 0.5)]:
+        monkeypatch.setitem(ENGINES, "torchtitan", replace(ENGINES["torchtitan"], zero3_comm_efficiency=efficiency,
+                                                             zero3_overlap=overlap))
+        exposed.append(_zero3_s(_step("torchtitan")))
+    assert exposed[1] == pytest.approx(exposed[0])
+    assert exposed[0] < exposed[2] <= exposed[3] < exposed[4]
+
+
+def test_deepspeed_gathers_up_to_its_live_parameter_cap_and_reduces_through_its_bucket():
+    """DeepSpeed's stage3_max_live_parameters (1e9) and reduce_bucket_size (5e8): a 70B layer (0.86e9) pair
+    gathered is capped at 1e9 parameters; FSDP holds both layers and one layer's fp32 gradients."""
+    layer = MODEL.layer_params_per_rank(MODEL.layer_kinds()[0], 1)
+    assert memory.zero3_gather_buffer_bytes([layer] * 4, 2, "deepspeed") == (1e9 + 5e8) * 2
+    assert memory.zero3_gather_buffer_bytes([layer] * 4, 2, "torchtitan") == 2 * layer * 2 + layer * 4
