@@ -638,7 +638,8 @@ class StepModel:
         reduce-scatter). Prefetching hides a unit's collectives behind the compute of its neighbour,
         so per unit only what exceeds one unit's forward (resp. backward) is exposed (FSDP2's
         implicit prefetch; Zhao et al. 2023, PyTorch FSDP, §3.3). An engine whose collectives run below the
-        modelled speed (`EngineProfile.zero3_comm_efficiency`: DeepSpeed ZeRO-3's, fitted) stretches them."""
+        modelled speed, or hide behind less of the neighbour's compute, says so in its profile
+        (`EngineProfile.zero3_comm_efficiency`, `zero3_overlap`: DeepSpeed ZeRO-3's, fitted)."""
         e, g = self.training.element_bytes, layout.node_group
         engine = ENGINES.get(self.training.engine or "")
         slowdown = 1 / engine.zero3_comm_efficiency if engine else 1.0
@@ -657,7 +658,6 @@ class StepModel:
             exposed += (2 * comm.allgather_time_s(fixed * e, ranks, link) +
                         comm.reduce_scatter_time_s(fixed * self.training.grad_bytes, ranks, link)) * slowdown
         return self.num_microbatches * exposed
-
 
     def optimizer_s(self, stage: StagePrediction) -> float:
         return compute.optimizer_time_s(self.device(stage.node_group),
