@@ -572,6 +572,16 @@ def zero3_report(cases: list[Case]) -> str:
         med = {k: summarize(v)[0] for k, v in errors.items()}
         lines.append(f"| **median** | | | **{med['shipped']:.1%}** | {med['prior']:.1%} | **{med['model']:.1%}** | "
                      f"{med['row']:.1%} |")
+    shares = {}
+    for c in cases:  # why the FSDP engines keep the shared default: their rows barely see the collectives
+        if c.training.engine not in ZERO3_FITTED and c.config.zero >= 3:
+            p = StepModel(c.model, c.training, c.cluster, c.config).predict(case_layouts(c))
+            shares.setdefault(c.training.engine, []).append(p.breakdown.dp_comm / p.step_time_s)
+    if shares:
+        lines += ["", "The FSDP engines' fully sharded rows expose at most "
+                  + ", ".join(f"{max(v):.1%} ({e}, {len(v)} rows)" for e, v in sorted(shares.items()))
+                  + " of their step in sharded-DP collectives at the shared default: too little to fit an engine's "
+                  "own speed and overlap on, so they keep the default (the prior)."]
     return "\n".join(lines)
 
 
