@@ -1,11 +1,12 @@
 """Accuracy of gplan's cost model against published training runs.
 
-Predicts every row of shared/reference/published_runs.csv whose configuration is complete and the
-BLOOM sweep's step times (bloom_sweep_runs.csv, S12), compares the predicted step time with the
+Predicts every row of shared/reference/published_runs.csv whose configuration is complete, the
+BLOOM sweep's step times (bloom_sweep_runs.csv, S12) and the bench's own public runs (bench/data/
+sc21_zero3_runs.csv: SC21's DeepSpeed ZeRO-3 runs, S22), compares the predicted step time with the
 measured one, and prints per-row and aggregate errors (median and mean absolute percentage error, per
 source) in-sample and leave-one-source-out, and the BLOOM sweep's rank correlation. `--fit` refits the
 per-hardware efficiencies (four knobs per hardware kind on Megatron's rows, never one per row, with
-`gplan.calibration`'s fitter) and one factor per other engine, and prints them for
+`gplan.calibration`'s fitter), one factor per other engine and DeepSpeed's ZeRO-3 constants, and prints them for
 profiles/data/hardware.yaml; `--readme` writes the tables into README.md between the accuracy markers.
 
     python bench/accuracy.py [--csv PATH] [--fit] [--readme]
