@@ -686,29 +686,29 @@ def load_bridge_cases(path: Path = BRIDGE_CSV) -> tuple[list[BridgeCase], list[t
             stated = r
             r = {**r, **{k: recipe[k] for k in LAYOUT_FIELDS}, "fsdp": recipe["fsdp"],
                  "other_settings": recipe["other_settings"], "relaid": recipe["row_id"], "stated": layout_text(r)}
-        gpus, tp, pp, cp = int(r["num_gpus"]), int(r["tp"]), int(r["pp"]), int(r["cp"])
-        vpp = int(r["vp"]) if r["vp"] not in ("", "n/a") else 1
-        dp = gpus // (tp * pp * cp)
         fsdp = int(r["fsdp"]) if r["fsdp"] else 0
         settings = r["other_settings"]
         recompute, modules = recompute_of(settings)
         offload = re.search(r"cpu_offloading_num_layers=(\d+)", settings)
-        config = ParallelConfig(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, mbs=int(r["micro_batch_size"]), sp=tp > 1,
-                                zero=3 if fsdp or "use_megatron_fsdp=True" in settings else 1, recompute=recompute,
-                                recompute_modules=modules, offload_layers=int(offload.group(1)) if offload else 0)
-        _add_bridge_case(r, model, config, out, skipped)
-        if stated is not None and out and out[-1].case.row_id == r["row_id"]:
-            out[-1].stated = layout_of(stated, config)
+        config = ParallelConfig(**row_layout(r), zero=3 if fsdp or "use_megatron_fsdp=True" in settings else 1,
+                                recompute=recompute, recompute_modules=modules,
+                                offload_layers=int(offload.group(1)) if offload else 0)
+        case = _add_bridge_case(r, model, config, out, skipped)
+        if case is not None and stated is not None:  # the same settings at the layout the table states
+            case.stated = ParallelConfig(**config.model_dump(exclude={"schedule"}) | row_layout(stated))
     return out, skipped
 
 
-def layout_of(r: dict, config: ParallelConfig) -> ParallelConfig:
-    """`config` with the row's own tp pp cp vp and micro-batch (dp from its GPU count)."""
+def row_vpp(r: dict) -> int:
+    """A Bridge row's virtual stages per pipeline rank (`n/a` or empty: 1)."""
+    return int(r["vp"]) if r["vp"] not in ("", "n/a") else 1
+
+
+def row_layout(r: dict) -> dict:
+    """A Bridge row's layout as ParallelConfig fields: dp from its GPU count, sp wherever tp > 1 (the recipes')."""
     tp, pp, cp = int(r["tp"]), int(r["pp"]), int(r["cp"])
-    vpp = int(r["vp"]) if r["vp"] not in ("", "n/a") else 1
-    fields = {k: v for k, v in config.model_dump().items() if k != "schedule"}
-    return ParallelConfig(**fields | dict(dp=int(r["num_gpus"]) // (tp * pp * cp), tp=tp, pp=pp, cp=cp, sp=tp > 1,
-                                          vpp=vpp, mbs=int(r["micro_batch_size"])))
+    return dict(dp=int(r["num_gpus"]) // (tp * pp * cp), tp=tp, pp=pp, cp=cp, vpp=row_vpp(r),
+                mbs=int(r["micro_batch_size"]), sp=tp > 1)
 
 
 RECIPE_SETTINGS = re.compile(r"\[from |recompute_|cpu_offloading|use_megatron_fsdp")
@@ -730,8 +730,7 @@ def settings_donor(r: dict, table: list[dict]) -> dict | None:
     if RECIPE_SETTINGS.search(r["other_settings"]):
         return None
     def layout(row: dict) -> tuple:
-        vp = row["vp"] if row["vp"] not in ("", "n/a") else "1"
-        return row["model"], row["system"], row["tp"], row["pp"], row["cp"], vp, row["micro_batch_size"]
+        return row["model"], row["system"], row["tp"], row["pp"], row["cp"], row_vpp(row), row["micro_batch_size"]
 
     same = [d for d in table if d["is_moe"] != "true" and d["row_id"] != r["row_id"] and
             layout(d) == layout(r) and RECIPE_SETTINGS.search(d["other_settings"])]
@@ -748,7 +747,7 @@ LAYOUT_FIELDS = ("tp", "pp", "cp", "vp", "micro_batch_size")
 
 
 def layout_text(r: dict) -> str:
-    vp = f" vp{r['vp']}" if r["vp"] not in ("", "n/a", "1") else ""
+    vp = f" vp{row_vpp(r)}" if row_vpp(r) > 1 else ""
     return f"tp{r['tp']} pp{r['pp']}{vp} cp{r['cp']} mbs{r['micro_batch_size']}"
 
 
@@ -774,9 +773,10 @@ def layout_donor(r: dict, table: list[dict]) -> dict | None:
                                    + abs(_release_key(d["release"])[1] - here[1]), d["row_id"]))
 
 
-def _add_bridge_case(r: dict, model, config: ParallelConfig, out: list, skipped: list, **options) -> None:
+def _add_bridge_case(r: dict, model, config: ParallelConfig, out: list, skipped: list,
+                     **options) -> BridgeCase | None:
     """The row as a case (Megatron-LM, its precision, the engine `options` its settings state; step time =
-    gbs·seq / (tokens/s/GPU · GPUs)), or skipped with the rule it breaks."""
+    gbs·seq / (tokens/s/GPU · GPUs)) added to `out` and returned, or skipped with the rule it breaks."""
     gpus = int(r["num_gpus"])
     precision = BRIDGE_PRECISION[r["precision"]]
     training = TrainingSpec(gbs=int(r["global_batch_size"]), seq_length=int(r["seq_len"]), precision=precision,
@@ -786,7 +786,7 @@ def _add_bridge_case(r: dict, model, config: ParallelConfig, out: list, skipped:
         check_config(model, training, config, gpus)
     except GplanError as exc:
         skipped.append((r["row_id"], f"not expressible yet: {exc.message}"))
-        return
+        return None
     step = training.gbs * training.seq_length / (float(r["tokens_per_sec_per_gpu"]) * gpus)
     inherited = (f"; settings of row {r['inherited']}" if r.get("inherited") else
                  f"; layout of row {r['relaid']}, stated {r['stated']}" if r.get("relaid") else "")
@@ -794,6 +794,7 @@ def _add_bridge_case(r: dict, model, config: ParallelConfig, out: list, skipped:
     cluster = load_cluster(BRIDGE_SYSTEMS[r["system"]], gpus)
     out.append(BridgeCase(Case(r["row_id"], "MB", label, model, training, config, cluster, False, step),
                           r["release"], r["system"]))
+    return out[-1]
 
 
 PRECISION_PRIOR_ROWS = 2.0
@@ -981,7 +982,7 @@ def load_moe_cases(path: Path = BRIDGE_CSV) -> tuple[list[BridgeCase], list[tupl
         model = load_model(BRIDGE_MOE_MODELS[r["model"]])
         gpus, tp, pp, cp, ep = (int(r[k]) for k in ("num_gpus", "tp", "pp", "cp", "ep"))
         etp = int(r["etp"]) if r["etp"] else tp
-        vpp = int(r["vp"]) if r["vp"] not in ("", "n/a") else 1
+        vpp = row_vpp(r)
         recompute, modules = recompute_of(r["other_settings"])
         config = ParallelConfig(dp=gpus // (tp * pp * cp), tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp,
                                 mbs=int(r["micro_batch_size"]), sp=tp > 1, zero=1, recompute=recompute,

@@ -126,7 +126,7 @@ def published_oom() -> list[tuple[str, float, float]]:
                 training = c.training.model_copy(update={"gbs": 560 * c.config.mbs})
                 cluster = load_cluster("dgx-a100-80g", 560)
                 prediction = StepModel(c.model, training, cluster, config).predict()
-                found.append((f"{c.label.replace('640×', '560×').replace('dp=640', 'dp=560')} (S22)",
+                found.append((f"{c.model.name} 560×A100 {config.label()} (S22)",
                               prediction.memory_bytes_per_device_max / GIB, cluster.primary.hardware.memory_GiB))
     return found
 

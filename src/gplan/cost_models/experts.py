@@ -172,14 +172,15 @@ def dispatch_buffer_bytes(model: ModelSpec, shard: Shard, config: ParallelConfig
     if dispatcher == "flex":
         return 0.0
     if dispatcher == "allgather":
-        group = config.ep * config.etp
-        return source_tokens(shard) * group * model.hidden_size * element_bytes if group > 1 else 0.0
+        return allgather_dispatch_bytes(model, shard, config, element_bytes)
     return dispatch_bytes(model, shard, element_bytes) if config.ep > 1 else 0.0
 
 
 def allgather_dispatch_bytes(model: ModelSpec, shard: Shard, config: ParallelConfig, element_bytes: int) -> float:
-    """The all-gather dispatcher's gathered tokens (its dispatch; the combine reduce-scatters as many back)."""
-    return dispatch_buffer_bytes(model, shard, config, element_bytes, "allgather")
+    """The all-gather dispatcher's gathered tokens, every one of the ep × etp group's (its dispatch; the combine
+    reduce-scatters as many back); none where the group is one rank."""
+    group = config.ep * config.etp
+    return source_tokens(shard) * group * model.hidden_size * element_bytes if group > 1 else 0.0
 
 
 DEEPEP_SMS = 20

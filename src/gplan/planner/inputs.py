@@ -172,7 +172,7 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
 def check_engine_options(training: TrainingSpec, model: ModelSpec) -> None:
     """Megatron's engine switches need an engine that has them, --fp8-param-gather a low-precision recipe,
     --moe-a2a-overlap and --moe-dispatcher a model with experts (and the overlap a dispatcher it overlaps)."""
-    from gplan.spec.targets import ENGINE_OPTIONS, TARGETS, has_option, lacked_options
+    from gplan.spec.targets import ENGINE_OPTIONS, TARGETS, has_option, lacked_options, switch_default
     from gplan.spec.training import LOW_PRECISION
 
     lacked = lacked_options(training, training.engine)
@@ -184,7 +184,7 @@ def check_engine_options(training: TrainingSpec, model: ModelSpec) -> None:
         raise InputError(f"{shown}: {training.engine} has no such option (capability {option})",
                          hint=f"--target {' or '.join(runners)}, or leave {flag} out")
     for option, flag in (("moe_a2a_overlap", "--moe-a2a-overlap"), ("moe_dispatcher", "--moe-dispatcher")):
-        if getattr(training, option) != TrainingSpec.model_fields[option].default and not model.is_moe:
+        if getattr(training, option) != switch_default(option) and not model.is_moe:
             raise InputError(f"{flag} sets how the experts' tokens travel: {model.name} has no experts",
                              hint=f"leave {flag} out")
     if training.moe_a2a_overlap and training.moe_dispatcher == "allgather":  # Megatron-core's TransformerConfig:

@@ -20,13 +20,14 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from gplan.errors import InputError
 from gplan.launch_text import arguments
 from gplan.planner.logs import family
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import PER_OP_MODULES, LayerCount, StageLayout, even_stage_sizes
+from gplan.spec.training import MoeDispatcher
 
 #: Megatron flags that set the model, with the ModelSpec value they must agree with.
 MODEL_FLAGS = {
@@ -229,9 +230,10 @@ def dispatcher_of(named: str | None, model: ModelSpec) -> str:
     default). DeepEP and HybridEP (--moe-enable-deepep, --moe-flex-dispatcher-backend) are both `flex`."""
     if not model.is_moe:
         return "alltoall"
-    if named not in (None, "alltoall", "allgather", "flex"):
-        raise InputError(f"--moe-token-dispatcher-type {named}: Megatron's dispatchers are alltoall, allgather and "
-                         "flex", hint="fix the launch's --moe-token-dispatcher-type")
+    known = get_args(MoeDispatcher)
+    if named is not None and named not in known:
+        raise InputError(f"--moe-token-dispatcher-type {named}: Megatron's dispatchers are {', '.join(known[:-1])} "
+                         f"and {known[-1]}", hint="fix the launch's --moe-token-dispatcher-type")
     return named or "allgather"
 
 

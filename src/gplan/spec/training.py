@@ -27,8 +27,9 @@ def tensor_core_format(precision: str) -> str:
 
 
 CudaGraphs = Literal["none", "moe_router", "full_iteration"]
-MoeDispatcher = Literal["alltoall", "allgather", "flex"]
 """What CUDA graphs capture (TrainingSpec.cuda_graphs)."""
+MoeDispatcher = Literal["alltoall", "allgather", "flex"]
+"""Megatron-core's MoE token dispatchers (TrainingSpec.moe_dispatcher)."""
 Engine = Literal[ENGINE_NAMES]  # type: ignore[valid-type]
 """The engines of spec.engines: gplan's workers, the export targets, and llm-foundry (MosaicML's FSDP
 stack), which gplan prices but neither launches nor exports to."""
