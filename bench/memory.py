@@ -9,7 +9,10 @@ to fit the device. Every completed run of published_runs.csv must be predicted w
 physical memory (those runs did run).
 
 The allocator's fragmentation — the one memory knob the catalogue does not take from a datasheet — is
-reported in-sample and leave-one-out: fitted on the other rows, predicting the one left out.
+reported in-sample and leave-one-out: fitted on the other rows, predicting the one left out. DeepSpeed's
+ZeRO-3 engine, which never runs in the pipeline engine those peaks measure, has its own fraction: the
+interval calling SC21's 530B outcomes (ran on 640 A100s, did not fit 560; bench/data/sc21_zero3_runs.csv)
+is printed with what the two priors it would have without them say.
 
     python bench/memory.py [--fit] [--readme]
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -66,11 +70,17 @@ def predicted_GiB(run: Run, fragmentation: float | None = None) -> float:
     """The run's predicted peak; with `fragmentation`, as if the engine's fitted fraction were that."""
     if fragmentation is None:
         return run.step.predict(run.layouts).memory_bytes_per_device_max / GIB
-    engine = run.step.training.engine
-    saved = ENGINES[engine]
-    ENGINES[engine] = replace(saved, memory=replace(saved.memory, fragmentation=fragmentation))
-    try:
+    with memory_accounting_as(run.step.training.engine, fragmentation=fragmentation):
         return run.step.predict(run.layouts).memory_bytes_per_device_max / GIB
+
+
+@contextmanager
+def memory_accounting_as(engine: str, **fields):
+    """The engine's MemoryAccounting with `fields` replaced, for the block."""
+    saved = ENGINES[engine]
+    ENGINES[engine] = replace(saved, memory=replace(saved.memory, **fields))
+    try:
+        yield
     finally:
         ENGINES[engine] = saved
 
@@ -118,17 +128,60 @@ def published_oom() -> list[tuple[str, float, float]]:
             found.append((f"{c.label.replace('mbs=1', 'mbs=2')} (S10)", prediction.memory_bytes_per_device_max / GIB,
                           c.cluster.primary.hardware.memory_GiB))
     if BENCH_RUNS.is_file():  # SC21 Table 2's note: the 530B "did not fit on 560 GPUs" at micro-batch 4 with ZeRO-3
-        from gplan.profiles.catalogue import load_cluster
-
-        for c in load_cases(BENCH_RUNS)[0]:
-            if c.row_id == "Z4":
-                config = c.config.model_copy(update={"dp": 560})
-                training = c.training.model_copy(update={"gbs": 560 * c.config.mbs})
-                cluster = load_cluster("dgx-a100-80g", 560)
-                prediction = StepModel(c.model, training, cluster, config).predict()
-                found.append((f"{c.model.name} 560×A100 {config.label()} (S22)",
-                              prediction.memory_bytes_per_device_max / GIB, cluster.primary.hardware.memory_GiB))
+        label, step = sc21_530b(560)
+        found.append((label, step.predict().memory_bytes_per_device_max / GIB,
+                      step.cluster.primary.hardware.memory_GiB))
     return found
+
+
+def sc21_530b(gpus: int) -> tuple[str, StepModel]:
+    """SC21's GPT 530B with DeepSpeed ZeRO-3 at micro-batch 4 (row Z4) on `gpus` A100s: it ran on 640 and
+    "did not fit" on 560 (Table 2's note)."""
+    from gplan.profiles.catalogue import load_cluster
+
+    c = next(c for c in load_cases(BENCH_RUNS)[0] if c.row_id == "Z4")
+    config = c.config.model_copy(update={"dp": gpus})
+    training = c.training.model_copy(update={"gbs": gpus * c.config.mbs})
+    return (f"{c.model.name} {gpus}×A100 {config.label()} (S22)",
+            StepModel(c.model, training, load_cluster("dgx-a100-80g", gpus), config))
+
+
+def zero3_fragmentation_bracket() -> tuple[float, float]:
+    """The fractions of DeepSpeed's ZeRO-3 engine under which SC21's 530B fits 640 GPUs and not 560
+    (`sc21_530b`): above the first, the 560-GPU run does not fit; up to the second, the 640-GPU run does.
+    The peak is allocated · (1 + f) + the reserve and communicators, so each bound is one division."""
+    bounds = []
+    for gpus in (560, 640):
+        step = sc21_530b(gpus)[1]
+        stage = max(step.predict().stages, key=lambda s: s.memory_bytes).memory
+        physical = step.cluster.primary.hardware.memory_bytes
+        bounds.append((physical - stage.reserve_bytes - stage.communicator_bytes) / stage.allocated_bytes - 1)
+    return bounds[0], bounds[1]
+
+
+def zero3_fragmentation_lines() -> list[str]:
+    """SC21's 530B on 560 and 640 GPUs under the catalogue's ZeRO-3 fraction and the two it would have
+    without SC21's outcomes (held out): the pipeline engine's, fitted on BLOOM, and none."""
+    lowest, highest = zero3_fragmentation_bracket()
+    accounting = ENGINES["deepspeed"].memory
+    lines = ["", f"DeepSpeed's ZeRO-3 engine: every fragmentation in [{lowest:.3f}, {highest:.3f}] calls SC21's 530B "
+             "outcomes at micro-batch 4 (ran on 640 A100s, did not fit 560); no other ZeRO-3 outcome or peak is "
+             "public here, so held out it falls back to a prior that misses one of the two.", "",
+             "| ZeRO-3 fragmentation | 560 GPUs (did not fit) | 640 GPUs (ran) |", "|---|---:|---:|"]
+    for name, fraction in ((f"{accounting.zero3_fragmentation:.3f} (catalogue: the bracket's midpoint)",
+                            accounting.zero3_fragmentation),
+                           (f"{accounting.fragmentation:.3f} (held out: the pipeline engine's, BLOOM)",
+                            accounting.fragmentation),
+                           ("0 (held out: no engine reserve, the device's default)", 0.0)):
+        with memory_accounting_as("deepspeed", zero3_fragmentation=fraction):
+            cells = []
+            for gpus, ran in ((560, False), (640, True)):
+                step = sc21_530b(gpus)[1]
+                peak = step.predict().memory_bytes_per_device_max
+                fits = peak <= step.cluster.primary.hardware.memory_bytes
+                cells.append(f"{peak / GIB:.1f} GiB {'✓' if fits == ran else '✗'}")
+        lines.append(f"| {name} | {' | '.join(cells)} |")
+    return lines
 
 
 def report(do_fit: bool) -> str:
@@ -166,6 +219,8 @@ def report(do_fit: bool) -> str:
               "", f"Completed runs of the bench's own data ({BENCH_RUNS.name}: DeepSpeed ZeRO-3, S22) predicted above "
               f"their device's physical memory: {len(bench_over)}"
               + "".join(f"\n- {label}: {p:.1f} of {m:g} GiB" for label, p, m in bench_over)]
+    if BENCH_RUNS.is_file():
+        lines += zero3_fragmentation_lines()
     lines += ["", "<details><summary>Per row (predicted vs measured peak)</summary>", "",
               "| row | run | measured GiB | predicted GiB | error |", "|---|---|---:|---:|---:|"]
     for r in measured:

@@ -58,3 +58,17 @@ def test_deepspeed_gathers_up_to_its_live_parameter_cap_and_reduces_through_its_
     layer = MODEL.layer_params_per_rank(MODEL.layer_kinds()[0], 1)
     assert memory.zero3_gather_buffer_bytes([layer] * 4, 2, "deepspeed") == (1e9 + 5e8) * 2
     assert memory.zero3_gather_buffer_bytes([layer] * 4, 2, "torchtitan") == 2 * layer * 2 + layer * 4
+
+
+def test_deepspeed_zero3_reserves_its_own_fragmentation_not_the_pipeline_engines():
+    """The BLOOM-fitted fraction is DeepSpeed's pipeline engine's (zero ≤ 1); ZeRO-3 runs without it and
+    carries its own, smaller one; an engine without a ZeRO-3 fraction keeps its one fraction at zero 3."""
+    accounting = ENGINES["deepspeed"].memory
+    assert accounting.zero3_fragmentation < accounting.fragmentation
+    zero3 = _step("deepspeed").predict().stages[0].memory
+    assert zero3.fragmentation_bytes == pytest.approx(zero3.allocated_bytes * accounting.zero3_fragmentation)
+    zero1 = StepModel(MODEL, _step("deepspeed").training, load_cluster("dgx-a100-80g", 512),
+                      CONFIG.model_copy(update={"zero": 1, "tp": 8, "dp": 64})).predict().stages[0].memory
+    assert zero1.fragmentation_bytes == pytest.approx(zero1.allocated_bytes * accounting.fragmentation)
+    assert memory.fragmentation_fraction(0.0, "torchtitan", zero=3) == ENGINES["torchtitan"].memory.fragmentation
+    assert memory.fragmentation_fraction(0.1, "deepspeed", zero=3) == max(0.1, accounting.zero3_fragmentation)

@@ -279,10 +279,15 @@ def communicator_count(config: ParallelConfig, tied_pair: bool, experts: bool = 
     return sum(groups)
 
 
-def fragmentation_fraction(device_fraction: float, engine: str | None) -> float:
+def fragmentation_fraction(device_fraction: float, engine: str | None, zero: int = 0) -> float:
     """The device's allocator reserve, or the engine's where its measured peaks show more
-    (`MemoryAccounting.fragmentation`: Megatron-DeepSpeed's, fitted on the BLOOM sweep, README)."""
-    return max(device_fraction, memory_accounting(engine).fragmentation)
+    (`MemoryAccounting.fragmentation`: Megatron-DeepSpeed's pipeline engine, fitted on the BLOOM sweep;
+    `zero3_fragmentation`: its ZeRO-3 engine, bracketed by SC21's runs; README)."""
+    accounting = memory_accounting(engine)
+    engine_fraction = accounting.fragmentation
+    if zero >= 3 and accounting.zero3_fragmentation is not None:
+        engine_fraction = accounting.zero3_fragmentation
+    return max(device_fraction, engine_fraction)
 
 
 def fragmentation_bytes(allocated_bytes: float, fraction: float) -> float:

@@ -548,7 +548,8 @@ class StepModel:
         return units
 
     def fragmentation(self, group: int) -> float:
-        return memory.fragmentation_fraction(self.group(group).hardware.fragmentation, self.training.engine)
+        return memory.fragmentation_fraction(self.group(group).hardware.fragmentation, self.training.engine,
+                                             self.config.zero)
 
     def communicator_bytes(self, group: int) -> float:
         """NCCL's buffers per communicator, and DeepEP's under the flex dispatcher (allocated once, outside

@@ -20,7 +20,12 @@ ENGINE = EngineProfile(
         zero3_live_params=1e9,
         # Megatron-DeepSpeed (2022, PyTorch 1.11, no expandable segments; its pipeline engine's buffers not
         # itemised): fitted by `bench/memory.py --fit` on the 32 measured peaks of the BLOOM sweep (S12)
-        fragmentation=0.295),
+        fragmentation=0.295,
+        # ZeRO-3 never runs in the pipeline engine those peaks measure (PipelineEngine asserts "ZeRO-2 and ZeRO-3
+        # are incompatible with pipeline parallelism", runtime/pipe/engine.py); its own is bracketed by SC21's
+        # 530B at micro-batch 4, which ran on 640 A100s and did not fit 560 (Table 2's note): every fraction in
+        # [0.058, 0.090] calls both, `bench/memory.py --fit` the midpoint. No measured ZeRO-3 peak exists here.
+        zero3_fragmentation=0.074),
     # DeepSpeed ZeRO-3 without model parallelism, GPT 175B and 530B on 384–2240 A100s (SC21 Table 2,
     # bench/data/sc21_zero3_runs.csv): its per-submodule fetches reach under a fifth of the modelled ring's
     # speed and hide behind half of a layer's compute, so at one micro-batch per step the exposed collectives

@@ -171,6 +171,10 @@ class MemoryAccounting:
     fragmentation: float = 0.0
     """Allocator reserve beyond the allocated bytes where its measured peaks show more than the device's
     default (a fraction of the allocated bytes)."""
+    zero3_fragmentation: float | None = None
+    """With zero 3, where the engine runs another allocation pattern than the runs `fragmentation` was
+    fitted on (DeepSpeed's ZeRO-3 never runs in the pipeline engine its BLOOM peaks measure); None: as
+    `fragmentation`."""
 
 
 @dataclass(frozen=True)
