@@ -251,3 +251,23 @@ def test_a_tied_embedding_across_stages_all_reduces_its_gradient():
     assert step.predict().breakdown.dp_comm == pytest.approx(expected)
     untied = StepModel(gpt.model_copy(update={"tie_embeddings": False}), step.training, step.cluster, config)
     assert untied.predict().breakdown.dp_comm == 0
+
+
+def test_each_engine_reduces_its_gradients_in_the_dtype_it_keeps_them():
+    """DeepSpeed reduces its 16-bit gradients (fp32 only in its BF16 optimizer, bf16 with ZeRO-1), as its
+    states hold them; Megatron its fp32 main gradients unless told to reduce in bf16."""
+    from gplan.profiles.catalogue import load_cluster, load_model
+
+    def reduced(engine, precision, zero, **switches):
+        training = TrainingSpec(gbs=64, seq_length=2048, precision=precision, engine=engine, **switches)
+        step = StepModel(load_model("llama3-8b"), training, load_cluster("dgx-a100-80g", 8),
+                         ParallelConfig(dp=8, zero=zero))
+        assert step.reduced_grad_bytes == memory.reduced_grad_bytes(
+            training.element_bytes, zero, engine, bf16=precision == "bf16", grad_bytes=training.grad_bytes)
+        return step.reduced_grad_bytes, step.state_bytes.grads
+
+    assert reduced("deepspeed", "fp16", 1) == (2, 2.0)
+    assert reduced("deepspeed", "bf16", 3) == (2, 2.0 / 8)
+    assert reduced("deepspeed", "bf16", 1) == (4, 6.0)  # the BF16 optimizer's fp32 buffers beside the bf16 grads
+    assert reduced("megatron", "bf16", 1)[0] == 4
+    assert reduced("megatron", "bf16", 1, grad_reduce_in_bf16=True)[0] == 2

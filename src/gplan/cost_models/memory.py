@@ -219,6 +219,18 @@ def state_bytes_per_param(element_bytes: int, zero: int, shard_ranks: int, engin
     )
 
 
+def reduced_grad_bytes(element_bytes: int, zero: int, engine: str | None = None, bf16: bool = False,
+                       grad_bytes: int = GRAD_BYTES) -> int:
+    """Bytes per gradient element the data-parallel reduction moves: the gradients as the engine keeps them
+    (`state_bytes_per_param`). DeepSpeed reduces its 16-bit gradients (its engine's `allreduce_gradients`
+    and ZeRO's reduce-scatter run in the model's dtype unless `communication_data_type` says otherwise), except
+    that its BF16 optimizer (bf16 with ZeRO-1) reduces the fp32 buffers it accumulates into; the others
+    their main gradients (`grad_bytes`: fp32 unless reduced in bf16)."""
+    if memory_accounting(engine).states == "deepspeed" and element_bytes < 4:
+        return 4 if bf16 and zero == 1 else element_bytes
+    return grad_bytes
+
+
 def low_precision_weight_bytes(precision: str) -> float:
     """Per parameter of a layer: the quantised copies Transformer Engine keeps of every layer weight for
     its GEMMs, beside the BF16 weight — FP8 with current scaling a row-wise copy and its transpose for the

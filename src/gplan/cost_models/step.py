@@ -489,6 +489,13 @@ class StepModel:
                                             bf16=t.precision == "bf16", grad_bytes=t.grad_bytes)
 
     @cached_property
+    def reduced_grad_bytes(self) -> int:
+        """Bytes per gradient element the data-parallel reduction moves (`memory.reduced_grad_bytes`)."""
+        c, t = self.config, self.training
+        return memory.reduced_grad_bytes(t.element_bytes, c.zero, t.engine, bf16=t.precision == "bf16",
+                                         grad_bytes=t.grad_bytes)
+
+    @cached_property
     def expert_state_bytes(self) -> memory.StateBytes:
         """Per routed-expert parameter: sharded over the expert data-parallel ranks (edp), not dp·cp."""
         c, t = self.config, self.training
@@ -612,10 +619,10 @@ class StepModel:
         if not groups:
             return 0.0
         if c.zero == 0:
-            allreduce = sum(comm.ring_allreduce_time_s(p * self.training.grad_bytes, n, link) for p, n, link in groups)
+            allreduce = sum(comm.ring_allreduce_time_s(p * self.reduced_grad_bytes, n, link) for p, n, link in groups)
             return max(0.0, allreduce - backward_s)
         gather = sum(comm.allgather_time_s(p * e, n, link) for p, n, link in groups)
-        scatter = sum(comm.reduce_scatter_time_s(p * self.training.grad_bytes, n, link) for p, n, link in groups)
+        scatter = sum(comm.reduce_scatter_time_s(p * self.reduced_grad_bytes, n, link) for p, n, link in groups)
         if c.zero < 3:
             hidden_s = forward_s if overlaps_param_gather(self.training.engine, self.training.precision) else 0.0
             return max(0.0, scatter - backward_s) + max(0.0, gather - hidden_s)
@@ -629,7 +636,7 @@ class StepModel:
         c = self.config
         if not (self.model.tie_embeddings and c.pp > 1 and (layout.embedding or layout.head)):
             return 0.0
-        grad_bytes = self.model.vocab_size * self.model.hidden_size / c.tp * self.training.grad_bytes
+        grad_bytes = self.model.vocab_size * self.model.hidden_size / c.tp * self.reduced_grad_bytes
         return comm.ring_allreduce_time_s(grad_bytes, 2, comm.pipeline_link(self.group(layout.node_group), c))
 
     def zero3_exposed_s(self, layout: StageLayout, ranks: int, link) -> float:
@@ -650,14 +657,14 @@ class StepModel:
             lt = self.layer_time(c.kind, g)
             params = self.layer_params(c.kind)
             gather = comm.allgather_time_s(params * e, ranks, link) * slowdown
-            scatter = comm.reduce_scatter_time_s(params * self.training.grad_bytes, ranks, link) * slowdown
+            scatter = comm.reduce_scatter_time_s(params * self.reduced_grad_bytes, ranks, link) * slowdown
             backward = lt.backward_s + self.layer_recompute_s(c.kind, c.recompute, g)
             exposed += c.count * (max(0.0, gather - overlap * lt.forward_s) +
                                   max(0.0, gather + scatter - overlap * backward))
         fixed = self.stage_fixed_params(empty_stage(layout.embedding, layout.head))
         if fixed:
             exposed += (2 * comm.allgather_time_s(fixed * e, ranks, link) +
-                        comm.reduce_scatter_time_s(fixed * self.training.grad_bytes, ranks, link)) * slowdown
+                        comm.reduce_scatter_time_s(fixed * self.reduced_grad_bytes, ranks, link)) * slowdown
         return self.num_microbatches * exposed
 
     def optimizer_s(self, stage: StagePrediction) -> float:

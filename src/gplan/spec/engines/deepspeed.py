@@ -24,12 +24,12 @@ ENGINE = EngineProfile(
         # ZeRO-3 never runs in the pipeline engine those peaks measure (PipelineEngine asserts "ZeRO-2 and ZeRO-3
         # are incompatible with pipeline parallelism", runtime/pipe/engine.py); its own is bracketed by SC21's
         # 530B at micro-batch 4, which ran on 640 A100s and did not fit 560 (Table 2's note): every fraction in
-        # [0.058, 0.090] calls both, `bench/memory.py --fit` the midpoint. No measured ZeRO-3 peak exists here.
+        # [0.058, 0.090] calls both (`bench/memory.py` prints it); this is the midpoint. No measured ZeRO-3 peak exists here.
         zero3_fragmentation=0.074),
     # DeepSpeed ZeRO-3 without model parallelism, GPT 175B and 530B on 384–2240 A100s (SC21 Table 2,
-    # bench/data/sc21_zero3_runs.csv): its per-submodule fetches reach under a fifth of the modelled ring's
-    # speed and hide behind half of a layer's compute, so at one micro-batch per step the exposed collectives
-    # take three times the compute. Fitted together by `bench/accuracy.py --fit` (median absolute log error
-    # over the six runs; held out by model in the README).
-    zero3_comm_efficiency=0.18, zero3_overlap=0.5,
+    # bench/data/sc21_zero3_runs.csv): its per-submodule fetches and 16-bit reduce-scatters (`reduced_grad_bytes`)
+    # reach a seventh of the modelled ring's speed and hide behind half of a layer's compute, so at one
+    # micro-batch per step the exposed collectives take three times the compute. Fitted together by
+    # `bench/accuracy.py --fit` (median absolute log error over the six runs; held out by model in the README).
+    zero3_comm_efficiency=0.14, zero3_overlap=0.5,
 )
