@@ -297,7 +297,8 @@ class Fit:
 
 ZERO3_FITTED = ("deepspeed",)
 """Engines whose sharded-DP constants (EngineProfile.zero3_comm_efficiency, zero3_overlap) are fitted on their
-own ZeRO-3 runs at scale (S22); the FSDP engines keep the shared default (their S10 and S21 rows fit at it)."""
+own ZeRO-3 runs at scale (S22); the FSDP engines keep the shared default (their S10 and S21 rows fit at it,
+llm-foundry's with its backward all-gathers exposed)."""
 
 
 @contextmanager
@@ -581,8 +582,9 @@ def zero3_report(cases: list[Case]) -> str:
     if shares:
         lines += ["", "The FSDP engines' fully sharded rows expose at most "
                   + ", ".join(f"{max(v):.1%} ({e}, {len(v)} rows)" for e, v in sorted(shares.items()))
-                  + " of their step in sharded-DP collectives at the shared default: too little to fit an engine's "
-                  "own speed and overlap on, so they keep the default (the prior)."]
+                  + " of their step in sharded-DP collectives: they keep the shared speed and overlap (the prior), "
+                  "and differ in structure only — FSDP1 as llm-foundry runs it (Composer's BACKWARD_POST) exposes "
+                  "each unit's backward all-gather, FSDP2 prefetches it (`EngineProfile.zero3_backward_prefetch`)."]
     return "\n".join(lines)
 
 

@@ -13,7 +13,7 @@ from gplan.cost_models import memory
 from gplan.cost_models.step import StepModel
 from gplan.profiles.catalogue import load_cluster, load_model
 from gplan.spec.engines import ENGINES
-from gplan.spec.parallel import ParallelConfig, uniform_layout
+from gplan.spec.parallel import ParallelConfig, empty_stage, uniform_layout
 from gplan.spec.training import TrainingSpec
 
 MODEL = load_model("llama3-70b")
@@ -72,3 +72,23 @@ def test_deepspeed_zero3_reserves_its_own_fragmentation_not_the_pipeline_engines
     assert zero1.fragmentation_bytes == pytest.approx(zero1.allocated_bytes * accounting.fragmentation)
     assert memory.fragmentation_fraction(0.0, "torchtitan", zero=3) == ENGINES["torchtitan"].memory.fragmentation
     assert memory.fragmentation_fraction(0.1, "deepspeed", zero=3) == max(0.1, accounting.zero3_fragmentation)
+
+
+def test_fsdp1_backward_post_exposes_each_units_backward_all_gather():
+    """llm-foundry runs FSDP1 with Composer's BACKWARD_POST: the next unit's all-gather waits for the current
+    unit's gradients, so every layer's backward all-gather is exposed; FSDP2 (torchtitan) prefetches it
+    behind the gradient computation, where a 70B layer's collectives at 512 ranks hide entirely."""
+    from gplan.cost_models import communication as comm
+
+    assert ENGINES["torchtitan"].zero3_backward_prefetch and not ENGINES["llm-foundry"].zero3_backward_prefetch
+    titan, foundry = _step("torchtitan"), _step("llm-foundry")
+    link = titan.group(0).intra_node.model_copy(update={"bandwidth_GBps": 200.0})
+    layer = titan.layer_params(MODEL.layer_kinds()[0].name)
+    gather_s = comm.allgather_time_s(layer * titan.training.element_bytes, 512, link)
+    exposed_layers_s = titan.num_microbatches * MODEL.num_layers * gather_s
+    assert _zero3_s(foundry) - _zero3_s(titan) == pytest.approx(exposed_layers_s)
+    # what FSDP2 leaves exposed is the embedding's and the head's collectives, priced alike for both engines
+    fixed = titan.stage_fixed_params(empty_stage(True, True))
+    fixed_s = (2 * comm.allgather_time_s(fixed * titan.training.element_bytes, 512, link)
+               + comm.reduce_scatter_time_s(fixed * titan.reduced_grad_bytes, 512, link))
+    assert _zero3_s(titan) == pytest.approx(titan.num_microbatches * fixed_s)

@@ -652,6 +652,7 @@ class StepModel:
         engine = ENGINES.get(self.training.engine or "")
         slowdown = 1 / engine.zero3_comm_efficiency if engine else 1.0
         overlap = engine.zero3_overlap if engine else 1.0
+        prefetches_backward = engine.zero3_backward_prefetch if engine else True
         exposed = 0.0
         for c in layout.layers:
             lt = self.layer_time(c.kind, g)
@@ -659,8 +660,11 @@ class StepModel:
             gather = comm.allgather_time_s(params * e, ranks, link) * slowdown
             scatter = comm.reduce_scatter_time_s(params * self.reduced_grad_bytes, ranks, link) * slowdown
             backward = lt.backward_s + self.layer_recompute_s(c.kind, c.recompute, g)
-            exposed += c.count * (max(0.0, gather - overlap * lt.forward_s) +
-                                  max(0.0, gather + scatter - overlap * backward))
+            if prefetches_backward:
+                backward_exposed = max(0.0, gather + scatter - overlap * backward)
+            else:  # the all-gather waits for the gradients before it; the reduce-scatter hides behind the next unit
+                backward_exposed = gather + max(0.0, scatter - overlap * backward)
+            exposed += c.count * (max(0.0, gather - overlap * lt.forward_s) + backward_exposed)
         fixed = self.stage_fixed_params(empty_stage(layout.embedding, layout.head))
         if fixed:
             exposed += (2 * comm.allgather_time_s(fixed * e, ranks, link) +

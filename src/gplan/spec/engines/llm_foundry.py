@@ -14,4 +14,7 @@ ENGINE = EngineProfile(
                               selective=False, recompute_modules=frozenset(), tensor_parallel=False, pipeline=False),
     # its fused cross-entropy (flash-attn's, inplace_backward) keeps no fp32 logits and works in place
     memory=MemoryAccounting(states="fsdp", fp32_logits=False, loss_grad="fused"),
+    # Composer's FSDPConfig defaults to backward_prefetch='BACKWARD_POST' (composer/utils/parallelism.py), which
+    # llm-foundry's MPT yamls and its benchmark script leave as is
+    zero3_backward_prefetch=False,
 )

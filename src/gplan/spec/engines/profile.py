@@ -204,3 +204,8 @@ class EngineProfile:
     zero3_overlap: float = 1.0
     """The share of a unit's compute behind which its neighbour's collectives run: 1 — FSDP2's one-unit
     implicit prefetch, the shared default — unless fitted as above."""
+    zero3_backward_prefetch: bool = True
+    """Whether its fully sharded backward issues the next unit's all-gather before the current unit's
+    gradient computation, so that the two overlap (FSDP2's explicit backward prefetch; FSDP1's
+    BACKWARD_PRE), or only after it (FSDP1's BACKWARD_POST: the all-gather is exposed and only the
+    reduce-scatter overlaps the next unit's computation — `torch.distributed.fsdp.BackwardPrefetch`)."""
