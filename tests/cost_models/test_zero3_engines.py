@@ -92,3 +92,11 @@ def test_fsdp1_backward_post_exposes_each_units_backward_all_gather():
     fixed_s = (2 * comm.allgather_time_s(fixed * titan.training.element_bytes, 512, link)
                + comm.reduce_scatter_time_s(fixed * titan.reduced_grad_bytes, 512, link))
     assert _zero3_s(titan) == pytest.approx(titan.num_microbatches * fixed_s)
+
+
+def test_fsdp1_backward_post_holds_one_gathered_unit_where_fsdp2_holds_two():
+    """BACKWARD_POST frees a unit's weights before gathering the next (torch's BackwardPrefetch docs): one
+    gathered layer beside one layer's fp32 gradients; FSDP2's prefetch holds two."""
+    layer = MODEL.layer_params_per_rank(MODEL.layer_kinds()[0], 1)
+    assert memory.zero3_gather_buffer_bytes([layer] * 4, 2, "llm-foundry") == layer * 2 + layer * 4
+    assert memory.zero3_gather_buffer_bytes([layer] * 4, 2, "torchtitan") == 2 * layer * 2 + layer * 4

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gplan.cost_models.compute import Shard
-from gplan.spec.engines import memory_accounting
+from gplan.spec.engines import ENGINES, memory_accounting
 from gplan.spec.model import LayerKind, ModelSpec
 from gplan.spec.parallel import ParallelConfig
 from gplan.spec.training import TrainingSpec
@@ -254,9 +254,13 @@ def zero3_gather_buffer_bytes(unit_params: list[float], element_bytes: int, engi
     """FSDP keeps the unit being computed and the prefetched next one gathered (16-bit weights), plus one
     unit's unsharded fp32 gradients before its reduce-scatter: the two largest units of the stage (layers,
     the embedding, the head — a 250k vocabulary's embedding is larger than a layer) and the largest one's
-    gradients. DeepSpeed's ZeRO-3 gathers submodule by submodule, at most `zero3_live_params` at once, and
+    gradients. FSDP1's BACKWARD_POST frees a unit's weights before it gathers the next: one unit and the
+    gradients (`EngineProfile.zero3_backward_prefetch`; `torch.distributed.fsdp.BackwardPrefetch`).
+    DeepSpeed's ZeRO-3 gathers submodule by submodule, at most `zero3_live_params` at once, and
     reduces through its 16-bit bucket (`MemoryAccounting.zero3_live_params`, `reduce_bucket_elements`)."""
-    largest = sorted(unit_params, reverse=True)[:2]
+    profile = ENGINES.get(engine or "")
+    gathered = 2 if profile is None or profile.zero3_backward_prefetch else 1
+    largest = sorted(unit_params, reverse=True)[:gathered]
     accounting = memory_accounting(engine)
     if accounting.zero3_live_params:
         live = min(sum(largest), accounting.zero3_live_params)
