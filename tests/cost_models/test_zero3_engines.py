@@ -1,7 +1,8 @@
 """Fully sharded data parallel as each engine runs it: DeepSpeed's ZeRO-3 collectives run below the modelled
 ring's speed and hide behind half a unit's compute (EngineProfile.zero3_comm_efficiency, zero3_overlap, fitted
 on SC21's ZeRO-3 runs, bench/data/sc21_zero3_runs.csv), and it gathers submodule by submodule up to its live
-parameter cap instead of whole layers; the FSDP engines keep the shared default."""
+parameter cap instead of whole layers, and keeps its own allocator reserve; the FSDP engines keep the shared
+speed and overlap, FSDP1 as llm-foundry runs it (BACKWARD_POST) exposing its backward all-gathers."""
 
 from __future__ import annotations
 

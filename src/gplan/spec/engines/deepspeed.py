@@ -24,7 +24,8 @@ ENGINE = EngineProfile(
         # ZeRO-3 never runs in the pipeline engine those peaks measure (PipelineEngine asserts "ZeRO-2 and ZeRO-3
         # are incompatible with pipeline parallelism", runtime/pipe/engine.py); its own is bracketed by SC21's
         # 530B at micro-batch 4, which ran on 640 A100s and did not fit 560 (Table 2's note): every fraction in
-        # [0.058, 0.090] calls both (`bench/memory.py` prints it); this is the midpoint. No measured ZeRO-3 peak exists here.
+        # [0.058, 0.090] calls both (`bench/memory.py` prints it); this is the midpoint. No ZeRO-3 peak is
+        # measured in any source here.
         zero3_fragmentation=0.074),
     # DeepSpeed ZeRO-3 without model parallelism, GPT 175B and 530B on 384–2240 A100s (SC21 Table 2,
     # bench/data/sc21_zero3_runs.csv): its per-submodule fetches and 16-bit reduce-scatters (`reduced_grad_bytes`)
