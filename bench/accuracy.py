@@ -250,14 +250,15 @@ FLOOR = 1e-6
 """Smallest start value (log-space parameters cannot start at zero)."""
 
 
-def fit(cases: list[Case], hardware_names: set[str]) -> Efficiency:
+def fit(cases: list[Case], hardware_names: set[str], knobs: tuple[str, ...] = FITTED,
+        base: Efficiency | None = None) -> Efficiency:
     """The calibration's one fitter (log space, a weak prior toward the catalogue) over the knobs of
-    one hardware kind. The misfit weighs every source equally — the mean over sources of each source's
-    median absolute log error, plus a quarter of its mean — so that one large table cannot outvote the
-    others."""
+    one hardware kind (`knobs`, the rest as in `base`, else the catalogue). The misfit weighs every source
+    equally — the mean over sources of each source's median absolute log error, plus a quarter of its
+    mean — so that one large table cannot outvote the others."""
     subset = [c for c in cases if hardware_of(c) in hardware_names]
     sources = sorted({c.source for c in subset})
-    base = subset[0].cluster.primary.hardware.efficiency
+    base = base or subset[0].cluster.primary.hardware.efficiency
 
     def efficiency(theta: dict[str, float]) -> Efficiency:
         return base.model_copy(update={k: min(1.0, v) if k in ("gemm", "attention") else v for k, v in theta.items()})
@@ -270,8 +271,19 @@ def fit(cases: list[Case], hardware_names: set[str]) -> Efficiency:
             total += statistics.median(errs) + 0.25 * statistics.fmean(errs)
         return total / len(sources)
 
-    start = {k: max(getattr(base, k), FLOOR) for k in FITTED}
+    start = {k: max(getattr(base, k), FLOOR) for k in knobs}
     return efficiency(fit_log(misfit, start, prior_weight=1e-4, step=0.2))
+
+
+def fit_flash_attention(cases: list[Case], names: set[str], eff: Efficiency) -> Efficiency:
+    """The fused-attention knob where the reference engine's rows of a hardware kind never run fused
+    attention (Megatron's A100 rows, SC21 and 2022, predate it: `attention` moves none of their
+    predictions): fitted alone on the kind's rows that do, whatever their engine, at engine factor 1."""
+    if any(c.training.flash_attention for c in cases
+           if hardware_of(c) in names and c.training.engine == REFERENCE_ENGINE):
+        return eff
+    flash = [c for c in cases if hardware_of(c) in names and c.training.flash_attention]
+    return fit(flash, names, knobs=("attention",), base=eff) if flash else eff
 
 
 HARDWARE_GROUPS = ({"a100-80g", "a100-40g"}, {"h100-sxm"})
@@ -331,15 +343,16 @@ def fit_zero3(rows: list[Case], hardware: dict[str, Efficiency],
 
 
 def fit_all(cases: list[Case]) -> Fit:
-    """Stage 1: per hardware kind, the four knobs on the reference engine's rows (`fit`); a kind with
-    none borrows another kind's fit. Stage 2: per other engine, the factor minimising the median absolute
-    log error of its rows, shrunk toward 1 by its number of rows (no rows: 1)."""
+    """Stage 1: per hardware kind, the four knobs on the reference engine's rows (`fit`), the fused-attention
+    one on the rows that run it where those do not (`fit_flash_attention`); a kind with none borrows
+    another kind's fit. Stage 2: per other engine, the factor minimising the median absolute log error of
+    its rows, shrunk toward 1 by its number of rows (no rows: 1)."""
     hardware: dict[str, Efficiency] = {}
     missing = []
     for names in HARDWARE_GROUPS:
         reference = [c for c in cases if hardware_of(c) in names and c.training.engine == REFERENCE_ENGINE]
         if reference:
-            eff = fit(reference, names)
+            eff = fit_flash_attention(cases, names, fit(reference, names))
             hardware.update({n: eff for n in names})
         else:
             missing.append(names)
