@@ -250,40 +250,45 @@ FLOOR = 1e-6
 """Smallest start value (log-space parameters cannot start at zero)."""
 
 
-def fit(cases: list[Case], hardware_names: set[str], knobs: tuple[str, ...] = FITTED,
-        base: Efficiency | None = None) -> Efficiency:
+def source_misfit(rows: list[Case], eff: Efficiency, engines: dict[str, float] | None = None) -> float:
+    """The fitters' misfit, weighing every source equally — the mean over sources of each source's median
+    absolute log error, plus a quarter of its mean — so that one large table cannot outvote the others
+    (engine factors `engines`, else the catalogue's)."""
+    total = 0.0
+    sources = sorted({c.source for c in rows})
+    for src in sources:
+        errs = [abs(math.log(predict_case(c, eff, engines) / c.measured_step_s)) for c in rows if c.source == src]
+        total += statistics.median(errs) + 0.25 * statistics.fmean(errs)
+    return total / len(sources)
+
+
+def fit(cases: list[Case], hardware_names: set[str]) -> Efficiency:
     """The calibration's one fitter (log space, a weak prior toward the catalogue) over the knobs of
-    one hardware kind (`knobs`, the rest as in `base`, else the catalogue). The misfit weighs every source
-    equally — the mean over sources of each source's median absolute log error, plus a quarter of its
-    mean — so that one large table cannot outvote the others."""
+    one hardware kind, by `source_misfit`."""
     subset = [c for c in cases if hardware_of(c) in hardware_names]
-    sources = sorted({c.source for c in subset})
-    base = base or subset[0].cluster.primary.hardware.efficiency
+    base = subset[0].cluster.primary.hardware.efficiency
 
     def efficiency(theta: dict[str, float]) -> Efficiency:
         return base.model_copy(update={k: min(1.0, v) if k in ("gemm", "attention") else v for k, v in theta.items()})
 
-    def misfit(theta: dict[str, float]) -> float:
-        e = efficiency(theta)
-        total = 0.0
-        for src in sources:
-            errs = [abs(math.log(predict_case(c, e) / c.measured_step_s)) for c in subset if c.source == src]
-            total += statistics.median(errs) + 0.25 * statistics.fmean(errs)
-        return total / len(sources)
-
-    start = {k: max(getattr(base, k), FLOOR) for k in knobs}
-    return efficiency(fit_log(misfit, start, prior_weight=1e-4, step=0.2))
+    start = {k: max(getattr(base, k), FLOOR) for k in FITTED}
+    return efficiency(fit_log(lambda theta: source_misfit(subset, efficiency(theta)), start, prior_weight=1e-4,
+                              step=0.2))
 
 
 def fit_flash_attention(cases: list[Case], names: set[str], eff: Efficiency) -> Efficiency:
     """The fused-attention knob where the reference engine's rows of a hardware kind never run fused
     attention (Megatron's A100 rows, SC21 and 2022, predate it: `attention` moves none of their
-    predictions): fitted alone on the kind's rows that do, whatever their engine, at engine factor 1."""
+    predictions): fitted alone on the kind's rows that do, whatever their engine, at engine factor 1 — on a
+    grid, its misfit (`source_misfit`) being a step function of one knob."""
     if any(c.training.flash_attention for c in cases
            if hardware_of(c) in names and c.training.engine == REFERENCE_ENGINE):
         return eff
     flash = [c for c in cases if hardware_of(c) in names and c.training.flash_attention]
-    return fit(flash, names, knobs=("attention",), base=eff) if flash else eff
+    if not flash:
+        return eff
+    grid = [eff.model_copy(update={"attention": a / 200}) for a in range(40, 121)]  # 0.20 … 0.60
+    return min(grid, key=lambda e: source_misfit(flash, e, engines={}))
 
 
 HARDWARE_GROUPS = ({"a100-80g", "a100-40g"}, {"h100-sxm"})
