@@ -2,8 +2,8 @@
 
 Predicts every row of shared/reference/published_runs.csv whose configuration is complete, the
 BLOOM sweep's step times (bloom_sweep_runs.csv, S12) and the bench's own public runs (bench/data/
-sc21_zero3_runs.csv: SC21's DeepSpeed ZeRO-3 runs, S22), compares the predicted step time with the
-measured one, and prints per-row and aggregate errors (median and mean absolute percentage error, per
+sc21_zero3_runs.csv: SC21's DeepSpeed ZeRO-3 runs, S22) — and, priced but never fitted on, llm-foundry's own
+H100 table (llm_foundry_h100_runs.csv, S23) — compares the predicted step time with the measured one, and prints per-row and aggregate errors (median and mean absolute percentage error, per
 source) in-sample and leave-one-source-out, and the BLOOM sweep's rank correlation. `--fit` refits the
 per-hardware efficiencies (four knobs per hardware kind on Megatron's rows, never one per row, with
 `gplan.calibration`'s fitter), one factor per other engine and DeepSpeed's ZeRO-3 constants, and prints them for
@@ -41,6 +41,9 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CSV = ROOT.parent / "shared" / "reference" / "published_runs.csv"
 BENCH_RUNS = ROOT / "bench" / "data" / "sc21_zero3_runs.csv"
 """Public runs gathered for the bench, in published_runs.csv's columns: SC21's DeepSpeed ZeRO-3 runs (S22)."""
+CHECK_RUNS = ROOT / "bench" / "data" / "llm_foundry_h100_runs.csv"
+"""Public runs priced but never fitted on, in the same columns: llm-foundry's own H100 BF16 table (S23, the
+README whose A100 rows are S21), its MPT models under FSDP1 on 8–64 H100s (`check_report`)."""
 README = ROOT / "README.md"
 BEGIN, END = "<!-- accuracy:begin -->", "<!-- accuracy:end -->"
 
@@ -50,14 +53,16 @@ CLUSTERS = {
     "A100 80GB": "dgx-a100-80g",
     "A100 40GB": "dgx-a100-40g",
     "H100-SXM5-80GB (700 W)": "dgx-h100",
+    "H100 80GB (llm-foundry)": "dgx-h100",
 }
 #: Sources whose stack runs fused (flash) attention; SC21 and the 2022 Megatron runs predate it.
-FLASH_SOURCES = {"S10", "S19", "S21"}
+FLASH_SOURCES = {"S10", "S19", "S21", "S23"}
 #: The engine of each source (SOURCES.md): its memory accounting and, where fitted, its efficiency.
 ENGINE = {"S1": "megatron", "S3": "megatron", "S4": "megatron", "S19": "megatron", "S10": "torchtitan",
-          "S21": "llm-foundry", "S22": "deepspeed"}
-#: Sources that ran another source's model and code (its GPT, its FLOP count): SC21's ZeRO-3 runs are S1's.
-STACK = {"S22": "S1"}
+          "S21": "llm-foundry", "S22": "deepspeed", "S23": "llm-foundry"}
+#: Sources that ran another source's model and code (its GPT, its FLOP count): SC21's ZeRO-3 runs are S1's,
+#: llm-foundry's H100 table runs S21's MPT models.
+STACK = {"S22": "S1", "S23": "S21"}
 
 
 @dataclass
@@ -160,7 +165,7 @@ def case_from_row(row: dict) -> Case | str:
         ffn_kind="swiglu" if swiglu else ("relu" if "Nemotron" in row["model"] else "gelu"),
         vocab_size=_int(row["vocab_size"]), seq_length=_int(row["seq_len"]),
         tie_embeddings=stack in ("S1", "S3", "S21"), norm="rmsnorm" if swiglu else "layernorm",
-        position_embedding="rope" if swiglu else ("alibi" if src == "S21" else "learned"),
+        position_embedding="rope" if swiglu else ("alibi" if stack == "S21" else "learned"),
         dropout=0.1 if stack in ("S1", "S3") else 0.0, bias=stack in ("S1", "S3"),
     )
     precision = "fp16" if "fp16" in row["precision"].lower() else "bf16"
@@ -606,6 +611,31 @@ def zero3_report(cases: list[Case]) -> str:
     return "\n".join(lines)
 
 
+def check_report(path: Path = CHECK_RUNS) -> str:
+    """Runs priced with the catalogue and never fitted on: what a user of that engine on that hardware gets."""
+    cases, skipped = load_cases(path)
+    if not cases:
+        return ""
+    errors = [error(predict_case(c), c.measured_step_s) for c in cases]
+    med, mean = summarize(errors)
+    by_gpus: dict[int, list[float]] = {}
+    for c, e in zip(cases, errors):
+        by_gpus.setdefault(c.config.dp * c.config.tp * c.config.pp, []).append(e)
+    lines = [f"Never fitted on: llm-foundry's own H100 BF16 table (S23, `bench/data/{path.name}`: {len(cases)} runs of "
+             "its MPT models under FSDP1 on 8–64 H100s, the README whose A100 rows are S21; the cluster's interconnect "
+             "is not stated, priced on a DGX H100). At the catalogue's knobs — Megatron's H100 speed, llm-foundry's "
+             f"factor fitted on A100 — gplan prices them {med:.1%} off (median; mean {mean:.1%}), "
+             f"{sum(e < 0 for e in errors)} of {len(errors)} too fast, worst {max(errors, key=abs):+.1%}; by GPUs: "
+             + ", ".join(f"{n}: {statistics.median(v):+.1%} ({len(v)})" for n, v in sorted(by_gpus.items()))
+             + ". No engine factor per hardware kind is fitted yet: these rows would set llm-foundry's on H100.",
+             "", "<details><summary>Per row</summary>", "", "| row | run | measured s | predicted s | error |",
+             "|---|---|---:|---:|---:|"]
+    lines += [f"| {c.row_id} | {c.label} | {c.measured_step_s:.3g} | {c.measured_step_s * (1 + e):.3g} | {e:+.1%} |"
+              for c, e in zip(cases, errors)]
+    lines += ["", "</details>"]
+    return "\n".join(lines)
+
+
 def write_readme(table: str) -> None:
     text = README.read_text()
     start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
@@ -646,6 +676,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     families: list[FamilyErrors] = []
     table = report(cases, skipped, fitted, leave_one_source_out(cases), families) + "\n\n" + zero3_report(cases)
+    if CHECK_RUNS.is_file():
+        table += "\n\n" + check_report()
     if BRIDGE_CSV.is_file():
         table += "\n\n" + bridge_report(families=families) + "\n\n" + moe_report(families=families) + "\n\n" + memory_report()
     table = family_table(families) + "\n\n" + table
