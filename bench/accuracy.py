@@ -324,15 +324,21 @@ llm-foundry's with its backward all-gathers exposed)."""
 
 
 @contextmanager
-def zero3_constants(constants: dict[str, tuple[float, float]]):
-    """ENGINES with these engines' (efficiency, overlap) for the duration (the cost model reads them there)."""
-    saved = {e: ENGINES[e] for e in constants}
-    for e, (efficiency, overlap) in constants.items():
-        ENGINES[e] = replace(ENGINES[e], zero3_comm_efficiency=efficiency, zero3_overlap=overlap)
+def engines_as(updates: dict[str, dict]):
+    """ENGINES with these engines' profile fields replaced for the duration (the cost model reads them there)."""
+    saved = {e: ENGINES[e] for e in updates}
+    for e, fields in updates.items():
+        ENGINES[e] = replace(ENGINES[e], **fields)
     try:
         yield
     finally:
         ENGINES.update(saved)
+
+
+def zero3_constants(constants: dict[str, tuple[float, float]]):
+    """ENGINES with these engines' (efficiency, overlap) for the duration (`engines_as`)."""
+    return engines_as({e: dict(zero3_comm_efficiency=efficiency, zero3_overlap=overlap)
+                       for e, (efficiency, overlap) in constants.items()})
 
 
 def fit_zero3(rows: list[Case], hardware: dict[str, Efficiency],

@@ -20,9 +20,9 @@ is printed with what the two priors it would have without them say.
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from accuracy import BENCH_RUNS, CHECK_RUNS  # noqa: E402
 from accuracy import DEFAULT_CSV as PUBLISHED_CSV  # noqa: E402
-from accuracy import case_layouts, load_bloom_cases, load_cases  # noqa: E402
+from accuracy import case_layouts, engines_as, load_bloom_cases, load_cases  # noqa: E402
 
 from gplan.spec.engines import ENGINES  # noqa: E402
 from gplan.cost_models.step import StepModel  # noqa: E402
@@ -74,15 +74,9 @@ def predicted_GiB(run: Run, fragmentation: float | None = None) -> float:
         return run.step.predict(run.layouts).memory_bytes_per_device_max / GIB
 
 
-@contextmanager
 def memory_accounting_as(engine: str, **fields):
-    """The engine's MemoryAccounting with `fields` replaced, for the block."""
-    saved = ENGINES[engine]
-    ENGINES[engine] = replace(saved, memory=replace(saved.memory, **fields))
-    try:
-        yield
-    finally:
-        ENGINES[engine] = saved
+    """The engine's MemoryAccounting with `fields` replaced, for the block (`engines_as`)."""
+    return engines_as({engine: dict(memory=replace(ENGINES[engine].memory, **fields))})
 
 
 def fit_fragmentation(runs: list[Run]) -> float:
@@ -134,12 +128,17 @@ def published_oom() -> list[tuple[str, float, float]]:
     return found
 
 
+@functools.cache
+def _sc21_z4():
+    return next(c for c in load_cases(BENCH_RUNS)[0] if c.row_id == "Z4")
+
+
 def sc21_530b(gpus: int) -> tuple[str, StepModel]:
     """SC21's GPT 530B with DeepSpeed ZeRO-3 at micro-batch 4 (row Z4) on `gpus` A100s: it ran on 640 and
     "did not fit" on 560 (Table 2's note)."""
     from gplan.profiles.catalogue import load_cluster
 
-    c = next(c for c in load_cases(BENCH_RUNS)[0] if c.row_id == "Z4")
+    c = _sc21_z4()
     config = c.config.model_copy(update={"dp": gpus})
     training = c.training.model_copy(update={"gbs": gpus * c.config.mbs})
     return (f"{c.model.name} {gpus}×A100 {config.label()} (S22)",

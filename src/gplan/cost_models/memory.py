@@ -182,6 +182,12 @@ class StateBytes:
         return self.weights + self.grads + self.optimizer
 
 
+def deepspeed_bf16_optimizer(bf16: bool, zero: int) -> bool:
+    """Whether DeepSpeed runs its BF16 optimizer (bf16 with ZeRO-1), which accumulates gradients in full-size
+    fp32 buffers and reduces those."""
+    return bf16 and zero == 1
+
+
 def state_bytes_per_param(element_bytes: int, zero: int, shard_ranks: int, engine: str | None = None,
                           bf16: bool = False, grad_bytes: int = GRAD_BYTES) -> StateBytes:
     """What one parameter costs each device, as the engine keeps it (`MemoryAccounting.states`; d = the
@@ -207,7 +213,7 @@ def state_bytes_per_param(element_bytes: int, zero: int, shard_ranks: int, engin
         gathered = e if zero < 3 and e < 4 else 0.0
         return StateBytes(weights=4.0 / d + gathered, grads=4.0 / d, optimizer=8.0 / d)
     if rule == "deepspeed" and e < 4:
-        if bf16 and zero == 1:
+        if deepspeed_bf16_optimizer(bf16, zero):
             return StateBytes(weights=e, grads=e + 4.0, optimizer=12.0 / d)
         return StateBytes(weights=e / (d if zero >= 3 else 1), grads=e / (d if zero >= 2 else 1),
                           optimizer=16.0 / (d if zero >= 1 else 1))
@@ -227,7 +233,7 @@ def reduced_grad_bytes(element_bytes: int, zero: int, engine: str | None = None,
     that its BF16 optimizer (bf16 with ZeRO-1) reduces the fp32 buffers it accumulates into; the others
     their main gradients (`grad_bytes`: fp32 unless reduced in bf16)."""
     if memory_accounting(engine).states == "deepspeed" and element_bytes < 4:
-        return 4 if bf16 and zero == 1 else element_bytes
+        return 4 if deepspeed_bf16_optimizer(bf16, zero) else element_bytes
     return grad_bytes
 
 
