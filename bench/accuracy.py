@@ -2,11 +2,12 @@
 
 Predicts every row of shared/reference/published_runs.csv whose configuration is complete, the
 BLOOM sweep's step times (bloom_sweep_runs.csv, S12) and the bench's own public runs (bench/data/
-sc21_zero3_runs.csv: SC21's DeepSpeed ZeRO-3 runs, S22) — and, priced but never fitted on, llm-foundry's own
-H100 table (llm_foundry_h100_runs.csv, S23) — compares the predicted step time with the measured one, and prints per-row and aggregate errors (median and mean absolute percentage error, per
-source) in-sample and leave-one-source-out, and the BLOOM sweep's rank correlation. `--fit` refits the
-per-hardware efficiencies (four knobs per hardware kind on Megatron's rows, never one per row, with
-`gplan.calibration`'s fitter), one factor per other engine and DeepSpeed's ZeRO-3 constants, and prints them for
+sc21_zero3_runs.csv: SC21's DeepSpeed ZeRO-3 runs, S22; llm_foundry_h100_runs.csv: llm-foundry's own H100
+table, S23), compares the predicted step time with the measured one, and prints per-row and aggregate errors
+(median and mean absolute percentage error, per source) in-sample and leave-one-source-out, and the BLOOM sweep's
+rank correlation. `--fit` refits the per-hardware efficiencies (four knobs per hardware kind on Megatron's rows,
+never one per row, with `gplan.calibration`'s fitter), one factor per other engine and hardware generation and
+DeepSpeed's ZeRO-3 constants, and prints them for
 profiles/data/hardware.yaml; `--readme` writes the tables into README.md between the accuracy markers.
 
     python bench/accuracy.py [--csv PATH] [--fit] [--readme]
@@ -42,8 +43,8 @@ DEFAULT_CSV = ROOT.parent / "shared" / "reference" / "published_runs.csv"
 BENCH_RUNS = ROOT / "bench" / "data" / "sc21_zero3_runs.csv"
 """Public runs gathered for the bench, in published_runs.csv's columns: SC21's DeepSpeed ZeRO-3 runs (S22)."""
 CHECK_RUNS = ROOT / "bench" / "data" / "llm_foundry_h100_runs.csv"
-"""Public runs priced but never fitted on, in the same columns: llm-foundry's own H100 BF16 table (S23, the
-README whose A100 rows are S21), its MPT models under FSDP1 on 8–64 H100s (`check_report`)."""
+"""More of them: llm-foundry's own H100 BF16 table (S23, the README whose A100 rows are S21), its MPT models
+under FSDP1 on 8–64 H100s — the only rows of a non-reference engine on H100 (they set llm-foundry's factor there)."""
 README = ROOT / "README.md"
 BEGIN, END = "<!-- accuracy:begin -->", "<!-- accuracy:end -->"
 
@@ -299,22 +300,43 @@ def fit_flash_attention(cases: list[Case], names: set[str], eff: Efficiency) -> 
 HARDWARE_GROUPS = ({"a100-80g", "a100-40g"}, {"h100-sxm"})
 REFERENCE_ENGINE = "megatron"
 """The hardware knobs are fitted on this engine's rows; every other engine gets one factor on its
-compute efficiencies, fitted on its own rows with a prior toward 1 (the reference)."""
+compute efficiencies per hardware generation, fitted on its own rows there with a prior toward 1 (the
+reference) — never carried to another generation: llm-foundry's runs fit 1.0 on A100 and far below on H100
+under the same code (S21, S23), its kernels being Ampere's."""
 PRIOR_ROWS = 5.0
 """Strength of an engine factor's prior, in rows: with n rows its log is shrunk by n / (n + 5)."""
+
+
+GENERATION = {"a100-80g": "A100", "a100-40g": "A100", "h100-sxm": "H100"}
+"""Hardware name -> the generation an engine factor belongs to (HARDWARE_GROUPS, named)."""
+
+
+def generation_of(case: Case) -> str:
+    return GENERATION.get(hardware_of(case), hardware_of(case))
+
+
+EngineFactors = dict[tuple[str, str], float]
+"""(engine, generation) -> factor on the compute efficiencies; absent: the prior, 1."""
+
+
+def factors_for(engines: EngineFactors | None, case: Case) -> dict[str, float] | None:
+    """The engine factors a case is priced with: those of its generation (None: the catalogue's)."""
+    if engines is None:
+        return None
+    return {e: f for (e, g), f in engines.items() if g == generation_of(case)}
 
 
 @dataclass
 class Fit:
     hardware: dict[str, Efficiency]
     """Hardware name -> its fitted knobs (absent: the catalogue's)."""
-    engines: dict[str, float]
+    engines: EngineFactors
     zero3: dict[str, tuple[float, float]] = field(default_factory=dict)
     """Engine -> its fitted (zero3_comm_efficiency, zero3_overlap) (absent: the prior, 1 and 1)."""
 
     def predict(self, case: Case) -> float:
         with zero3_constants({e: self.zero3.get(e, (1.0, 1.0)) for e in ZERO3_FITTED}):
-            return predict_case(case, self.hardware.get(hardware_of(case)), self.engines)
+            return predict_case(case, self.hardware.get(hardware_of(case)), factors_for(self.engines, case))
 
 
 ZERO3_FITTED = ("deepspeed",)
@@ -342,7 +364,7 @@ def zero3_constants(constants: dict[str, tuple[float, float]]):
 
 
 def fit_zero3(rows: list[Case], hardware: dict[str, Efficiency],
-              engines: dict[str, float] | None) -> tuple[float, float]:
+              engines: EngineFactors | None) -> tuple[float, float]:
     """The (efficiency, overlap) minimising the median absolute log error of an engine's ZeRO-3 rows (a grid;
     no rows: the prior)."""
     if not rows:
@@ -352,7 +374,7 @@ def fit_zero3(rows: list[Case], hardware: dict[str, Efficiency],
 
     def misfit(constants: tuple[float, float]) -> float:
         with zero3_constants({engine: constants}):
-            return statistics.median(abs(math.log(predict_case(c, hardware.get(hardware_of(c)), engines)
+            return statistics.median(abs(math.log(predict_case(c, hardware.get(hardware_of(c)), factors_for(engines, c))
                                                   / c.measured_step_s)) for c in rows)
 
     return min(grid, key=misfit)
@@ -362,7 +384,7 @@ def fit_all(cases: list[Case]) -> Fit:
     """Stage 1: per hardware kind, the four knobs on the reference engine's rows (`fit`), the fused-attention
     one on the rows that run it where those do not (`fit_flash_attention`); a kind with none borrows
     another kind's fit. Stage 2: per other engine, the factor minimising the median absolute log error of
-    its rows, shrunk toward 1 by its number of rows (no rows: 1)."""
+    its rows on each hardware generation, shrunk toward 1 by their number (no rows there: 1)."""
     hardware: dict[str, Efficiency] = {}
     missing = []
     for names in HARDWARE_GROUPS:
@@ -378,11 +400,13 @@ def fit_all(cases: list[Case]) -> Fit:
         borrowed = next(iter(hardware.values()))
         for names in missing:
             hardware.update({n: borrowed for n in names})
-    engines: dict[str, float] = {}
+    engines: EngineFactors = {}
     for engine in sorted({c.training.engine for c in cases} - {REFERENCE_ENGINE, None}):
         # an engine whose ZeRO-3 constants are fitted: its compute factor on its other rows (the prior without)
         rows = [c for c in cases if c.training.engine == engine and not (engine in ZERO3_FITTED and c.config.zero >= 3)]
-        engines[engine] = _engine_factor(rows, hardware) if rows else 1.0
+        for generation in sorted({generation_of(c) for c in rows}):
+            engines[(engine, generation)] = _engine_factor([c for c in rows if generation_of(c) == generation],
+                                                           hardware)
     zero3 = {e: fit_zero3([c for c in cases if c.training.engine == e and c.config.zero >= 3], hardware, engines)
              for e in ZERO3_FITTED}
     return Fit(hardware, engines, zero3)
@@ -532,7 +556,8 @@ def report(cases: list[Case], skipped: list, fitted: Fit, loso: dict[str, list[f
                                          summarize([e for s in sources for e in loso[s]])[0], None))
     lines = [f"{len(cases)} rows predicted, {len(skipped)} skipped (incomplete configuration). In-sample: the "
              "catalogue's knobs (fitted on every source); leave-one-source-out: everything refitted without the "
-             "source, its engine's factor from that engine's other sources or, with none, the prior (1).", "",
+             "source, its engine's factor from that engine's other sources on the same hardware generation or, with "
+             "none, the prior (1).", "",
              "| source | engine | rows | in-sample median | in-sample mean | leave-one-source-out median | LOSO mean |",
              "|---|---|---:|---:|---:|---:|---:|"]
     for src in sorted(by_source, key=lambda s: int(s[1:])):
@@ -549,8 +574,8 @@ def report(cases: list[Case], skipped: list, fitted: Fit, loso: dict[str, list[f
                             [c.measured_step_s for c, _ in bloom])
         lines += ["", f"Ranking within the BLOOM sweep (S12, {len(bloom)} runs of one cluster): Spearman "
                   f"ρ = {rho:.2f} in-sample, {rho_loso:.2f} leave-one-source-out."]
-    lines += ["", "Engine factors on the compute efficiencies (fitted, prior 1): "
-              + ", ".join(f"{e} {f:.3f}" for e, f in sorted(fitted.engines.items())) + "."]
+    lines += ["", "Engine factors on the compute efficiencies (fitted per hardware generation, prior 1): "
+              + ", ".join(f"{e} on {g} {f:.3f}" for (e, g), f in sorted(fitted.engines.items())) + "."]
     lines += ["", "<details><summary>Per row (predicted vs measured step time)</summary>", "",
               "| row | source | run | measured s | predicted s | error |", "|---|---|---|---:|---:|---:|"]
     for c, p in rows:
@@ -617,31 +642,6 @@ def zero3_report(cases: list[Case]) -> str:
     return "\n".join(lines)
 
 
-def check_report(path: Path = CHECK_RUNS) -> str:
-    """Runs priced with the catalogue and never fitted on: what a user of that engine on that hardware gets."""
-    cases, skipped = load_cases(path)
-    if not cases:
-        return ""
-    errors = [error(predict_case(c), c.measured_step_s) for c in cases]
-    med, mean = summarize(errors)
-    by_gpus: dict[int, list[float]] = {}
-    for c, e in zip(cases, errors):
-        by_gpus.setdefault(c.config.dp * c.config.tp * c.config.pp, []).append(e)
-    lines = [f"Never fitted on: llm-foundry's own H100 BF16 table (S23, `bench/data/{path.name}`: {len(cases)} runs of "
-             "its MPT models under FSDP1 on 8–64 H100s, the README whose A100 rows are S21; the cluster's interconnect "
-             "is not stated, priced on a DGX H100). At the catalogue's knobs — Megatron's H100 speed, llm-foundry's "
-             f"factor fitted on A100 — gplan prices them {med:.1%} off (median; mean {mean:.1%}), "
-             f"{sum(e < 0 for e in errors)} of {len(errors)} too fast, worst {max(errors, key=abs):+.1%}; by GPUs: "
-             + ", ".join(f"{n}: {statistics.median(v):+.1%} ({len(v)})" for n, v in sorted(by_gpus.items()))
-             + ". No engine factor per hardware kind is fitted yet: these rows would set llm-foundry's on H100.",
-             "", "<details><summary>Per row</summary>", "", "| row | run | measured s | predicted s | error |",
-             "|---|---|---:|---:|---:|"]
-    lines += [f"| {c.row_id} | {c.label} | {c.measured_step_s:.3g} | {c.measured_step_s * (1 + e):.3g} | {e:+.1%} |"
-              for c, e in zip(cases, errors)]
-    lines += ["", "</details>"]
-    return "\n".join(lines)
-
-
 def write_readme(table: str) -> None:
     text = README.read_text()
     start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
@@ -650,9 +650,10 @@ def write_readme(table: str) -> None:
 
 def all_cases(path: Path) -> tuple[list[Case], list]:
     cases, skipped = load_cases(path)
-    if BENCH_RUNS.is_file():
-        more, more_skipped = load_cases(BENCH_RUNS)
-        cases, skipped = cases + more, skipped + more_skipped
+    for more_runs in (BENCH_RUNS, CHECK_RUNS):
+        if more_runs.is_file():
+            more, more_skipped = load_cases(more_runs)
+            cases, skipped = cases + more, skipped + more_skipped
     if BLOOM_CSV.is_file():
         cases += [c for c, _ in load_bloom_cases() if c.measured_step_s]
     return cases, skipped
@@ -682,8 +683,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     families: list[FamilyErrors] = []
     table = report(cases, skipped, fitted, leave_one_source_out(cases), families) + "\n\n" + zero3_report(cases)
-    if CHECK_RUNS.is_file():
-        table += "\n\n" + check_report()
     if BRIDGE_CSV.is_file():
         table += "\n\n" + bridge_report(families=families) + "\n\n" + moe_report(families=families) + "\n\n" + memory_report()
     table = family_table(families) + "\n\n" + table

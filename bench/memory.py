@@ -220,7 +220,7 @@ def report(do_fit: bool) -> str:
               + "".join(f"\n- {label}: {p:.1f} of {m:g} GiB" for label, p, m in bench_over)]
     if CHECK_RUNS.is_file():
         check_over = published_over_physical(CHECK_RUNS)
-        lines += ["", f"Completed runs of llm-foundry's H100 table ({CHECK_RUNS.name}, S23, never fitted on) predicted "
+        lines += ["", f"Completed runs of llm-foundry's H100 table ({CHECK_RUNS.name}, S23) predicted "
                   f"above their device's physical memory: {len(check_over)}"
                   + "".join(f"\n- {label}: {p:.1f} of {m:g} GiB" for label, p, m in check_over)]
     if BENCH_RUNS.is_file():

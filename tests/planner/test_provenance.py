@@ -17,7 +17,9 @@ from gplan.spec.parallel import uniform_layout
 
 def test_a_complete_search_is_proven_optimal(gplan, tmp_path):
     out = tmp_path / "plan.json"
-    r = gplan("search", "llama3-70b", "--cluster", "dgx-h100", "--devices", "64", "--out", str(out))
+    # Megatron-LM's prices on this instance settle some splits by the exact bound and leave others to HiGHS
+    r = gplan("search", "llama3-70b", "--cluster", "dgx-h100", "--devices", "64", "--target", "megatron",
+              "--out", str(out))
     said = " ".join(r.stderr.split())
     assert r.code == 0 and "proven optimal under the model" in said
     assert "settled by the exact bound" in said and "by the ILP (HiGHS)" in said  # one node group

@@ -118,7 +118,7 @@ def test_the_search_settles_most_splits_by_the_bound_and_proves_the_rest_by_the_
     from gplan.planner.search import search
     from gplan.planner.space import SearchLimits
 
-    inputs = resolve_inputs("llama3-70b", 64, "dgx-h100")
+    inputs = resolve_inputs("llama3-70b", 64, "dgx-h100", target="megatron")
     result = search(inputs.model, inputs.training, inputs.cluster, 64, SearchLimits())
     assert result.proven_optimal and result.best.solver.name in ("highs", "uniform")
     assert result.solvers.get("exact", 0) > 0 and result.solvers.get("highs", 0) > 0

@@ -94,8 +94,10 @@ class StepModel:
         return self.cluster.node_groups[index]
 
     def device(self, group: int):
-        """The group's device as this run's engine runs it (its engine factor applied)."""
-        return self.group(group).hardware.for_engine(self.training.engine)
+        """The group's device as this run's engine runs it (its engine factor and attention kernel applied)."""
+        engine = ENGINES.get(self.training.engine or "")
+        return self.group(group).hardware.for_engine(self.training.engine,
+                                                      engine.attention_kernel if engine else "fused")
 
     # ---- per layer ------------------------------------------------------------------------------
     def layer_time(self, kind: str, group: int) -> compute.LayerTime:

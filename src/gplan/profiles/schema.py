@@ -103,25 +103,35 @@ class DeviceSpec(BaseModel):
     engine_precision_efficiency: dict[str, dict[str, float]] = {}
     """Engine -> precision -> factor replacing `precision_efficiency` for that engine's low-precision
     GEMMs (torchao's float8 kernels in gplan's torch worker and torchtitan are not Transformer Engine's)."""
+    fa2_attention_ratio: float = Field(default=1.0, gt=0, le=1)
+    """Speed of a FlashAttention-2-class kernel (flash-attn 2, torch SDPA's flash backend, Triton's) over the
+    fused kernel `efficiency.attention` was fitted on: 1 where that kernel is FlashAttention-2 itself (A100);
+    below 1 where the device has a newer one that FlashAttention-2 cannot use (Hopper's cuDNN and
+    FlashAttention-3 kernels, on its asynchronous tensor cores). An engine names its kernel
+    (`EngineProfile.attention_kernel`)."""
 
     #: Fields added after schema v1 plans were first written, left out of the digest at their default.
     DIGEST_OPTIONAL: ClassVar[dict[str, object]] = {"communicator_MiB": 0.0, "fragmentation": 0.0, "host_link_GBps": None,
                                                     "engine_efficiency": {}, "precision_efficiency": {},
-                                                    "engine_precision_efficiency": {}}
+                                                    "engine_precision_efficiency": {}, "fa2_attention_ratio": 1.0}
 
-    def for_engine(self, engine: str | None) -> "DeviceSpec":
+    def for_engine(self, engine: str | None, attention_kernel: str = "fused") -> "DeviceSpec":
         """This device as `engine` runs it: its compute efficiencies scaled by the engine's factor
-        (capped at 1), the GEMM size at which efficiency halves divided by it."""
+        (capped at 1), the GEMM size at which efficiency halves divided by it; its fused attention at
+        `fa2_attention_ratio` where the engine's kernel is FlashAttention-2's class (`attention_kernel` "fa2")."""
         factor = self.engine_efficiency.get(engine or "", 1.0)
+        attention = self.fa2_attention_ratio if attention_kernel == "fa2" else 1.0
         precision = self.engine_precision_efficiency.get(engine or "", {})
         device = self.model_copy(update={"precision_efficiency": {**self.precision_efficiency, **precision}}) \
             if precision else self
-        if factor == 1.0:
+        if factor == 1.0 and attention == 1.0:
             return device
         e = self.efficiency
-        scaled = e.model_copy(update={"gemm": min(1.0, e.gemm * factor), "attention": min(1.0, e.attention * factor),
+        scaled = e.model_copy(update={"gemm": min(1.0, e.gemm * factor),
+                                      "attention": min(1.0, e.attention * factor * attention),
                                       "memory": min(1.0, e.memory * factor), "gemm_half_gflop": e.gemm_half_gflop / factor})
         return device.model_copy(update={"efficiency": scaled})
+
     measured: list[LayerMeasurement] = []
     """Measured layer times (`gplan profile`); the cost model uses them where a shape matches."""
 

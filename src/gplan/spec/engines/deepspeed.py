@@ -33,4 +33,6 @@ ENGINE = EngineProfile(
     # micro-batch per step the exposed collectives take three times the compute. Fitted together by
     # `bench/accuracy.py --fit` (median absolute log error over the six runs; held out by model in the README).
     zero3_comm_efficiency=0.14, zero3_overlap=0.5,
+    # Megatron-DeepSpeed's --use-flash-attn-v2 calls flash-attn 2 (no Transformer Engine)
+    attention_kernel="fa2",
 )

@@ -17,4 +17,6 @@ ENGINE = EngineProfile(
     # Composer's FSDPConfig defaults to backward_prefetch='BACKWARD_POST' (composer/utils/parallelism.py), which
     # llm-foundry's MPT yamls and its benchmark script leave as is
     zero3_backward_prefetch=False,
+    # attn_impl flash (flash-attn 2) or triton; its H100 table ran torch 2.1 (S23: the h100new.md image column)
+    attention_kernel="fa2",
 )

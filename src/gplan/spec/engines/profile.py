@@ -139,6 +139,7 @@ ALL_ZERO = frozenset({0, 1, 2, 3})
 
 StateRule = Literal["mixed_precision", "fsdp", "deepspeed"]
 LossGrad = Literal["in_place", "fp32_grad", "fused"]
+AttentionKernel = Literal["fused", "fa2"]
 
 
 @dataclass(frozen=True)
@@ -197,6 +198,10 @@ class EngineProfile:
     efficiency: str = "engine_efficiency"
     """Where its speed lives: the hardware catalogue's `engine_efficiency[name]` (fitted per hardware on
     its runs, prior 1: the compute efficiencies are Megatron-LM's)."""
+    attention_kernel: AttentionKernel = "fused"
+    """The fused attention it runs on GPUs: "fused", the newest the device has (Transformer Engine picks cuDNN's,
+    FlashAttention-3-class on Hopper), or "fa2", FlashAttention-2's class (flash-attn 2, torch SDPA's default
+    flash backend, Triton's), which runs Hopper at `DeviceSpec.fa2_attention_ratio` of the former."""
     zero3_comm_efficiency: float = 1.0
     """Achieved over modelled speed of its fully sharded data parallel's per-unit all-gathers and
     reduce-scatters (StepModel.zero3_exposed_s): 1 — the ring collective at the link's speed, the shared

@@ -15,4 +15,6 @@ ENGINE = EngineProfile(
                               low_precision_tp=False, recompute_modules=frozenset({"core_attn", "op"})),
     # FSDP2 over autocast; the loss is F.cross_entropy on fp32 logits
     memory=MemoryAccounting(states="fsdp", loss_grad="fp32_grad", quantized_gemm_inputs=False),
+    # F.scaled_dot_product_attention: its default flash backend is FlashAttention-2 (cuDNN's ranks below it)
+    attention_kernel="fa2",
 )

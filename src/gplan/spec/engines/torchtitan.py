@@ -20,4 +20,6 @@ ENGINE = EngineProfile(
                               # so) and MXFP8LinearConverter (components/quantization/float8.py, mx.py)
                               precisions=frozenset({"bf16", "fp32", "fp8", "fp8-rowwise", "mxfp8"})),
     memory=MemoryAccounting(states="fsdp", loss_grad="fp32_grad", quantized_gemm_inputs=False),
+    # its default attention is F.scaled_dot_product_attention, whose default flash backend is FlashAttention-2
+    attention_kernel="fa2",
 )
