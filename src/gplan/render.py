@@ -597,6 +597,21 @@ def overlap_lines(plan) -> list[str]:
     return []
 
 
+def attention_lines(plan) -> list[str]:
+    """Where the plan's engine runs FlashAttention-2's class on a device that has a faster fused kernel, the
+    ratio its attention is priced at (DeviceSpec.fa2_attention_ratio), said once per device kind."""
+    from gplan.spec.engines import ENGINES
+
+    engine = ENGINES.get(plan.training.engine or "")
+    if not (plan.training.flash_attention and engine and engine.attention_kernel == "fa2"):
+        return []
+    slower = {g.hardware.name: g.hardware.fa2_attention_ratio for g in plan.cluster.node_groups
+              if g.hardware.fa2_attention_ratio < 1}
+    return [f"[dim]attention priced at FlashAttention-2's speed on {name}, {ratio:.3g} of the fused kernel's "
+            f"(cuDNN / FlashAttention-3), as {plan.training.engine} runs it (--target megatron prices Transformer "
+            "Engine's)[/]" for name, ratio in sorted(slower.items())]
+
+
 def profile_summary(profile, out) -> list[str]:
     group = profile.node_groups[0]
     return [f"gemm efficiency {group.hardware.efficiency.gemm:.3f}, launch per layer "
@@ -678,7 +693,8 @@ def search_output(console: Console, inputs, planned, mine, versus, out) -> None:
     from gplan.plan import layouts_of
 
     console.print(search_table(title(inputs), planned.search, console.width))
-    for line in search_summary(planned.search, inputs.devices) + overlap_lines(planned.plan):
+    for line in search_summary(planned.search, inputs.devices) + overlap_lines(planned.plan) + \
+            attention_lines(planned.plan):
         console.print(line)
     if versus:
         _, launch_inputs, config, layouts, prediction = mine

@@ -55,3 +55,12 @@ def test_only_attention_slows_and_the_gap_grows_with_the_sequence():
         return step("torch") / step("megatron")
 
     assert 1 < step_ratio(2048) < step_ratio(32768)
+
+
+@pytest.mark.parametrize("cluster, target, said", [("dgx-h100", "torch", True), ("dgx-h100", "megatron", False),
+                                                   ("dgx-a100-80g", "torch", False)])
+def test_the_search_says_when_attention_is_priced_at_flash_attention_2s_speed(gplan, tmp_path, cluster, target, said):
+    r = gplan("search", "llama3-8b", "--cluster", cluster, "--devices", "8", "--target", target,
+              "--out", str(tmp_path / "plan.json"))
+    assert r.code == 0
+    assert ("priced at FlashAttention-2's speed on h100-sxm, 0.467" in " ".join(r.stderr.split())) is said
