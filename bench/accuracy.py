@@ -331,18 +331,18 @@ class Fit:
     hardware: dict[str, Efficiency]
     """Hardware name -> its fitted knobs (absent: the catalogue's)."""
     engines: EngineFactors
-    zero3: dict[str, tuple[float, float]] = field(default_factory=dict)
-    """Engine -> its fitted (zero3_comm_efficiency, zero3_overlap) (absent: the prior, 1 and 1)."""
+    zero3: dict[str, float] = field(default_factory=dict)
+    """Engine -> its fitted `zero3_comm_efficiency` (absent: the prior, 1)."""
 
     def predict(self, case: Case) -> float:
-        with zero3_constants({e: self.zero3.get(e, (1.0, 1.0)) for e in ZERO3_FITTED}):
+        with zero3_constants({e: self.zero3.get(e, 1.0) for e in ZERO3_FITTED}):
             return predict_case(case, self.hardware.get(hardware_of(case)), factors_for(self.engines, case))
 
 
 ZERO3_FITTED = ("deepspeed",)
-"""Engines whose sharded-DP constants (EngineProfile.zero3_comm_efficiency, zero3_overlap) are fitted on their
-own ZeRO-3 runs at scale (S22); the FSDP engines keep the shared default (their S10 and S21 rows fit at it,
-llm-foundry's with its backward all-gathers exposed)."""
+"""Engines whose sharded-DP collectives' speed (EngineProfile.zero3_comm_efficiency) is fitted on their own ZeRO-3
+runs at scale (S22: DeepSpeed's tensor-by-tensor gathers); the FSDP engines gather unit by unit at the shared
+default (their S10, S21 and S23 rows fit at it, llm-foundry's with its backward all-gathers exposed)."""
 
 
 @contextmanager
@@ -357,23 +357,21 @@ def engines_as(updates: dict[str, dict]):
         ENGINES.update(saved)
 
 
-def zero3_constants(constants: dict[str, tuple[float, float]]):
-    """ENGINES with these engines' (efficiency, overlap) for the duration (`engines_as`)."""
-    return engines_as({e: dict(zero3_comm_efficiency=efficiency, zero3_overlap=overlap)
-                       for e, (efficiency, overlap) in constants.items()})
+def zero3_constants(constants: dict[str, float]):
+    """ENGINES with these engines' collective speed (`zero3_comm_efficiency`) for the duration (`engines_as`)."""
+    return engines_as({e: dict(zero3_comm_efficiency=efficiency) for e, efficiency in constants.items()})
 
 
-def fit_zero3(rows: list[Case], hardware: dict[str, Efficiency],
-              engines: EngineFactors | None) -> tuple[float, float]:
-    """The (efficiency, overlap) minimising the median absolute log error of an engine's ZeRO-3 rows (a grid;
-    no rows: the prior)."""
+def fit_zero3(rows: list[Case], hardware: dict[str, Efficiency], engines: EngineFactors | None) -> float:
+    """The collective speed minimising the median absolute log error of an engine's ZeRO-3 rows (a grid of 0.02
+    steps; no rows: the prior, 1)."""
     if not rows:
-        return 1.0, 1.0
+        return 1.0
     engine = rows[0].training.engine
-    grid = [(f / 100, o / 10) for f in range(6, 41, 2) for o in range(2, 11)]
+    grid = [x / 50 for x in range(5, 51)]  # 0.10 … 1.00
 
-    def misfit(constants: tuple[float, float]) -> float:
-        with zero3_constants({engine: constants}):
+    def misfit(efficiency: float) -> float:
+        with zero3_constants({engine: efficiency}):
             return statistics.median(abs(math.log(predict_case(c, hardware.get(hardware_of(c)), factors_for(engines, c))
                                                   / c.measured_step_s)) for c in rows)
 
@@ -603,23 +601,31 @@ def zero3_report(cases: list[Case]) -> str:
             continue
         hardware, engines = {}, None  # the catalogue's knobs and engine factors
         errors = {"shipped": [], "prior": [], "model": [], "row": []}
+        as_fsdp = []
         for c in rows:
             errors["shipped"].append(error(predict_case(c), c.measured_step_s))
-            with zero3_constants({engine: (1.0, 1.0)}):
+            with zero3_constants({engine: 1.0}):
                 errors["prior"].append(error(predict_case(c), c.measured_step_s))
+            with engines_as({engine: dict(zero3_overlap=1.0, zero3_gathers_per_tensor=False, zero3_comm_efficiency=1.0)}):
+                as_fsdp.append(error(predict_case(c), c.measured_step_s))
             for key, kept in (("model", [r for r in rows if r.model.name != c.model.name]),
                               ("row", [r for r in rows if r is not c])):
                 with zero3_constants({engine: fit_zero3(kept, hardware, engines)}):
                     errors[key].append(error(predict_case(c), c.measured_step_s))
         shipped = ENGINES[engine]
-        slow = [1 / (1 + e) for e in errors["prior"]]
+        slow = [1 / (1 + e) for e in as_fsdp]
         lines += [f"{engine}: ZeRO-3 at scale ({len(rows)} runs of SC21's Table 2, S22, "
-                  "`bench/data/sc21_zero3_runs.csv`): its sharded-DP collectives reach "
-                  f"{shipped.zero3_comm_efficiency:.0%} of the modelled ring's speed and hide behind "
-                  f"{shipped.zero3_overlap:.0%} of a unit's compute (`EngineProfile.zero3_comm_efficiency`, "
-                  "`zero3_overlap`, fitted together); the FSDP engines keep the shared default (100%, 100%). "
-                  f"Without these runs (the prior, as leave-one-source-out) gplan priced them {min(slow):.1f}–"
-                  f"{max(slow):.1f}× too fast.", "",
+                  "`bench/data/sc21_zero3_runs.csv`). Priced as FSDP2 runs it (one prefetched collective per layer, "
+                  f"the shared default) they would be {min(slow):.1f}–{max(slow):.1f}× too fast: the DeepSpeed they "
+                  "ran gathered each parameter tensor by a call of its own and waited for it (issue #1069, PR #1188), "
+                  "so nothing hides and every call pays the ring's latency, "
+                  f"{shipped.zero3_gather_host_s * 1e3:.2f} ms of host time (#1069) and one copy kernel per rank "
+                  "(the list `all_gather`) — a cost that grows with the GPUs, as the runs' flat step times do "
+                  f"(`EngineProfile.zero3_gathers_per_tensor`; the copies' launch taken as {shipped.zero3_copy_launch_s * 1e6:g} µs, "
+                  "a kernel launch, not fitted). At the ring's speed (the prior column: what gplan says without these "
+                  "runs, as leave-one-source-out) that is the whole model; fitted on them, its list all-gathers of "
+                  f"one tensor's slices reach {shipped.zero3_comm_efficiency:.0%} of the ring's speed "
+                  "(`zero3_comm_efficiency`).", "",
                   "| row | run | measured s | shipped | prior (held out by source) | held out by model | held out by row |",
                   "|---|---|---:|---:|---:|---:|---:|"]
         for i, c in enumerate(rows):
@@ -674,7 +680,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, eff in sorted(fitted.hardware.items()):
             sys.stdout.write(f"{name}: {eff.model_dump()}\n")
         sys.stdout.write(f"engine_efficiency: {fitted.engines}\n")
-        sys.stdout.write(f"zero3 (efficiency, overlap): {fitted.zero3}\n")
+        sys.stdout.write(f"zero3_comm_efficiency: {fitted.zero3}\n")
         if BRIDGE_CSV.is_file():
             factors = fit_precision_factors(load_bridge_cases()[0])
             sys.stdout.write(f"precision_efficiency: { {f'{k[0]}/{k[1]}': round(v, 3) for k, v in factors.items()} }\n")

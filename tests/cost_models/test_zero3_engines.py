@@ -1,6 +1,6 @@
-"""Fully sharded data parallel as each engine runs it: DeepSpeed's ZeRO-3 collectives run below the modelled
-ring's speed and hide behind half a unit's compute (EngineProfile.zero3_comm_efficiency, zero3_overlap, fitted
-on SC21's ZeRO-3 runs, bench/data/sc21_zero3_runs.csv), and it gathers submodule by submodule up to its live
+"""Fully sharded data parallel as each engine runs it: DeepSpeed's ZeRO-3 (as SC21's runs measured it,
+bench/data/sc21_zero3_runs.csv) gathers tensor by tensor and waits for each call — a ring latency, host time and
+one copy per rank each (EngineProfile.zero3_gathers_per_tensor) — and it gathers submodule by submodule up to its live
 parameter cap instead of whole layers, and keeps its own allocator reserve; the FSDP engines keep the shared
 speed and overlap, FSDP1 as llm-foundry runs it (BACKWARD_POST) exposing its backward all-gathers."""
 
@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from gplan.cost_models import memory
-from gplan.cost_models.step import StepModel
+from gplan.cost_models.step import StepModel, layer_param_tensors
 from gplan.profiles.catalogue import load_cluster, load_model
 from gplan.spec.engines import ENGINES
 from gplan.spec.parallel import ParallelConfig, empty_stage, uniform_layout
@@ -31,14 +31,42 @@ def _zero3_s(step: StepModel) -> float:
     return step.zero3_exposed_s(layout, 512, step.group(0).intra_node.model_copy(update={"bandwidth_GBps": 200.0}))
 
 
-def test_the_fsdp_engines_keep_the_shared_default_and_deepspeed_its_fitted_constants():
+def test_the_fsdp_engines_keep_the_shared_default_and_deepspeed_gathers_tensor_by_tensor():
     for engine in ("torch", "torchtitan", "llm-foundry", "megatron"):
-        assert (ENGINES[engine].zero3_comm_efficiency, ENGINES[engine].zero3_overlap) == (1.0, 1.0)
-    assert ENGINES["deepspeed"].zero3_comm_efficiency < 1 and ENGINES["deepspeed"].zero3_overlap < 1
+        profile = ENGINES[engine]
+        assert (profile.zero3_comm_efficiency, profile.zero3_overlap) == (1.0, 1.0)
+        assert not profile.zero3_gathers_per_tensor
+    deepspeed = ENGINES["deepspeed"]
+    assert deepspeed.zero3_gathers_per_tensor and deepspeed.zero3_overlap == 0.0
+    assert deepspeed.zero3_gather_host_s > 0 and deepspeed.zero3_copy_launch_s > 0
 
 
 def test_deepspeed_exposes_more_of_its_zero3_collectives_than_fsdp2_on_the_same_run():
     assert _zero3_s(_step("deepspeed")) > _zero3_s(_step("torchtitan"))
+
+
+def test_a_gpt_layer_holds_twelve_tensors_and_a_llama_layer_six():
+    """Megatron's GPT layer: fused QKV, projection, fc1, fc2 with biases, two LayerNorms with biases; Llama:
+    the four linears (gate and up fused) and two RMSNorms."""
+    gpt = MODEL.model_copy(update={"bias": True, "norm": "layernorm"})
+    assert layer_param_tensors(gpt, gpt.layer_kinds()[0]) == 12
+    assert layer_param_tensors(MODEL, MODEL.layer_kinds()[0]) == 6
+
+
+def test_per_tensor_gathers_cost_what_grows_with_the_ranks(monkeypatch):
+    """Each further tensor pays one more ring latency (n−1)·α, each call its host time and n copy launches:
+    at twice the ranks the per-tensor surcharge more than doubles less the host part, and without per-tensor
+    gathers it is gone (the unit model, DeepSpeed's overlap 0 kept)."""
+    def surcharge(ranks: int) -> float:
+        step = _step("deepspeed")
+        link = step.group(0).inter_node
+        return step.per_tensor_gather_s("decoder", ranks, link, ENGINES["deepspeed"])
+
+    host = layer_param_tensors(MODEL, MODEL.layer_kinds()[0]) * ENGINES["deepspeed"].zero3_gather_host_s
+    assert surcharge(1024) - host == pytest.approx(2 * (surcharge(512) - host), rel=0.01)
+    with_tensors = _zero3_s(_step("deepspeed"))
+    monkeypatch.setitem(ENGINES, "deepspeed", replace(ENGINES["deepspeed"], zero3_gathers_per_tensor=False))
+    assert _zero3_s(_step("deepspeed")) < with_tensors
 
 
 def test_slower_collectives_or_less_overlap_never_expose_less(monkeypatch):

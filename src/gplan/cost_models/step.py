@@ -660,6 +660,8 @@ class StepModel:
             lt = self.layer_time(c.kind, g)
             params = self.layer_params(c.kind)
             gather = comm.allgather_time_s(params * e, ranks, link) * slowdown
+            if engine and engine.zero3_gathers_per_tensor:
+                gather += self.per_tensor_gather_s(c.kind, ranks, link, engine)
             scatter = comm.reduce_scatter_time_s(params * self.reduced_grad_bytes, ranks, link) * slowdown
             backward = lt.backward_s + self.layer_recompute_s(c.kind, c.recompute, g)
             if prefetches_backward:
@@ -672,6 +674,13 @@ class StepModel:
             exposed += (2 * comm.allgather_time_s(fixed * e, ranks, link) +
                         comm.reduce_scatter_time_s(fixed * self.reduced_grad_bytes, ranks, link)) * slowdown
         return self.num_microbatches * exposed
+
+    def per_tensor_gather_s(self, kind: str, ranks: int, link, engine) -> float:
+        """What gathering a unit tensor by tensor adds to one collective of its bytes: every further call's ring
+        latency `(n−1)·α`, and per call its host time and its n copy launches (`EngineProfile.zero3_gathers_per_tensor`)."""
+        tensors = layer_param_tensors(self.model, self.kinds[kind])
+        return ((tensors - 1) * (ranks - 1) * link.latency_s
+                + tensors * (engine.zero3_gather_host_s + ranks * engine.zero3_copy_launch_s))
 
     def optimizer_s(self, stage: StagePrediction) -> float:
         return compute.optimizer_time_s(self.device(stage.node_group),
@@ -734,3 +743,13 @@ def predict(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, conf
     """Predict one configuration (uniform Megatron split unless `layouts` is given)."""
     return StepModel(model, training, cluster, config).predict(layouts)
 
+
+def layer_param_tensors(model: ModelSpec, kind: LayerKind) -> int:
+    """Parameter tensors of one layer as Megatron-style modules hold them (what a per-tensor gather calls once
+    each): the fused QKV, the output projection and the MLP's two linears (gate and up fused), a bias each where
+    the model has them; two norms, a bias each under LayerNorm, and QK norms; an MoE layer's router and each
+    expert's two linears in place of the dense MLP's."""
+    norms = 2 * (2 if model.norm == "layernorm" else 1) + (2 if model.qk_norm else 0)
+    biases = 4 if model.bias else (1 if model.qkv_bias else 0)
+    mlp = 1 + 2 * model.num_experts if kind.moe and model.num_experts else 2
+    return 2 + mlp + biases + norms

@@ -27,12 +27,15 @@ ENGINE = EngineProfile(
         # [0.058, 0.090] calls both (`bench/memory.py` prints it); this is the midpoint. No ZeRO-3 peak is
         # measured in any source here.
         zero3_fragmentation=0.074),
-    # DeepSpeed ZeRO-3 without model parallelism, GPT 175B and 530B on 384–2240 A100s (SC21 Table 2,
-    # bench/data/sc21_zero3_runs.csv): its per-submodule fetches and 16-bit reduce-scatters (`reduced_grad_bytes`)
-    # reach a seventh of the modelled ring's speed and hide behind half of a layer's compute, so at one
-    # micro-batch per step the exposed collectives take three times the compute. Fitted together by
-    # `bench/accuracy.py --fit` (median absolute log error over the six runs; held out by model in the README).
-    zero3_comm_efficiency=0.14, zero3_overlap=0.5,
+    # ZeRO-3 as SC21 ran it (DeepSpeed of early 2021; GPT 175B and 530B on 384–2240 A100s, Table 2,
+    # bench/data/sc21_zero3_runs.csv): each parameter gathered by its own call and waited for (issue #1069, PR #1188),
+    # so no collective hides (overlap 0), each call pays the ring's latency, ~0.38 ms of host time (#1069's
+    # profile) and one copy kernel per rank (the list all_gather; a launch taken as 5 µs, not fitted). Those list
+    # all-gathers of one tensor's slices reach 0.46 of the ring's speed: fitted by `bench/accuracy.py --fit` on the
+    # six runs (at the ring's speed, nothing fitted, they are 13.7% off — the README's prior column).
+    # Coalesced and asynchronous gathers (PRs #1188, #1453: 1.7x on 64 A100s) make later versions faster than this.
+    zero3_comm_efficiency=0.46, zero3_overlap=0.0, zero3_gathers_per_tensor=True, zero3_gather_host_s=3.8e-4,
+    zero3_copy_launch_s=5e-6,
     # Megatron-DeepSpeed's --use-flash-attn-v2 calls flash-attn 2 (no Transformer Engine)
     attention_kernel="fa2",
 )

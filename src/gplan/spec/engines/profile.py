@@ -209,6 +209,17 @@ class EngineProfile:
     zero3_overlap: float = 1.0
     """The share of a unit's compute behind which its neighbour's collectives run: 1 — FSDP2's one-unit
     implicit prefetch, the shared default — unless fitted as above."""
+    zero3_gathers_per_tensor: bool = False
+    """Whether it all-gathers each parameter tensor by a call of its own, waiting for each (DeepSpeed's ZeRO-3 up
+    to 0.4: `_allgather_params` per parameter, every call followed by `torch.cuda.synchronize()` — DeepSpeed
+    issue #1069, PR #1188 — coalesced since), instead of one collective per unit: each call pays the ring's latency,
+    `zero3_gather_host_s`, and, through the list form of `all_gather`, one copy kernel per rank
+    (`zero3_copy_launch_s`; ProcessGroupNCCL::allgather copies every rank's piece out of its flat buffer)."""
+    zero3_gather_host_s: float = 0.0
+    """Host time of one such all-gather call (DeepSpeed #1069, on p4d: about 130 µs to prepare it, 250 µs to
+    launch it)."""
+    zero3_copy_launch_s: float = 0.0
+    """Time per rank of one list all-gather's copies out of its flat buffer: a kernel launch each."""
     zero3_backward_prefetch: bool = True
     """Whether its fully sharded backward issues the next unit's all-gather before the current unit's
     gradient computation, so that the two overlap (FSDP2's explicit backward prefetch; FSDP1's
