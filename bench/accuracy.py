@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CSV = ROOT.parent / "shared" / "reference" / "published_runs.csv"
 BENCH_RUNS = ROOT / "bench" / "data" / "sc21_zero3_runs.csv"
 """Public runs gathered for the bench, in published_runs.csv's columns: SC21's DeepSpeed ZeRO-3 runs (S22)."""
-CHECK_RUNS = ROOT / "bench" / "data" / "llm_foundry_h100_runs.csv"
+FOUNDRY_H100_RUNS = ROOT / "bench" / "data" / "llm_foundry_h100_runs.csv"
 """More of them: llm-foundry's own H100 BF16 table (S23, the README whose A100 rows are S21), its MPT models
 under FSDP1 on 8–64 H100s — the only rows of a non-reference engine on H100 (they set llm-foundry's factor there)."""
 README = ROOT / "README.md"
@@ -297,7 +297,8 @@ def fit_flash_attention(cases: list[Case], names: set[str], eff: Efficiency) -> 
     return min(grid, key=lambda e: source_misfit(flash, e, engines={}))
 
 
-HARDWARE_GROUPS = ({"a100-80g", "a100-40g"}, {"h100-sxm"})
+HARDWARE_GROUPS = {"A100": {"a100-80g", "a100-40g"}, "H100": {"h100-sxm"}}
+"""Hardware generations -> their kinds: one set of knobs each, and an engine factor per generation."""
 REFERENCE_ENGINE = "megatron"
 """The hardware knobs are fitted on this engine's rows; every other engine gets one factor on its
 compute efficiencies per hardware generation, fitted on its own rows there with a prior toward 1 (the
@@ -307,12 +308,9 @@ PRIOR_ROWS = 5.0
 """Strength of an engine factor's prior, in rows: with n rows its log is shrunk by n / (n + 5)."""
 
 
-GENERATION = {"a100-80g": "A100", "a100-40g": "A100", "h100-sxm": "H100"}
-"""Hardware name -> the generation an engine factor belongs to (HARDWARE_GROUPS, named)."""
-
-
 def generation_of(case: Case) -> str:
-    return GENERATION.get(hardware_of(case), hardware_of(case))
+    name = hardware_of(case)
+    return next((g for g, names in HARDWARE_GROUPS.items() if name in names), name)
 
 
 EngineFactors = dict[tuple[str, str], float]
@@ -385,7 +383,7 @@ def fit_all(cases: list[Case]) -> Fit:
     its rows on each hardware generation, shrunk toward 1 by their number (no rows there: 1)."""
     hardware: dict[str, Efficiency] = {}
     missing = []
-    for names in HARDWARE_GROUPS:
+    for names in HARDWARE_GROUPS.values():
         reference = [c for c in cases if hardware_of(c) in names and c.training.engine == REFERENCE_ENGINE]
         if reference:
             eff = fit_flash_attention(cases, names, fit(reference, names))
@@ -656,7 +654,7 @@ def write_readme(table: str) -> None:
 
 def all_cases(path: Path) -> tuple[list[Case], list]:
     cases, skipped = load_cases(path)
-    for more_runs in (BENCH_RUNS, CHECK_RUNS):
+    for more_runs in (BENCH_RUNS, FOUNDRY_H100_RUNS):
         if more_runs.is_file():
             more, more_skipped = load_cases(more_runs)
             cases, skipped = cases + more, skipped + more_skipped

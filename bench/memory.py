@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from accuracy import BENCH_RUNS, CHECK_RUNS  # noqa: E402
+from accuracy import BENCH_RUNS, FOUNDRY_H100_RUNS  # noqa: E402
 from accuracy import DEFAULT_CSV as PUBLISHED_CSV  # noqa: E402
 from accuracy import case_layouts, engines_as, load_bloom_cases, load_cases  # noqa: E402
 
@@ -218,11 +218,11 @@ def report(do_fit: bool) -> str:
               "", f"Completed runs of the bench's own data ({BENCH_RUNS.name}: DeepSpeed ZeRO-3, S22) predicted above "
               f"their device's physical memory: {len(bench_over)}"
               + "".join(f"\n- {label}: {p:.1f} of {m:g} GiB" for label, p, m in bench_over)]
-    if CHECK_RUNS.is_file():
-        check_over = published_over_physical(CHECK_RUNS)
-        lines += ["", f"Completed runs of llm-foundry's H100 table ({CHECK_RUNS.name}, S23) predicted "
-                  f"above their device's physical memory: {len(check_over)}"
-                  + "".join(f"\n- {label}: {p:.1f} of {m:g} GiB" for label, p, m in check_over)]
+    if FOUNDRY_H100_RUNS.is_file():
+        foundry_over = published_over_physical(FOUNDRY_H100_RUNS)
+        lines += ["", f"Completed runs of llm-foundry's H100 table ({FOUNDRY_H100_RUNS.name}, S23) predicted "
+                  f"above their device's physical memory: {len(foundry_over)}"
+                  + "".join(f"\n- {label}: {p:.1f} of {m:g} GiB" for label, p, m in foundry_over)]
     if BENCH_RUNS.is_file():
         lines += zero3_fragmentation_lines()
     lines += ["", "<details><summary>Per row (predicted vs measured peak)</summary>", "",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from gplan.cost_models.step import StepModel
-from gplan.profiles.catalogue import load_cluster, load_model
+from gplan.profiles.catalogue import cluster_from_hardware, load_cluster, load_model
 from gplan.spec.engines import ENGINES
 from gplan.spec.parallel import ParallelConfig
 from gplan.spec.training import TrainingSpec
@@ -18,7 +18,7 @@ CONFIG = ParallelConfig(dp=8, mbs=1, zero=1)
 
 
 def load_hardware(name: str):
-    return next(g.hardware for g in load_cluster("dgx-h100" if name == "h100-sxm" else "dgx-a100-80g", 8).node_groups)
+    return cluster_from_hardware(name, 8).primary.hardware
 
 
 def _attention_s(engine: str, cluster: str, seq: int = 8192) -> float:

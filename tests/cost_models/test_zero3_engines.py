@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from gplan.cost_models import memory
-from gplan.cost_models.step import StepModel, layer_param_tensors
+from gplan.cost_models.step import StepModel
 from gplan.profiles.catalogue import load_cluster, load_model
 from gplan.spec.engines import ENGINES
 from gplan.spec.parallel import ParallelConfig, empty_stage, uniform_layout
@@ -49,8 +49,8 @@ def test_a_gpt_layer_holds_twelve_tensors_and_a_llama_layer_six():
     """Megatron's GPT layer: fused QKV, projection, fc1, fc2 with biases, two LayerNorms with biases; Llama:
     the four linears (gate and up fused) and two RMSNorms."""
     gpt = MODEL.model_copy(update={"bias": True, "norm": "layernorm"})
-    assert layer_param_tensors(gpt, gpt.layer_kinds()[0]) == 12
-    assert layer_param_tensors(MODEL, MODEL.layer_kinds()[0]) == 6
+    assert gpt.layer_param_tensors(gpt.layer_kinds()[0]) == 12
+    assert MODEL.layer_param_tensors(MODEL.layer_kinds()[0]) == 6
 
 
 def test_per_tensor_gathers_cost_what_grows_with_the_ranks(monkeypatch):
@@ -62,7 +62,7 @@ def test_per_tensor_gathers_cost_what_grows_with_the_ranks(monkeypatch):
         link = step.group(0).inter_node
         return step.per_tensor_gather_s("decoder", ranks, link, ENGINES["deepspeed"])
 
-    host = layer_param_tensors(MODEL, MODEL.layer_kinds()[0]) * ENGINES["deepspeed"].zero3_gather_host_s
+    host = MODEL.layer_param_tensors(MODEL.layer_kinds()[0]) * ENGINES["deepspeed"].zero3_gather_host_s
     assert surcharge(1024) - host == pytest.approx(2 * (surcharge(512) - host), rel=0.01)
     with_tensors = _zero3_s(_step("deepspeed"))
     monkeypatch.setitem(ENGINES, "deepspeed", replace(ENGINES["deepspeed"], zero3_gathers_per_tensor=False))

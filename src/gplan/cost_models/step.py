@@ -649,7 +649,8 @@ class StepModel:
         so per unit only what exceeds one unit's forward (resp. backward) is exposed (FSDP2's
         implicit prefetch; Zhao et al. 2023, PyTorch FSDP, §3.3). An engine whose collectives run below the
         modelled speed, or hide behind less of the neighbour's compute, says so in its profile
-        (`EngineProfile.zero3_comm_efficiency`, `zero3_overlap`: DeepSpeed ZeRO-3's, fitted)."""
+        (`EngineProfile.zero3_comm_efficiency`, `zero3_overlap`); one that gathers tensor by tensor pays
+        `per_tensor_gather_s` on each all-gather (DeepSpeed's ZeRO-3 as SC21 ran it)."""
         e, g = self.training.element_bytes, layout.node_group
         engine = ENGINES.get(self.training.engine or "")
         slowdown = 1 / engine.zero3_comm_efficiency if engine else 1.0
@@ -678,7 +679,7 @@ class StepModel:
     def per_tensor_gather_s(self, kind: str, ranks: int, link, engine) -> float:
         """What gathering a unit tensor by tensor adds to one collective of its bytes: every further call's ring
         latency `(n−1)·α`, and per call its host time and its n copy launches (`EngineProfile.zero3_gathers_per_tensor`)."""
-        tensors = layer_param_tensors(self.model, self.kinds[kind])
+        tensors = self.model.layer_param_tensors(self.kinds[kind])
         return ((tensors - 1) * (ranks - 1) * link.latency_s
                 + tensors * (engine.zero3_gather_host_s + ranks * engine.zero3_copy_launch_s))
 
@@ -742,14 +743,3 @@ def predict(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, conf
             layouts: list[StageLayout] | None = None) -> Prediction:
     """Predict one configuration (uniform Megatron split unless `layouts` is given)."""
     return StepModel(model, training, cluster, config).predict(layouts)
-
-
-def layer_param_tensors(model: ModelSpec, kind: LayerKind) -> int:
-    """Parameter tensors of one layer as Megatron-style modules hold them (what a per-tensor gather calls once
-    each): the fused QKV, the output projection and the MLP's two linears (gate and up fused), a bias each where
-    the model has them; two norms, a bias each under LayerNorm, and QK norms; an MoE layer's router and each
-    expert's two linears in place of the dense MLP's."""
-    norms = 2 * (2 if model.norm == "layernorm" else 1) + (2 if model.qk_norm else 0)
-    biases = 4 if model.bias else (1 if model.qkv_bias else 0)
-    mlp = 1 + 2 * model.num_experts if kind.moe and model.num_experts else 2
-    return 2 + mlp + biases + norms

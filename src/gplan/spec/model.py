@@ -351,6 +351,16 @@ class ModelSpec(BaseModel):
         replicated = (blocks + 1) * ((self.hidden_size if self.bias else 0) + self.norm_params())
         return (self.layer_params(kind) - replicated) / tp + replicated
 
+    def layer_param_tensors(self, kind: LayerKind) -> int:
+        """Parameter tensors of one layer as Megatron-style modules hold them (what a per-tensor gather calls
+        once each): the fused QKV, the output projection and the MLP's two linears (gate and up fused), a bias
+        each where the model has them; two norms, a bias each under LayerNorm, and QK norms; an MoE layer's
+        router and each expert's two linears in place of the dense MLP's."""
+        norms = 2 * (2 if self.norm == "layernorm" else 1) + (2 if self.qk_norm else 0)
+        biases = 4 if self.bias else (1 if self.qkv_bias else 0)
+        mlp = 1 + 2 * self.num_experts if kind.moe and self.num_experts else 2
+        return 2 + mlp + biases + norms
+
     def embedding_params_per_rank(self, tp: int) -> float:
         """The vocabulary-parallel token embedding is divided by tp; learned positions are replicated."""
         return self.vocab_size * self.hidden_size / tp + (self.embedding_params() - self.vocab_size * self.hidden_size)
