@@ -63,7 +63,8 @@ def estimate(
         prediction = repredict(plan)
         if as_json:
             return prediction.model_dump(mode="json")
-        return render.prediction_summary(err, f"{plan.model.name} from {model}", plan.parallel, prediction)
+        return render.prediction_summary(err, f"{plan.model.name} from {model}", plan.parallel, prediction,
+                                         label=plan.label())
     if from_file is not None:
         from gplan.planner.launch_files import priced_launch
 
@@ -184,26 +185,55 @@ def compare(
 @guarded
 def explain(
     plan_file: Path = o.PlanArg, what_if: list[str] = o.WhatIfOpt, svg: Optional[Path] = o.SvgOpt,
-    width: int = o.PictureWidthOpt, as_json: bool = JsonOpt, wide: bool = WideOpt):
+    trace: Optional[Path] = o.TraceOpt, trace_ranks: str = o.TraceRanksOpt, against: Optional[Path] = o.AgainstOpt,
+    report: Optional[Path] = o.ReportOpt, width: Optional[int] = o.PictureWidthOpt, as_json: bool = JsonOpt,
+    wide: bool = WideOpt):
     """Why this plan: per-stage time and memory, what binds, why the runner-ups lost, what-ifs, and a
-    picture of the pipeline schedule."""
+    picture of the pipeline schedule; the predicted step as a trace, beside a profiled run's."""
     set_wide(wide)
     from gplan.planner import explain as ex
     from gplan.render import explain_json, explain_output
 
-    if width < 20:
+    if width is not None and width < 20:
         raise UsageError(f"--width {width}: too narrow for a picture", hint="use --width 60 or more")
+    if trace_ranks not in ("stages", "all"):
+        raise UsageError(f"--trace-ranks {trace_ranks}: expected stages or all", hint="--trace-ranks all")
     plan = read_plan(plan_file)
+    measured = None
+    if against is not None:  # read before anything is written: a bad run directory writes nothing
+        from gplan.calibration.measured import against_plan
+
+        measured = against_plan(plan, against)
     explanation = ex.explain(plan, [ex.parse_what_if(text) for text in what_if])
+    written = []
     if svg:
         from gplan.svg import plan_timeline_svg
 
         atomic_write_text(svg, plan_timeline_svg(plan, explanation))
+        written.append(svg)
+    if trace:
+        import json
+
+        from gplan.planner.trace import predicted_trace
+
+        atomic_write_text(trace, json.dumps(predicted_trace(plan, every_rank=trace_ranks == "all"),
+                                            separators=(",", ":")))
+        written.append(trace)
+    if report:
+        from gplan.html_report import plan_report
+
+        atomic_write_text(report, plan_report(plan, explanation))
+        written.append(report)
     if as_json:
-        return explain_json(plan_file, explanation, svg)
-    explain_output(err, plan, explanation, width)
-    if svg:
-        err.print(f"[green]wrote[/] {svg}")
+        return explain_json(plan_file, explanation, svg) | {"written": [str(p) for p in written]} | (
+            {"against": measured.as_json()} if measured else {})
+    explain_output(err, plan, explanation, width or min(err.width, 100))
+    if measured:
+        from gplan.render import against_output
+
+        against_output(err, measured)
+    for path in written:
+        err.print(f"[green]wrote[/] {path}", highlight=False)
 
 
 @app.command()
@@ -217,7 +247,7 @@ def launch(
     gbs: Optional[int] = o.LaunchGbsOpt, data: Optional[Path] = o.DataOpt, device: str = o.DeviceOpt,
     checkpoint_dir: Optional[Path] = o.CheckpointDirOpt, checkpoint_every: int = o.CheckpointEveryOpt,
     resume: bool = o.ResumeOpt, run_dir: Path = o.RunDirOpt, lr: float = o.LrOpt, seed: int = o.SeedOpt,
-    as_json: bool = JsonOpt):
+    trace_steps: bool = o.LaunchProfileOpt, as_json: bool = JsonOpt):
     """Run a plan: torchrun with DeviceMesh, tensor/sequence parallel, pipelining, FSDP2 (or msrun with
     MindSpore's semi-automatic parallelism); report measured versus predicted."""
     from gplan import render
@@ -230,13 +260,16 @@ def launch(
         backend, why = default_backend(plan)
         if not as_json:
             err.print(f"note: launching with the {backend} backend ({why}; choose with --backend)", highlight=False)
-    check_launch_flags(steps, warmup_steps, data, checkpoint_dir, checkpoint_every, resume, device)
+    check_launch_flags(steps, warmup_steps, data, checkpoint_dir, checkpoint_every, resume, device, trace_steps)
+    if trace_steps and backend != "torch":
+        raise UsageError(f"--profile: the {backend} backend writes no profiler trace yet",
+                         hint="launch with --backend torch, or without --profile")
     options = LaunchOptions(
         run_dir=run_dir.resolve(), nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
         rdzv_endpoint=rdzv_endpoint, rdzv_id=rdzv_id, steps=steps, warmup_steps=warmup_steps, lr=lr, seed=seed,
         data=data.resolve() if data else None, device=device,
         checkpoint_dir=checkpoint_dir.resolve() if checkpoint_dir else None, checkpoint_every=checkpoint_every,
-        resume=resume)
+        resume=resume, profile=trace_steps)
     outcome = launch_plan(plan, backend, options, validate_only=validate_only, slurm=slurm, dry_run=dry_run,
                           scale=lambda p: scaled_plan(p, layers, hidden, seq_length, gbs),
                           note=lambda line: err.print(f"[yellow]note:[/] {escape(line)}"),

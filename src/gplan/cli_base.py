@@ -249,6 +249,8 @@ DeviceOpt = typer.Option("auto", "--device", help="auto | cpu | cuda")
 CheckpointDirOpt = typer.Option(None, "--checkpoint-dir", help="write and resume checkpoints here")
 CheckpointEveryOpt = typer.Option(0, "--checkpoint-every", help="checkpoint every K steps")
 ResumeOpt = typer.Option(False, "--resume", help="continue from the latest checkpoint in --checkpoint-dir")
+LaunchProfileOpt = typer.Option(False, "--profile", help="trace the steps after the warm-up with torch.profiler "
+                                "(RUN_DIR/profile/rank*.json; compare with gplan explain PLAN --against RUN_DIR)")
 RunDirOpt = typer.Option(Path("gplan-run"), "--run-dir", help="logs, the plan that ran, run_report.json")
 LrOpt = typer.Option(3e-3, "--lr", help="AdamW learning rate")
 SeedOpt = typer.Option(0, "--seed", help="seed of the weights and the synthetic data")
@@ -292,7 +294,15 @@ RefreshOpt = typer.Option(False, "--refresh", help="plan.json edited on purpose:
 WhatIfOpt = typer.Option([], "--what-if", help='e.g. "inter_node_bandwidth=2x", "devices=128", "memory=1.5x", '
                          '"gbs=1024" (repeat to combine)')
 SvgOpt = typer.Option(None, "--svg", help="also draw the pipeline schedule into this SVG file")
-PictureWidthOpt = typer.Option(100, "--width", help="columns of the terminal schedule picture")
+PictureWidthOpt = typer.Option(None, "--width", help="columns of the terminal schedule picture (default: the "
+                               "terminal's)")
+TraceOpt = typer.Option(None, "--trace", help="write the predicted step as a trace (Trace Event JSON: open it in "
+                        "Perfetto or chrome://tracing)")
+TraceRanksOpt = typer.Option("stages", "--trace-ranks", help="stages: one process per pipeline stage (its first "
+                             "rank); all: every rank")
+AgainstOpt = typer.Option(None, "--against", help="a run directory of `gplan launch --profile`: measured beside "
+                          "predicted, per stage and term")
+ReportOpt = typer.Option(None, "--report", help="also write a self-contained HTML report (charts, schedule, table)")
 
 
 # ---- start-up -----------------------------------------------------------------------------------------

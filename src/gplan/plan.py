@@ -316,6 +316,13 @@ class Plan(BaseModel):
     def world_size(self) -> int:
         return self.parallel.world_size
 
+    def label(self) -> str:
+        """The configuration with what its stages recompute (`rc=none62·full18`), not the option the
+        search seeded the split with."""
+        from gplan.spec.parallel import recompute_mix
+
+        return self.parallel.label(recompute=recompute_mix(self.stages, self.parallel.recompute_modules))
+
     def device_of(self, rank: int) -> DeviceRef:
         """The device rank `rank` runs on, from the placement's rule."""
         p = self.placement

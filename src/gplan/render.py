@@ -138,12 +138,14 @@ def memory_text(p: Prediction) -> str:
             f"{gib(fullest.memory_bytes)} of {gib(fullest.memory_budget_bytes)})")
 
 
-def prediction_summary(console: Console, title: str, config: ParallelConfig, p: Prediction, stages: bool = True) -> None:
+def prediction_summary(console: Console, title: str, config: ParallelConfig, p: Prediction, stages: bool = True,
+                       label: str | None = None) -> None:
+    """`label`: the configuration as a plan states it (`Plan.label`: its stages' recompute mix)."""
     fits = "[green]fits[/]" if p.fits else "[red]does not fit[/]"
     table = Table(title=title, show_header=False, title_justify="left")
     table.add_column("what", style="bold")
     table.add_column("value")
-    table.add_row("configuration", config.label() + f" schedule={config.schedule} m={p.num_microbatches}")
+    table.add_row("configuration", (label or config.label()) + f" schedule={config.schedule} m={p.num_microbatches}")
     table.add_row("step time", seconds(p.step_time_s))
     table.add_row("throughput", f"{p.tokens_per_s:,.0f} tokens/s   {p.samples_per_s:,.2f} samples/s")
     table.add_row("per device", f"{p.model_tflops_per_device:.1f} model TFLOP/s   MFU {p.mfu:.1%}")
@@ -502,7 +504,7 @@ def explain_output(console: Console, plan, e, width: int) -> None:
     """`gplan explain` for people: stages, what binds, the schedule, runner-ups, what-ifs."""
     c = plan.parallel
     prediction = e.prediction
-    prediction_summary(console, f"{plan.model.name}: {c.label()}", c, prediction, stages=False)
+    prediction_summary(console, f"{plan.model.name}: {plan.label()}", c, prediction, stages=False, label=plan.label())
     console.print(plan_stage_table(plan, prediction, console.width))
     console.print(findings_table(e.findings, console.width))
     from gplan.planner.explain import large_costs
@@ -788,3 +790,34 @@ def validated_json(path, found) -> dict:
 def validated_line(path, found) -> str:
     size = f": {model_size_text(found.model)}" if found.kind == "model" else ""
     return f"[green]{'refreshed' if found.refreshed else 'ok'}:[/] {path} is a valid {found.kind} ({found.name}{size})"
+
+
+# ---- a profiled run beside its prediction (`gplan explain --against`) ----------------------------------
+
+def against_output(console: Console, against) -> None:
+    """Per stage: each term predicted and measured per step, and how far off; then the largest miss."""
+    from gplan.calibration.measured import TERMS
+
+    console.print(f"[bold]measured against predicted[/] ({against.run_dir}: {against.steps_traced} traced steps on "
+                  f"each stage's first rank; priced: {against.plan_note})", highlight=False)
+    for s in against.stages:
+        console.print(f"stage {s.stage} (rank {s.rank}): step {seconds(s.measured_step_s)} measured, "
+                      f"{seconds(s.predicted_step_s)} predicted ({off_text(s.measured_step_s, s.predicted_step_s)})",
+                      highlight=False)
+        table = Table()
+        for col in ("term", "predicted", "measured", "off"):
+            table.add_column(col, justify="left" if col == "term" else "right")
+        for term in TERMS:
+            p, m = s.predicted_s[term], s.measured_s[term]
+            table.add_row(term, seconds(p) if p else "—", seconds(m) if m else "—", off_text(m, p))
+        console.print(fit(table, console.width, wrap=("term",)))
+    stage, term, delta = against.worst()
+    console.print(f"largest miss: stage {stage} {term}, {seconds(abs(delta))} per step "
+                  f"{'more' if delta > 0 else 'less'} than predicted", highlight=False)
+
+
+def off_text(measured: float, predicted: float) -> str:
+    """Measured against predicted as a signed percentage of the prediction ('—' with nothing predicted)."""
+    if predicted <= 0:
+        return "—" if measured <= 0 else "unpredicted"
+    return f"{measured / predicted - 1:+.0%}"

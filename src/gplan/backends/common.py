@@ -28,6 +28,7 @@ def add_worker_options(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data", type=Path, default=None)
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument("--profile", action="store_true")
     return parser
 
 
@@ -38,6 +39,8 @@ def worker_argv(plan_path: Path, options) -> list[str]:
             "--device", options.device]
     if options.data:
         args += ["--data", str(options.data)]
+    if getattr(options, "profile", False):
+        args.append("--profile")
     return args
 
 

@@ -50,6 +50,9 @@ class LaunchOptions:
     checkpoint_dir: Path | None = None
     checkpoint_every: int = 0
     resume: bool = False
+    profile: bool = False
+    """Trace the steps after the warm-up with the framework's profiler (`profile/rank{R}.json` in the run
+    directory)."""
 
 
 @dataclass(frozen=True)
@@ -261,7 +264,7 @@ def hetero_slurm_script(name: str, job: JobRecipe, plan: Plan, resource_line, no
 
 
 def check_launch_flags(steps: int, warmup_steps: int, data: Path | None, checkpoint_dir: Path | None,
-                       checkpoint_every: int, resume: bool, device: str) -> None:
+                       checkpoint_every: int, resume: bool, device: str, profile: bool = False) -> None:
     """The worker options `gplan launch` takes, refused with a hint before anything starts."""
     if steps < 1 or warmup_steps < 0:
         raise InputError(f"--steps {steps} --warmup-steps {warmup_steps}: steps ≥ 1, warm-up ≥ 0", hint="for example --steps 10")
@@ -269,6 +272,9 @@ def check_launch_flags(steps: int, warmup_steps: int, data: Path | None, checkpo
         raise InputError(f"--data {data}: no such file", hint="a flat binary array of token ids")
     if (checkpoint_every or resume) and checkpoint_dir is None:
         raise InputError("--checkpoint-every and --resume need --checkpoint-dir", hint="add --checkpoint-dir DIR")
+    if profile and steps <= warmup_steps:
+        raise InputError(f"--profile traces the steps after the warm-up: --steps {steps} leaves none after "
+                         f"--warmup-steps {warmup_steps}", hint=f"for example --steps {warmup_steps + 3}")
     if device not in ("auto", "cpu", "cuda"):
         raise InputError(f"--device {device!r}", hint="auto | cpu | cuda")
 

@@ -136,16 +136,18 @@ class ParallelConfig(BaseModel):
     def microbatches_for(self, gbs: int) -> int:
         return gbs // (self.mbs * self.dp)
 
-    def label(self, recompute: bool = True) -> str:
+    def label(self, recompute: bool | str = True) -> str:
         """`dp=8 tp=2 pp=1 mbs=1 zero=1 rc=none sp`; `recompute=False` leaves out rc, the option the
-        search seeded the split with (a plan's stages say what each layer recomputes)."""
+        search seeded the split with (a plan's stages say what each layer recomputes); a text gives rc
+        that value (a plan's own mix: `Plan.label`)."""
         parts = [f"dp={self.dp}", f"tp={self.tp}", f"pp={self.pp}"]
         if self.vpp > 1:
             parts.append(f"vpp={self.vpp}")
         if self.cp > 1:
             parts.append(f"cp={self.cp}")
         parts += [f"{axis}={getattr(self, axis)}" for axis in ("ep", "etp") if getattr(self, axis) > 1]
-        parts += [f"mbs={self.mbs}", f"zero={self.zero}"] + ([f"rc={self.recompute}"] if recompute else [])
+        rc = recompute if isinstance(recompute, str) else self.recompute
+        parts += [f"mbs={self.mbs}", f"zero={self.zero}"] + ([f"rc={rc.replace(' ', '')}"] if recompute else [])
         if self.recompute_modules != DEFAULT_RECOMPUTE_MODULES:
             parts.append("modules=" + ("+".join(self.recompute_modules) or "none"))
         if self.offload_layers:

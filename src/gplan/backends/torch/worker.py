@@ -27,9 +27,10 @@ import torch.nn.functional as F
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor, Shard
 from torch.distributed.tensor.parallel import loss_parallel
+from torch.profiler import record_function
 
 from gplan.backends.common import add_worker_options, device_mismatch, global_batch
-from gplan.backends.torch import apply_pp, checkpoint, launcher
+from gplan.backends.torch import apply_pp, checkpoint, launcher, profiling
 from gplan.backends.torch.apply_cp import load_balanced_positions
 from gplan.backends.torch.apply_dp import average_expert_gradients, average_gradients
 from gplan.backends.torch.model import init_weights
@@ -166,6 +167,8 @@ def build_job(plan: Plan, device: torch.device, args: argparse.Namespace, log: R
     parts = built.parts
     loss_fn = make_loss(tp_mesh)
     schedule = apply_pp.build_schedule(plan, built.stages, loss_fn) if c.pp > 1 else None
+    if args.profile and schedule is not None:
+        profiling.label_pipeline_stages(built.stages)
     optimizers = [torch.optim.AdamW(p.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1) for p in parts]
     autocast = device.type == "cuda" and plan.training.base_precision in ("bf16", "fp16")
     log(f"rank {dist.get_rank()}: stage {pp_rank}, layers {[i for ch in apply_pp.rank_chunks(plan, pp_rank) for i in ch.layer_ids]}, "
@@ -221,22 +224,30 @@ def train(job: Job, args: argparse.Namespace, first_step: int) -> list[float]:
         cp = plan.parallel.cp
         positions = load_balanced_positions(plan.training.seq_length, cp, job.mesh["cp"].get_local_rank())
     losses = []
+    tracer = profiling.StepProfiler(args.profile, job.device, first_step + args.warmup_steps,
+                                    args.run_dir / "profile" / f"rank{dist.get_rank()}.json")
     for step in range(first_step, args.steps):
         inputs, targets = dp_slice(plan, step, dp_rank, args)
         if positions is not None:  # this cp rank's tokens (and their next tokens) of every sequence
             inputs, targets = inputs[:, positions].contiguous(), targets[:, positions].contiguous()
         dist.barrier()
+        tracer.before_step(step)
         start = time.perf_counter()
-        loss = train_step(job, inputs.to(job.device), targets.to(job.device))
-        if job.device.type == "cuda":
-            torch.cuda.synchronize()
+        with record_function("gplan:step"):
+            loss = train_step(job, inputs.to(job.device), targets.to(job.device))
+            if job.device.type == "cuda":
+                torch.cuda.synchronize()
         job.step_times_s.append(time.perf_counter() - start)
+        tracer.after_step()
         losses.append(loss)
         job.log(f"step {step + 1}/{args.steps} loss {loss:.6f} time {job.step_times_s[-1]:.3f} s")
         if args.checkpoint_dir and args.checkpoint_every and (step + 1) % args.checkpoint_every == 0:
             path = checkpoint.save(args.checkpoint_dir, step + 1, job.parts, job.optimizers, job.virtual_stages,
                                    plan_fingerprint(plan))
             job.log(f"checkpoint {path}")
+    traced = tracer.close()
+    if traced:
+        job.log(f"profiler trace {traced}")
     return losses
 
 
@@ -263,14 +274,16 @@ def train_step(job: Job, inputs: torch.Tensor, targets: torch.Tensor) -> float:
             local = torch.stack([_local(x) for x in losses]).mean() if losses else None
         else:
             local = _accumulate(job, inputs, targets, c.num_microbatches)
-    if c.zero == 0:
-        average_gradients(job.parts, grad_mesh(job.mesh, job.plan).get_group(), c.dp * c.cp)
-    if job.plan.model.is_moe:
-        average_expert_gradients(job.parts, job.edp_group, c.edp, c.dp * c.cp)
-    apply_pp.reduce_tied_gradients(job.parts, job.tied_group)
-    for opt in job.optimizers:
-        opt.step()
-    after_optimizer_step(job.parts, job.plan.training.precision, fsdp_float8_all_gather(job.plan))
+    with record_function("gplan:grad_sync"):
+        if c.zero == 0:
+            average_gradients(job.parts, grad_mesh(job.mesh, job.plan).get_group(), c.dp * c.cp)
+        if job.plan.model.is_moe:
+            average_expert_gradients(job.parts, job.edp_group, c.edp, c.dp * c.cp)
+        apply_pp.reduce_tied_gradients(job.parts, job.tied_group)
+    with record_function("gplan:optimizer"):
+        for opt in job.optimizers:
+            opt.step()
+        after_optimizer_step(job.parts, job.plan.training.precision, fsdp_float8_all_gather(job.plan))
     return global_mean_loss(job, local)
 
 
@@ -282,8 +295,10 @@ def _accumulate(job: Job, inputs: torch.Tensor, targets: torch.Tensor, num_micro
     for i, (x, y) in enumerate(zip(inputs.chunk(num_microbatches), targets.chunk(num_microbatches))):
         if fsdp:
             model.set_requires_gradient_sync(i == num_microbatches - 1)
-        loss = make_loss(job.tp_mesh)(model(x), y) / num_microbatches
-        loss.backward()
+        with record_function("gplan:forward"):
+            loss = make_loss(job.tp_mesh)(model(x), y) / num_microbatches
+        with record_function("gplan:backward"):
+            loss.backward()
         total += _local(loss).detach()
     return total
 
