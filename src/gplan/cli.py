@@ -99,7 +99,8 @@ def search(
     zero: Optional[str] = o.SearchZero, recompute: str = RecomputeOpt, recompute_modules: Optional[str] = o.ModulesOpt,
     schedule: Optional[str] = ScheduleOpt, all_devices: bool = o.AllDevicesOpt, target: Optional[str] = SearchTargetOpt,
     time_limit: float = o.TimeLimitOpt, top: int = o.TopOpt, out: Path = o.OutPlanOpt, profile: Optional[Path] = ProfileOpt,
-    from_file: Optional[Path] = o.SearchFromOpt, out_launch: Optional[Path] = o.OutLaunchOpt, as_json: bool = JsonOpt,
+    from_file: Optional[Path] = o.SearchFromOpt, out_launch: Optional[Path] = o.OutLaunchOpt,
+    report: Optional[Path] = o.ReportOpt, as_json: bool = JsonOpt,
     wide: bool = WideOpt, grad_reduce_in_bf16: bool = o.BF16GradsOpt, fp8_param_gather: bool = o.Fp8ParamsOpt,
     moe_a2a_overlap: bool = o.A2AOverlapOpt, cuda_graphs: str = o.CudaGraphsOpt, moe_dispatcher: str = o.DispatcherOpt):
     """Search degrees, micro-batch, recompute, optimizer sharding, stage split and placement; write the best plan."""
@@ -131,7 +132,11 @@ def search(
         planned = make_best_plan(inputs, limits, top=top, time_limit_s=time_limit, progress=progress)
     # prepared before anything is written: a launch it cannot rewrite writes nothing
     rewritten = write_back(planned.plan, mine[0].engine, from_file, out_launch) if out_launch is not None else {}
+    page = search_report(planned.plan) if report is not None else None
     write_plan(planned.plan, out)
+    if page is not None:
+        atomic_write_text(report, page)
+        err.print(f"[green]wrote[/] {report} (the report: open it in a browser)", highlight=False)
     for path, text in rewritten.items():
         atomic_write_text(path, text)
         err.print(f"[green]wrote[/] {path} (your launch, its layout the best plan's)", highlight=False)
@@ -139,6 +144,15 @@ def search(
     if as_json:
         return render.search_json(out, planned.search) | ({"from": versus} if versus else {})
     render.search_output(err, inputs, planned, mine, versus, out)
+
+
+def search_report(plan) -> str:
+    """The HTML report of a plan just searched: its explanation and its search space at even splits."""
+    from gplan.html_report import plan_report
+    from gplan.planner.explain import explain as explained
+    from gplan.planner.landscape import landscape
+
+    return plan_report(plan, explained(plan, []), landscape(plan))
 
 
 @app.command()
@@ -221,8 +235,9 @@ def explain(
         written.append(trace)
     if report:
         from gplan.html_report import plan_report
+        from gplan.planner.landscape import landscape
 
-        atomic_write_text(report, plan_report(plan, explanation))
+        atomic_write_text(report, plan_report(plan, explanation, landscape(plan)))
         written.append(report)
     if as_json:
         return explain_json(plan_file, explanation, svg) | {"written": [str(p) for p in written]} | (
