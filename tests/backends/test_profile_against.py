@@ -1,0 +1,88 @@
+"""`gplan launch --profile` on a real 2-process gloo job, and `gplan explain PLAN --against RUN_DIR`: the
+workers' torch.profiler traces are read back and cut into the terms the cost model prices."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gplan.calibration.measured import TERMS, measured_terms, read_rank_trace
+from gplan.cli import app
+from gplan.testing import TINY_LLAMA, cli_json, requires_engine, tiny_plan
+
+pytestmark = [pytest.mark.slow, requires_engine("torch", "torch")]
+STEPS, WARMUP = 4, 1
+
+
+def run(*args: str):
+    return CliRunner().invoke(app, list(args), catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory):
+    """A 2-stage interleaved pipeline (2 processes) trained with --profile."""
+    root = tmp_path_factory.mktemp("profiled")
+    plan = tiny_plan(root / "plan.json", TINY_LLAMA, None, pp=2, vpp=2)
+    result = run("launch", str(plan), "--run-dir", str(root / "run"), "--steps", str(STEPS), "--warmup-steps",
+                 str(WARMUP), "--device", "cpu", "--profile", "--json")
+    assert result.exit_code == 0, result.stderr[-3000:]
+    return plan, root / "run", cli_json(result.stdout)
+
+
+def test_each_rank_writes_its_trace_of_the_steps_after_the_warm_up(profiled):
+    plan, run_dir, _ = profiled
+    for rank in (0, 1):
+        events = read_rank_trace(run_dir / "profile" / f"rank{rank}.json")
+        names = [e["name"] for e in events]
+        assert names.count("gplan:step") == STEPS - WARMUP
+        m, vpp = json.loads(plan.read_text())["parallel"]["num_microbatches"], 2
+        assert names.count("gplan:forward") == names.count("gplan:backward") == (STEPS - WARMUP) * m * vpp
+        assert any(n.startswith("gloo:") for n in names), "the process group's collectives are traced"
+    assert not list((run_dir / "profile").glob("*.partial")), "no half-written trace left"
+
+
+def test_measured_terms_add_up_to_the_measured_step(profiled):
+    _, run_dir, report = profiled
+    path = run_dir / "profile" / "rank1.json"
+    terms, steps = measured_terms(read_rank_trace(path), path)
+    assert steps == STEPS - WARMUP
+    assert sum(terms[t] for t in TERMS) == pytest.approx(terms["step"], rel=1e-6)
+    assert terms["forward"] > 0 and terms["backward"] > 0 and terms["optimizer"] > 0
+    # the traced steps are the run report's own steps (the profiler's overhead aside)
+    measured = sorted(report["step_times_s"][WARMUP:])
+    assert measured[0] * 0.5 < terms["step"] < measured[-1] * 2
+
+
+def test_explain_against_shows_measured_beside_predicted_per_stage(profiled):
+    plan, run_dir, _ = profiled
+    result = run("explain", str(plan), "--against", str(run_dir), "--json")
+    assert result.exit_code == 0, result.stderr
+    data = cli_json(result.stdout)["against"]
+    assert data["steps_traced"] == STEPS - WARMUP and [s["stage"] for s in data["stages"]] == [0, 1]
+    for stage in data["stages"]:
+        assert set(stage["predicted_s"]) == set(stage["measured_s"]) - {"step"} == set(TERMS)
+        assert stage["predicted_step_s"] == pytest.approx(json.loads(plan.read_text())["prediction"]["step_time_s"])
+    text = run("explain", str(plan), "--against", str(run_dir)).stderr
+    assert "measured against predicted" in text and "largest miss" in text and "forward" in text
+
+
+def test_against_a_directory_that_is_no_profiled_run_is_one_line(profiled, tmp_path):
+    plan, run_dir, _ = profiled
+    result = run("explain", str(plan), "--against", str(tmp_path))
+    assert result.exit_code == 3 and "no plan.json" in result.stderr and "Traceback" not in result.stderr
+    unprofiled = tmp_path / "unprofiled"
+    unprofiled.mkdir()
+    (unprofiled / "plan.json").write_text((run_dir / "plan.json").read_text())
+    result = run("explain", str(plan), "--against", str(unprofiled))
+    assert result.exit_code == 3 and "no profiler trace" in result.stderr and "--profile" in result.stderr
+
+
+def test_profile_needs_steps_after_the_warm_up(profiled, tmp_path):
+    plan, _, _ = profiled
+    result = run("launch", str(plan), "--run-dir", str(tmp_path / "r"), "--steps", "2", "--warmup-steps", "2",
+                 "--device", "cpu", "--profile")
+    assert result.exit_code == 3 and "--profile traces the steps after the warm-up" in result.stderr
+    assert not (tmp_path / "r").exists()
