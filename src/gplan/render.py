@@ -769,6 +769,17 @@ def launch_outcome(console: Console, outcome) -> None:
 
 def calibration_output(console: Console, c, out) -> None:
     console.print(calibration_table(c.runs, c.fit, c.held, c.held_before, c.held_after, console.width))
+    if c.stages:
+        table = Table(title="stage compute from the runs' profiler traces (forward + backward per step)",
+                      title_justify="left")
+        for col in ("run", "stage", "measured", "before", "after"):
+            table.add_column(col, justify="left" if col == "run" else "right")
+        for run, stage, measured, before, after in c.stages:
+            table.add_row(run, str(stage), seconds(measured), f"{before:+.1%}", f"{after:+.1%}")
+        console.print(fit(table, console.width, wrap=("run",)))
+    for r in c.runs:
+        for note in r.trace_notes:
+            console.print(f"[yellow]note:[/] {r.name}: not fitted on {note}", highlight=False)
     kept = [k for k in c.fit.theta if k not in c.fit.fitted]
     if kept:
         console.print(f"[yellow]note:[/] {len(c.runs)} runs fit {len(c.fit.fitted)} of {len(c.fit.theta)} parameters "

@@ -86,3 +86,37 @@ def test_profile_needs_steps_after_the_warm_up(profiled, tmp_path):
                  "--device", "cpu", "--profile")
     assert result.exit_code == 3 and "--profile traces the steps after the warm-up" in result.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_one_traced_run_calibrates_from_its_stages_compute(profiled, tmp_path):
+    _, run_dir, _ = profiled
+    out = tmp_path / "calibrated.yaml"
+    result = run("calibrate", str(run_dir / "run_report.json"), "--out", str(out), "--json")
+    assert result.exit_code == 0, result.stderr
+    import yaml
+
+    report = yaml.safe_load(out.read_text())["calibration"]
+    assert [s["stage"] for s in report["stage_compute"]] == [0, 1]
+    assert len(report["fitted"]) == 3, "a step and two stages' compute: three equations, three parameters"
+    # fitted on the stages' compute, the stages' misfit shrinks
+    assert sum(abs(s["error_after"]) for s in report["stage_compute"]) < sum(abs(s["error_before"])
+                                                                            for s in report["stage_compute"])
+
+
+def test_compute_equalised_by_a_collective_is_not_fitted(profiled, tmp_path):
+    """A trace whose forward and backward windows are mostly spent in a blocking collective measures the
+    slowest rank, not this stage's compute: refused for compute, named; the step alone cannot calibrate."""
+    _, run_dir, _ = profiled
+    copy = tmp_path / "run"
+    (copy / "profile").mkdir(parents=True)
+    for name in ("plan.json", "run_report.json"):
+        (copy / name).write_text((run_dir / name).read_text())
+    for trace in (run_dir / "profile").glob("rank*.json"):
+        document = json.loads(trace.read_text())
+        waits = [dict(e, name="gloo:all_reduce", cat="user_annotation", tid=999999, ts=e["ts"] + 1, dur=e["dur"] - 2)
+                 for e in document["traceEvents"] if e.get("name") in ("gplan:forward", "gplan:backward")]
+        document["traceEvents"] += waits
+        (copy / "profile" / trace.name).write_text(json.dumps(document))
+    result = run("calibrate", str(copy / "run_report.json"), "--out", str(tmp_path / "c.yaml"))
+    assert result.exit_code == 3 and "equalise it with the slowest rank" in result.stderr
+    assert not (tmp_path / "c.yaml").exists()

@@ -88,6 +88,39 @@ def against_plan(plan: Plan, run_dir: Path) -> Against:
     return Against(run_dir, note, traced or 0, stages)
 
 
+BARRIER_SHARE = 0.5
+"""A stage whose forward and backward windows spend more than this share waiting in collectives: its
+compute is a small difference of two large numbers, and the windows' length is set by the slowest rank
+the collective waited for (a barrier equalises them) — not a measurement of this stage's compute."""
+
+
+@dataclass(frozen=True)
+class StageCompute:
+    """One stage's measured forward + backward compute per step (collectives taken out), or why not."""
+
+    stage: int
+    compute_s: float | None
+    why_not: str = ""
+
+
+def stage_compute(plan: Plan, run_dir: Path) -> list[StageCompute]:
+    """Each stage's compute per step from its first rank's trace (`measured_terms`); a stage whose windows
+    are mostly collective waits is refused for compute (BARRIER_SHARE), saying so."""
+    out = []
+    for stage in plan.stages:
+        path = run_dir / "profile" / f"rank{stage.first_rank}.json"
+        terms, _ = measured_terms(read_rank_trace(path), path)
+        compute = terms["forward"] + terms["backward"]
+        waited = terms["layer collectives"]
+        if compute <= 0 or waited > BARRIER_SHARE * (compute + waited):
+            out.append(StageCompute(stage.index, None,
+                                    f"stage {stage.index}: {waited / (compute + waited):.0%} of its forward and "
+                                    "backward waited in collectives, which equalise it with the slowest rank"))
+        else:
+            out.append(StageCompute(stage.index, compute))
+    return out
+
+
 def plan_that_ran(plan: Plan, run_dir: Path) -> tuple[Plan, str]:
     """The plan the run executed: PLAN itself, or the scaled-down copy `gplan launch` wrote into the run
     directory (its digest in the run report). A run of another model is refused."""

@@ -40,6 +40,15 @@ class Run:
     name: str
     plan: Plan
     measured_step_s: float
+    stage_compute_s: tuple[float | None, ...] = ()
+    """Per stage, its forward + backward compute per step from the run's profiler trace (`gplan launch
+    --profile`; calibration.measured.stage_compute): an equation each for the compute terms, where the
+    step time is one for everything. None where the trace cannot tell (a collective's barrier)."""
+    trace_notes: tuple[str, ...] = ()
+
+    @property
+    def equations(self) -> int:
+        return 1 + sum(s is not None for s in self.stage_compute_s)
 
 
 @dataclass(frozen=True)
@@ -84,9 +93,25 @@ def prior(cluster: ClusterSpec) -> dict[str, float]:
 
 
 def predict_s(run: Run, theta: dict[str, float]) -> float:
+    return predicted(run, theta).step_time_s
+
+
+def predicted(run: Run, theta: dict[str, float]):
     plan = run.plan
     step = StepModel(plan.model, plan.training, apply(plan.cluster, theta), plan.parallel.to_config())
-    return step.predict(layouts_of(plan)).step_time_s
+    return step.predict(layouts_of(plan))
+
+
+def run_misfit(run: Run, theta: dict[str, float]) -> float:
+    """Σ (log predicted − log measured)² over the run's equations: its step, and each stage's compute
+    where its trace measured it."""
+    p = predicted(run, theta)
+    total = (math.log(p.step_time_s) - math.log(run.measured_step_s)) ** 2
+    m = p.num_microbatches
+    for stage, measured in zip(p.stages, run.stage_compute_s):
+        if measured is not None:
+            total += (math.log(m * (stage.forward_s + stage.backward_s)) - math.log(measured)) ** 2
+    return total
 
 
 def relative_error(run: Run, theta: dict[str, float]) -> float:
@@ -101,7 +126,7 @@ def fit(runs: list[Run], start: dict[str, float], names: tuple[str, ...] | None 
 
     def misfit(theta: dict[str, float]) -> float:
         full = {**kept, **theta}
-        return sum((math.log(predict_s(r, full)) - math.log(r.measured_step_s)) ** 2 for r in runs)
+        return sum(run_misfit(r, full) for r in runs)
 
     return {**kept, **fit_log(misfit, {k: start[k] for k in names}, PRIOR_WEIGHT)}
 
@@ -111,7 +136,7 @@ def calibrate(runs: list[Run]) -> Fit:
     hardware = runs[0].plan.cluster.primary.hardware
     start = prior(runs[0].plan.cluster) | {k: hardware.engine_efficiency.get(k[len(ENGINE_FACTOR):], 1.0)
                                             for k in engines}
-    names = fitted_names(len(runs), engines)
+    names = fitted_names(sum(r.equations for r in runs), engines)
     theta = fit(runs, start, names)
     before = [relative_error(r, start) for r in runs]
     after = [relative_error(r, theta) for r in runs]
@@ -119,7 +144,8 @@ def calibrate(runs: list[Run]) -> Fit:
     if len(runs) > 2:
         for i, held in enumerate(runs):
             others = runs[:i] + runs[i + 1:]
-            loo.append(relative_error(held, fit(others, start, fitted_names(len(others), engines))))
+            loo.append(relative_error(held, fit(others, start, fitted_names(sum(r.equations for r in others),
+                                                                            engines))))
     return Fit(theta, before, after, loo, names)
 
 
@@ -131,7 +157,13 @@ def read_run(path: Path) -> Run:
     if plan.digest != report.plan_digest:
         raise InputError(f"{plan_path} is not the plan {path} ran (digest {plan.digest} ≠ {report.plan_digest})",
                          hint="keep run_report.json beside the plan.json of its run directory")
-    return Run(str(path), plan, report.step_time_s)
+    if not (path.parent / "profile").is_dir():
+        return Run(str(path), plan, report.step_time_s)
+    from gplan.calibration.measured import stage_compute
+
+    stages = stage_compute(plan, path.parent)
+    return Run(str(path), plan, report.step_time_s, tuple(s.compute_s for s in stages),
+               tuple(s.why_not for s in stages if s.why_not))
 
 
 @dataclass(frozen=True)
@@ -144,13 +176,34 @@ class Calibration:
     held_before: list[float]
     held_after: list[float]
     profile: Profile
+    stages: list[tuple[str, int, float, float, float]] = ()
+    """Traced runs' stage compute: (run, stage, measured s, error before, error after)."""
+
+
+def stage_errors(runs: list[Run], start: dict[str, float], theta: dict[str, float]) -> list[tuple]:
+    """Each traced stage's compute, predicted / measured − 1 with the catalogue's values and the fitted ones."""
+    rows = []
+    for r in runs:
+        if not any(s is not None for s in r.stage_compute_s):
+            continue
+        before, after = predicted(r, start), predicted(r, theta)
+        m = before.num_microbatches
+        for i, measured in enumerate(r.stage_compute_s):
+            if measured is not None:
+                b, a = before.stages[i], after.stages[i]
+                rows.append((r.name, i, measured, m * (b.forward_s + b.backward_s) / measured - 1,
+                             m * (a.forward_s + a.backward_s) / measured - 1))
+    return rows
 
 
 def calibrate_runs(runs: list[Run], held: list[Run]) -> Calibration:
     """Fit on `runs`, predict `held` before and after; the profile keeps the widest run's node shape
     (devices per node), so that sizing it again for any of the runs gives the links that run had."""
-    if len(runs) < 2:
-        raise InputError("calibration needs two or more run reports", hint="launch a few different plans first")
+    if sum(r.equations for r in runs) < 2:
+        refused = [note for r in runs for note in r.trace_notes]
+        raise InputError("calibration needs two or more run reports, or one traced with its stages' compute ("
+                         + ("; ".join(refused) if refused else "gplan launch --profile") + ")",
+                         hint="launch a few different plans first, or one plan of 2+ stages with --profile")
     for run in runs + held:
         check_possible(run)
     names = {r.plan.cluster.primary.hardware.name for r in runs + held}
@@ -162,7 +215,12 @@ def calibrate_runs(runs: list[Run], held: list[Run]) -> Calibration:
     before = [relative_error(r, start) for r in held]
     after = [relative_error(r, result.theta) for r in held]
     widest = max(runs + held, key=lambda r: r.plan.cluster.primary.devices_per_node).plan
-    return Calibration(runs, result, held, before, after, as_profile(widest, result, runs, held, before, after))
+    stages = stage_errors(runs, start, result.theta)
+    profile = as_profile(widest, result, runs, held, before, after)
+    profile.calibration["stage_compute"] = [
+        {"run": run, "stage": i, "measured_s": s, "error_before": b, "error_after": a} for run, i, s, b, a in stages]
+    profile.calibration["refused_stages"] = [note for r in runs for note in r.trace_notes]
+    return Calibration(runs, result, held, before, after, profile, stages)
 
 
 def check_possible(run: Run) -> None:
