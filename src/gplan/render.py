@@ -181,7 +181,11 @@ def search_table(title: str, result, width: int = WIDE) -> Table:
         "mbs", "zero", "recompute", "split", "step", "tokens/s", "MFU", "mem/dev", "bubble", "comm")
     for col in cols:
         table.add_column(col, justify="left" if col in ("recompute", "split") else "right")
-    for rank, c in enumerate(result.ranked, 1):
+    shown, ties = fold_ties(result.ranked)
+    if ties:
+        table.caption = "tied (same step, memory, recompute and split), folded into the row shown: " + "; ".join(
+            f"{differs} (row {row})" for row, differs in ties)
+    for rank, c in shown:
         cfg, p = c.config, c.prediction
         style = "bold green" if rank == 1 else None
         expert_cells = (str(cfg.ep), str(cfg.etp)) if experts else ()
@@ -193,6 +197,30 @@ def search_table(title: str, result, width: int = WIDE) -> Table:
                       style=style)
     return fit(table, width, drop=("comm", "bubble", "MFU", "#", "split"), wrap=("recompute", "split"),
                fold=("vpp", "cp", "etp", "ep", "zero", "mbs"))
+
+
+TIE_FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "zero")
+
+
+def fold_ties(ranked) -> tuple[list, list[tuple[int, str]]]:
+    """The ranked candidates with ties folded: a candidate whose step time, memory, recompute and split
+    read the same as the row shown above it (zero 1 and 2 with the same memory, dp × cp swaps on one
+    node) is not a row of its own; it is listed as (shown row, what differs)."""
+    shown, ties = [], []
+
+    def key(c):
+        p = c.prediction
+        return (seconds(p.step_time_s), gib(p.memory_bytes_per_device_max),
+                recompute_mix(c.layouts, c.config.recompute_modules), split_text(c.layouts))
+
+    for rank, c in enumerate(ranked, 1):
+        if shown and key(shown[-1][1]) == key(c):
+            kept = shown[-1][1].config
+            differs = " ".join(f"{f} {getattr(c.config, f)}" for f in TIE_FIELDS if getattr(c.config, f) != getattr(kept, f))
+            ties.append((len(shown), differs or c.config.label()))
+        else:
+            shown.append((rank, c))
+    return shown, ties
 
 
 #: (row label, value function, lower is better)
@@ -212,8 +240,9 @@ def compare_table(entries, width: int = WIDE, setups: list[dict] | None = None) 
     the entries train different batches, a row of time per million tokens is the one to rank by."""
     table = Table(title="comparison (best of each row in green)", title_justify="left")
     table.add_column("")
-    for name, _ in entries:
-        table.add_column(name, justify="right")
+    headers = compare_headers([name for name, _ in entries], entries, setups, width)
+    for header in headers:
+        table.add_column(header, justify="right")
     for label in (setups[0] if setups else {}):
         table.add_row(label, *[str(s.get(label, "—")) for s in setups])
     rows = COMPARE_ROWS[:1] + (PER_TOKEN_ROW if batches_differ(entries) else []) + COMPARE_ROWS[1:]
@@ -226,7 +255,24 @@ def compare_table(entries, width: int = WIDE, setups: list[dict] | None = None) 
         if any(values):
             best = min(values)
             table.add_row(f"  {term}", *[f"[bold green]{seconds(v)}[/]" if v == best else seconds(v) for v in values])
-    return fit(table, width, wrap=tuple(name for name, _ in entries))
+    # the letters' legend, printed under the table at the console's width (a caption wraps at the table's)
+    table.legend = [] if headers == [name for name, _ in entries] else [
+        f"{h}  {name}" for h, (name, _) in zip(headers, entries)]
+    return fit(table, width)
+
+
+def compare_headers(names: list[str], entries, setups, width: int) -> list[str]:
+    """The entries' names as column headers, or A, B, … (named in the caption) when the names would make
+    the table wider than the terminal: a header never breaks a file name mid-word."""
+    from rich.text import Text
+
+    cells = [[Text.from_markup(str(v)).plain for v in (s.values() if setups else [])] for s in (setups or [{}] * len(names))]
+    widest_value = [max([len(c) for c in column] + [12]) for column in cells]  # 12: "1,234,567.89"
+    label = 18  # the row labels ("memory / device")
+    needed = 1 + label + 3 + sum(max(len(n), w) + 3 for n, w in zip(names, widest_value))
+    if needed <= width:
+        return names
+    return [chr(ord("A") + i) if i < 26 else f"#{i + 1}" for i in range(len(names))]
 
 
 def tokens_per_step(p: Prediction) -> float:
@@ -332,7 +378,7 @@ def runner_up_table(losers, source: str, width: int = WIDE) -> Table:
     for col in ("#", "configuration", "split", "step", "slower", "why it lost"):
         table.add_column(col, justify="right" if col in ("#", "step", "slower") else "left")
     for rank, lo in enumerate(losers, 2):
-        table.add_row(str(rank), lo.label, lo.split, seconds(lo.step_time_s), f"+{lo.slower_fraction:.1%}",
+        table.add_row(str(rank), lo.label, lo.split, seconds(lo.step_time_s), f"{lo.slower_fraction:+.1%}",
                       f"{lo.reason}: {lo.term} +{seconds(lo.term_growth_s)}")
     return fit(table, width, drop=("split",), wrap=("configuration", "why it lost"))
 
@@ -371,10 +417,11 @@ def timeline_legend(vpp: int):
 
 
 def timeline_text(ops, pp: int, width: int) -> list:
-    """The schedule as one line of cells per stage; a cell shows the op at its middle (`timeline_cell`),
-    `·` waiting."""
+    """The schedule as one line of cells per stage, `width` columns with its label (a line never wraps);
+    a cell shows the op at its middle (`timeline_cell`), `·` waiting."""
     from rich.text import Text
 
+    width = max(8, width - len(f"stage {pp - 1:>2} "))
     end_s = max(op.end_s for op in ops)
     rows = [[None] * width for _ in range(pp)]
     for op in ops:
@@ -712,7 +759,7 @@ def search_output(console: Console, inputs, planned, mine, versus, out) -> None:
 
 
 def _setup(entry) -> dict:
-    return setup_rows(entry.config, entry.gbs, entry.seq_length, entry.layouts)
+    return {"target": entry.target or "—"} | setup_rows(entry.config, entry.gbs, entry.seq_length, entry.layouts)
 
 
 def compare_json(entries) -> list[dict]:
@@ -722,7 +769,10 @@ def compare_json(entries) -> list[dict]:
 
 def compare_output(console: Console, entries, engine: str | None) -> None:
     pairs = [(e.name, e.prediction) for e in entries]
-    console.print(compare_table(pairs, console.width, [_setup(e) for e in entries]))
+    table = compare_table(pairs, console.width, [_setup(e) for e in entries])
+    console.print(table)
+    for line in table.legend:
+        console.print(line, highlight=False, soft_wrap=True)
     for line in explain_differences(pairs):
         console.print(line, highlight=False)
     for e in entries:

@@ -90,3 +90,53 @@ def test_models_table_keeps_names_whole(gplan, narrow):
     text = gplan("models").stderr
     for name in bundled_models():
         assert name in text
+
+
+def test_compare_names_long_files_by_letter_and_shows_each_target(gplan, narrow, plans, tmp_path):
+    """A file name is never broken mid-word: when the names would not fit, the columns are A, B, … and the
+    names are listed whole beneath; each plan's target is a row."""
+    narrow(80)
+    names = []
+    for kind in ("dense", "moe"):
+        path = tmp_path / f"a-rather-long-plan-file-name-for-the-{kind}-search-on-64-h100.json"
+        path.write_text(plans[kind][0].read_text())
+        names.append(path.name)
+    text = gplan("compare", *(str(tmp_path / n) for n in names)).stderr
+    assert_fits(text, 80)
+    assert f"A  {names[0]}" in text and f"B  {names[1]}" in text
+    target_row = next(line for line in text.splitlines() if line.startswith("│ target"))
+    targets = [json.loads(plans[kind][0].read_text())["target"] for kind in ("dense", "moe")]
+    assert [c.strip() for c in target_row.split("│")[2:-1]] == targets
+    # names that fit stay the column headers
+    text = gplan("compare", str(plans["dense"][0]), str(plans["moe"][0])).stderr
+    assert "dense.json" in text and "A  " not in text
+
+
+def test_search_folds_ties_and_says_what_differs(gplan, tmp_path):
+    """Llama 3 8B on one H100 node: zero 1 and zero 2 (and dp × cp swaps) price the same; the table shows
+    one row per distinct result and names the folded variants."""
+    from gplan.render import fold_ties  # noqa: F401  (the function the table folds with)
+
+    result = gplan("search", "llama3-8b", "--cluster", "dgx-h100", "--devices", "8", "--out", str(tmp_path / "p.json"),
+                   "--json")
+    ranked = result.json()["ranked"]
+    rows = [(r["prediction"]["step_time_s"], r["prediction"]["memory_bytes_per_device_max"]) for r in ranked]
+    assert len(set(rows)) < len(rows), "the instance has ties (else this test shows nothing)"
+    text = gplan("search", "llama3-8b", "--cluster", "dgx-h100", "--devices", "8", "--out", str(tmp_path / "p.json"),
+                 "--wide").stderr
+    header = next(line for line in text.splitlines() if line.startswith("┃"))
+    columns = [c.strip() for c in header.split("┃")[1:-1]]
+    body = [line for line in text.splitlines() if line.startswith("│")]
+    cells = [[c.strip() for c in line.split("│")[1:-1]] for line in body]
+    steps = [tuple(c[columns.index(k)] for k in ("step", "mem/dev", "recompute", "split")) for c in cells]
+    assert len(steps) == len(set(steps)), "no two rows read the same"
+    assert len(body) < len(ranked) and "folded into the row shown: zero 2" in " ".join(text.split())
+
+
+def test_explain_header_says_what_the_stages_recompute(gplan, tmp_path):
+    from gplan.testing import TINY_LLAMA, tiny_plan
+
+    plan = tiny_plan(tmp_path / "plan.json", TINY_LLAMA, [[("full", 2)], [("none", 2)]], pp=2)
+    header = gplan("explain", str(plan)).stderr.split("stages (per micro-batch")[0]
+    assert "rc=full2·none2" in header and "rc=none" not in header
+    assert "rc=full2·none2" in gplan("estimate", str(plan)).stderr

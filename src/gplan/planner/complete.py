@@ -196,6 +196,8 @@ class Entry:
     chosen: dict[str, str]
     """What was completed for a configuration given in part."""
     completed: Completed | None = None
+    target: str | None = None
+    """The engine it is priced as (a plan's recorded target; the inputs' engine)."""
 
 
 def compare_configs(inputs: Inputs, texts: list[str]) -> list[Entry]:
@@ -206,7 +208,8 @@ def compare_configs(inputs: Inputs, texts: list[str]) -> list[Entry]:
     for text in texts:
         e = estimate(inputs, parse_config_values(text))
         entries.append(Entry(text, e.done.prediction, e.done.config, inputs.training.gbs, inputs.training.seq_length,
-                             e.done.layouts, [r.detail for r in e.refused], e.done.chosen, e.done))
+                             e.done.layouts, [r.detail for r in e.refused], e.done.chosen, e.done,
+                             target=inputs.training.engine))
     return entries
 
 
@@ -219,5 +222,6 @@ def compare_plans(paths: list[str]) -> list[Entry]:
     plans = [read_plan(Path(item)) for item in paths]
     names = [Path(item).name for item in paths]
     names = names if len(set(names)) == len(names) else list(paths)
-    return [Entry(name, p.prediction, p.parallel, p.training.gbs, p.training.seq_length, layouts_of(p), [], {})
+    return [Entry(name, p.prediction, p.parallel, p.training.gbs, p.training.seq_length, layouts_of(p), [], {},
+                  target=p.target or p.training.engine)
             for name, p in zip(names, plans)]

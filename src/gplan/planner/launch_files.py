@@ -902,5 +902,5 @@ def compare_launches(paths: list[Path], model: str, devices, cluster, hardware, 
                                                                     devices_per_node, seq_length, headroom, None,
                                                                     target, 1.0)
         entries.append(Entry(path.name, prediction, config, inputs.training.gbs, inputs.training.seq_length, layouts,
-                             [], {}))
+                             [], {}, target=inputs.training.engine))
     return entries
