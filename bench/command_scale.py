@@ -22,6 +22,8 @@ RUNS = 3
 SCALES = [(16384, 2048), (131072, 16384)]
 COMMANDS = {
     "explain": ["explain", "{plan}"],
+    "explain --trace": ["explain", "{plan}", "--trace", "{out}.trace.json"],
+    "explain --report": ["explain", "{plan}", "--report", "{out}.report.html"],
     "compare": ["compare", "{plan}", "{plan}"],
     "export megatron": ["export", "{plan}", "--to", "megatron", "-o", "{out}"],
     "export slurm": ["export", "{plan}", "--to", "slurm", "-o", "{out}"],

@@ -871,6 +871,9 @@ def against_output(console: Console, against) -> None:
         for term in TERMS:
             p, m = s.predicted_s[term], s.measured_s[term]
             table.add_row(term, seconds(p) if p else "—", seconds(m) if m else "—", off_text(m, p))
+            if term == "dp gradient sync":  # the collectives measured, by name (the prediction prices axes)
+                for name, waited in s.collectives_s.items():
+                    table.add_row(f"  {name}", "", seconds(waited), "")
         console.print(fit(table, console.width, wrap=("term",)))
     stage, term, delta = against.worst()
     console.print(f"largest miss: stage {stage} {term}, {seconds(abs(delta))} per step "

@@ -120,3 +120,18 @@ def test_compute_equalised_by_a_collective_is_not_fitted(profiled, tmp_path):
     result = run("calibrate", str(copy / "run_report.json"), "--out", str(tmp_path / "c.yaml"))
     assert result.exit_code == 3 and "equalise it with the slowest rank" in result.stderr
     assert not (tmp_path / "c.yaml").exists()
+
+
+def test_tensor_parallel_collectives_are_measured_inside_the_layers(tmp_path):
+    """tp 2: the layers' all-reduces (the rank waits in them inside its forward and backward) are taken
+    out of the compute and shown as layer collectives, by name, beside the predicted tp communication."""
+    plan = tiny_plan(tmp_path / "plan.json", TINY_LLAMA, None, tp=2)
+    result = run("launch", str(plan), "--run-dir", str(tmp_path / "run"), "--steps", "3", "--warmup-steps", "1",
+                 "--device", "cpu", "--profile")
+    assert result.exit_code == 0, result.stderr[-3000:]
+    result = run("explain", str(plan), "--against", str(tmp_path / "run"), "--json")
+    stage = cli_json(result.stdout)["against"]["stages"][0]
+    assert stage["predicted_s"]["layer collectives"] > 0 and stage["measured_s"]["layer collectives"] > 0
+    assert any(name.startswith("gloo:") for name in stage["collectives_s"])
+    assert sum(stage["collectives_s"].values()) == pytest.approx(
+        stage["measured_s"]["layer collectives"] + stage["measured_s"]["dp gradient sync"], rel=1e-6)

@@ -43,6 +43,8 @@ class StageAgainst:
     measured_s: dict[str, float]
     predicted_step_s: float
     measured_step_s: float
+    collectives_s: dict[str, float]
+    """Measured per step, each collective of the layers and the gradient sync by its name (`gloo:all_reduce`)."""
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,7 @@ class Against:
         return {"run_dir": str(self.run_dir), "plan": self.plan_note, "steps_traced": self.steps_traced,
                 "stages": [{"stage": s.stage, "rank": s.rank, "predicted_step_s": s.predicted_step_s,
                             "measured_step_s": s.measured_step_s, "predicted_s": s.predicted_s,
-                            "measured_s": s.measured_s} for s in self.stages]}
+                            "measured_s": s.measured_s, "collectives_s": s.collectives_s} for s in self.stages]}
 
 
 def against_plan(plan: Plan, run_dir: Path) -> Against:
@@ -76,6 +78,7 @@ def against_plan(plan: Plan, run_dir: Path) -> Against:
     for stage, tail in zip(ran.stages, tails):
         events = read_rank_trace(run_dir / "profile" / f"rank{stage.first_rank}.json")
         measured, steps = measured_terms(events, run_dir / "profile" / f"rank{stage.first_rank}.json")
+        by_name = collective_breakdown(events, steps)
         traced = steps if traced is None else min(traced, steps)
         s = prediction.stages[stage.index]
         predicted = {"forward": m * s.forward_s, "backward": m * s.backward_s,
@@ -84,7 +87,7 @@ def against_plan(plan: Plan, run_dir: Path) -> Against:
         # the rest of the predicted step on this stage: its sends, the bubble, the wait for slower stages' tails
         predicted[IDLE] = max(0.0, prediction.step_time_s - sum(predicted.values()) - tail.overhead_s)
         stages.append(StageAgainst(stage.index, stage.first_rank, predicted, measured, prediction.step_time_s,
-                                   measured["step"]))
+                                   measured["step"], by_name))
     return Against(run_dir, note, traced or 0, stages)
 
 
@@ -181,6 +184,20 @@ def measured_terms(events: list[dict], where: Path) -> tuple[dict[str, float], i
     per_step = {k: v / len(steps) / 1e6 for k, v in totals.items()}
     per_step["step"] = step_us / len(steps) / 1e6
     return per_step, len(steps)
+
+
+def collective_breakdown(events: list[dict], steps: int) -> dict[str, float]:
+    """Seconds per step of each blocking collective the rank waited on inside its marked phases (the
+    layers' and the gradient sync's), by the process group's name for it."""
+    phases = [w for name in ("forward", "backward", "grad_sync") for w in _intervals(events, f"gplan:{name}")]
+    out: dict[str, float] = {}
+    for e in events:
+        if not e["name"].startswith(COLLECTIVE_PREFIXES) or e["name"].split(":", 1)[1] in POINT_TO_POINT:
+            continue
+        waited = _overlap(e["ts"], e["ts"] + e["dur"], phases)
+        if waited > 0:
+            out[e["name"]] = out.get(e["name"], 0.0) + waited / max(steps, 1) / 1e6
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
 def _intervals(events: list[dict], name: str) -> list[tuple[float, float]]:
