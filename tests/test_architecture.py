@@ -27,7 +27,8 @@ LAYERS = [
     {"gplan.planner"},
     {"gplan.calibration"},
     {"gplan.backends"},
-    {"gplan.cli", "gplan.cli_base", "gplan.render", "gplan.svg", "gplan.html_report", "gplan.testing", "gplan.golden"},
+    {"gplan.cli", "gplan.cli_base", "gplan.render", "gplan.svg", "gplan.html_report", "gplan.elastic", "gplan.testing",
+     "gplan.golden"},
 ]
 BACKENDS_MAY_READ = {"gplan", "gplan.errors", "gplan.io", "gplan.launch_text", "gplan.spec", "gplan.profiles", "gplan.plan",
                      "gplan.report", "gplan.backends"}

@@ -100,7 +100,7 @@ def search(
     schedule: Optional[str] = ScheduleOpt, all_devices: bool = o.AllDevicesOpt, target: Optional[str] = SearchTargetOpt,
     time_limit: float = o.TimeLimitOpt, top: int = o.TopOpt, out: Path = o.OutPlanOpt, profile: Optional[Path] = ProfileOpt,
     from_file: Optional[Path] = o.SearchFromOpt, out_launch: Optional[Path] = o.OutLaunchOpt,
-    report: Optional[Path] = o.ReportOpt, as_json: bool = JsonOpt,
+    report: Optional[Path] = o.ReportOpt, what_if_lost: Optional[str] = o.WhatIfLostOpt, as_json: bool = JsonOpt,
     wide: bool = WideOpt, grad_reduce_in_bf16: bool = o.BF16GradsOpt, fp8_param_gather: bool = o.Fp8ParamsOpt,
     moe_a2a_overlap: bool = o.A2AOverlapOpt, cuda_graphs: str = o.CudaGraphsOpt, moe_dispatcher: str = o.DispatcherOpt):
     """Search degrees, micro-batch, recompute, optimizer sharding, stage split and placement; write the best plan."""
@@ -114,6 +114,7 @@ def search(
 
     if top < 1:
         raise InputError(f"--top {top}: show at least one plan", hint="for example --top 5")
+    lost = o.int_list_option(what_if_lost, "--what-if-lost")
     if out.is_dir():
         raise InputError(f"--out {out}: is a directory", hint=f"name a file, e.g. --out {out / 'plan.json'}")
     if out_launch is not None and from_file is None:
@@ -141,9 +142,38 @@ def search(
         atomic_write_text(path, text)
         err.print(f"[green]wrote[/] {path} (your launch, its layout the best plan's)", highlight=False)
     versus = launch_versus(mine, planned) if mine else None
+    losses = None
+    if lost:
+        from gplan.planner.replan import failure_table
+
+        losses = failure_table(planned.plan, lost)
     if as_json:
-        return render.search_json(out, planned.search) | ({"from": versus} if versus else {})
+        return render.search_json(out, planned.search) | ({"from": versus} if versus else {}) | (
+            {"what_if_lost": [render.lost_row_json(row) for row in losses]} if losses else {})
     render.search_output(err, inputs, planned, mine, versus, out)
+    if losses:
+        err.print(render.failure_table(losses, planned.plan, err.width))
+
+
+def resume_options(plan, options, resume_from: Path, resume: bool, backend: str, scale, note):
+    """`--resume-from RUN_DIR`: the run's last complete checkpoint, checked against the plan that will run
+    (another model, or a checkpoint from before reshardable checkpoints: refused, exit 3)."""
+    from dataclasses import replace
+
+    from gplan.backends.resume import check_resume
+
+    if resume:
+        raise UsageError("--resume continues this plan's own checkpoints, --resume-from another run's",
+                         hint="pass one of them")
+    if backend != "torch":
+        raise UsageError(f"--resume-from: the {backend} backend does not load checkpoints of another layout",
+                         hint="launch with --backend torch")
+    found = check_resume(scale(plan), resume_from)
+    moved = ", ".join(f"{k} {a}→{b}" for k, (a, b) in found.changes.items()) or "nothing (the same layout)"
+    note(f"resuming from {found.path} (step {found.step}), resharded over {moved}")
+    for line in found.notes:
+        note(line)
+    return replace(options, resume_from=found.path)
 
 
 def search_report(plan) -> str:
@@ -253,6 +283,36 @@ def explain(
 
 @app.command()
 @guarded
+def replan(
+    plan_file: Path = o.PlanArg, devices: Optional[int] = o.ReplanDevicesOpt, lost_nodes: Optional[int] = o.LostNodesOpt,
+    optimizer_reshardable: bool = o.OptimizerReshardableOpt, out: Path = o.ReplanOutOpt,
+    time_limit: float = o.TimeLimitOpt, as_json: bool = JsonOpt, wide: bool = WideOpt):
+    """The best plan on the devices left after losing nodes, among the layouts the plan's checkpoint
+    can be loaded into; writes it (resume with gplan launch NEW --resume-from RUN_DIR)."""
+    set_wide(wide)
+    from gplan.plan import write_plan
+    from gplan.planner.replan import replan as replanned
+    from gplan.render import replan_json, replan_output
+
+    plan = read_plan(plan_file)
+    if (devices is None) == (lost_nodes is None):
+        raise UsageError("say how many devices are left: --devices N or --lost-nodes K",
+                         hint=f"e.g. --lost-nodes 1 (this plan's nodes have {plan.cluster.primary.devices_per_node} "
+                              "devices)")
+    if lost_nodes is not None:
+        devices = (plan.provenance.devices_given or plan.world_size) - lost_nodes * plan.cluster.primary.devices_per_node
+    if out.resolve() == plan_file.resolve():
+        raise InputError(f"--out {out}: the plan being replanned", hint="write the new plan beside it, e.g. "
+                         "--out replan.json")
+    result = replanned(plan, devices, optimizer_reshardable, time_limit)
+    write_plan(result.new, out)
+    if as_json:
+        return replan_json(result, out)
+    replan_output(err, result, out)
+
+
+@app.command()
+@guarded
 def launch(
     plan_file: Path = o.PlanArg, backend: Optional[str] = o.BackendOpt, nproc_per_node: Optional[int] = o.NprocOpt,
     nnodes: Optional[int] = o.NnodesOpt, node_rank: int = o.NodeRankOpt, rdzv_endpoint: Optional[str] = o.EndpointOpt,
@@ -262,7 +322,8 @@ def launch(
     gbs: Optional[int] = o.LaunchGbsOpt, data: Optional[Path] = o.DataOpt, device: str = o.DeviceOpt,
     checkpoint_dir: Optional[Path] = o.CheckpointDirOpt, checkpoint_every: int = o.CheckpointEveryOpt,
     resume: bool = o.ResumeOpt, run_dir: Path = o.RunDirOpt, lr: float = o.LrOpt, seed: int = o.SeedOpt,
-    trace_steps: bool = o.LaunchProfileOpt, as_json: bool = JsonOpt):
+    trace_steps: bool = o.LaunchProfileOpt, resume_from: Optional[Path] = o.ResumeFromOpt,
+    elastic: bool = o.ElasticOpt, as_json: bool = JsonOpt):
     """Run a plan: torchrun with DeviceMesh, tensor/sequence parallel, pipelining, FSDP2 (or msrun with
     MindSpore's semi-automatic parallelism); report measured versus predicted."""
     from gplan import render
@@ -285,10 +346,25 @@ def launch(
         data=data.resolve() if data else None, device=device,
         checkpoint_dir=checkpoint_dir.resolve() if checkpoint_dir else None, checkpoint_every=checkpoint_every,
         resume=resume, profile=trace_steps)
-    outcome = launch_plan(plan, backend, options, validate_only=validate_only, slurm=slurm, dry_run=dry_run,
-                          scale=lambda p: scaled_plan(p, layers, hidden, seq_length, gbs),
-                          note=lambda line: err.print(f"[yellow]note:[/] {escape(line)}"),
-                          echo=lambda line: sys.stderr.write(line + "\n"))
+    note = lambda line: err.print(f"[yellow]note:[/] {escape(line)}", highlight=False)  # noqa: E731
+    if resume_from is not None:  # checked before any process starts: a refusal starts nothing
+        options = resume_options(plan, options, resume_from, resume, backend,
+                                 lambda p: scaled_plan(p, layers, hidden, seq_length, gbs), note)
+
+    def run(plan_to_run, run_options):
+        return launch_plan(plan_to_run, backend, run_options, validate_only=validate_only, slurm=slurm, dry_run=dry_run,
+                           scale=lambda p: scaled_plan(p, layers, hidden, seq_length, gbs), note=note,
+                           echo=lambda line: sys.stderr.write(line + "\n"))
+
+    if elastic:
+        from gplan.elastic import check_elastic, launch_elastic, record
+
+        check_elastic(options, nnodes)
+        outcome, survived = launch_elastic(plan, run, options, note)
+        if survived and outcome.report_path is not None:
+            record(outcome.report_path, survived)
+    else:
+        outcome = run(plan, options)
     if outcome.kind == "validated":
         report = outcome.validation
         if not report.ok:

@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from gplan import __version__
-from gplan.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, GplanError
+from gplan.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, GplanError, InputError
 from gplan.spec.engines import ENGINE_NAMES, ENGINES
 from gplan.spec.parallel import RECOMPUTE_MODULES, RECOMPUTE_OPTIONS, SCHEDULES
 from gplan.spec.targets import LAUNCH_BACKENDS
@@ -249,6 +249,18 @@ DeviceOpt = typer.Option("auto", "--device", help="auto | cpu | cuda")
 CheckpointDirOpt = typer.Option(None, "--checkpoint-dir", help="write and resume checkpoints here")
 CheckpointEveryOpt = typer.Option(0, "--checkpoint-every", help="checkpoint every K steps")
 ResumeOpt = typer.Option(False, "--resume", help="continue from the latest checkpoint in --checkpoint-dir")
+ReplanDevicesOpt = typer.Option(None, "--devices", help="devices left")
+LostNodesOpt = typer.Option(None, "--lost-nodes", help="nodes lost (of the plan's cluster's node size)")
+OptimizerReshardableOpt = typer.Option(False, "--optimizer-reshardable", help="the run saved its optimizer state in "
+                                       "the engine's fully reshardable format (Megatron: "
+                                       "--dist-ckpt-optim-fully-reshardable)")
+ReplanOutOpt = typer.Option(Path("replan.json"), "--out", "-o", help="where to write the new plan")
+WhatIfLostOpt = typer.Option(None, "--what-if-lost", help="also show the best layout after losing these numbers of "
+                             "nodes, e.g. 1,2")
+ResumeFromOpt = typer.Option(None, "--resume-from", help="continue another run (its RUN_DIR, or its checkpoint "
+                             "directory) from its last complete checkpoint, resharded into this plan's layout")
+ElasticOpt = typer.Option(False, "--elastic", help="when a worker is lost, re-plan for the devices left and resume "
+                          "from the last checkpoint (needs --checkpoint-dir and --checkpoint-every)")
 LaunchProfileOpt = typer.Option(False, "--profile", help="trace the steps after the warm-up with torch.profiler "
                                 "(RUN_DIR/profile/rank*.json; compare with gplan explain PLAN --against RUN_DIR)")
 RunDirOpt = typer.Option(Path("gplan-run"), "--run-dir", help="logs, the plan that ran, run_report.json")
@@ -321,3 +333,14 @@ def load_numpy_single_threaded() -> None:
         del os.environ["OPENBLAS_NUM_THREADS"]
 
 
+def int_list_option(value: str | None, flag: str) -> list[int] | None:
+    """`--what-if-lost 1,2`: positive counts, one line naming the flag otherwise."""
+    if not value:
+        return None
+    try:
+        counts = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise InputError(f"{flag} {value!r}: expected counts like 1,2", hint=f"{flag} 1,2") from None
+    if not counts or min(counts) < 1:
+        raise InputError(f"{flag} {value!r}: counts of nodes, 1 or more", hint=f"{flag} 1,2")
+    return counts

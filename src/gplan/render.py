@@ -885,3 +885,71 @@ def off_text(measured: float, predicted: float) -> str:
     if predicted <= 0:
         return "—" if measured <= 0 else "unpredicted"
     return f"{measured / predicted - 1:+.0%}"
+
+
+# ---- re-planning on the devices left (`gplan replan`, `search --what-if-lost`) ---------------------------
+
+def replan_output(console: Console, r, out) -> None:
+    """The old plan beside the new, what the checkpoint is resharded over, what was kept and why."""
+    console.print(f"[bold]{r.old.model.name}: {r.old.world_size} → {r.devices} devices[/] "
+                  f"({r.tokens_kept:.0%} of the tokens/s kept)", highlight=False)
+    table = compare_table([("before", r.old.prediction), ("on the devices left", r.new.prediction)], console.width,
+                          [setup_rows(p.parallel, p.training.gbs, p.training.seq_length, p.stages) for p in (r.old, r.new)])
+    console.print(table)
+    for line in replan_lines(r):
+        console.print(line, highlight=False)
+    console.print(f"[green]wrote[/] {out} — resume the run with: gplan launch {out} --resume-from RUN_DIR",
+                  highlight=False)
+
+
+def replan_lines(r) -> list[str]:
+    rule = r.resharding
+    lines = []
+    if r.changed:
+        changes = ", ".join(f"{k} {a}→{b}" for k, (a, b) in r.changed.items())
+        lines.append(f"the checkpoint ({rule.format}) is resharded over: {changes}")
+    else:
+        lines.append("the same layout: the checkpoint loads as it is")
+    if r.pinned:
+        reasons: dict[str, list[str]] = {}
+        for degree, why in r.pinned.items():
+            reasons.setdefault(why, []).append(degree)
+        lines += [f"kept: {', '.join(degrees)} — {why}" for why, degrees in reasons.items()]
+    if r.gbs_note:
+        lines.append(f"note: {r.gbs_note}")
+    if r.changed and rule.conversion:
+        lines.append(f"before loading: {rule.conversion}")
+    lines.append(f"source: {rule.source}")
+    return lines
+
+
+def replan_json(r, out) -> dict:
+    return {"plan": str(out), "devices": r.devices, "before": r.old.parallel.label(), "after": r.new.label(),
+            "tokens_per_s_kept": r.tokens_kept, "resharded": {k: list(v) for k, v in r.changed.items()},
+            "kept": r.pinned, "gbs": r.new.training.gbs, "gbs_note": r.gbs_note,
+            "checkpoint_format": r.resharding.format, "conversion": r.resharding.conversion or None,
+            "step_time_s": r.new.prediction.step_time_s}
+
+
+def failure_table(rows, plan, width: int = WIDE) -> Table:
+    from gplan.planner.replan import resharding_of
+
+    table = Table(title=f"if nodes are lost (nodes of {plan.cluster.primary.devices_per_node}; layouts its "
+                        f"{resharding_of(plan).format} checkpoint loads into)", title_justify="left")
+    for col in ("lost", "devices", "best layout then", "tokens/s", "kept", "optimizer state"):
+        table.add_column(col, justify="left" if col in ("best layout then", "optimizer state") else "right")
+    for row in rows:
+        r = row.replanned
+        if r is None:
+            table.add_row(str(row.nodes_lost), str(row.devices), row.why_not, "—", "—", "—")
+            continue
+        moved = ", ".join(k for k in r.changed) or "as it is"
+        table.add_row(str(row.nodes_lost), str(row.devices), r.new.label(), f"{r.new.prediction.tokens_per_s:,.0f}",
+                      f"{r.tokens_kept:.0%}", "resharded over " + moved if r.changed else moved)
+    return fit(table, width, wrap=("best layout then", "optimizer state"))
+
+
+def lost_row_json(row) -> dict:
+    r = row.replanned
+    return {"nodes_lost": row.nodes_lost, "devices": row.devices,
+            **(replan_json(r, None) | {"plan": None} if r else {"best": None, "why_not": row.why_not})}

@@ -65,6 +65,12 @@ class RunReport(BaseModel):
     predicted_memory_bytes_per_stage: list[float]
     host: str
     created_at: str
+    resumed: dict | None = None
+    """`gplan launch --resume-from`: the checkpoint (of another layout) the run continued from, its step, and
+    what it was resharded over."""
+    elastic: list[dict] | None = None
+    """`gplan launch --elastic`: each failure the run survived — the plan before and after, the ranks lost,
+    the step resumed from, and the seconds from the failure to the new job's start."""
 
     def stage_peak_bytes(self) -> list[float]:
         stages = max(r.stage for r in self.ranks) + 1
@@ -85,7 +91,7 @@ def measured_mfu(plan: Plan, step_time_s: float) -> float:
 
 def build_report(plan: Plan, *, backend: str, framework_version: str, device: str, compute_dtype: str,
                  first_step: int, steps: int, warmup_steps: int, losses: list[float],
-                 ranks: list[RankReport], gemm_recipe: str | None = None) -> RunReport:
+                 ranks: list[RankReport], gemm_recipe: str | None = None, resumed: dict | None = None) -> RunReport:
     """The run report every worker writes (rank 0, after gathering every rank's RankReport): the step
     time is the slowest rank's, its median taken after the warm-up steps."""
     per_step = [max(r.step_times_s[i] for r in ranks) for i in range(min(len(r.step_times_s) for r in ranks))]
@@ -100,7 +106,8 @@ def build_report(plan: Plan, *, backend: str, framework_version: str, device: st
         tokens_per_s=plan.training.tokens_per_step / step_s, mfu=measured_mfu(plan, step_s),
         ranks=sorted(ranks, key=lambda r: r.rank), predicted_step_time_s=plan.prediction.step_time_s,
         predicted_memory_bytes_per_stage=[s.memory_bytes for s in plan.prediction.stages],
-        host=socket.gethostname(), created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        host=socket.gethostname(), created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        resumed=resumed)
 
 
 def write_report(report: RunReport, path: Path) -> None:

@@ -50,6 +50,8 @@ class LaunchOptions:
     checkpoint_dir: Path | None = None
     checkpoint_every: int = 0
     resume: bool = False
+    resume_from: Path | None = None
+    """A checkpoint written under another plan (`backends.resume.check_resume`), loaded resharded."""
     profile: bool = False
     """Trace the steps after the warm-up with the framework's profiler (`profile/rank{R}.json` in the run
     directory)."""
@@ -420,6 +422,10 @@ def launch_plan(plan: Plan, backend_name: str, options: LaunchOptions, *, valida
     require_framework(backend_name)
     options.run_dir.mkdir(parents=True, exist_ok=True)
     write_plan(plan, plan_path)
+    if options.checkpoint_dir:  # where `--resume-from RUN_DIR` finds this run's checkpoints
+        from gplan.backends.resume import POINTER
+
+        atomic_write_text(options.run_dir / POINTER, str(options.checkpoint_dir) + "\n")
     impl.run(spec, options, echo=echo or (lambda _: None))
     report_path = options.run_dir / "run_report.json"
     if spec.nnodes > 1 and options.node_rank != 0 and not report_path.exists():

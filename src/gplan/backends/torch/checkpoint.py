@@ -1,8 +1,16 @@
-"""Distributed checkpoints with `torch.distributed.checkpoint`, written atomically.
+"""Distributed checkpoints with `torch.distributed.checkpoint`, written atomically, readable by any layout.
 
 Every rank writes its shards into `DIR/.step_N.tmp`; after a barrier rank 0 renames it to
 `DIR/step_N` — a rename inside one directory is atomic, so a half-written checkpoint never looks
 complete and never replaces a good one. `latest` picks the highest complete step.
+
+Everything is keyed by the parameter's global name (`layers.17.attention.wq.weight`: layer ids are the
+model's, whatever stage holds them): the weights, and each parameter's optimizer state (AdamW's step and
+moments). DCP stores DTensor shards with their global shape, so a checkpoint written under one layout
+loads under another — dp, tp, pp, vpp, cp, zero and the stage split may all change (DCP reshards on
+load). The optimizer's hyperparameters are not stored: they are the launch's. The metadata (`META`) names
+the layout and model that wrote it, so a launch can say what it reshards, or refuse a checkpoint of
+another model, before any process starts (`planner`-free: `compatibility`).
 """
 
 from __future__ import annotations
@@ -22,12 +30,22 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 META = "gplan_checkpoint.json"
+FORMAT = 2
+"""1: optimizer state per virtual stage (loads only under the layout that wrote it); 2: by parameter name."""
 
 
 def _state(parts: list, optimizers: list, stages: list[int]) -> dict:
-    """Model entries by global parameter name; optimizer state per virtual pipeline stage — DCP keeps
-    one copy of each non-tensor entry (the param_groups), so ranks of different stages must not
-    share a key."""
+    """Model entries and optimizer state, both by global parameter name (this rank's parts merged)."""
+    model: dict = {}
+    optim: dict = {}
+    for part, opt in zip(parts, optimizers):
+        model.update(get_model_state_dict(part))
+        optim.update(get_optimizer_state_dict(part, opt)["state"])
+    return {"model": model, "optim": optim}
+
+
+def _legacy_state(parts: list, optimizers: list, stages: list[int]) -> dict:
+    """Format 1: the optimizer state per virtual pipeline stage, param_groups included."""
     model: dict = {}
     for part in parts:
         model.update(get_model_state_dict(part))
@@ -45,7 +63,9 @@ def local_save_plan(parts: list, optimizers: list, stages: list[int]):
     return planner.create_local_plan()
 
 
-def save(directory: Path, step: int, parts: list, optimizers: list, stages: list[int], plan_digest: str) -> Path:
+def save(directory: Path, step: int, parts: list, optimizers: list, stages: list[int], plan_digest: str,
+         layout: dict | None = None) -> Path:
+    """`layout`: what the metadata records of the plan that wrote it (`worker.checkpoint_layout`)."""
     final = directory / f"step_{step:08d}"
     tmp = directory / f".step_{step:08d}.tmp"
     if dist.get_rank() == 0:
@@ -55,7 +75,8 @@ def save(directory: Path, step: int, parts: list, optimizers: list, stages: list
     dcp.save(_state(parts, optimizers, stages), checkpoint_id=str(tmp))
     dist.barrier()
     if dist.get_rank() == 0:
-        (tmp / META).write_text(json.dumps({"step": step, "plan_digest": plan_digest}))
+        (tmp / META).write_text(json.dumps({"step": step, "plan_digest": plan_digest, "format": FORMAT,
+                                            "layout": layout or {}}))
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
     dist.barrier()
@@ -74,11 +95,33 @@ def latest(directory: Path) -> tuple[int, Path] | None:
     return max(found) if found else None
 
 
-def load(path: Path, parts: list, optimizers: list, stages: list[int], plan_digest: str) -> int:
-    meta = json.loads((path / META).read_text())
-    if meta["plan_digest"] != plan_digest:
+def read_meta(path: Path) -> dict:
+    return json.loads((path / META).read_text())
+
+
+def load(path: Path, parts: list, optimizers: list, stages: list[int], plan_digest: str,
+         other_layout: bool = False) -> int:
+    """Load `path` into this rank's parts and optimizers; returns the steps it had done. A checkpoint of
+    another plan loads only when asked (`other_layout`: `gplan launch --resume-from`), resharded."""
+    meta = read_meta(path)
+    if meta["plan_digest"] != plan_digest and not (other_layout and meta.get("format", 1) >= 2):
         raise ValueError(f"{path} was written by another plan (digest {meta['plan_digest']}, this plan {plan_digest})")
-    state = _state(parts, optimizers, stages)
+    if meta.get("format", 1) < 2:
+        return _load_legacy(path, parts, optimizers, stages, meta)
+    state = _state(parts, optimizers, stages)  # the template: this layout's shards, optimizer state initialised
+    dcp.load(state, checkpoint_id=str(path))
+    for part, opt in zip(parts, optimizers):
+        names = set(get_model_state_dict(part))
+        set_model_state_dict(part, {k: v for k, v in state["model"].items() if k in names})
+        groups = get_optimizer_state_dict(part, opt)["param_groups"]
+        mine = {k for g in groups for k in g["params"]}
+        set_optimizer_state_dict(part, opt, {"state": {k: v for k, v in state["optim"].items() if k in mine},
+                                             "param_groups": groups})
+    return meta["step"]
+
+
+def _load_legacy(path: Path, parts: list, optimizers: list, stages: list[int], meta: dict) -> int:
+    state = _legacy_state(parts, optimizers, stages)
     dcp.load(state, checkpoint_id=str(path))
     for s, part, opt in zip(stages, parts, optimizers):
         names = set(get_model_state_dict(part))

@@ -50,6 +50,8 @@ def worker_args(plan_path: Path, options: LaunchOptions) -> list[str]:
         args += ["--checkpoint-dir", str(options.checkpoint_dir), "--checkpoint-every", str(options.checkpoint_every)]
     if options.resume:
         args.append("--resume")
+    if options.resume_from:
+        args += ["--resume-from", str(options.resume_from)]
     return args
 
 
@@ -175,5 +177,7 @@ def _failure(code: int, output: str, run_dir: Path) -> BackendError:
         return BackendError(f"the job failed (torchrun exit {code})", hint=f"see {run_dir}/torchrun.log")
     rank, how = found
     tail = " | ".join(last_lines(run_dir, rank))
-    return BackendError(f"rank {rank} failed ({how}); the job was stopped" + (f"; its last lines: {tail}" if tail else ""),
-                        hint=f"see {run_dir}/logs/rank{rank}.log and {run_dir}/torchrun.log")
+    error = BackendError(f"rank {rank} failed ({how}); the job was stopped" + (f"; its last lines: {tail}" if tail else ""),
+                         hint=f"see {run_dir}/logs/rank{rank}.log and {run_dir}/torchrun.log")
+    error.failed_rank = rank  # `gplan launch --elastic` re-plans without it
+    return error

@@ -30,6 +30,7 @@ from torch.distributed.tensor.parallel import loss_parallel
 from torch.profiler import record_function
 
 from gplan.backends.common import add_worker_options, device_mismatch, global_batch
+from gplan.backends.resume import checkpoint_layout
 from gplan.backends.torch import apply_pp, checkpoint, launcher, profiling
 from gplan.backends.torch.apply_cp import load_balanced_positions
 from gplan.backends.torch.apply_dp import average_expert_gradients, average_gradients
@@ -48,6 +49,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--checkpoint-dir", type=Path, default=None)
     parser.add_argument("--checkpoint-every", type=int, default=0)
     parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--resume-from", type=Path, default=None)
     return parser.parse_args(argv)
 
 
@@ -74,6 +76,8 @@ class Job:
     recipe: str | None = None
     """The low-precision GEMM recipe this rank runs (apply_lowp.describe), for the run report."""
     step_times_s: list[float] = field(default_factory=list)
+    resumed: dict | None = None
+    """A checkpoint of another layout this run continued from (`--resume-from`), for the run report."""
 
 
 class RankLog:
@@ -203,6 +207,17 @@ def plan_fingerprint(plan: Plan) -> str:
 
 
 def resume(job: Job, args: argparse.Namespace) -> int:
+    if args.resume_from is not None:  # another plan's checkpoint, resharded into this layout
+        from gplan.backends.resume import check_resume
+
+        found = check_resume(job.plan, args.resume_from)
+        step = checkpoint.load(found.path, job.parts, job.optimizers, job.virtual_stages, plan_fingerprint(job.plan),
+                               other_layout=True)
+        job.resumed = {"checkpoint": str(found.path), "step": step,
+                       "resharded": {k: list(v) for k, v in found.changes.items()}, "notes": found.notes}
+        job.log(f"resumed from {found.path} (step {step}), resharded over "
+                f"{', '.join(f'{k} {a}→{b}' for k, (a, b) in found.changes.items()) or 'nothing: the same layout'}")
+        return step
     if not (args.resume and args.checkpoint_dir):
         return 0
     found = checkpoint.latest(args.checkpoint_dir)
@@ -243,7 +258,7 @@ def train(job: Job, args: argparse.Namespace, first_step: int) -> list[float]:
         job.log(f"step {step + 1}/{args.steps} loss {loss:.6f} time {job.step_times_s[-1]:.3f} s")
         if args.checkpoint_dir and args.checkpoint_every and (step + 1) % args.checkpoint_every == 0:
             path = checkpoint.save(args.checkpoint_dir, step + 1, job.parts, job.optimizers, job.virtual_stages,
-                                   plan_fingerprint(plan))
+                                   plan_fingerprint(plan), checkpoint_layout(plan))
             job.log(f"checkpoint {path}")
     traced = tracer.close()
     if traced:
@@ -359,7 +374,7 @@ def report(job: Job, args: argparse.Namespace, first_step: int, losses: list[flo
         compute_dtype=job.plan.training.base_precision if job.autocast else "fp32", gemm_recipe=job.recipe,
         first_step=first_step,
         steps=args.steps, warmup_steps=args.warmup_steps, losses=losses,
-        ranks=[RankReport.model_validate(r) for r in gathered]), args.run_dir / "run_report.json")
+        ranks=[RankReport.model_validate(r) for r in gathered], resumed=job.resumed), args.run_dir / "run_report.json")
 
 
 if __name__ == "__main__":

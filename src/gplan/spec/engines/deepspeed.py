@@ -3,7 +3,7 @@ the layers evenly; its pipeline engine checkpoints every layer (--checkpoint-act
 Megatron's core-attention recompute on every layer. Experts: DeepSpeed-MoE layers in Megatron-DeepSpeed's
 GPT (every layer, Mixtral-shaped), without pp."""
 
-from gplan.spec.engines.profile import ALL_ZERO, Capabilities, EngineProfile, MemoryAccounting
+from gplan.spec.engines.profile import ALL_ZERO, Capabilities, DCP_RESHARDS, EngineProfile, MemoryAccounting, Resharding
 
 ENGINE = EngineProfile(
     name="deepspeed", title="DeepSpeed (Megatron-DeepSpeed)", order=4, exporter="deepspeed",
@@ -38,4 +38,11 @@ ENGINE = EngineProfile(
     zero3_copy_launch_s=5e-6,
     # Megatron-DeepSpeed's --use-flash-attn-v2 calls flash-attn 2 (no Transformer Engine)
     attention_kernel="fa2",
+    resharding=Resharding(
+        "DeepSpeed universal checkpoint", DCP_RESHARDS,
+        "DeepSpeed's universal checkpointing tutorial (deepspeed.ai/tutorials/universal-checkpointing): ZeRO "
+        "1-3, tp, pp and dp changes after ds_to_universal; mixtures of experts are not converted",
+        dense_only=True,
+        conversion="python -m deepspeed.checkpoint.ds_to_universal --input_folder CKPT/global_stepN "
+                   "--output_folder CKPT/global_stepN_universal, then run with --universal-checkpoint"),
 )

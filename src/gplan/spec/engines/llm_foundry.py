@@ -4,7 +4,7 @@ context parallelism; `activation_checkpointing` recomputes every block; its MPT 
 or RoPE, with or without biases). gplan prices its published runs (S21) and its plans; it neither
 launches nor exports to it."""
 
-from gplan.spec.engines.profile import Capabilities, EngineProfile, MemoryAccounting
+from gplan.spec.engines.profile import Capabilities, DCP_RESHARDS, EngineProfile, MemoryAccounting, Resharding
 
 ENGINE = EngineProfile(
     name="llm-foundry", title="llm-foundry", order=6,
@@ -19,4 +19,8 @@ ENGINE = EngineProfile(
     zero3_backward_prefetch=False,
     # attn_impl flash (flash-attn 2) or triton; its H100 table ran torch 2.1 (S23: the h100new.md image column)
     attention_kernel="fa2",
+    resharding=Resharding(
+        "Composer sharded checkpoint (torch.distributed.checkpoint)", frozenset({"dp", "zero"}),
+        "Composer's FSDP sharded checkpoints load on another number of ranks (its elastic sharded checkpointing); "
+        "llm-foundry shards data parallel only"),
 )

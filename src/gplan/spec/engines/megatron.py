@@ -2,7 +2,7 @@
 chunk (arguments.py, --recompute-method block); --recompute-granularity selective takes no method: every
 layer (validate_args)."""
 
-from gplan.spec.engines.profile import ALL_ZERO, Capabilities, EngineProfile, MemoryAccounting
+from gplan.spec.engines.profile import ALL_ZERO, Capabilities, DCP_RESHARDS, EngineProfile, MemoryAccounting, Resharding
 
 ENGINE = EngineProfile(
     name="megatron", title="Megatron-LM", order=2, exporter="megatron",
@@ -20,5 +20,12 @@ ENGINE = EngineProfile(
                                                            "layernorm", "mla_up_proj"}),
                               tp_comm_overlap=frozenset({"bf16", "fp16", "fp8", "mxfp8"}),
                               no_param_gather_overlap=frozenset({"mxfp8"})),
-    memory=MemoryAccounting(),  # Megatron's theoretical_memory_usage: 18 bytes, the distributed optimizer's 6 + 12/d
+    memory=MemoryAccounting(),  # Megatron's theoretical_memory_usage: 18 bytes, the distributed optimizer's 6 + 12/d,
+    resharding=Resharding(
+        "torch_dist (--ckpt-format torch_dist, dist_checkpointing)", DCP_RESHARDS,
+        "megatron-core 0.16.1 dist_checkpointing: weights load under any tp, pp, dp; the distributed optimizer's "
+        "default 'dp_reshardable' state reshards over dp only, 'fully_reshardable' over tp and pp too "
+        "(optimizer/distrib_optimizer.py, sharded_param_state)",
+        optimizer_pins=frozenset({"tp", "pp", "vpp", "cp", "ep", "etp", "zero", "split"}),
+        unpinned_by="--dist-ckpt-optim-fully-reshardable"),
 )

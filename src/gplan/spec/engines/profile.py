@@ -133,6 +133,34 @@ class Capabilities:
     """Pipeline stages."""
 
 
+LAYOUT_DEGREES = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "zero")
+"""What a new layout may change; `split` (the layers per stage) besides."""
+
+
+@dataclass(frozen=True)
+class Resharding:
+    """What a checkpoint the engine wrote can be loaded into (`gplan replan` keeps the rest as it was)."""
+
+    format: str
+    """The checkpoint format, as the engine names it."""
+    free: frozenset[str]
+    """Degrees (LAYOUT_DEGREES, and `split`) that may change on load."""
+    source: str
+    optimizer_pins: frozenset[str] = frozenset()
+    """Degrees its optimizer state's default format cannot change (the weights can) ..."""
+    unpinned_by: str = ""
+    """... unless the run saved with this option."""
+    dense_only: bool = False
+    """Models with routed experts cannot be converted: every degree stays."""
+    conversion: str = ""
+    """The engine's own conversion step before loading under another layout, if it needs one."""
+
+
+#: A torch.distributed.checkpoint (DCP) checkpoint: every tensor saved with its global shape and its shard's
+#: offsets, resharded on load (torch.distributed.checkpoint's docs: "load-time resharding").
+DCP_RESHARDS = frozenset(LAYOUT_DEGREES) | {"split"}
+
+
 ALL_SCHEDULES = frozenset({"gpipe", "1f1b", "interleaved_1f1b"})
 ALL_ZERO = frozenset({0, 1, 2, 3})
 
@@ -198,6 +226,8 @@ class EngineProfile:
     efficiency: str = "engine_efficiency"
     """Where its speed lives: the hardware catalogue's `engine_efficiency[name]` (fitted per hardware on
     its runs, prior 1: the compute efficiencies are Megatron-LM's)."""
+    resharding: Resharding = Resharding("none", frozenset(), "not known: every degree kept")
+    """What its checkpoints can be loaded into (`gplan replan`, `gplan launch --resume-from`)."""
     attention_kernel: AttentionKernel = "fused"
     """The fused attention it runs on GPUs: "fused", the newest the device has (Transformer Engine picks cuDNN's,
     FlashAttention-3-class on Hopper), or "fa2", FlashAttention-2's class (flash-attn 2, torch SDPA's default

@@ -3,7 +3,7 @@
 torchao's float8 tensorwise and rowwise and MXFP8 (backends/torch/apply_lowp.py); selective recompute of the
 attention core or, as torchtitan's, per operator (the module `op`: backends/torch/model.per_op_contexts)."""
 
-from gplan.spec.engines.profile import ALL_SCHEDULES, ALL_ZERO, Capabilities, EngineProfile, MemoryAccounting
+from gplan.spec.engines.profile import ALL_SCHEDULES, ALL_ZERO, Capabilities, DCP_RESHARDS, EngineProfile, MemoryAccounting, Resharding
 
 ENGINE = EngineProfile(
     name="torch", title="gplan's torch worker (torchrun, NCCL)", order=0, launches=True,
@@ -17,4 +17,8 @@ ENGINE = EngineProfile(
     memory=MemoryAccounting(states="fsdp", loss_grad="fp32_grad", quantized_gemm_inputs=False),
     # F.scaled_dot_product_attention: its default flash backend is FlashAttention-2 (cuDNN's ranks below it)
     attention_kernel="fa2",
+    resharding=Resharding(
+        "torch.distributed.checkpoint, by parameter name (gplan's format 2)", DCP_RESHARDS,
+        "backends/torch/checkpoint.py: weights and AdamW state keyed by global parameter name; DCP reshards "
+        "DTensor shards on load (tests/backends/test_resume_elsewhere.py trains on through a change of layout)"),
 )

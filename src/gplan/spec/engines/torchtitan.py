@@ -4,7 +4,7 @@ module (swiglu, RMSNorm, RoPE); FSDP2 has no optimizer-only sharding, so zero 1 
 export says so). Stages are exact: the export lists every chunk's modules. Experts: its qwen3 and
 deepseek_v3 models (MoE layers with ep; MLA left at tp = cp = 1 here, not checked)."""
 
-from gplan.spec.engines.profile import ALL_SCHEDULES, ALL_ZERO, Capabilities, EngineProfile, MemoryAccounting
+from gplan.spec.engines.profile import ALL_SCHEDULES, ALL_ZERO, Capabilities, DCP_RESHARDS, EngineProfile, MemoryAccounting, Resharding
 
 ENGINE = EngineProfile(
     name="torchtitan", title="torchtitan", order=3, exporter="torchtitan",
@@ -22,4 +22,8 @@ ENGINE = EngineProfile(
     memory=MemoryAccounting(states="fsdp", loss_grad="fp32_grad", quantized_gemm_inputs=False),
     # its default attention is F.scaled_dot_product_attention, whose default flash backend is FlashAttention-2
     attention_kernel="fa2",
+    resharding=Resharding(
+        "torch.distributed.checkpoint (DCP)", DCP_RESHARDS,
+        "torchtitan docs/checkpoint.md: DCP checkpoints load under another parallelism; its model and optimizer "
+        "state dicts are keyed by parameter name (torch.distributed.checkpoint.state_dict)"),
 )
