@@ -356,6 +356,13 @@ def launch(
                            scale=lambda p: scaled_plan(p, layers, hidden, seq_length, gbs), note=note,
                            echo=lambda line: sys.stderr.write(line + "\n"))
 
+    on_cpu = device == "cpu" or (device == "auto" and plan.cluster.primary.hardware.kind == "cpu")
+    if on_cpu and not (validate_only or slurm):
+        from gplan.planner.scale import cpu_step_note
+
+        slow = cpu_step_note(scaled_plan(plan, layers, hidden, seq_length, gbs))
+        if slow:
+            note(slow)
     if elastic:
         from gplan.elastic import check_elastic, launch_elastic, record
 

@@ -121,3 +121,16 @@ def test_every_command_answers_json_in_one_envelope(gplan, tmp_path):
         document = json.loads(r.stdout)
         assert (document["gplan"], document["command"], document["ok"]) == (__version__, command, True)
         assert set(document) == {"gplan", "command", "ok", "data"} and document["data"]
+
+
+def test_a_gpu_plan_launched_on_cpus_says_how_long_a_step_takes_first(gplan, tmp_path):
+    """A plan searched for GPUs keeps its ~4M-token batch: on CPUs a step would take days. The launch says
+    so before anything starts, with the batch that brings it down."""
+    plan = tmp_path / "plan.json"
+    assert gplan("search", "llama3-8b", "--cluster", "dgx-h100", "--devices", "8", "--out", str(plan)).code == 0
+    r = gplan("launch", str(plan), "--device", "cpu", "--dry-run")
+    text = " ".join(r.stderr.split())
+    assert r.code == 0 and "one step of this plan on CPUs takes about" in text and "--gbs" in text
+    small = tmp_path / "cpu.json"
+    assert gplan("search", "tiny-llama", "--cluster", "local-cpu", "--devices", "2", "--out", str(small)).code == 0
+    assert "one step of this plan on CPUs" not in gplan("launch", str(small), "--device", "cpu", "--dry-run").stderr

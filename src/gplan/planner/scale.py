@@ -76,3 +76,28 @@ def _largest_remainder(weights: list[int], total: int) -> list[int]:
     for i in order[:total - sum(parts)]:
         parts[i] += 1
     return parts
+
+
+CPU_STEP_WORTH_A_WORD_S = 30.0
+"""A step on this machine's CPUs longer than this gets a note before the launch starts."""
+
+
+def cpu_step_note(plan: Plan) -> str | None:
+    """Before a launch on CPUs: how long one step of `plan` (as it will run: its batch, fp32) takes by the
+    CPU catalogue, and the batch that brings it down — a plan searched for GPUs keeps its ~4M-token batch,
+    hundreds of micro-batches per step, and a CPU run of it would otherwise sit with no word."""
+    from gplan.cost_models.step import StepModel
+    from gplan.profiles.catalogue import load_cluster
+
+    c = plan.parallel
+    cluster = load_cluster("local-cpu", c.world_size).sized(c.world_size)
+    training = plan.training.model_copy(update={"precision": "fp32"})
+    step_s = StepModel(plan.model, training, cluster, c.to_config()).predict(layouts_of(plan)).step_time_s
+    if step_s <= CPU_STEP_WORTH_A_WORD_S:
+        return None
+    smallest = c.dp * c.mbs * max(c.pp, 1)  # one micro-batch per stage and data-parallel rank: 1F1B's least
+    scaled = step_s * smallest / plan.training.gbs
+    return (f"one step of this plan on CPUs takes about {step_s:,.0f} s by gplan's CPU catalogue (gbs "
+            f"{plan.training.gbs}: {plan.training.gbs // (c.dp * c.mbs)} micro-batches of {c.mbs} × "
+            f"{plan.training.seq_length} tokens per data-parallel rank); --gbs {smallest} brings it to about "
+            f"{scaled:,.0f} s, and --layers/--hidden/--seq-length scale the model down too")
