@@ -286,6 +286,7 @@ def explain(
 def replan(
     plan_file: Path = o.PlanArg, devices: Optional[int] = o.ReplanDevicesOpt, lost_nodes: Optional[int] = o.LostNodesOpt,
     optimizer_reshardable: bool = o.OptimizerReshardableOpt, out: Path = o.ReplanOutOpt,
+    export_to: Optional[str] = o.ReplanExportOpt, export_dir: Path = o.ReplanExportDirOpt,
     time_limit: float = o.TimeLimitOpt, as_json: bool = JsonOpt, wide: bool = WideOpt):
     """The best plan on the devices left after losing nodes, among the layouts the plan's checkpoint
     can be loaded into; writes it (resume with gplan launch NEW --resume-from RUN_DIR)."""
@@ -305,10 +306,21 @@ def replan(
         raise InputError(f"--out {out}: the plan being replanned", hint="write the new plan beside it, e.g. "
                          "--out replan.json")
     result = replanned(plan, devices, optimizer_reshardable, time_limit)
+    written = []
+    if export_to:  # the engine's launch files of the new plan, and how to load the old checkpoint into them
+        from gplan.backends.exporters import export_files
+        from gplan.planner.build import reprice_split
+        from gplan.render import resume_steps
+
+        written, _ = export_files(result.new, export_to, export_dir, plan_path=out, reprice=reprice_split)
+        atomic_write_text(export_dir / "RESUME.md", resume_steps(result, export_to))
+        written.append(export_dir / "RESUME.md")
     write_plan(result.new, out)
     if as_json:
-        return replan_json(result, out)
+        return replan_json(result, out) | {"exported": [str(p) for p in written]}
     replan_output(err, result, out)
+    for path in written:
+        err.print(f"[green]wrote[/] {path}", highlight=False)
 
 
 @app.command()

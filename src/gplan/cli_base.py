@@ -254,6 +254,9 @@ LostNodesOpt = typer.Option(None, "--lost-nodes", help="nodes lost (of the plan'
 OptimizerReshardableOpt = typer.Option(False, "--optimizer-reshardable", help="the run saved its optimizer state in "
                                        "the engine's fully reshardable format (Megatron: "
                                        "--dist-ckpt-optim-fully-reshardable)")
+ReplanExportOpt = typer.Option(None, "--export", help="also write the new plan's launch files for this engine "
+                               "(as gplan export --to) and RESUME.md: how to load the old checkpoint into them")
+ReplanExportDirOpt = typer.Option(Path("replan-export"), "--export-dir", help="where --export writes")
 ReplanOutOpt = typer.Option(Path("replan.json"), "--out", "-o", help="where to write the new plan")
 WhatIfLostOpt = typer.Option(None, "--what-if-lost", help="also show the best layout after losing these numbers of "
                              "nodes, e.g. 1,2")

@@ -953,3 +953,31 @@ def lost_row_json(row) -> dict:
     r = row.replanned
     return {"nodes_lost": row.nodes_lost, "devices": row.devices,
             **(replan_json(r, None) | {"plan": None} if r else {"best": None, "why_not": row.why_not})}
+
+
+def resume_steps(r, target: str) -> str:
+    """RESUME.md beside a replanned plan's exported launch files: what changed, the engine's conversion
+    step and what keeps the old checkpoint loadable."""
+    rule = r.resharding
+    lines = [f"# Resuming {r.old.model.name} on {r.devices} devices", "",
+             f"Before: {r.old.label()} on {r.old.world_size} devices.", f"After: {r.new.label()} on "
+             f"{r.new.world_size} devices ({r.tokens_kept:.0%} of the tokens/s).", "",
+             f"The checkpoint ({rule.format}) is resharded over: "
+             + (", ".join(f"{k} {a} → {b}" for k, (a, b) in r.changed.items()) or "nothing (the same layout)") + "."]
+    if r.pinned:
+        lines.append("Kept as they were: " + ", ".join(r.pinned) + f" ({next(iter(r.pinned.values()))}).")
+    if r.gbs_note:
+        lines.append(f"Note: {r.gbs_note}.")
+    lines += ["", "## Steps", ""]
+    if r.changed and rule.conversion:
+        lines.append(f"1. Convert the checkpoint: `{rule.conversion}`")
+    lines.append(f"{'2' if r.changed and rule.conversion else '1'}. Launch the files here ({target}) pointing them at "
+                 "the old run's checkpoint directory, which the engine loads resharded.")
+    if rule.optimizer_pins and not set(rule.optimizer_pins) & set(r.changed):
+        lines.append(f"   Only dp changed: the default optimizer format loads as it is.")
+    elif rule.optimizer_pins:
+        lines.append(f"   The optimizer state reshards over {', '.join(set(rule.optimizer_pins) & set(r.changed))} only "
+                     f"if the run saved with `{rule.unpinned_by}`.")
+    lines += ["", f"Source: {rule.source}.", ""]
+    return "\n".join(lines)
+

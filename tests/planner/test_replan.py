@@ -127,3 +127,20 @@ def test_the_readme_table_names_every_engines_checkpoint():
     assert len(rows) == len(ENGINES)
     for engine in ENGINES.values():
         assert any(engine.resharding.format.split(" (")[0].split(",")[0] in row for row in rows), engine.name
+
+
+def test_replan_exports_the_engines_files_and_how_to_resume(searched, gplan, tmp_path):
+    out, folder = tmp_path / "new.json", tmp_path / "export"
+    r = gplan("replan", str(searched["megatron"]), "--lost-nodes", "1", "-o", str(out), "--export", "megatron",
+              "--export-dir", str(folder))
+    assert r.code == 0, r.stderr
+    steps = (folder / "RESUME.md").read_text()
+    assert "resharded over: dp" in steps and "Only dp changed" in steps
+    assert any(p.suffix == ".sh" for p in folder.iterdir())
+    dense = tmp_path / "ds.json"
+    assert gplan("search", "llama3-8b", "--cluster", "dgx-a100-80g", "--devices", "16", "--target", "deepspeed",
+                 "--out", str(dense)).code == 0
+    r = gplan("replan", str(dense), "--lost-nodes", "1", "-o", str(tmp_path / "ds2.json"), "--export", "deepspeed",
+              "--export-dir", str(tmp_path / "dsx"))
+    assert r.code == 0, r.stderr
+    assert "ds_to_universal" in (tmp_path / "dsx" / "RESUME.md").read_text()
