@@ -110,11 +110,11 @@ def search(
     from gplan.planner import plan as make_best_plan
     from gplan.backends.exporters.write_back import write_back
     from gplan.planner.launch_files import launch_defaults, launch_versus, priced_launch
-    from gplan.planner.space import limits_from_options
+    from gplan.planner.space import int_list, limits_from_options
 
     if top < 1:
         raise InputError(f"--top {top}: show at least one plan", hint="for example --top 5")
-    lost = o.int_list_option(what_if_lost, "--what-if-lost")
+    lost = int_list(what_if_lost, "--what-if-lost")
     if out.is_dir():
         raise InputError(f"--out {out}: is a directory", hint=f"name a file, e.g. --out {out / 'plan.json'}")
     if out_launch is not None and from_file is None:

@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from gplan import __version__
-from gplan.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, GplanError, InputError
+from gplan.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, GplanError
 from gplan.spec.engines import ENGINE_NAMES, ENGINES
 from gplan.spec.parallel import RECOMPUTE_MODULES, RECOMPUTE_OPTIONS, SCHEDULES
 from gplan.spec.targets import LAUNCH_BACKENDS
@@ -334,16 +334,3 @@ def load_numpy_single_threaded() -> None:
         import numpy  # noqa: F401
     finally:
         del os.environ["OPENBLAS_NUM_THREADS"]
-
-
-def int_list_option(value: str | None, flag: str) -> list[int] | None:
-    """`--what-if-lost 1,2`: positive counts, one line naming the flag otherwise."""
-    if not value:
-        return None
-    try:
-        counts = [int(v) for v in value.split(",") if v.strip()]
-    except ValueError:
-        raise InputError(f"{flag} {value!r}: expected counts like 1,2", hint=f"{flag} 1,2") from None
-    if not counts or min(counts) < 1:
-        raise InputError(f"{flag} {value!r}: counts of nodes, 1 or more", hint=f"{flag} 1,2")
-    return counts

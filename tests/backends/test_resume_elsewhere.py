@@ -120,3 +120,13 @@ def test_elastic_needs_checkpoints(uninterrupted, tmp_path):
     _, plan, _ = uninterrupted
     result = launch(str(plan), "--run-dir", str(tmp_path / "run"), "--elastic")
     assert result.exit_code == 2 and "--checkpoint-dir" in result.stderr
+
+
+def test_a_plan_whose_digest_does_not_match_is_refused_before_resuming(uninterrupted, tmp_path):
+    root, plan, _ = uninterrupted
+    data = json.loads(plan.read_text())
+    data["training"]["gbs"] = data["training"]["gbs"] * 2  # edited by hand, digest not refreshed
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(data))
+    result = launch(str(edited), "--run-dir", str(tmp_path / "run"), "--resume-from", str(root / "first"))
+    assert result.exit_code == 3 and "digest" in result.stderr and not (tmp_path / "run").exists()
