@@ -832,8 +832,10 @@ def calibration_output(console: Console, c, out) -> None:
             console.print(f"[yellow]note:[/] {r.name}: not fitted on {note}", highlight=False)
     kept = [k for k in c.fit.theta if k not in c.fit.fitted]
     if kept:
+        why = ("each run (and each traced stage) is one equation; runs of other sizes and layouts tell the overheads "
+               "and the links apart from the compute speed")
         console.print(f"[yellow]note:[/] {len(c.runs)} runs fit {len(c.fit.fitted)} of {len(c.fit.theta)} parameters "
-                      f"({', '.join(c.fit.fitted)}); kept at the catalogue's: {', '.join(kept)} — add runs to fit them",
+                      f"({', '.join(c.fit.fitted)}); kept at the catalogue's: {', '.join(kept)} — {why}",
                       highlight=False)
     console.print(f"[green]wrote[/] {out}")
 

@@ -90,3 +90,17 @@ def test_calibrate_refuses_a_report_without_its_plan(gplan, reports, tmp_path):
     lonely.write_text(reports["one"].read_text())
     r = gplan("calibrate", str(lonely), str(reports["dp2"]))
     assert r.code == 3 and "plan.json" in r.stderr
+
+
+def test_one_run_fits_the_compute_speed_and_says_what_it_could_not(gplan, reports, tmp_path):
+    """One run is one equation: it fits the compute speed (the run's own error goes to ~0), keeps the
+    overheads and links at the catalogue's and says so."""
+    out = tmp_path / "one.yaml"
+    r = gplan("calibrate", str(reports["dp2"]), "--out", str(out))
+    assert r.code == 0, r.stderr
+    text = " ".join(r.stderr.split())
+    assert "fit 1 of 5 parameters (compute_scale)" in text and "kept at the catalogue's" in text
+    import yaml
+
+    report = yaml.safe_load(out.read_text())["calibration"]
+    assert report["fitted"] == ["compute_scale"] and abs(report["runs"][0]["error_after"]) < 0.02

@@ -231,3 +231,11 @@ def test_estimate_of_a_layout_that_cannot_fit_still_prices_it_and_says_so(gplan)
     r = gplan("estimate", "llama3-70b", "--cluster", "dgx-h100", "--devices", "8", "--gbs", "64", "--dp", "8", "--json")
     data = r.json()
     assert r.code == 0 and data["fits"] is False and data["chosen_by"] == "defaults"
+
+
+def test_recompute_modules_none_is_the_empty_set(gplan):
+    """`--recompute-modules none`, as the help offers it: selective layers that recompute nothing."""
+    r = gplan("estimate", "llama3-8b", "--cluster", "dgx-h100", "--devices", "8", "--tp", "1", "--pp", "1",
+              "--recompute", "selective", "--recompute-modules", "none", "--json")
+    assert r.code == 0, r.stderr
+    assert r.json()["parallel"]["recompute_modules"] == []

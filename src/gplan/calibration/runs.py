@@ -199,11 +199,13 @@ def stage_errors(runs: list[Run], start: dict[str, float], theta: dict[str, floa
 def calibrate_runs(runs: list[Run], held: list[Run]) -> Calibration:
     """Fit on `runs`, predict `held` before and after; the profile keeps the widest run's node shape
     (devices per node), so that sizing it again for any of the runs gives the links that run had."""
-    if sum(r.equations for r in runs) < 2:
-        refused = [note for r in runs for note in r.trace_notes]
-        raise InputError("calibration needs two or more run reports, or one traced with its stages' compute ("
-                         + ("; ".join(refused) if refused else "gplan launch --profile") + ")",
-                         hint="launch a few different plans first, or one plan of 2+ stages with --profile")
+    if not runs:
+        raise InputError("calibration needs a run report or an engine's log", hint="gplan calibrate RUN_DIR/run_report.json")
+    refused = [note for r in runs for note in r.trace_notes]
+    if refused and sum(r.equations for r in runs) < 2:
+        # a traced run whose stages cannot be fitted: its step alone would fit the compute speed from waits
+        raise InputError("calibration cannot fit compute from this trace (" + "; ".join(refused) + ")",
+                         hint="launch a plan whose stages wait less in collectives, or pass more runs")
     for run in runs + held:
         check_possible(run)
     names = {r.plan.cluster.primary.hardware.name for r in runs + held}

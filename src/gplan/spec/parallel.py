@@ -85,9 +85,10 @@ class ParallelConfig(BaseModel):
     @field_validator("recompute_modules", mode="before")
     @classmethod
     def _known_modules(cls, value: Any) -> tuple[str, ...]:
-        """Known names, in the catalogue's order, each once (a comma- or plus-separated string is read too)."""
+        """Known names, in the catalogue's order, each once (a comma- or plus-separated string is read too;
+        `none`, as --recompute-modules offers it, is the empty set)."""
         names = [n.strip() for n in re.split(r"[,+ ]", value)] if isinstance(value, str) else list(value or [])
-        names = [n for n in names if n]
+        names = [n for n in names if n and n != "none"]
         unknown = [n for n in names if n not in RECOMPUTE_MODULES]
         if unknown:
             raise ValueError(f"unknown recompute module {unknown[0]!r}")
