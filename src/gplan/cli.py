@@ -149,7 +149,8 @@ def search(
         losses = failure_table(planned.plan, lost)
     if as_json:
         return render.search_json(out, planned.search) | ({"from": versus} if versus else {}) | (
-            {"what_if_lost": [render.lost_row_json(row) for row in losses]} if losses else {})
+            {"what_if_lost": [render.lost_row_json(row) for row in losses]} if losses else {}) | (
+            {"report": str(report)} if report is not None else {})
     render.search_output(err, inputs, planned, mine, versus, out)
     if losses:
         err.print(render.failure_table(losses, planned.plan, err.width))
