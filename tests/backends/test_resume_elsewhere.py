@@ -71,7 +71,7 @@ def test_elastic_replans_for_the_processes_left_and_goes_on(uninterrupted, tmp_p
     """4 processes train and checkpoint; one is killed; --elastic re-plans for the devices left, resumes
     from the last complete checkpoint, and the losses continue the uninterrupted run's."""
     root, plan, _ = uninterrupted
-    steps = 30
+    steps = 16
     whole = launch(str(plan), "--steps", str(steps), "--run-dir", str(tmp_path / "whole"))
     expected = cli_json(whole.stdout)["losses"]
     run, ckpt = tmp_path / "run", tmp_path / "ckpt"

@@ -95,3 +95,15 @@ def test_the_cli_leaves_the_garbage_collector_as_it_found_it(collecting):
             "print(gc.isenabled()); cli.app = lambda: print(gc.isenabled()); cli.main()")  # the command's view
     out = subprocess.run([sys.executable, "-c", code, str(collecting)], capture_output=True, text=True, check=True)
     assert out.stdout.split() == [str(collecting)] * 2
+
+
+@pytest.mark.parametrize("name, kind", [("logs/megatron_gpt_13b_tp2_pp4_fp16_2021.log", "a training log"),
+                                        ("torchtitan_llama3_8b.toml", "a TOML file"),
+                                        ("megatron_llama3_70b_train.sh", "a launch script")])
+def test_a_launch_or_log_given_as_model_says_what_it_is(gplan, name, kind):
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "data" / name
+    r = gplan("estimate", str(path), "--devices", "8", "--cluster", "dgx-h100")
+    assert r.code == 3 and f"{kind}" in r.stderr and "not a model file" in r.stderr and "--from" in r.stderr
+    assert "malformed YAML" not in r.stderr and "Traceback" not in r.stderr

@@ -6,6 +6,7 @@ Errors are InputError with one line naming the file and the field, and a hint.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -187,9 +188,44 @@ def load_model_file(path: Path) -> ModelSpec:
     """A model from a model.yaml, or an HF config.json (file or its folder)."""
     if path.is_dir():
         path = path / "config.json"
+    kind = not_a_model_file(path)
+    if kind:
+        raise InputError(f"{path}: {kind}, not a model file (a model is a bundled name, a model.yaml or a config.json)",
+                         hint=f"an engine's launch or log goes to --from: gplan estimate MODEL --from {path}")
     data = read_data_file(path)
     if isinstance(data, dict) and _looks_like_hf(data):
         return model_from_hf_config(data, str(path))
     if isinstance(data, dict) and "name" not in data:
         data = {"name": path.stem, **data}
     return validate_as(ModelSpec, data, str(path))
+
+
+#: What a file given as MODEL is when it is an engine's launch or log (checked on its first lines).
+_NOT_MODELS = (
+    (re.compile(r"^#!|\b(torchrun|srun|python3? .*pretrain_\w+\.py|deepspeed|msrun)\b", re.M), "a launch script"),
+    (re.compile(r"^\s*\[[\w.]+\]\s*$", re.M), "a TOML file (a torchtitan job config?)"),
+    (re.compile(r"\biteration\s+\d+\s*/|\bstep:\s*\d+|elapsed time per iteration|\[rank\d+\]:|\bloss:", re.I),
+     "a training log"),
+)
+
+
+def not_a_model_file(path: Path) -> str | None:
+    """'a training log', 'a launch script', 'a TOML file …' for a file that is not a model description: said
+    in one line rather than as the YAML error its first line would raise. None for anything else."""
+    if path.suffix in (".yaml", ".yml", ".json") or not path.is_file():
+        return None
+    try:
+        head = path.read_text(errors="replace")[:20000]
+    except OSError:
+        return None
+    if path.suffix == ".log":
+        return "a training log"
+    if path.suffix == ".sh":
+        return "a launch script"
+    if path.suffix == ".toml":
+        return "a TOML file (a torchtitan job config?)"
+    for pattern, kind in _NOT_MODELS:
+        if pattern.search(head):
+            return kind
+    return None
+
