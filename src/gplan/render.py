@@ -722,13 +722,29 @@ def estimate_output(console: Console, e) -> None:
 
 def launch_json(launch, config, prediction, source) -> dict:
     return {**prediction.model_dump(mode="json"), "parallel": config.model_dump(mode="json"), "from": str(source),
-            "engine": launch.engine, "engine_options": launch.engine_options, "not_read": launch.unread}
+            "engine": launch.engine, "engine_options": launch.engine_options, "not_read": launch.unread,
+            "measured_step_s": measured_step_of(launch, config, prediction)}
+
+
+def measured_step_of(launch, config, prediction) -> float | None:
+    """A log's measured step: as it logged it, or from its tokens/s per device (torchtitan) at the batch
+    and devices priced."""
+    if launch.measured_step_s:
+        return launch.measured_step_s
+    if launch.measured_device_tokens_per_s:
+        tokens_per_step = prediction.tokens_per_s * prediction.step_time_s
+        return tokens_per_step / (launch.measured_device_tokens_per_s * config.world_size)
+    return None
 
 
 def launch_output(console: Console, launch, inputs, config, prediction, source) -> None:
     from gplan.spec.targets import ENGINE_OPTIONS, switch_default
 
     prediction_summary(console, title(inputs) + f"; read from {source}", config, prediction)
+    measured = measured_step_of(launch, config, prediction)
+    if measured:
+        console.print(f"the log's measured step: {seconds(measured)}; predicted {seconds(prediction.step_time_s)} "
+                      f"({prediction.step_time_s / measured - 1:+.1%}: predicted / measured − 1)", highlight=False)
     options = [f"{ENGINE_OPTIONS[k]}{'' if v is True else f' {v}'}" for k, v in launch.engine_options.items()
                if v != switch_default(k)]
     if options:  # what the launch sets, or its engine defaults to, that prices it (Megatron's allgather dispatcher)

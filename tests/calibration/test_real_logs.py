@@ -5,6 +5,8 @@ is the one stated beside it, exactly — degrees, batch, sequence, precision, re
 from __future__ import annotations
 
 import re
+
+import pytest
 from pathlib import Path
 
 from gplan.calibration.runs import launch_plan
@@ -183,3 +185,16 @@ def test_a_step_faster_than_the_hardware_allows_is_refused_not_fitted(gplan, tmp
     r = gplan("calibrate", str(tmp_path / "a.log"), str(tmp_path / "b.log"), "--cluster", "atlas-800-910b",
               "--out", str(tmp_path / "p.yaml"))
     assert r.code == 3 and "above" in r.stderr and "peak" in r.stderr and not (tmp_path / "p.yaml").exists()
+
+
+def test_estimate_from_a_log_shows_its_measured_step_beside_the_prediction(gplan, tmp_path):
+    """The log's own step (the one `gplan calibrate` reads), and one log calibrates the compute speed."""
+    from gplan.calibration.runs import read_any_run
+
+    run = read_any_run(TITAN_2025, "dgx-h100", None, None)
+    data = gplan("estimate", "llama3-8b", "--from", str(TITAN_2025), "--cluster", "dgx-h100", "--json").json()
+    assert data["measured_step_s"] == pytest.approx(run.measured_step_s, rel=1e-9)
+    text = gplan("estimate", "llama3-8b", "--from", str(TITAN_2025), "--cluster", "dgx-h100").stderr
+    assert "the log's measured step" in text
+    r = gplan("calibrate", str(TITAN_2025), "--cluster", "dgx-h100", "--out", str(tmp_path / "c.yaml"), "--json")
+    assert r.code == 0 and r.json()["fitted"] == ["compute_scale"]

@@ -99,6 +99,10 @@ class Launch:
     per_stage_recompute: tuple | None = None
     """MindFormers' (full, selective) recompute counts per stage (or True for every layer)."""
     engine_options: dict[str, bool | str] = field(default_factory=dict)
+    measured_step_s: float | None = None
+    """A log's own steady step (the readers `gplan calibrate` uses), shown beside the prediction."""
+    measured_device_tokens_per_s: float | None = None
+    """torchtitan logs tokens/s per device, not the step: the step follows from the batch and devices priced."""
     """Megatron's engine options the launch sets (TrainingSpec's grad_reduce_in_bf16, fp8_param_gather,
     moe_a2a_overlap, cuda_graphs)."""
 
@@ -137,11 +141,27 @@ def read_log_launch(path: Path, model: ModelSpec, text: str) -> Launch:
 
     engine = family(text)
     if engine == "mindformers":
-        return read_mindformers_launch(mindformers.config_beside(path), model)
-    if engine == "torchtitan":
-        return titan_log_launch(path, model, text)
-    args = megatron.arguments_block(text, path)
-    return megatron_log_launch(args, path, model)
+        launch = read_mindformers_launch(mindformers.config_beside(path), model)
+    elif engine == "torchtitan":
+        launch = titan_log_launch(path, model, text)
+    else:
+        launch = megatron_log_launch(megatron.arguments_block(text, path), path, model)
+    return dataclasses.replace(launch, **logged_speed(path, text, engine))
+
+
+def logged_speed(path: Path, text: str, engine: str) -> dict:
+    """The log's steady speed as `gplan calibrate` reads it: its step in seconds, or (torchtitan) its
+    tokens/s per device; nothing where it logged no step (a log of a run's start still gives its layout)."""
+    from gplan.planner.logs import megatron, mindformers, torchtitan
+
+    try:
+        if engine == "mindformers":
+            return {"measured_step_s": mindformers.steady_step_s(path)}
+        if engine == "torchtitan":
+            return {"measured_device_tokens_per_s": torchtitan.read_steps(path, text)[0]}
+        return {"measured_step_s": megatron.read_megatron_log(path).step_s}
+    except InputError:
+        return {}
 
 
 def megatron_log_launch(args: dict, path: Path, model: ModelSpec) -> Launch:
