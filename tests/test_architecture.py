@@ -27,7 +27,7 @@ LAYERS = [
     {"gplan.planner"},
     {"gplan.calibration"},
     {"gplan.backends"},
-    {"gplan.cli", "gplan.cli_base", "gplan.render", "gplan.svg", "gplan.html_report", "gplan.elastic", "gplan.testing",
+    {"gplan.cli", "gplan.cli_base", "gplan.render", "gplan.svg", "gplan.html_report", "gplan.recovery", "gplan.testing",
      "gplan.golden"},
 ]
 BACKENDS_MAY_READ = {"gplan", "gplan.errors", "gplan.io", "gplan.launch_text", "gplan.spec", "gplan.profiles", "gplan.plan",

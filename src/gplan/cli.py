@@ -110,6 +110,8 @@ def search(
     from gplan.planner import plan as make_best_plan
     from gplan.backends.exporters.write_back import write_back
     from gplan.planner.launch_files import launch_defaults, launch_versus, priced_launch
+    from gplan.html_report import report_page
+    from gplan.planner.replan import failure_table
     from gplan.planner.space import int_list, limits_from_options
 
     if top < 1:
@@ -133,7 +135,7 @@ def search(
         planned = make_best_plan(inputs, limits, top=top, time_limit_s=time_limit, progress=progress)
     # prepared before anything is written: a launch it cannot rewrite writes nothing
     rewritten = write_back(planned.plan, mine[0].engine, from_file, out_launch) if out_launch is not None else {}
-    page = search_report(planned.plan) if report is not None else None
+    page = report_page(planned.plan) if report is not None else None
     write_plan(planned.plan, out)
     if page is not None:
         atomic_write_text(report, page)
@@ -142,11 +144,7 @@ def search(
         atomic_write_text(path, text)
         err.print(f"[green]wrote[/] {path} (your launch, its layout the best plan's)", highlight=False)
     versus = launch_versus(mine, planned) if mine else None
-    losses = None
-    if lost:
-        from gplan.planner.replan import failure_table
-
-        losses = failure_table(planned.plan, lost)
+    losses = failure_table(planned.plan, lost) if lost else None
     if as_json:
         return render.search_json(out, planned.search) | ({"from": versus} if versus else {}) | (
             {"what_if_lost": [render.lost_row_json(row) for row in losses]} if losses else {}) | (
@@ -154,36 +152,6 @@ def search(
     render.search_output(err, inputs, planned, mine, versus, out)
     if losses:
         err.print(render.failure_table(losses, planned.plan, err.width))
-
-
-def resume_options(plan, options, resume_from: Path, resume: bool, backend: str, scale, note):
-    """`--resume-from RUN_DIR`: the run's last complete checkpoint, checked against the plan that will run
-    (another model, or a checkpoint from before reshardable checkpoints: refused, exit 3)."""
-    from dataclasses import replace
-
-    from gplan.backends.resume import check_resume
-
-    if resume:
-        raise UsageError("--resume continues this plan's own checkpoints, --resume-from another run's",
-                         hint="pass one of them")
-    if backend != "torch":
-        raise UsageError(f"--resume-from: the {backend} backend does not load checkpoints of another layout",
-                         hint="launch with --backend torch")
-    found = check_resume(scale(plan), resume_from)
-    moved = ", ".join(f"{k} {a}→{b}" for k, (a, b) in found.changes.items()) or "nothing (the same layout)"
-    note(f"resuming from {found.path} (step {found.step}), resharded over {moved}")
-    for line in found.notes:
-        note(line)
-    return replace(options, resume_from=found.path)
-
-
-def search_report(plan) -> str:
-    """The HTML report of a plan just searched: its explanation and its search space at even splits."""
-    from gplan.html_report import plan_report
-    from gplan.planner.explain import explain as explained
-    from gplan.planner.landscape import landscape
-
-    return plan_report(plan, explained(plan, []), landscape(plan))
 
 
 @app.command()
@@ -250,36 +218,20 @@ def explain(
 
         measured = against_plan(plan, against)
     explanation = ex.explain(plan, [ex.parse_what_if(text) for text in what_if])
+    from gplan.html_report import report_page
+    from gplan.planner.trace import trace_json
+    from gplan.svg import plan_timeline_svg
+
     written = []
-    if svg:
-        from gplan.svg import plan_timeline_svg
-
-        atomic_write_text(svg, plan_timeline_svg(plan, explanation))
-        written.append(svg)
-    if trace:
-        import json
-
-        from gplan.planner.trace import predicted_trace
-
-        atomic_write_text(trace, json.dumps(predicted_trace(plan, every_rank=trace_ranks == "all"),
-                                            separators=(",", ":")))
-        written.append(trace)
-    if report:
-        from gplan.html_report import plan_report
-        from gplan.planner.landscape import landscape
-
-        atomic_write_text(report, plan_report(plan, explanation, landscape(plan)))
-        written.append(report)
+    for path, page in ((svg, lambda: plan_timeline_svg(plan, explanation)),
+                       (trace, lambda: trace_json(plan, trace_ranks == "all")), (report, lambda: report_page(plan, explanation))):
+        if path:
+            atomic_write_text(path, page())
+            written.append(path)
     if as_json:
         return explain_json(plan_file, explanation, svg) | {"written": [str(p) for p in written]} | (
             {"against": measured.as_json()} if measured else {})
-    explain_output(err, plan, explanation, width or min(err.width, 100))
-    if measured:
-        from gplan.render import against_output
-
-        against_output(err, measured)
-    for path in written:
-        err.print(f"[green]wrote[/] {path}", highlight=False)
+    explain_output(err, plan, explanation, width or min(err.width, 100), measured, written)
 
 
 @app.command()
@@ -293,7 +245,8 @@ def replan(
     can be loaded into; writes it (resume with gplan launch NEW --resume-from RUN_DIR)."""
     set_wide(wide)
     from gplan.plan import write_plan
-    from gplan.planner.replan import replan as replanned
+    from gplan.planner.replan import devices_left, replan as replanned
+    from gplan.recovery import export_replanned
     from gplan.render import replan_json, replan_output
 
     plan = read_plan(plan_file)
@@ -301,27 +254,16 @@ def replan(
         raise UsageError("say how many devices are left: --devices N or --lost-nodes K",
                          hint=f"e.g. --lost-nodes 1 (this plan's nodes have {plan.cluster.primary.devices_per_node} "
                               "devices)")
-    if lost_nodes is not None:
-        devices = (plan.provenance.devices_given or plan.world_size) - lost_nodes * plan.cluster.primary.devices_per_node
     if out.resolve() == plan_file.resolve():
         raise InputError(f"--out {out}: the plan being replanned", hint="write the new plan beside it, e.g. "
                          "--out replan.json")
-    result = replanned(plan, devices, optimizer_reshardable, time_limit)
-    written = []
-    if export_to:  # the engine's launch files of the new plan, and how to load the old checkpoint into them
-        from gplan.backends.exporters import export_files
-        from gplan.planner.build import reprice_split
-        from gplan.render import resume_steps
-
-        written, _ = export_files(result.new, export_to, export_dir, plan_path=out, reprice=reprice_split)
-        atomic_write_text(export_dir / "RESUME.md", resume_steps(result, export_to))
-        written.append(export_dir / "RESUME.md")
+    result = replanned(plan, devices if lost_nodes is None else devices_left(plan, lost_nodes), optimizer_reshardable,
+                       time_limit)
+    written = export_replanned(result, export_to, export_dir, out) if export_to else []
     write_plan(result.new, out)
     if as_json:
         return replan_json(result, out) | {"exported": [str(p) for p in written]}
-    replan_output(err, result, out)
-    for path in written:
-        err.print(f"[green]wrote[/] {path}", highlight=False)
+    replan_output(err, result, out, written)
 
 
 @app.command()
@@ -360,24 +302,24 @@ def launch(
         checkpoint_dir=checkpoint_dir.resolve() if checkpoint_dir else None, checkpoint_every=checkpoint_every,
         resume=resume, profile=trace_steps)
     note = lambda line: err.print(f"[yellow]note:[/] {escape(line)}", highlight=False)  # noqa: E731
+    scale = lambda p: scaled_plan(p, layers, hidden, seq_length, gbs)  # noqa: E731
     if resume_from is not None:  # checked before any process starts: a refusal starts nothing
-        options = resume_options(plan, options, resume_from, resume, backend,
-                                 lambda p: scaled_plan(p, layers, hidden, seq_length, gbs), note)
+        from gplan.recovery import resume_options
+
+        options = resume_options(scale(plan), options, resume_from, resume, backend, note)
 
     def run(plan_to_run, run_options):
         return launch_plan(plan_to_run, backend, run_options, validate_only=validate_only, slurm=slurm, dry_run=dry_run,
-                           scale=lambda p: scaled_plan(p, layers, hidden, seq_length, gbs), note=note,
-                           echo=lambda line: sys.stderr.write(line + "\n"))
+                           scale=scale, note=note, echo=lambda line: sys.stderr.write(line + "\n"))
 
-    on_cpu = device == "cpu" or (device == "auto" and plan.cluster.primary.hardware.kind == "cpu")
-    if on_cpu and not (validate_only or slurm):
+    if not (validate_only or slurm):
         from gplan.planner.scale import cpu_step_note
 
-        slow = cpu_step_note(scaled_plan(plan, layers, hidden, seq_length, gbs))
+        slow = cpu_step_note(scale(plan), device)
         if slow:
             note(slow)
     if elastic:
-        from gplan.elastic import check_elastic, launch_elastic, record
+        from gplan.recovery import check_elastic, launch_elastic, record
 
         check_elastic(options, nnodes)
         outcome, survived = launch_elastic(plan, run, options, note)

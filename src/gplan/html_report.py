@@ -56,6 +56,14 @@ def plan_report(plan: Plan, explanation, space=None) -> str:
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
 
 
+def report_page(plan: Plan, explanation=None) -> str:
+    """The page `--report` writes: the plan's explanation (computed when not given) and its search space."""
+    from gplan.planner.explain import explain
+    from gplan.planner.landscape import landscape
+
+    return plan_report(plan, explanation or explain(plan, []), landscape(plan))
+
+
 def pareto_figure(plan: Plan, space):
     import plotly.graph_objects as go
 

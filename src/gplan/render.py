@@ -547,8 +547,14 @@ def calibration_table(runs, fit_result, held, held_before, held_after, width: in
 
 # ---- explain ---------------------------------------------------------------------------------------
 
-def explain_output(console: Console, plan, e, width: int) -> None:
-    """`gplan explain` for people: stages, what binds, the schedule, runner-ups, what-ifs."""
+def wrote_lines(console: Console, paths) -> None:
+    for path in paths:
+        console.print(f"[green]wrote[/] {path}", highlight=False)
+
+
+def explain_output(console: Console, plan, e, width: int, against=None, written=()) -> None:
+    """`gplan explain` for people: stages, what binds, the schedule, runner-ups, what-ifs; a profiled run
+    beside the prediction (`against`); the files written."""
     c = plan.parallel
     prediction = e.prediction
     prediction_summary(console, f"{plan.model.name}: {plan.label()}", c, prediction, stages=False, label=plan.label())
@@ -580,6 +586,9 @@ def explain_output(console: Console, plan, e, width: int) -> None:
             console.print(f"this plan cannot run: {scenario.this_plan_note}", highlight=False)
         console.print(f"best plan then: {scenario.best.config.label()}", highlight=False)
         console.print(compare_table(entries, console.width))
+    if against:
+        against_output(console, against)
+    wrote_lines(console, written)
 
 
 def explain_json(plan_file, e, svg) -> dict:
@@ -907,7 +916,7 @@ def off_text(measured: float, predicted: float) -> str:
 
 # ---- re-planning on the devices left (`gplan replan`, `search --what-if-lost`) ---------------------------
 
-def replan_output(console: Console, r, out) -> None:
+def replan_output(console: Console, r, out, written=()) -> None:
     """The old plan beside the new, what the checkpoint is resharded over, what was kept and why."""
     console.print(f"[bold]{r.old.model.name}: {r.old.world_size} → {r.devices} devices[/] "
                   f"({r.tokens_kept:.0%} of the tokens/s kept)", highlight=False)
@@ -918,6 +927,7 @@ def replan_output(console: Console, r, out) -> None:
         console.print(line, highlight=False)
     console.print(f"[green]wrote[/] {out} — resume the run with: gplan launch {out} --resume-from RUN_DIR",
                   highlight=False)
+    wrote_lines(console, written)
 
 
 def replan_lines(r) -> list[str]:

@@ -118,10 +118,10 @@ def test_fewer_devices_than_the_model_needs(searched, gplan, tmp_path):
     assert r.code == 3 and "the plan being replanned" in r.stderr
 
 
-def test_the_readme_table_names_every_engines_checkpoint():
+def test_the_docs_table_names_every_engines_checkpoint():
     from pathlib import Path
 
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    readme = (Path(__file__).parents[2] / "docs" / "replan.md").read_text()
     table = readme.split("What each engine's checkpoint can be loaded into")[1].split("\n\n")[1]
     rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| engine")]
     assert len(rows) == len(ENGINES)

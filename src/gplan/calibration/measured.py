@@ -204,9 +204,5 @@ def _intervals(events: list[dict], name: str) -> list[tuple[float, float]]:
     return sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e["name"] == name)
 
 
-def _inside(t: float, intervals: list[tuple[float, float]]) -> bool:
-    return any(a <= t <= b for a, b in intervals)
-
-
 def _overlap(start: float, end: float, intervals: list[tuple[float, float]]) -> float:
     return sum(max(0.0, min(end, b) - max(start, a)) for a, b in intervals)

@@ -41,6 +41,11 @@ class Replanned:
         return self.new.prediction.tokens_per_s / self.old.prediction.tokens_per_s
 
 
+def devices_left(plan: Plan, lost_nodes: int) -> int:
+    """The devices the plan offered (or ran on) less `lost_nodes` of its cluster's nodes."""
+    return (plan.provenance.devices_given or plan.world_size) - lost_nodes * plan.cluster.primary.devices_per_node
+
+
 def resharding_of(plan: Plan) -> Resharding:
     engine = ENGINES.get(plan.target or plan.training.engine or "torch")
     return engine.resharding if engine else ENGINES["torch"].resharding
@@ -143,10 +148,9 @@ class LostRow:
 
 def failure_table(plan: Plan, nodes: list[int], optimizer_reshardable: bool = False) -> list[LostRow]:
     """For each number of nodes lost: the best layout on the devices left, or why there is none."""
-    per_node = plan.cluster.primary.devices_per_node
     rows = []
     for lost in nodes:
-        devices = (plan.provenance.devices_given or plan.world_size) - lost * per_node
+        devices = devices_left(plan, lost)
         try:
             rows.append(LostRow(lost, devices, replan(plan, devices, optimizer_reshardable, time_limit_s=5.0)))
         except (InputError, InfeasibleError) as exc:

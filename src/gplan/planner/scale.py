@@ -82,13 +82,16 @@ CPU_STEP_WORTH_A_WORD_S = 30.0
 """A step on this machine's CPUs longer than this gets a note before the launch starts."""
 
 
-def cpu_step_note(plan: Plan) -> str | None:
-    """Before a launch on CPUs: how long one step of `plan` (as it will run: its batch, fp32) takes by the
-    CPU catalogue, and the batch that brings it down — a plan searched for GPUs keeps its ~4M-token batch,
-    hundreds of micro-batches per step, and a CPU run of it would otherwise sit with no word."""
+def cpu_step_note(plan: Plan, device: str) -> str | None:
+    """Before a launch on CPUs (`--device cpu`, or `auto` with a plan priced on CPUs): how long one step of
+    `plan` (as it will run: its batch, fp32) takes by the CPU catalogue, and the batch that brings it down — a
+    plan searched for GPUs keeps its ~4M-token batch, hundreds of micro-batches per step, and a CPU run of it
+    would otherwise sit with no word."""
     from gplan.cost_models.step import StepModel
     from gplan.profiles.catalogue import load_cluster
 
+    if not (device == "cpu" or (device == "auto" and plan.cluster.primary.hardware.kind == "cpu")):
+        return None
     c = plan.parallel
     cluster = load_cluster("local-cpu", c.world_size).sized(c.world_size)
     training = plan.training.model_copy(update={"precision": "fp32"})

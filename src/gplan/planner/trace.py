@@ -97,6 +97,13 @@ def predicted_trace(plan: Plan, every_rank: bool = False) -> dict:
     }
 
 
+def trace_json(plan: Plan, every_rank: bool = False) -> str:
+    """`predicted_trace` as the compact JSON text `gplan explain --trace` writes."""
+    import json
+
+    return json.dumps(predicted_trace(plan, every_rank), separators=(",", ":"))
+
+
 def stage_tails(plan: Plan, prediction: Prediction) -> list[StageTail]:
     """Each stage's exposed gradient synchronisation and optimizer step, as `StepModel.predict` prices them
     (the step waits for the slowest stage's: the breakdown's `dp_comm` and `optimizer` are the maxima)."""

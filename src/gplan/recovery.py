@@ -1,4 +1,7 @@
-"""`gplan launch --elastic`: lose a worker, keep training.
+"""Lose a worker, keep training: what `gplan launch --elastic`, `--resume-from` and `gplan replan --export`
+do beyond one library call (they join the planner and the backends, so they live at the command line's layer).
+
+`gplan launch --elastic`:
 
 The launch runs as usual; when the job fails naming a rank (`BackendError.failed_rank`), the devices that
 rank ran on are taken as lost — its own device on one node, its whole node on several — and the plan is
@@ -16,6 +19,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from gplan.backends.resume import META
 from gplan.errors import BackendError, UsageError
 from gplan.io import atomic_write_text
 from gplan.plan import Plan, write_plan
@@ -58,16 +62,14 @@ def launch_elastic(plan: Plan, run, options, note) -> tuple[object, list[dict]]:
             new = replan(plan, plan.world_size - lost).new
             path = options.run_dir / f"elastic-{len(survived) + 1}.plan.json"
             write_plan(new, path)
-            step = json.loads((checkpoint / "gplan_checkpoint.json").read_text())["step"]
+            step = json.loads((checkpoint / META).read_text())["step"]
             note(f"rank {rank} lost ({exc.message.split(';')[0]}): re-planned for {plan.world_size - lost} devices "
                  f"as {new.label()} ({path}); resuming from step {step}")
             survived.append({"failed_rank": rank, "devices_lost": lost, "plan_before": plan.label(),
                              "plan_after": new.label(), "plan_file": str(path), "resumed_from_step": step,
-                             "steps_done_before": last_step(options.run_dir),
-                             "restart_s": None, "_failed_at": failed_at})
+                             "steps_done_before": last_step(options.run_dir), "restart_s": time.time() - failed_at})
             options = replace(options, resume_from=checkpoint, resume=False, nproc_per_node=None, nnodes=None)
             plan = new
-            survived[-1]["restart_s"] = time.time() - failed_at
 
 
 def lost_devices(plan: Plan, rank: int) -> int:
@@ -89,5 +91,37 @@ def last_step(run_dir: Path) -> int | None:
 def record(report_path: Path, survived: list[dict]) -> None:
     """Add the failures survived to the run report the last job wrote."""
     data = json.loads(report_path.read_text())
-    data["elastic"] = [{k: v for k, v in s.items() if not k.startswith("_")} for s in survived]
+    data["elastic"] = survived
     atomic_write_text(report_path, json.dumps(data, indent=2) + "\n")
+
+
+def resume_options(plan: Plan, options, resume_from: Path, resume: bool, backend: str, note):
+    """`--resume-from RUN_DIR`: the run's last complete checkpoint, checked against the plan that will run
+    (another model, or a checkpoint from before reshardable checkpoints: refused, exit 3)."""
+    from gplan.backends.resume import check_resume
+
+    if resume:
+        raise UsageError("--resume continues this plan's own checkpoints, --resume-from another run's",
+                         hint="pass one of them")
+    if backend != "torch":
+        raise UsageError(f"--resume-from: the {backend} backend does not load checkpoints of another layout",
+                         hint="launch with --backend torch")
+    found = check_resume(plan, resume_from)
+    moved = ", ".join(f"{k} {a}→{b}" for k, (a, b) in found.changes.items()) or "nothing (the same layout)"
+    note(f"resuming from {found.path} (step {found.step}), resharded over {moved}")
+    for line in found.notes:
+        note(line)
+    return replace(options, resume_from=found.path)
+
+
+def export_replanned(result, target: str, folder: Path, plan_path: Path) -> list[Path]:
+    """`gplan replan --export`: the new plan's launch files for `target` and RESUME.md (how to load the old
+    checkpoint into them)."""
+    from gplan.backends.exporters import export_files
+    from gplan.planner.build import reprice_split
+    from gplan.render import resume_steps
+
+    written, _ = export_files(result.new, target, folder, plan_path=plan_path, reprice=reprice_split)
+    atomic_write_text(folder / "RESUME.md", resume_steps(result, target))
+    return written + [folder / "RESUME.md"]
+
