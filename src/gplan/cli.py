@@ -35,7 +35,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="
 @app.command()
 @guarded
 def estimate(
-    model: str = ModelArg, devices: Optional[int] = DevicesOpt, cluster: Optional[str] = ClusterOpt,
+    model: Optional[str] = o.LaunchModelArg, devices: Optional[int] = DevicesOpt, cluster: Optional[str] = ClusterOpt,
     hardware: Optional[str] = HardwareOpt, devices_per_node: Optional[int] = PerNodeOpt,
     dp: Optional[int] = o.EstimateDp, tp: int = o.EstimateTp, pp: int = o.EstimatePp, vpp: Optional[int] = o.EstimateVpp,
     cp: int = o.EstimateCp, ep: Optional[int] = o.EstimateEp, etp: Optional[int] = o.EstimateEtp,
@@ -56,7 +56,8 @@ def estimate(
     from gplan import render
     from gplan.plan import is_plan_file
 
-    if is_plan_file(Path(model)):
+    o.model_or_launch(model, from_file)
+    if model is not None and is_plan_file(Path(model)):
         from gplan.planner.build import repredict
 
         plan = read_plan(Path(model))
@@ -90,7 +91,7 @@ def estimate(
 @app.command()
 @guarded
 def search(
-    model: str = ModelArg, devices: Optional[int] = DevicesOpt, cluster: Optional[str] = ClusterOpt,
+    model: Optional[str] = o.LaunchModelArg, devices: Optional[int] = DevicesOpt, cluster: Optional[str] = ClusterOpt,
     hardware: Optional[str] = HardwareOpt, devices_per_node: Optional[int] = PerNodeOpt, gbs: Optional[int] = GbsOpt,
     seq_length: Optional[int] = SeqOpt, precision: Optional[str] = PrecisionOpt, memory_headroom: float = HeadroomOpt,
     expert_imbalance: float = ImbalanceOpt, tp: Optional[str] = o.SearchTp, pp: Optional[str] = o.SearchPp,
@@ -114,6 +115,7 @@ def search(
     from gplan.planner.replan import failure_table
     from gplan.planner.space import int_list, limits_from_options
 
+    o.model_or_launch(model, from_file)
     if top < 1:
         raise InputError(f"--top {top}: show at least one plan", hint="for example --top 5")
     lost = int_list(what_if_lost, "--what-if-lost")
@@ -127,6 +129,7 @@ def search(
                              profile, target, expert_imbalance)
         devices, gbs, target, seq_length, precision, options = launch_defaults(mine, gbs, target, seq_length, precision,
                                                                                options)
+        model = model or mine[1].model
     inputs = inputs_of(model, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, memory_headroom,
                        profile, target, expert_imbalance, **options)
     limits = limits_from_options(tp, pp, dp, cp, mbs, vpp, zero, recompute, schedule, all_devices, target, ep, etp,
@@ -157,7 +160,8 @@ def search(
 @app.command()
 @guarded
 def compare(
-    items: list[str] = typer.Argument(..., help="plan.json files, or one MODEL followed by --config or --from options"),
+    items: Optional[list[str]] = typer.Argument(None, help="plan.json files, or one MODEL followed by --config or "
+                                                "--from options (with --from only, MODEL may be left out)"),
     config: list[str] = typer.Option([], "--config", help='a configuration, e.g. "tp=8,pp=4,mbs=1" (repeat)'),
     from_files: list[Path] = typer.Option([], "--from", help="an engine's launch or log of MODEL, priced as it runs "
                                           "(repeat)"),
@@ -173,6 +177,9 @@ def compare(
     from gplan.planner.complete import compare_configs, compare_plans
     from gplan.planner.launch_files import compare_launches
 
+    items = items or []
+    if from_files and not config and not items:
+        items = [None]  # each launch's own model
     if (config or from_files) and len(items) != 1:
         raise InputError(f"{'--config' if config else '--from'} compares {'configurations' if config else 'launches'} "
                          "of one model", hint="pass exactly one MODEL")

@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from gplan import __version__
-from gplan.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, GplanError
+from gplan.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, GplanError, UsageError
 from gplan.spec.engines import ENGINE_NAMES, ENGINES
 from gplan.spec.parallel import RECOMPUTE_MODULES, RECOMPUTE_OPTIONS, SCHEDULES
 from gplan.spec.targets import LAUNCH_BACKENDS
@@ -116,6 +116,14 @@ PRECISIONS = typing.get_args(Precision)
 # ---- options several commands share -------------------------------------------------------------------
 
 ModelArg = typer.Argument(..., help="model.yaml, an HF config.json (or its folder), or a bundled name (gplan models)")
+LaunchModelArg = typer.Argument(None, help="model.yaml, an HF config.json (or its folder), or a bundled name (gplan "
+                                "models); with --from, optional: the launch's own model")
+
+
+def model_or_launch(model: str | None, from_file) -> None:
+    """MODEL may be left out only where --from states it."""
+    if model is None and from_file is None:
+        raise UsageError("MODEL is missing", hint="name a model (gplan models lists them), or price a launch: --from FILE")
 DevicesOpt = typer.Option(None, "--devices", "-n", help="devices to use (default: all of the cluster file)")
 ClusterOpt = typer.Option(None, "--cluster", "-c", help="bundled cluster name or cluster.yaml (default: dgx-a100-80g)")
 HardwareOpt = typer.Option(None, "--hardware", help="bundled hardware name; links of its bundled cluster")

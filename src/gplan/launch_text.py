@@ -25,7 +25,7 @@ def arguments(text: str) -> tuple[dict[str, list[str]], dict[str, str]]:
             default = re.fullmatch(r"\$\{\w+:-([^}]*)\}", text)
             variables[assign.group(1)] = default.group(1) if default else text
         try:
-            words = shlex.split(line.replace("(", " ").replace(")", " "))
+            words = shlex.split(_unbracket(line))
         except ValueError:
             continue
         while len(words) > 1 and re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", words[0]):  # `NGPU=4 CONFIG_FILE=x ./run_train.sh`
@@ -44,6 +44,21 @@ def arguments(text: str) -> tuple[dict[str, list[str]], dict[str, str]]:
             values.append(nxt)
         found[name] = values
     return found, variables
+
+
+def _unbracket(line: str) -> str:
+    """A line with a bash array's parentheses (`ARGS=(`, `)`) blanked, those inside quotes kept: Megatron's
+    `--pipeline-model-parallel-layout "Et|(tt|)*30L"` keeps its group."""
+    out, quote = [], None
+    for char in line:
+        if quote:
+            quote = None if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char in "()":
+            char = " "
+        out.append(char)
+    return "".join(out)
 
 
 DEFAULTS = {"--context-parallel-size": "1", "--tensor-model-parallel-size": "1", "--pipeline-model-parallel-size": "1",

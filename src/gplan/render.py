@@ -732,6 +732,7 @@ def estimate_output(console: Console, e) -> None:
 def launch_json(launch, config, prediction, source) -> dict:
     return {**prediction.model_dump(mode="json"), "parallel": config.model_dump(mode="json"), "from": str(source),
             "engine": launch.engine, "engine_options": launch.engine_options, "not_read": launch.unread,
+            "no_effect": launch.no_effect, "model_from_launch": launch.model_from_launch,
             "measured_step_s": measured_step_of(launch, config, prediction)}
 
 
@@ -750,6 +751,8 @@ def launch_output(console: Console, launch, inputs, config, prediction, source) 
     from gplan.spec.targets import ENGINE_OPTIONS, switch_default
 
     prediction_summary(console, title(inputs) + f"; read from {source}", config, prediction)
+    if launch.model_from_launch:
+        console.print(f"model: {launch.model_from_launch}", highlight=False)
     measured = measured_step_of(launch, config, prediction)
     if measured:
         console.print(f"the log's measured step: {seconds(measured)}; predicted {seconds(prediction.step_time_s)} "
@@ -758,6 +761,9 @@ def launch_output(console: Console, launch, inputs, config, prediction, source) 
                if v != switch_default(k)]
     if options:  # what the launch sets, or its engine defaults to, that prices it (Megatron's allgather dispatcher)
         console.print(f"engine options read: {', '.join(options)}", highlight=False)
+    if launch.no_effect:
+        console.print(f"read, no effect on the layout or its cost: {', '.join(launch.no_effect)} (why: --json)",
+                      highlight=False)
     if launch.unread:
         console.print(f"not read (no effect on the layout or its cost): {', '.join(launch.unread)}", highlight=False)
 

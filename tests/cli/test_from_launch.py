@@ -67,7 +67,7 @@ def bad_script(tmp_path, extra: str) -> Path:
 
 
 @pytest.mark.parametrize("extra, fragment", [
-    ("--fine-grained-activation-offloading", "--fine-grained-activation-offloading would change the layout"),
+    ("--fine-grained-activation-offloading", "cannot price --fine-grained-activation-offloading (per-module activation offloading)"),
     ("--num-layers-per-virtual-pipeline-stage $VPP_LAYERS", "expected an integer"),
 ])
 def test_a_launch_gplan_cannot_read_whole_is_refused_naming_the_flag(gplan, tmp_path, extra, fragment):

@@ -24,6 +24,7 @@ from typing import Any, get_args
 
 from gplan.errors import InputError
 from gplan.launch_text import arguments
+from gplan.planner.engine_flags import megatron_class, titan_class
 from gplan.planner.logs import family
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import PER_OP_MODULES, LayerCount, StageLayout, even_stage_sizes
@@ -50,6 +51,8 @@ LAYOUT_FLAGS = {
     "--grad-reduce-in-bf16", "--fp8-param-gather", "--cpu-offloading", "--cpu-offloading-num-layers",
     "--overlap-moe-expert-parallel-comm", "--cuda-graph-impl", "--cuda-graph-scope", "--no-check-for-nan-in-loss-and-grad",
     "--moe-token-dispatcher-type", "--moe-enable-deepep", "--moe-flex-dispatcher-backend",
+    "--use-custom-fsdp", "--num-virtual-stages-per-pipeline-rank", "--account-for-embedding-in-pipeline-split",
+    "--account-for-loss-in-pipeline-split", "--combined-1f1b", "--fp4-format",
 }
 #: Model flags whose presence gplan reads through the named model (checked as switches).
 MODEL_SWITCHES = {
@@ -64,9 +67,6 @@ MODEL_SWITCHES = {
     "--moe-token-drop-policy", "--tokenizer-type", "--mock-data", "--softmax-type", "--quick-geglu",
     "--glu-linear-offset", "--activation-func-clamp-value",
 }
-#: A flag gplan does not read that matches this could change the layout or its cost: refused.
-LAYOUT_LIKE = re.compile(r"parallel|pipeline|recompute|checkpoint-activations|batch|expert|fsdp|offload|zero|"
-                         r"overlap|fp8|fp4|moe|mtp|cuda-graph|num-layers|seq-length|hidden|heads")
 #: Launcher arguments (torchrun) and the values of the variables scripts use for the world size.
 WORLD = {"--nproc_per_node": "per_node", "--nproc-per-node": "per_node", "--nnodes": "nodes"}
 VARIABLES = {"GPUS_PER_NODE": "per_node", "NPROC_PER_NODE": "per_node", "NNODES": "nodes", "NUM_NODES": "nodes",
@@ -99,29 +99,36 @@ class Launch:
     per_stage_recompute: tuple | None = None
     """MindFormers' (full, selective) recompute counts per stage (or True for every layer)."""
     engine_options: dict[str, bool | str] = field(default_factory=dict)
+    """Megatron's engine options the launch sets (TrainingSpec's grad_reduce_in_bf16, fp8_param_gather,
+    moe_a2a_overlap, cuda_graphs)."""
+    no_effect: dict[str, str] = field(default_factory=dict)
+    """Flags read that change neither the layout nor its cost, with why (planner.engine_flags)."""
+    model: ModelSpec | None = None
+    """The model the launch trains: the one named beside it, else the one its shape flags or its model name
+    and flavor state."""
+    model_from_launch: str | None = None
+    """Where the model came from when MODEL was left out (said beside the prediction)."""
     measured_step_s: float | None = None
     """A log's own steady step (the readers `gplan calibrate` uses), shown beside the prediction."""
     measured_device_tokens_per_s: float | None = None
     """torchtitan logs tokens/s per device, not the step: the step follows from the batch and devices priced."""
-    """Megatron's engine options the launch sets (TrainingSpec's grad_reduce_in_bf16, fp8_param_gather,
-    moe_a2a_overlap, cuda_graphs)."""
 
 
-def read_launch(path: Path, model: ModelSpec) -> Launch:
+def read_launch(path: Path, model: ModelSpec | None) -> Launch:
     """The launch in `path`, by its engine: a torchtitan TOML or script (`--parallelism.…` overrides,
-    `torchtitan.train`), a Megatron-DeepSpeed script (`--deepspeed_config`), else a Megatron-LM script or
-    argument file; checked against `model`."""
+    `torchtitan.train`), a Megatron-DeepSpeed script (`--deepspeed_config`), else a Megatron-LM script,
+    argument file or YAML map; checked against `model`, or (None) its model read from the launch itself."""
     if not path.is_file():
         raise InputError(f"--from {path}: no such file", hint="pass a Megatron-LM or torchtitan launch")
     text = path.read_text(errors="replace")
     plan = gplan_plan_of(path, text)
     if plan is not None:
-        if plan.model.total_params() != model.total_params():
+        if model is not None and plan.model.total_params() != model.total_params():
             raise InputError(f"--from {path}: it runs {plan.model.name}, not {model.name}",
                              hint="name the model the launch trains")
         return Launch(source=str(path), engine="torch", given={}, gbs=plan.training.gbs,
                       seq_length=plan.training.seq_length, precision=plan.training.precision, stage_sizes=None,
-                      recompute_layers=None, world_size=plan.world_size, plan=plan)
+                      recompute_layers=None, world_size=plan.world_size, plan=plan, model=plan.model)
     if family(text):
         return read_log_launch(path, model, text)
     if path.suffix in (".yaml", ".yml") and "parallel_config:" in text:
@@ -133,7 +140,7 @@ def read_launch(path: Path, model: ModelSpec) -> Launch:
     return read_megatron_launch(path, model, text)
 
 
-def read_log_launch(path: Path, model: ModelSpec, text: str) -> Launch:
+def read_log_launch(path: Path, model: ModelSpec | None, text: str) -> Launch:
     """The configuration an engine's log says it ran, as a launch: Megatron-LM / Megatron-DeepSpeed from
     the arguments block (and the DeepSpeed JSON), torchtitan from its printed job config, MindFormers from
     the training YAML beside the log; checked against `model`."""
@@ -164,11 +171,13 @@ def logged_speed(path: Path, text: str, engine: str) -> dict:
         return {}
 
 
-def megatron_log_launch(args: dict, path: Path, model: ModelSpec) -> Launch:
-    """A Megatron-LM or Megatron-DeepSpeed log's arguments (planner.logs.megatron) as a launch of `model`."""
+def megatron_log_launch(args: dict, path: Path, model: ModelSpec | None) -> Launch:
+    """A Megatron-LM or Megatron-DeepSpeed log's arguments (planner.logs.megatron) as a launch of `model`
+    (None: the model the log built, its padded vocabulary as printed)."""
     from gplan.planner.logs import megatron
 
-    logged = megatron.model_from_args(args, model.name)
+    logged = megatron.model_from_args(args, model.name if model is not None else path.stem)
+    model = logged if model is None else model
     for field_name in ("num_layers", "hidden_size", "ffn_size", "num_attention_heads", "kv_heads",
                        "num_experts", "top_k", "expert_ffn_size"):
         if getattr(logged, field_name) != getattr(model, field_name):
@@ -193,7 +202,7 @@ def megatron_log_launch(args: dict, path: Path, model: ModelSpec) -> Launch:
                                              args.get("decoder_first_pipeline_num_layers"),
                                              args.get("decoder_last_pipeline_num_layers")),
                   recompute_layers=int(args.get("recompute_num_layers") or 0) if block else None,
-                  world_size=int(args["world_size"]))
+                  world_size=int(args["world_size"]), model=model)
 
 
 def gplan_plan_of(path: Path, text: str):
@@ -219,29 +228,142 @@ def gplan_plan_of(path: Path, text: str):
     return None
 
 
-def read_megatron_launch(path: Path, model: ModelSpec, text: str) -> Launch:
-    """The Megatron-LM launch in `path` (a script, or a file of arguments), checked against `model`."""
-    args, variables = arguments(text)
+def read_megatron_launch(path: Path, model: ModelSpec | None, text: str) -> Launch:
+    """The Megatron-LM launch in `path` (a script, a file of arguments, or the MoE model zoo's YAML map with
+    the launch line that fills it), checked against `model` — or, without one, its model built from the
+    shape flags."""
+    from gplan.planner.model_zoo import zoo_arguments
+
+    args, variables = zoo_arguments(path, text) or arguments(text)
     if "--num-layers" not in args and "--tensor-model-parallel-size" not in args:
         raise InputError(f"--from {path}: no Megatron-LM arguments found (no --num-layers, no "
                          "--tensor-model-parallel-size)", hint="pass the script that runs pretrain_gpt.py")
+    model = model_of_flags(args, path) if model is None else model
     check_model(args, model, path)
-    unread = sorted(a for a in args if a not in MODEL_FLAGS and a not in LAYOUT_FLAGS and a not in MODEL_SWITCHES
-                    and a not in WORLD)
-    changing = [a for a in unread if LAYOUT_LIKE.search(a)]
-    if changing:
-        raise InputError(f"--from {path}: {', '.join(changing)} would change the layout or its cost and gplan does "
-                         "not read it", hint="remove it, or price the launch without it (gplan estimate MODEL ...)")
+    known = MODEL_FLAGS.keys() | LAYOUT_FLAGS | MODEL_SWITCHES | WORLD.keys()
+    unread, no_effect = classified(path, {a: v for a, v in args.items() if a not in known}, megatron_class)
+    a2a_overlap = "--overlap-moe-expert-parallel-comm" in args or (
+        "--combined-1f1b" in args and value(args, "--combined-1f1b-recipe") == "ep_a2a")
     return Launch(source=str(path), engine="megatron", given=layout_of(args), gbs=integer(args, "--global-batch-size", path),
                   seq_length=optional_int(args, "--seq-length"), precision=precision_of(args),
                   stage_sizes=stage_sizes_of(args, model), recompute_layers=block_layers(args),
-                  world_size=world_size(args, variables), unread=unread,
+                  world_size=world_size(args, variables), unread=unread, no_effect=no_effect, model=model,
                   engine_options={"grad_reduce_in_bf16": "--grad-reduce-in-bf16" in args,
                                   "fp8_param_gather": "--fp8-param-gather" in args,
-                                  "moe_a2a_overlap": "--overlap-moe-expert-parallel-comm" in args,
+                                  "moe_a2a_overlap": a2a_overlap,
                                   "cuda_graphs": cuda_graphs_of(value(args, "--cuda-graph-impl"),
                                                                 args.get("--cuda-graph-scope")),
                                   "moe_dispatcher": dispatcher_of(value(args, "--moe-token-dispatcher-type"), model)})
+
+
+def classified(path: Path, flags: dict[str, Any], rule) -> tuple[list[str], dict[str, str]]:
+    """The flags a reader does not read, by `rule` (planner.engine_flags): (not read, {read with no effect:
+    why}); a flag gplan cannot price is refused, naming it and why."""
+    refused, unread, no_effect = [], [], {}
+    for flag, given in sorted(flags.items()):
+        kind, why = rule(flag, given)
+        if kind == "refused":
+            refused.append(f"{flag} ({why})")
+        elif why in ("not a layout setting",):
+            unread.append(flag)
+        else:
+            no_effect[flag] = why
+    if refused:
+        raise InputError(f"--from {path}: gplan cannot price {'; '.join(refused)}",
+                         hint="remove it, or price the launch without it (gplan estimate MODEL ...)")
+    return unread, no_effect
+
+
+def model_of_flags(args: dict, path: Path) -> ModelSpec:
+    """The model a Megatron launch states with its shape flags: the bundled model of that shape when there is
+    one (its vocabulary, norms and rope named there), else built from the flags (planner.logs.megatron's
+    reading of Megatron's arguments), its vocabulary from --vocab-size or the tokenizer it names."""
+    from gplan.planner.logs import megatron
+
+    shape = {flag: optional_int(args, flag) for flag in MODEL_FLAGS if flag != "--window-attn-skip-freq"}
+    for flag in ("--num-layers", "--hidden-size", "--num-attention-heads"):
+        if shape[flag] is None:
+            raise InputError(f"--from {path}: no MODEL given and the launch does not state {flag}",
+                             hint="name the model the launch trains: gplan estimate MODEL --from FILE")
+    logged: dict[str, Any] = {}
+    for flag, values in args.items():
+        key = flag[2:].replace("-", "_")
+        logged[key] = True if not values else (_number(values[0]) if len(values) == 1 else values)
+    logged["add_bias_linear"] = "--disable-bias-linear" not in args
+    if "--moe-layer-freq" in args:
+        logged["moe_layer_freq"] = _layer_freq(value(args, "--moe-layer-freq"), shape["--num-layers"])
+    vocab = optional_int(args, "--vocab-size") or tokenizer_vocab(value(args, "--tokenizer-model"))
+    found = bundled_of_shape(shape, vocab, path)
+    if found is not None:
+        return found
+    if not logged.get("vocab_size"):
+        if vocab is None:
+            raise InputError(f"--from {path}: no MODEL given, and the launch states no --vocab-size (its tokenizer "
+                             f"{value(args, '--tokenizer-model') or value(args, '--tokenizer-type')} is not one gplan knows)",
+                             hint="name the model: gplan estimate MODEL --from FILE (a bundled name, model.yaml or config.json)")
+        logged["vocab_size"], logged["tokenizer_type"] = vocab, None
+    logged.setdefault("seq_length", optional_int(args, "--seq-length") or 4096)
+    try:
+        return megatron.model_from_args(logged, path.stem)
+    except ValueError as exc:
+        raise InputError(f"--from {path}: its model flags do not make a model: {exc}".splitlines()[0],
+                         hint="name the model: gplan estimate MODEL --from FILE") from None
+
+
+def bundled_of_shape(shape: dict[str, int | None], vocab: int | None, path: Path) -> ModelSpec | None:
+    """The bundled model whose shape is every shape flag the launch gives (a dense launch, no --num-experts,
+    matches only dense models) and, when the launch states it, its vocabulary; several: refused, naming them."""
+    from gplan.profiles.catalogue import bundled_models, load_model
+
+    found = []
+    for name in bundled_models():
+        model = load_model(name)
+        if model.is_moe != (shape.get("--num-experts") is not None):
+            continue
+        if all(given is None or MODEL_FLAGS[flag](model) == given for flag, given in shape.items()) and (
+                vocab is None or model.vocab_size == vocab):
+            found.append(model)
+    if len(found) > 1:
+        raise InputError(f"--from {path}: no MODEL given, and its shape flags fit {', '.join(m.name for m in found)} "
+                         "(the launch does not state its vocabulary)", hint=f"name one: gplan estimate {found[0].name} "
+                         f"--from {path.name}")
+    return found[0] if found else None
+
+
+TOKENIZER_VOCABULARIES = {"qwen/qwen3": 151936, "deepseek-ai/deepseek-v3": 129280, "meta-llama/meta-llama-3": 128256,
+                          "meta-llama/llama-3": 128256, "mistralai/mixtral": 32000, "openai/gpt-oss": 201088,
+                          "moonshotai/kimi-k2": 163840}
+"""Vocabularies of the Hugging Face tokenizers Megatron launches name (`--tokenizer-model`), by repository
+prefix: each model family's config.json `vocab_size` (the same sources as the bundled models; Kimi K2:
+moonshotai/Kimi-K2-Instruct config.json)."""
+
+
+def tokenizer_vocab(named: str | None) -> int | None:
+    if not named:
+        return None
+    lowered = named.lower()
+    return next((v for prefix, v in TOKENIZER_VOCABULARIES.items() if lowered.startswith(prefix)), None)
+
+
+def _number(text: str):
+    try:
+        return int(text)
+    except ValueError:
+        try:
+            return float(text)
+        except ValueError:
+            return text
+
+
+def _layer_freq(text: str | None, layers: int):
+    """--moe-layer-freq as Megatron reads it (moe_freq_type): an int N (one MoE layer in N) or a list pattern."""
+    if text is None:
+        return 1
+    if "[" in text:
+        if re.search(r"[^,\d\[\]()+*\s]", text):
+            raise InputError(f"--moe-layer-freq {text!r}: not a list pattern", hint="write e.g. ([0]*3+[1]*58)")
+        return eval(text, {"__builtins__": {}})  # noqa: S307 - digits, brackets, + and * only (checked above)
+    return int(text)
 
 
 def dispatcher_of(named: str | None, model: ModelSpec) -> str:
@@ -315,8 +437,11 @@ def layout_of(args: dict) -> dict[str, Any]:
         optional_int(args, "--virtual-pipeline-model-parallel-size")
     layers = optional_int(args, "--num-layers")
     layout = value(args, "--pipeline-model-parallel-layout")
+    stages_per_rank = optional_int(args, "--num-virtual-stages-per-pipeline-rank")
     if layout:
         given["vpp"] = parse_layout(layout, given["pp"])[1]
+    elif stages_per_rank:
+        given["vpp"] = stages_per_rank
     elif vpp:
         given["vpp"] = vpp
     elif per_chunk and layers:
@@ -333,7 +458,7 @@ def layout_of(args: dict) -> dict[str, Any]:
 
 def zero_of(args: dict) -> int:
     """--use-distributed-optimizer: zero 1; Megatron-FSDP's sharding strategies: 2 and 3."""
-    if "--use-megatron-fsdp" in args:
+    if "--use-megatron-fsdp" in args or "--use-custom-fsdp" in args:  # --use-custom-fsdp: its name before 0.14
         return {"optim": 1, "optim_grads": 2, "optim_grads_params": 3}.get(
             value(args, "--data-parallel-sharding-strategy") or "optim_grads_params", 3)
     return 1 if "--use-distributed-optimizer" in args else 0
@@ -377,11 +502,34 @@ def parse_layout(text: str, pp: int) -> tuple[list[int], int]:
 
 
 def stage_sizes_of(args: dict, model: ModelSpec) -> list[int] | None:
-    """The split a launch asks for (`megatron_split` of its flags)."""
-    return megatron_split(model, optional_int(args, "--pipeline-model-parallel-size") or 1,
-                          value(args, "--pipeline-model-parallel-layout"),
-                          optional_int(args, "--decoder-first-pipeline-num-layers"),
-                          optional_int(args, "--decoder-last-pipeline-num-layers"))
+    """The split a launch asks for (`megatron_split` of its flags, or `accounted_split`)."""
+    pp = optional_int(args, "--pipeline-model-parallel-size") or 1
+    layout = value(args, "--pipeline-model-parallel-layout")
+    first, last = (optional_int(args, "--decoder-first-pipeline-num-layers"),
+                   optional_int(args, "--decoder-last-pipeline-num-layers"))
+    embedding, loss = "--account-for-embedding-in-pipeline-split" in args, "--account-for-loss-in-pipeline-split" in args
+    if not layout and first is None and last is None and (embedding or loss) and pp > 1:
+        return accounted_split(model.total_layers, pp, layout_of(args).get("vpp", 1), embedding, loss)
+    return megatron_split(model, pp, layout, first, last)
+
+
+def accounted_split(layers: int, pp: int, vpp: int, embedding: bool, loss: bool) -> list[int]:
+    """Megatron's even split with the embedding and/or the loss counted as a layer
+    (--account-for-embedding-in-pipeline-split, --account-for-loss-in-pipeline-split; megatron-core
+    transformer_block.get_num_layers_to_build): every virtual stage holds (layers + embedding + loss) /
+    (pp·vpp) of them, so the first virtual stage has one decoder layer fewer for the embedding and the last
+    one fewer for the loss; virtual stage j is on rank j % pp."""
+    stages = pp * vpp
+    counted = layers + embedding + loss
+    if counted % stages:
+        raise InputError(f"{layers} layers + {int(embedding) + int(loss)} accounted (embedding, loss) do not divide "
+                         f"into pp·vpp = {stages} virtual stages",
+                         hint="Megatron refuses this split too: change pp, vpp or the accounted parts")
+    per = counted // stages
+    sizes = [0] * pp
+    for j in range(stages):
+        sizes[j % pp] += per - (embedding and j == 0) - (loss and j == stages - 1)
+    return sizes
 
 
 def megatron_split(model: ModelSpec, pp: int, layout: str | None, first: int | None, last: int | None) -> list[int] | None:
@@ -507,28 +655,30 @@ TITAN_KEYS = {
     "training.global_batch_size", "training.seq_len", "training.mixed_precision_param", "activation_checkpoint.mode",
     "model.converters", "float8.recipe_name", "quantize.linear.float8.recipe_name", "model.name", "model.flavor",
     "training.disable_cuda_graphs", "activation_checkpoint.selective_ac_option",
+    "parallelism.expert_tensor_parallel_degree", "model.hf_assets_path",
 }
-TITAN_LAYOUT_LIKE = re.compile(r"^(parallelism|activation_checkpoint)\.|batch|seq_len")
-"""Unread keys that would change the layout or its cost. The float8/mx/quantize sections count only when
-`model.converters` turns them on (torchtitan's TOMLs carry them switched off)."""
 
 
-def read_torchtitan_launch(path: Path, model: ModelSpec) -> Launch:
+def read_torchtitan_launch(path: Path, model: ModelSpec | None) -> Launch:
     """A torchtitan launch: a job TOML (torchtitan ≤ 0.2's `--job.config_file`), or a script of
-    `--section.key value` overrides (with the TOML it names, and gplan's exported config module beside it)."""
+    `--section.key value` overrides (with the TOML it names, and gplan's exported config module beside it);
+    its model the one named, else torchtitan's `model.name` + `model.flavor` (or the config.json of its
+    `model.hf_assets_path`)."""
     values, args, variables = titan_values(path)
+    model = titan_model(path, values) if model is None else model
     _check_titan_model(path, values, model)
     module = path.parent / "gplan_torchtitan.py"
     parts = _module_constant(module, "MODULE_FQNS_PER_MODEL_PART") if module.is_file() else None
     ac = _module_constant(module, "ACTIVATION_CHECKPOINT") if module.is_file() else None
     given, notes = _titan_layout(values, model, parts, ac)
-    unread = sorted(k for k in values if k not in TITAN_KEYS)
     lowp_on = _titan_precision(values) in ("fp8", "fp8-rowwise", "mxfp8")
-    changing = [k for k in unread if TITAN_LAYOUT_LIKE.search(k)
-                or (lowp_on and re.match(r"(float8|mx|quantize)\.", k) and not k.endswith(("filter_fqns", "emulate")))]
-    if changing:
-        raise InputError(f"--from {path}: {', '.join(changing)} would change the layout or its cost and gplan does "
-                         "not read it", hint="remove it, or price the launch without it (gplan estimate MODEL ...)")
+    unread_keys = {k: v for k, v in values.items() if k not in TITAN_KEYS
+                   and not (not lowp_on and re.match(r"(float8|mx|quantize)\.", k))}
+    rule = (lambda k, v: ("refused", "a low-precision setting gplan does not read")
+            if lowp_on and re.match(r"(float8|mx|quantize)\.", k) and not k.endswith(("filter_fqns", "emulate"))
+            else titan_class(k, v))
+    unread, no_effect = classified(path, unread_keys, rule)
+    unread += sorted(k for k in values if k not in TITAN_KEYS and k not in unread_keys)
     gbs = _int(values.get("training.global_batch_size"))
     local = _int(values.get("training.local_batch_size", values.get("training.batch_size")))
     if gbs is None or gbs < 0:
@@ -545,7 +695,7 @@ def read_torchtitan_launch(path: Path, model: ModelSpec) -> Launch:
     return Launch(source=str(path), engine="torchtitan", given=given, gbs=gbs or 0,
                   seq_length=_int(values.get("training.seq_len")), precision=_titan_precision(values),
                   stage_sizes=sizes, recompute_layers=None, world_size=world_size(args, variables),
-                  unread=unread + notes, local_batch=local)
+                  unread=unread + notes, local_batch=local, no_effect=no_effect, model=model)
 
 
 def titan_values(path: Path) -> tuple[dict[str, Any], dict, dict]:
@@ -571,7 +721,7 @@ def titan_values(path: Path) -> tuple[dict[str, Any], dict, dict]:
     return values, args, variables
 
 
-def titan_log_launch(path: Path, model: ModelSpec, text: str) -> Launch:
+def titan_log_launch(path: Path, model: ModelSpec | None, text: str) -> Launch:
     """A torchtitan log as a launch: its printed job config, or (torchtitan's default, no config printed)
     the launch beside it under its name, its world size from the log's mesh line."""
     from gplan.planner.logs import torchtitan
@@ -589,6 +739,10 @@ def titan_log_launch(path: Path, model: ModelSpec, text: str) -> Launch:
                                  f"{launch.given[degree]}", hint="put the launch that ran this log beside it")
         return dataclasses.replace(launch, source=str(path), world_size=math.prod(mesh.values()))
     log = torchtitan.read_torchtitan_config(path, text)
+    if model is None:
+        from gplan.profiles.catalogue import load_model
+
+        model = load_model(log.model)
     if log.model != model.name:
         raise InputError(f"--from {path}: the log trained {log.model}, not {model.name}",
                          hint="name the model the log trained")
@@ -599,7 +753,7 @@ def titan_log_launch(path: Path, model: ModelSpec, text: str) -> Launch:
     return Launch(source=str(path), engine="torchtitan", given=given, gbs=max(gbs, 0),
                   seq_length=int(t.get("seq_len", model.seq_length)), precision=_titan_precision(values),
                   stage_sizes=None, recompute_layers=None, world_size=torchtitan.world_size(log.config),
-                  unread=notes, local_batch=int(t.get("local_batch_size", t.get("batch_size", 1))))
+                  unread=notes, local_batch=int(t.get("local_batch_size", t.get("batch_size", 1))), model=model)
 
 
 def titan_launch_beside(log: Path) -> Path:
@@ -665,12 +819,49 @@ def _module_constant(module: Path, name: str):
     return None
 
 
+def titan_model(path: Path, values: dict) -> ModelSpec:
+    """The model a torchtitan launch names: the config.json of its `model.hf_assets_path` when there is one
+    beside it, else gplan's bundled model of its `model.name` + `model.flavor` (planner.logs.torchtitan)."""
+    from gplan.planner.logs import torchtitan
+    from gplan.profiles.catalogue import load_model
+
+    assets = values.get("model.hf_assets_path")
+    if assets:
+        for folder in (path.parent / str(assets), path.parent / Path(str(assets)).name):
+            if (folder / "config.json").is_file():
+                return load_model(str(folder / "config.json"))
+    name, flavor = values.get("model.name", "llama3"), values.get("model.flavor")
+    found = torchtitan.bundled(name, flavor)
+    if found is None:
+        raise InputError(f"--from {path}: no MODEL given, and torchtitan's {name} flavor {flavor} has no bundled "
+                         "model of its shape", hint="name the model (gplan estimate MODEL --from FILE); bundled: "
+                         + ", ".join(f"{n}/{f}" for n, f in torchtitan.BUNDLED))
+    return load_model(found)
+
+
 def _check_titan_model(path: Path, values: dict, model: ModelSpec) -> None:
-    name = str(values.get("model.name", "llama3"))
-    if model.is_moe != (name in ("qwen3", "deepseek_v3")) and "model.name" in values:
-        raise InputError(f"--from {path}: model.name {name}, but {model.name} is "
-                         f"{'a mixture of experts' if model.is_moe else 'dense'}",
+    """The model named is the launch's: the bundled shape of its flavor when gplan has it, else (a flavor
+    gplan does not bundle) at least dense or MoE as its model family is (deepseek_v3 always has experts)."""
+    from gplan.planner.logs import torchtitan
+    from gplan.profiles.catalogue import load_model
+
+    if "model.name" not in values:
+        return
+    name, flavor = str(values["model.name"]), values.get("model.flavor")
+    found = torchtitan.bundled(name, flavor)
+    if found is not None:
+        stated = load_model(found)
+        if stated.total_params() != model.total_params():
+            raise InputError(f"--from {path}: it trains torchtitan's {name} {flavor} ({found}), not {model.name}",
+                             hint="leave MODEL out to price the launch's own model, or name the one it trains")
+    elif name == "deepseek_v3" and not model.is_moe:
+        raise InputError(f"--from {path}: model.name {name} has experts, but {model.name} is dense",
                          hint="name the model the launch trains")
+
+
+SINGLE_STAGE_SCHEDULES = {"GPipe", "1F1B"}
+"""torch.distributed.pipelining's schedules with one stage per rank; the others (Interleaved1F1B, LoopedBFS,
+InterleavedZeroBubble, ZBVZeroBubble, DualPipeV) loop over several."""
 
 
 def _titan_layout(values: dict, model: ModelSpec, parts, ac) -> tuple[dict[str, Any], list[str]]:
@@ -699,13 +890,16 @@ def _titan_layout(values: dict, model: ModelSpec, parts, ac) -> tuple[dict[str, 
     elif pp > 1 and values.get("parallelism.pipeline_parallel_layers_per_stage"):
         vpp = model.total_layers // (pp * _int(values["parallelism.pipeline_parallel_layers_per_stage"]))
     schedule = str(values.get("parallelism.pipeline_parallel_schedule", "1F1B"))
+    if pp > 1 and vpp == 1 and schedule not in SINGLE_STAGE_SCHEDULES:
+        vpp = 2  # torchtitan's looped schedules without a split given: two stages per rank (pipeline_module_split)
     given = {"tp": tp, "pp": pp, "cp": cp, "sp": sp and tp > 1, "zero": zero, "recompute": recompute,
              **({"recompute_modules": PER_OP_MODULES} if per_op else {}),
              "mbs": micro if pp > 1 else local, "vpp": vpp, "ep": _int(values.get("parallelism.expert_parallel_degree", 1)),
              "dp_shard": shard, "dp_replicate": replicate}
     if pp > 1:
         given["schedule"] = {"GPipe": "gpipe", "1F1B": "1f1b"}.get(schedule, "interleaved_1f1b" if vpp > 1 else "1f1b")
-    given["etp"] = tp if given["ep"] == 1 else 1  # torchtitan's experts follow tp at ep 1 (spec.targets)
+    # torchtitan's experts follow tp at ep 1 (spec.targets); with ep, expert_tensor_parallel_degree (1 or tp)
+    given["etp"] = tp if given["ep"] == 1 else _int(values.get("parallelism.expert_tensor_parallel_degree", 1))
     return given, notes
 
 
@@ -740,7 +934,7 @@ DS_MODEL_SWITCHES = MODEL_SWITCHES | {"--use-rotary-position-embeddings", "--no-
                                       "--rotary-position-embeddings-theta"}
 
 
-def read_deepspeed_launch(path: Path, model: ModelSpec, text: str) -> Launch:
+def read_deepspeed_launch(path: Path, model: ModelSpec | None, text: str) -> Launch:
     """A Megatron-DeepSpeed launch: its Megatron arguments and the DeepSpeed config JSON it names
     (`--deepspeed_config`, `$HERE/…` resolved beside the script). The JSON decides the batch, the
     micro-batch, the ZeRO stage and the precision, as DeepSpeed's own DeepSpeedConfig reads them."""
@@ -756,17 +950,14 @@ def read_deepspeed_launch(path: Path, model: ModelSpec, text: str) -> Launch:
         raise InputError(f"--from {path}: its DeepSpeed config {named} is not at {config_path}",
                          hint="keep ds_config.json where the script names it")
     ds = json.loads(config_path.read_text())
+    model = model_of_flags(args, path) if model is None else model
     for flag, of in DS_MODEL_FLAGS.items():
         given = optional_int(args, flag)
         if given is not None and of(model) is not None and given != of(model):
             raise InputError(f"--from {path}: {flag} {given}, but {model.name} has {of(model)}",
                              hint="name the model the launch trains")
     known = DS_MODEL_FLAGS.keys() | DS_LAYOUT_FLAGS | DS_MODEL_SWITCHES | WORLD.keys()
-    unread = sorted(a for a in args if a not in known)
-    changing = [a for a in unread if LAYOUT_LIKE.search(a)]
-    if changing:
-        raise InputError(f"--from {path}: {', '.join(changing)} would change the layout or its cost and gplan does "
-                         "not read it", hint="remove it, or price the launch without it (gplan estimate MODEL ...)")
+    unread, no_effect = classified(path, {a: v for a, v in args.items() if a not in known}, megatron_class)
     pp = 1 if "--no-pipeline-parallel" in args else (optional_int(args, "--pipeline-model-parallel-size") or 1)
     full = "--checkpoint-activations" in args or "activation_checkpointing" in ds
     granularity = value(args, "--recompute-granularity")
@@ -784,12 +975,13 @@ def read_deepspeed_launch(path: Path, model: ModelSpec, text: str) -> Launch:
                          hint="set train_batch_size in the DeepSpeed config")
     return Launch(source=str(path), engine="deepspeed", given=given, gbs=int(gbs),
                   seq_length=optional_int(args, "--seq-length"), precision=precision, stage_sizes=None,
-                  recompute_layers=None, world_size=world_size(args, variables), unread=unread)
+                  recompute_layers=None, world_size=world_size(args, variables), unread=unread,
+                  no_effect=no_effect, model=model)
 
 
 # ---- MindFormers ---------------------------------------------------------------------------------------
 
-def read_mindformers_launch(path: Path, model: ModelSpec) -> Launch:
+def read_mindformers_launch(path: Path, model: ModelSpec | None) -> Launch:
     """A MindFormers training YAML (its `parallel_config`, `parallel`, `recompute_config`, `model_config`
     and `runner_config`, as MindFormers 2.1's trainer reads them — the rules gplan's MindFormers export
     writes by): the degrees, the batch (with stages `batch_size × data_parallel × micro_batch_num`, without
@@ -800,6 +992,7 @@ def read_mindformers_launch(path: Path, model: ModelSpec) -> Launch:
     pc, par = data.get("parallel_config") or {}, data.get("parallel") or {}
     mc = ((data.get("model") or {}).get("model_config")) or {}
     runner = data.get("runner_config") or {}
+    model = mindformers_model(mc, data, path) if model is None else model
     for key, of in (("num_layers", lambda m: m.num_layers), ("hidden_size", lambda m: m.hidden_size),
                     ("num_heads", lambda m: m.num_attention_heads), ("num_attention_heads", lambda m: m.num_attention_heads),
                     ("n_kv_heads", lambda m: m.kv_heads), ("intermediate_size", lambda m: m.ffn_size if not m.is_moe else None),
@@ -829,8 +1022,29 @@ def read_mindformers_launch(path: Path, model: ModelSpec) -> Launch:
     return Launch(source=str(path), engine="mindformers", given=given, gbs=mbs * dp * steps,
                   seq_length=mc.get("seq_length"), precision={"bfloat16": "bf16", "float16": "fp16"}.get(
                       str(mc.get("compute_dtype", "bfloat16")), "fp32"),
-                  stage_sizes=sizes, recompute_layers=None, world_size=dp * tp * pp * given["cp"],
+                  stage_sizes=sizes, recompute_layers=None, world_size=dp * tp * pp * given["cp"], model=model,
                   per_stage_recompute=(_counts(rc.get("recompute"), pp), _counts(rc.get("select_recompute"), pp)))
+
+
+def mindformers_model(mc: dict, data: dict, path: Path) -> ModelSpec:
+    """The dense Llama-family model a MindFormers YAML's `model_config` states (MindFormers 2.1's LlamaConfig
+    names: num_layers, hidden_size, num_heads, n_kv_heads, intermediate_size, vocab_size, seq_length,
+    rms_norm_eps, theta); a mixture of experts (`moe_config`) needs its model named."""
+    missing = [k for k in ("num_layers", "hidden_size", "num_heads", "vocab_size", "intermediate_size") if not mc.get(k)]
+    if missing or data.get("moe_config"):
+        what = f"its model_config has no {', '.join(missing)}" if missing else "its experts (moe_config) are not read"
+        raise InputError(f"--from {path}: no MODEL given, and {what}",
+                         hint="name the model: gplan estimate MODEL --from FILE (a bundled name, model.yaml or config.json)")
+    fields = {"name": path.stem, "num_layers": mc["num_layers"], "hidden_size": mc["hidden_size"],
+              "num_attention_heads": mc["num_heads"], "num_kv_heads": mc.get("n_kv_heads") or mc["num_heads"],
+              "ffn_hidden_size": mc["intermediate_size"], "ffn_kind": "swiglu", "vocab_size": mc["vocab_size"],
+              "seq_length": mc.get("seq_length") or 4096, "norm": "rmsnorm", "position_embedding": "rope",
+              "rope_theta": float(mc.get("theta") or 10000)}
+    try:
+        return ModelSpec.model_validate(fields)
+    except ValueError as exc:
+        raise InputError(f"--from {path}: its model_config does not make a model: {str(exc).splitlines()[0]}",
+                         hint="name the model: gplan estimate MODEL --from FILE") from None
 
 
 def _counts(item, pp: int) -> list[int] | bool:
@@ -853,7 +1067,7 @@ def per_stage_layout(model: ModelSpec, sizes: list[int], full, selective) -> lis
 
 # ---- pricing a launch, and beside the best plan ---------------------------------------------------
 
-def priced_launch(from_file: Path, model: str, devices, cluster, hardware, devices_per_node, seq_length, headroom,
+def priced_launch(from_file: Path, model: str | None, devices, cluster, hardware, devices_per_node, seq_length, headroom,
                   profile, target, expert_imbalance):  # noqa: PLR0913 - the CLI's options, passed through
     """A launch file read, its inputs resolved (its batch, sequence and precision; priced as its engine runs
     it unless --target says otherwise) and its configuration priced: (launch, inputs, config, layouts, prediction)."""
@@ -862,7 +1076,12 @@ def priced_launch(from_file: Path, model: str, devices, cluster, hardware, devic
     from gplan.profiles.catalogue import load_model
     from gplan.spec.parallel import check_config
 
-    launch = read_launch(from_file, load_model(model))
+    launch = read_launch(from_file, load_model(model) if model else None)
+    if not model and launch.model is not None:
+        from gplan.profiles.catalogue import bundled_models
+
+        kind = "the bundled model of that shape" if launch.model.name in bundled_models() else "built from its flags"
+        launch = dataclasses.replace(launch, model_from_launch=f"{launch.model.name}, read from the launch ({kind})")
     if launch.plan is not None:  # gplan's own worker runs the plan it names, as written, priced as it runs it
         from gplan.plan import layouts_of
         from gplan.planner.inputs import Inputs
@@ -876,9 +1095,9 @@ def priced_launch(from_file: Path, model: str, devices, cluster, hardware, devic
     if devices is None:
         raise InputError(f"--from {from_file}: the launch does not say how many GPUs it runs on",
                          hint="pass --devices N")
-    spec = load_model(model)
+    spec = launch.model or load_model(model)
     gbs = launch_batch(launch, launch_config(launch, spec, devices))
-    inputs = resolve_inputs(model, devices, cluster, hardware, devices_per_node, gbs, seq_length or launch.seq_length,
+    inputs = resolve_inputs(spec, devices, cluster, hardware, devices_per_node, gbs, seq_length or launch.seq_length,
                             launch.precision, headroom, str(profile) if profile else None, target or launch.engine,
                             expert_imbalance, **launch.engine_options)
     config = launch_config(launch, inputs.model, inputs.devices)

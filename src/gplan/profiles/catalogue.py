@@ -98,8 +98,11 @@ def clusters_with(hardware: str) -> list[ClusterSpec]:
             if table["node_groups"][0]["hardware"] == hardware]
 
 
-def load_model(ref: str) -> ModelSpec:
-    """A model from a bundled name, a model.yaml, or an HF config.json (file or its folder)."""
+def load_model(ref: str | ModelSpec) -> ModelSpec:
+    """A model from a bundled name, a model.yaml, or an HF config.json (file or its folder); a ModelSpec
+    already read (a launch's own model) as it is."""
+    if isinstance(ref, ModelSpec):
+        return ref
     models = bundled_models()
     if ref in models:
         return validate_as(ModelSpec, {"name": ref, **models[ref]}, f"bundled model {ref}")
