@@ -642,8 +642,8 @@ class StepModel:
         return comm.ring_allreduce_time_s(grad_bytes, 2, comm.pipeline_link(self.group(layout.node_group), c))
 
     def zero3_exposed_s(self, layout: StageLayout, ranks: int, link) -> float:
-        """FSDP / ZeRO-3, every micro-batch: each unit (layer, embedding, head) all-gathers its weights
-        before its forward and again before its backward, and reduce-scatters its gradients after it —
+        """FSDP / ZeRO-3, every micro-batch: each unit (layer, embedding, head) all-gathers its weights (its
+        routed experts over the expert data-parallel ranks, the rest over dp·cp) before its forward and again before its backward, and reduce-scatters its gradients after it —
         each a ring collective paying `(n−1)·α` of latency (NCCL has no tree for all-gather and
         reduce-scatter). Prefetching hides a unit's collectives behind the compute of its neighbour,
         so per unit only what exceeds one unit's forward (resp. backward) is exposed (FSDP2's
@@ -657,13 +657,18 @@ class StepModel:
         overlap = engine.zero3_overlap if engine else 1.0
         prefetches_backward = engine.zero3_backward_prefetch if engine else True
         exposed = 0.0
+        expert_link = comm.expert_axis_link(self.group(g), self.config, "edp")
         for c in layout.layers:
             lt = self.layer_time(c.kind, g)
-            params = self.layer_params(c.kind)
-            gather = comm.allgather_time_s(params * e, ranks, link) * slowdown
+            # a layer's routed experts gather over their own data-parallel ranks (edp: dp·cp/ep·… with ep),
+            # the rest over dp·cp, one after the other (Megatron-FSDP's expt_dp group, torchtitan's edp mesh)
+            parts = [(self.layer_params(c.kind) - self.layer_expert_params(c.kind), ranks, link),
+                     (self.layer_expert_params(c.kind), self.config.edp, expert_link)]
+            parts = [(p, n, lk) for p, n, lk in parts if p > 0 and n > 1]
+            gather = sum(comm.allgather_time_s(p * e, n, lk) for p, n, lk in parts) * slowdown
             if engine and engine.zero3_gathers_per_tensor:
                 gather += self.per_tensor_gather_s(c.kind, ranks, link, engine)
-            scatter = comm.reduce_scatter_time_s(params * self.reduced_grad_bytes, ranks, link) * slowdown
+            scatter = sum(comm.reduce_scatter_time_s(p * self.reduced_grad_bytes, n, lk) for p, n, lk in parts) * slowdown
             backward = lt.backward_s + self.layer_recompute_s(c.kind, c.recompute, g)
             if prefetches_backward:
                 backward_exposed = max(0.0, gather + scatter - overlap * backward)

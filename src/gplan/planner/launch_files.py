@@ -444,8 +444,10 @@ def layout_of(args: dict) -> dict[str, Any]:
         given["vpp"] = stages_per_rank
     elif vpp:
         given["vpp"] = vpp
-    elif per_chunk and layers:
-        given["vpp"] = layers // (given["pp"] * per_chunk)
+    elif per_chunk and layers:  # the embedding and loss count as layers where the launch accounts them
+        counted = layers + ("--account-for-embedding-in-pipeline-split" in args) + (
+            "--account-for-loss-in-pipeline-split" in args)
+        given["vpp"] = counted // (given["pp"] * per_chunk)
     given["zero"] = zero_of(args)
     granularity = value(args, "--recompute-granularity")
     given["recompute"] = granularity if granularity in ("full", "selective") else "none"
@@ -825,6 +827,12 @@ def titan_model(path: Path, values: dict) -> ModelSpec:
     from gplan.planner.logs import torchtitan
     from gplan.profiles.catalogue import load_model
 
+    exported = re.search(r"# gplan export of plan \S+ \(layout \S+; ([\w.-]+):", path.read_text(errors="replace"))
+    if exported and "model.name" not in values:  # gplan's own export names the model in its header
+        from gplan.profiles.catalogue import bundled_models
+
+        if exported.group(1) in bundled_models():
+            return load_model(exported.group(1))
     assets = values.get("model.hf_assets_path")
     if assets:
         for folder in (path.parent / str(assets), path.parent / Path(str(assets)).name):

@@ -42,6 +42,11 @@ def zoo_arguments(path: Path, text: str) -> tuple[dict[str, list[str]], dict[str
         return map_arguments(data["MODEL_ARGS"], {}, path, launch=None), {}
     if SCRIPT not in text:
         return None
+    runs = [i + 1 for i, line in enumerate(text.splitlines())
+            if re.search(rf"(^|\s)(bash\s+|\./)\S*{re.escape(SCRIPT)}", line) and not line.lstrip().startswith("#")]
+    if len(runs) > 1:
+        raise InputError(f"--from {path}: {len(runs)} launch lines run {SCRIPT} (lines {', '.join(map(str, runs))}); "
+                         "gplan prices one launch", hint="copy the line you run (with its exports) into a file of its own")
     extra, variables = arguments(text)
     model = variables.get("MODEL")
     if not model:
@@ -65,7 +70,12 @@ def zoo_arguments(path: Path, text: str) -> tuple[dict[str, list[str]], dict[str
 
 def map_arguments(mapping: dict, env: dict[str, str], source: Path, launch: Path | None) -> dict[str, list[str]]:
     """A `--flag: value` map as argparse would see it: `true` bare, `false` left out, `${VAR}` filled from
-    `env`; a variable nothing sets is refused, naming it."""
+    `env`; a variable nothing sets is refused, naming it, where the flag is one gplan reads or one that may
+    change the layout (paths and names left unfilled are kept as written)."""
+    from gplan.planner.engine_flags import MEGATRON_LAYOUT_LIKE
+    from gplan.planner.launch_files import LAYOUT_FLAGS, MODEL_FLAGS, MODEL_SWITCHES
+
+    read = LAYOUT_FLAGS | MODEL_FLAGS.keys() | MODEL_SWITCHES
     args: dict[str, list[str]] = {}
     missing: set[str] = set()
     for flag, item in mapping.items():
@@ -75,9 +85,8 @@ def map_arguments(mapping: dict, env: dict[str, str], source: Path, launch: Path
         texts = []
         for one in items:
             text = "true" if one is True else "false" if one is False else str(one).strip()
-            for name in VARIABLE.findall(text):
-                if name not in env:
-                    missing.add(name)
+            if str(flag) in read or MEGATRON_LAYOUT_LIKE.search(str(flag)):
+                missing |= {name for name in VARIABLE.findall(text) if name not in env}
             texts.append(VARIABLE.sub(lambda m: env.get(m.group(1), m.group(0)), text))
         if texts == ["false"]:
             continue

@@ -312,13 +312,6 @@ def _moe_sp(model: ModelSpec, training: TrainingSpec, c: ParallelConfig, devices
     return None
 
 
-def _moe_zero(model: ModelSpec, training: TrainingSpec, c: ParallelConfig, devices: int) -> Violation | None:
-    if model.is_moe and c.zero >= 2:
-        return Violation("zero", f"zero {c.zero} with routed experts is not priced (gplan prices their distributed "
-                                 "optimizer, zero 1, as every published MoE recipe runs)", "use zero 0 or 1")
-    return None
-
-
 def _ep_fp16(model: ModelSpec, training: TrainingSpec, c: ParallelConfig, devices: int) -> Violation | None:
     """Megatron's validate_args: "Expert parallelism is not supported with fp16 training"."""
     if model.is_moe and c.ep > 1 and training.precision == "fp16":
@@ -436,7 +429,7 @@ def _a2a_overlap(model: ModelSpec, training: TrainingSpec | None, c: ParallelCon
     return None
 
 
-RULES: tuple[Rule, ...] = (_world, _tp, _dense_experts, _ep_divides, _etp_divides, _expert_grid, _moe_sp, _moe_zero,
+RULES: tuple[Rule, ...] = (_world, _tp, _dense_experts, _ep_divides, _etp_divides, _expert_grid, _moe_sp,
                            _ep_fp16, _pp_layers, _vpp_chunks, _batch, _interleaved_microbatches, _cp_chunks, _seq_split,
                            _modules_exist, _op_alone, _offload, _a2a_overlap)
 """The rules every configuration keeps, in the order they are reported: the one rule set that
@@ -445,8 +438,10 @@ DEGREE_RULES: tuple[Rule, ...] = (_world, _tp, _pp_layers, _cp_chunks, _seq_spli
 """The rules that read only the degrees dp tp pp cp (and sp = tp > 1)."""
 BATCH_RULES: tuple[Rule, ...] = (_vpp_chunks, _batch, _interleaved_microbatches)
 """The rules that read the degrees with mbs and vpp."""
-SHARDING_RULES: tuple[Rule, ...] = (_moe_zero,)
-"""The rules that read zero."""
+SHARDING_RULES: tuple[Rule, ...] = ()
+"""The rules that read zero: none of their own — which zero runs routed experts is each engine's
+(`Capabilities.expert_zero`: Megatron-FSDP and torchtitan's FSDP shard them over the expert data-parallel
+ranks, others stop at the distributed optimizer)."""
 EXPERT_RULES: tuple[Rule, ...] = (_dense_experts, _ep_divides, _etp_divides, _expert_grid, _moe_sp, _ep_fp16)
 """The rules that read ep and etp. The search asks each group at the loop that sets what it reads, so a
 degree tuple, a batch split or a sharding level that breaks a rule is left before its options are built;

@@ -13,6 +13,9 @@ ENGINE = EngineProfile(
                               precisions=frozenset({"bf16", "fp16", "fp32", "fp8", "mxfp8", "nvfp4"}),
                               low_precision_experts=True, mtp=True,
                               experts=True, latent_attention=True, latent_attention_split=True, expert_tp="any",
+                              # Megatron-FSDP (zero 2/3) with ep: experts sharded over the expert data-parallel
+                              # group (megatron-core 0.16 distributed/fsdp/mcore_fsdp_adapter.py, expt_dp)
+                              expert_zero=ALL_ZERO,
                               uneven_interleaved=True, token_dropping=True, grad_reduce_in_bf16=True,
                               fp8_param_gather=True, activation_offload=True, moe_a2a_overlap=True,
                               cuda_graphs=True, moe_dispatcher=frozenset({"alltoall", "allgather", "flex"}),

@@ -14,6 +14,9 @@ ENGINE = EngineProfile(
                               tied_embeddings=True, selective=False, recompute_modules=frozenset({"op"}), experts=True,
                               per_expert_launches=False, latent_attention=True,
                               expert_tp="follows_tp", ep_within_fsdp=True,
+                              # FSDP over the experts too, on the dp_shard·cp ranks left by ep (0.3's
+                              # parallelize_*: apply_fsdp with the edp mesh for the routed experts)
+                              expert_zero=ALL_ZERO,
                               expert_families=frozenset({"qwen3_moe", "deepseek_v3"}),
                               # 0.3.0's converters: Float8LinearConverter (recipes rowwise and
                               # rowwise_with_gw_hp only: an fp8 plan runs rowwise there, and is priced
