@@ -708,12 +708,15 @@ def titan_values(path: Path) -> tuple[dict[str, Any], dict, dict]:
     if not path.is_file():
         raise InputError(f"--from {path}: no such file", hint="pass a torchtitan TOML or launch script")
     if path.suffix == ".toml":
-        return _flatten(tomllib.loads(path.read_text())), {}, {}
+        return _flatten(_toml(path)), {}, {}
     values: dict[str, Any] = {}
     args, variables = arguments(path.read_text())
     toml = value(args, "--job.config_file") or variables.get("CONFIG_FILE")  # run_train.sh's CONFIG_FILE
+    if not toml and not any(flag[2:].count(".") and not flag.startswith("--job.") for flag in args):
+        raise InputError(f"--from {path}: it names torchtitan but holds no job config (no TOML named, no "
+                         "--section.key overrides)", hint="pass the torchtitan TOML or the script that runs it")
     if toml:
-        values = _flatten(tomllib.loads(_beside(path, toml).read_text()))
+        values = _flatten(_toml(_beside(path, toml)))
     for flag, vals in args.items():
         key = flag[2:]
         if key.count(".") and not key.startswith("job."):
@@ -791,6 +794,16 @@ def _beside(script: Path, named: str) -> Path:
             return candidate
     raise InputError(f"--from {script}: it runs {named}, which is neither there nor beside it",
                      hint=f"put {Path(named).name} beside {script.name}")
+
+
+def _toml(path: Path) -> dict:
+    import tomllib
+
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"--from {path}: not a complete TOML job config ({exc})",
+                         hint="a torchtitan TOML as torchtitan reads it: check the file is whole") from None
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:

@@ -191,7 +191,7 @@ def load_model_file(path: Path) -> ModelSpec:
     kind = not_a_model_file(path)
     if kind:
         raise InputError(f"{path}: {kind}, not a model file (a model is a bundled name, a model.yaml or a config.json)",
-                         hint=f"an engine's launch or log goes to --from: gplan estimate MODEL --from {path}")
+                         hint=f"an engine's launch or log goes to --from: gplan estimate --from {path} (it states its model)")
     data = read_data_file(path)
     if isinstance(data, dict) and _looks_like_hf(data):
         return model_from_hf_config(data, str(path))

@@ -1,0 +1,113 @@
+"""Users' own launch files, read with no MODEL (tests/data/corpus/corpus.yaml): each file is written with the
+keys, flags and layout of a real public one, and states the configuration its source states — or is refused
+in one line naming what gplan cannot price."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gplan.errors import InputError
+from gplan.planner.engine_flags import (MEGATRON_DEFAULTS, MEGATRON_NOT_PRICED, TITAN_DEFAULTS, at_default,
+                                        megatron_class, titan_class)
+from gplan.planner.launch_files import launch_config, read_launch
+
+CORPUS = Path(__file__).parents[1] / "data" / "corpus"
+ENTRIES = yaml.safe_load((CORPUS / "corpus.yaml").read_text())
+
+
+def entry_id(entry: dict) -> str:
+    return entry["file"]
+
+
+@pytest.mark.parametrize("entry", [e for e in ENTRIES if "reads" in e], ids=entry_id)
+def test_every_corpus_launch_is_read_as_its_source_states_without_a_model(entry):
+    launch = read_launch(CORPUS / entry["file"], None)
+    assert launch.engine == entry["engine"] and launch.model.name == entry["model"]
+    devices = entry.get("devices") or launch.world_size
+    assert devices == entry.get("world_size", devices)
+    config = launch_config(launch, launch.model, devices)
+    assert {key: getattr(config, key) for key in entry["reads"]} == entry["reads"]
+    if "gbs" in entry:
+        assert launch.gbs == entry["gbs"]
+    if "stage_sizes" in entry:
+        assert launch.stage_sizes == entry["stage_sizes"] and sum(launch.stage_sizes) == launch.model.total_layers
+    for option, expected in entry.get("engine_options", {}).items():
+        assert launch.engine_options[option] == expected
+
+
+@pytest.mark.parametrize("entry", [e for e in ENTRIES if "refused" in e], ids=entry_id)
+def test_a_corpus_launch_gplan_cannot_price_is_refused_naming_what(entry):
+    with pytest.raises(InputError) as caught:
+        read_launch(CORPUS / entry["file"], None)
+    assert entry["refused"] in caught.value.message
+
+
+def test_estimate_from_a_model_zoo_launch_line_needs_no_model(gplan):
+    r = gplan("estimate", "--from", str(CORPUS / "megatron_moe_zoo" / "run_qwen3_235b_h100.sh"), "--cluster",
+              "dgx-h100", "--json")
+    assert r.code == 0, r.stderr
+    out = json.loads(r.stdout)["data"]
+    assert out["model_from_launch"].startswith("qwen3-235b-a22b")
+    assert out["parallel"]["dp"] * out["parallel"]["tp"] * out["parallel"]["pp"] == 256
+    assert "--moe-permute-fusion" in out["no_effect"] and "--lr" in out["not_read"]
+
+
+def test_a_model_given_is_still_checked_against_the_launch(gplan):
+    r = gplan("estimate", "llama3-70b", "--from", str(CORPUS / "megatron_fsdp_llama3_8b.sh"), "--cluster", "dgx-h100")
+    assert r.code == 3 and "--num-layers 32, but llama3-70b has 80" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_estimate_without_model_or_launch_is_a_usage_error(gplan):
+    r = gplan("estimate", "--devices", "8")
+    assert r.code != 0 and "MODEL is missing" in r.stderr and "--from FILE" in r.stderr
+
+
+@pytest.mark.parametrize("flag", sorted(MEGATRON_DEFAULTS))
+def test_a_megatron_flag_at_its_default_is_never_refused(flag):
+    default = MEGATRON_DEFAULTS[flag]
+    values = [] if default is True else ["None" if default is None else str(default)]
+    if default is False:
+        return  # a store_true switch at its default is simply absent from the launch
+    assert megatron_class(flag, values)[0] == "no effect"
+
+
+@pytest.mark.parametrize("flag", sorted(MEGATRON_NOT_PRICED))
+def test_a_megatron_flag_gplan_cannot_price_is_refused_away_from_its_default(flag):
+    default = MEGATRON_DEFAULTS.get(flag)
+    values = [] if default in (None, False) else ["bf16" if default == "fp32" else "2"]
+    assert megatron_class(flag, values)[0] == "refused"
+
+
+@pytest.mark.parametrize("key", sorted(TITAN_DEFAULTS))
+def test_a_torchtitan_key_at_its_default_is_never_refused(key):
+    assert titan_class(key, TITAN_DEFAULTS[key])[0] == "no effect"
+
+
+def test_torchtitan_keys_away_from_their_default_are_refused_when_unpriced():
+    assert titan_class("parallelism.enable_async_tensor_parallel", True)[0] == "refused"
+    assert titan_class("parallelism.expert_parallel_comm_backend", "deepep")[0] == "refused"
+    assert titan_class("parallelism.disable_loss_parallel", True)[0] == "no effect"
+
+
+def test_the_torchtitan_defaults_are_torchtitans_own():
+    """Where torchtitan 0.3's ParallelismConfig still has a key, its default is the one gplan holds."""
+    configs = pytest.importorskip("torchtitan.config.configs", reason="needs the optional engine torchtitan")
+    import dataclasses
+
+    fields = {f"parallelism.{f.name}": f.default for f in dataclasses.fields(configs.ParallelismConfig)
+              if f.default is not dataclasses.MISSING}
+    shared = sorted(set(fields) & set(TITAN_DEFAULTS))
+    assert len(shared) >= 5, shared
+    assert {k: fields[k] for k in shared} == {k: TITAN_DEFAULTS[k] for k in shared}
+
+
+@pytest.mark.parametrize("values, default, expected", [
+    ([], False, False), (["1"], 1, True), (["1.0"], 1, True), (["fp32"], "fp32", True), (["None"], None, True),
+    (["bf16"], "fp32", False), (["false"], False, True),
+])
+def test_at_default_reads_argparse_values(values, default, expected):
+    assert at_default(values, default) is expected
