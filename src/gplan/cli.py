@@ -354,7 +354,7 @@ def launch(
 @guarded
 def export(
     plan_file: Path = o.PlanArg, to: str = o.ToOpt, out_dir: Path = o.OutDirOpt, image: Optional[str] = o.ImageOpt,
-    target_version: Optional[str] = o.TargetVersionOpt, as_json: bool = JsonOpt):
+    target_version: Optional[str] = o.TargetVersionOpt, over_budget: bool = o.OverBudgetOpt, as_json: bool = JsonOpt):
     """Write the plan as another engine takes it: a Megatron-LM script, a torchtitan config and script,
     a DeepSpeed config with a Megatron-DeepSpeed script, MindFormers' parallel sections, a Kubeflow
     PyTorchJob and TrainJob, a SLURM script. A split the engine runs differently is re-priced; one
@@ -363,7 +363,7 @@ def export(
     from gplan.planner.build import reprice_split
 
     written, notes = export_files(read_plan(plan_file), to, out_dir, plan_path=plan_file, image=image,
-                                  version=target_version, reprice=reprice_split)
+                                  version=target_version, reprice=reprice_split, over_budget=over_budget)
     if as_json:
         return {"target": to, "files": [str(p) for p in written], "notes": notes}
     for path in written:

@@ -290,6 +290,8 @@ def export_choices() -> str:
 ToOpt = typer.Option(..., "--to", help=f"{export_choices()}")
 OutDirOpt = typer.Option(Path("."), "--out-dir", "-o", help="where to write the exported files")
 ImageOpt = typer.Option(None, "--image", help="k8s: the container image the pods run (gplan and torch installed)")
+OverBudgetOpt = typer.Option(False, "--over-budget", help="write it even where the engine's own memory accounting puts "
+                             "a stage over its budget (refused otherwise, exit 3)")
 TargetVersionOpt = typer.Option(None, "--target-version", help="the engine version to write for (torchtitan: 0.3 | "
                                 "main)")
 ProfileModelOpt = typer.Option(..., "--model", "-m", help="the model whose layers to measure (file or bundled name)")

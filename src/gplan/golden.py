@@ -61,8 +61,8 @@ def exports(plan_path: Path) -> dict[str, str]:
     plan, found = read_plan(plan_path), {}
     for target in EXPORT_TARGETS:
         # a fixed plan path, so that the SLURM script's reference to the plan reads the same everywhere
-        for name, text in render_export(plan, target, plan_path=Path("/jobs/plan.json"),
-                                        reprice=reprice_split).files.items():
+        for name, text in render_export(plan, target, plan_path=Path("/jobs/plan.json"),  # the files, over budget
+                                        reprice=reprice_split, over_budget=True).files.items():  # or not
             found[f"{target}/{name}"] = text
     return found
 

@@ -140,6 +140,21 @@ def test_an_export_whose_engine_split_would_not_fit_is_refused():
         engine_split(plan, "deepspeed", lambda p, layouts, engine: (1.0, False, "stage 1 needs 9.0 GiB against its 8.0 GiB"))
 
 
+def test_an_export_its_engine_runs_as_written_but_over_budget_is_refused_unless_asked(gplan, tmp_path):
+    """The golden dense plan (searched for torch) runs in Megatron-LM with the same split, but Megatron's own
+    memory accounting puts stage 0 over the budget: refused, exit 3, nothing written; --over-budget writes it
+    with the same figures in its note."""
+    from gplan.golden import EXPORT_FROM, INSTANCES, run_search
+
+    path = tmp_path / "plan.json"
+    run_search(INSTANCES[EXPORT_FROM], path)
+    r = gplan("export", str(path), "--to", "megatron", "--out-dir", str(tmp_path / "refused"))
+    assert r.code == 3 and "by its memory accounting stage 0 needs" in r.stderr and "--over-budget" in r.stderr
+    assert not (tmp_path / "refused").exists() and "Traceback" not in r.stderr
+    r = gplan("export", str(path), "--to", "megatron", "--out-dir", str(tmp_path / "asked"), "--over-budget")
+    assert r.code == 0 and "(written as asked: --over-budget)" in (tmp_path / "asked" / "megatron_pretrain_gpt.sh").read_text()
+
+
 def test_an_export_its_engine_cannot_run_names_the_target_the_plan_was_searched_for(gplan, tmp_path):
     """Meta's 405B layout searched for Megatron-LM (chunks of unequal size): torchtitan and gplan's SLURM
     job (the torch worker) cannot run it; each export exits 3, writes nothing, and says how to run the plan

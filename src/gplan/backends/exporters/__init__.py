@@ -116,11 +116,13 @@ Reprice = Callable[[Plan, list[StageLayout], str], tuple[float, bool, str]]
 """(plan, split) -> (step seconds, fits, what binds when it does not fit) — the CLI's cost model."""
 
 
-def engine_split(plan: Plan, engine: str, reprice: Reprice | None) -> tuple[list[StageLayout], list[str]]:
+def engine_split(plan: Plan, engine: str, reprice: Reprice | None,
+                 over_budget: bool = False) -> tuple[list[StageLayout], list[str]]:
     """Refuse (exit 3) a configuration the engine cannot run at all, naming the capability and the
     option that avoids it. Return the split it runs and, where the engine runs the plan otherwise — its
     own split, or the same split at its own speed (another engine's overlap, efficiency, kernels, memory
-    accounting) — a note with the step re-priced as it runs; refuse when that no longer fits."""
+    accounting) — a note with the step re-priced as it runs; refuse when that no longer fits by the
+    engine's own memory accounting, unless `over_budget` (`gplan export --over-budget`) asks for it."""
     from gplan.spec.targets import (ENGINE_OPTIONS, TARGETS, config_refusals, lacked_options, runs_as, same_split,
                                     split_refusals)
 
@@ -144,20 +146,22 @@ def engine_split(plan: Plan, engine: str, reprice: Reprice | None) -> tuple[list
     if reprice is None:
         return layouts, [] if same else [f"{why}: not re-priced"]
     step_s, fits, binds = reprice(plan, layouts, engine)
-    if not fits and not same:
-        raise InputError(f"{engine} would run this plan differently ({why}) and then {binds}",
-                         hint=f"search again with --target {engine} for a plan it runs as priced")
+    if not fits and not over_budget:
+        what = f"would run this plan differently ({why}) and then" if not same else f"runs this plan ({why}):"
+        raise InputError(f"{engine} {what} by its memory accounting {binds}",
+                         hint=f"search again with --target {engine} for a plan it runs as priced, or write it "
+                              "anyway with --over-budget")
     change = step_s / plan.prediction.step_time_s - 1
     if same and abs(change) < 1e-4 and fits:
         return planned, []
-    memory = f"; by its memory accounting {binds}" if not fits else ""
+    memory = f"; by its memory accounting {binds} (written as asked: --over-budget)" if not fits else ""
     return layouts, [f"{why}; re-priced as {engine} runs it: {step_s:.3f} s/step ({change:+.1%} on the plan's "
                      f"{plan.prediction.step_time_s:.3f}){memory}; search with --target {engine} for a plan it runs "
                      "exactly"]
 
 
 def render_export(plan: Plan, target: str, plan_path: Path | None = None, image: str | None = None,
-                  version: str | None = None, reprice: Reprice | None = None) -> Export:
+                  version: str | None = None, reprice: Reprice | None = None, over_budget: bool = False) -> Export:
     """The files and notes of exporting `plan` for `target`, nothing written: an unknown target or
     version, a configuration the engine cannot run, or a split it would run out of memory is refused."""
     known = targets()
@@ -168,7 +172,7 @@ def render_export(plan: Plan, target: str, plan_path: Path | None = None, image:
     if version not in spec.versions:
         raise InputError(f"--target-version {version!r}: {target} exports are written for "
                          f"{', '.join(spec.versions)}", hint=f"choose one of {', '.join(spec.versions)}")
-    layouts, notes = engine_split(plan, spec.engine, reprice)
+    layouts, notes = engine_split(plan, spec.engine, reprice, over_budget)
     context = ExportContext(layouts, plan_path.resolve() if plan_path else None, image, spec.versions[version], notes)
     result = spec.exporter(plan, context)
     return Export(result.files, notes + [n for n in result.notes if n not in notes])
