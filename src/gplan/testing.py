@@ -86,6 +86,7 @@ ASCEND_SHAPES = {
     "dp_x_tp": dict(dp=4, tp=2),
     "dp_x_tp_sp": dict(dp=2, tp=4, sp=True),
     "pp_uneven": dict(dp=2, tp=2, pp=2, stages=[[("full", 14)], [("none", 18)]]),
+    "pp_interleaved_uneven": dict(dp=2, tp=2, pp=2, vpp=2, stages=[[("none", 15)], [("none", 17)]]),
 }
 """Plan shapes the Ascend side is checked on: Llama-3-8B (32 layers) on Atlas 800 nodes."""
 

@@ -101,9 +101,13 @@ def transformer_config(config):
 def plan_stage_of_layer(plan) -> list[int]:
     """Pipeline rank of every layer in execution order; interleaved chunks go round the ranks
     (Megatron's virtual pipeline: chunk k of L / (pp·vpp) layers sits on rank k mod pp)."""
-    c, layers = plan.parallel, plan.model.num_layers
-    if c.vpp > 1:
-        return [(layer // (layers // (c.pp * c.vpp))) % c.pp for layer in range(layers)]
+    from gplan.spec.parallel import chunk_sizes
+
+    c = plan.parallel
+    if c.vpp > 1:  # virtual stage v·pp + r holds chunk v of rank r (uneven chunks as spec.parallel.chunk_sizes)
+        sizes = [s.layer_end - s.layer_start for s in plan.stages]
+        chunks = [chunk_sizes(n, c.vpp, first=r == 0, last=r == c.pp - 1) for r, n in enumerate(sizes)]
+        return [r for v in range(c.vpp) for r in range(c.pp) for _ in range(chunks[r][v])]
     return [s.index for s in plan.stages for _ in range(s.layer_end - s.layer_start)]
 
 
@@ -134,7 +138,7 @@ def test_mindformers_puts_every_layer_and_its_recompute_where_the_plan_does(name
 
     assert [int(s) for s in setting.pp_ids] == plan_stage_of_layer(plan) == layout(plan).layer_stage
     layers_per_rank = setting.layer_list.sum(axis=0).tolist()
-    assert layers_per_rank == (stage_sizes(layouts_of(plan)) if c.vpp == 1 else [plan.model.num_layers // c.pp] * c.pp)
+    assert layers_per_rank == stage_sizes(layouts_of(plan))  # uneven interleaved chunks too (per-chunk offsets)
     full_per_rank = [sum(chunk[rank] for chunk in setting.layer_recompute) for rank in range(c.pp)]
     assert full_per_rank == recompute_counts(layouts_of(plan), "full")
     for per_chunk in setting.select_recompute.values():
@@ -262,3 +266,17 @@ def test_a_capacity_factor_reaches_mindformers(read_back):
     plan = plan.model_copy(update={"model": plan.model.model_copy(update={"capacity_factor": 1.25})})
     config, _, _ = read_back(plan)
     assert transformer_config(config).moe_expert_capacity_factor == 1.25
+
+
+def test_an_uneven_interleaved_split_goes_to_mindformers_as_per_chunk_offsets_and_reads_back(tmp_path):
+    """19/21/21/19-style splits were written as `offset: 0` (MindFormers then ran them even): now each chunk's
+    offset row is written, and `--from` reads the same per-stage sizes back."""
+    from gplan.planner.launch_files import read_launch
+
+    plan = ascend_plan(**SHAPES["pp_interleaved_uneven"])
+    text = render_export(plan, "mindformers").files["mindformers_parallel.yaml"]
+    offset = yaml.safe_load(text)["model"]["model_config"]["offset"]
+    assert offset == [[-1, 1], [0, 0]]  # chunks 7/9 then 8/8 over base 32 // 4 = 8
+    path = tmp_path / "train.yaml"
+    path.write_text(text)
+    assert read_launch(path, plan.model).stage_sizes == stage_sizes(layouts_of(plan)) == [15, 17]

@@ -1039,6 +1039,8 @@ def read_mindformers_launch(path: Path, model: ModelSpec | None) -> Launch:
     sizes = None
     if isinstance(offsets, list) and vpp == 1 and pp > 1:
         sizes = [model.num_layers // pp + int(o) for o in offsets]
+    elif isinstance(offsets, list) and offsets and isinstance(offsets[0], list) and pp > 1:  # (vpp, pp) rows
+        sizes = [sum(model.num_layers // (pp * vpp) + int(row[r]) for row in offsets) for r in range(pp)]
     rc = data.get("recompute_config") or {}
     return Launch(source=str(path), engine="mindformers", given=given, gbs=mbs * dp * steps,
                   seq_length=mc.get("seq_length"), precision={"bfloat16": "bf16", "float16": "fp16"}.get(

@@ -26,7 +26,7 @@ from gplan.backends.exporters import Export, ExportContext, recompute_counts, st
 from gplan.backends.mindspore.strategy import optimizer_parallel_note
 from gplan.errors import InputError
 from gplan.plan import Plan, layouts_of
-from gplan.spec.parallel import StageLayout
+from gplan.spec.parallel import StageLayout, chunk_sizes
 from gplan.spec.targets import expert_family
 
 VERSIONS = {"2.1": "MindFormers 2.1 (LlamaConfig, TransformerOpParallelConfig) on MindSpore 2.10"}
@@ -70,7 +70,7 @@ def sections(plan: Plan, layouts: list[StageLayout] | None = None) -> dict:
         raise InputError(f"MindFormers' LlamaConfig has no head_dim: it derives {m.hidden_size // m.num_attention_heads} "
                          f"from hidden/heads, the model has {m.head_dim}", hint="export to megatron or torchtitan")
     # The model's shape, so that MindFormers builds the plan's model whatever YAML it is merged into.
-    model_config = {"num_layers": m.num_layers, "offset": [n - base for n in sizes] if c.vpp == 1 else 0,
+    model_config = {"num_layers": m.num_layers, "offset": offsets(sizes, m.num_layers, c.pp, c.vpp),
                     "seq_length": plan.training.seq_length, "hidden_size": m.hidden_size,
                     "num_heads": m.num_attention_heads, "n_kv_heads": m.kv_heads, "intermediate_size": m.ffn_size,
                     "vocab_size": m.vocab_size, "theta": m.rope_theta,
@@ -85,6 +85,18 @@ def sections(plan: Plan, layouts: list[StageLayout] | None = None) -> dict:
             "model": {"model_config": model_config},
             "runner_config": {"batch_size": c.mbs,
                               "gradient_accumulation_steps": 1 if pipelined else c.num_microbatches}}
+
+
+def offsets(sizes: list[int], layers: int, pp: int, vpp: int) -> list[int] | list[list[int]] | int:
+    """MindFormers' `offset`: each stage's layers beyond `layers // pp`; interleaved, one row per chunk of
+    each stage's layers beyond `layers // (pp·vpp)` (LayerSetting's (pp_interleave_num, pp) offset,
+    mindformers parallel_core/training_graph/transformer/utils.py), the chunks split as gplan's other
+    exports split them (spec.parallel.chunk_sizes); 0 where the split is even."""
+    if vpp == 1:
+        return [n - layers // pp for n in sizes]
+    chunks = [chunk_sizes(n, vpp, first=r == 0, last=r == pp - 1) for r, n in enumerate(sizes)]
+    table = [[chunks[r][v] - layers // (pp * vpp) for r in range(pp)] for v in range(vpp)]
+    return 0 if not any(any(row) for row in table) else table
 
 
 MOE_ARCHITECTURES = {"qwen3_moe": "Qwen3MoeForCausalLM", "deepseek_v3": "DeepseekV3ForCausalLM"}

@@ -69,13 +69,17 @@ def layout(plan: Plan) -> ParallelLayout:
 
 def layer_stages(plan: Plan) -> list[int]:
     """The stage of every layer: the plan's contiguous split, or with vpp > 1 Megatron's interleaved
-    one (chunk k of L/(pp·vpp) layers on stage k mod pp), which MindSpore's interleaved 1F1B reads off
-    the layers' stages as MindFormers sets them."""
+    one (virtual stage v·pp + r is chunk v of stage r, each stage's layers over its chunks as
+    `chunk_sizes` splits them), which MindSpore's interleaved 1F1B reads off the layers' stages as
+    MindFormers sets them (its (pp_interleave_num, pp) offset: exporters.mindformers.offsets)."""
+    from gplan.spec.parallel import chunk_sizes
+
     c = plan.parallel
+    sizes = [stage.layer_end - stage.layer_start for stage in plan.stages]
     if c.vpp == 1:
-        return [stage.index for stage in plan.stages for _ in range(stage.layer_end - stage.layer_start)]
-    chunk = plan.model.num_layers // (c.pp * c.vpp)
-    return [(layer // chunk) % c.pp for layer in range(plan.model.num_layers)]
+        return [stage.index for stage, n in zip(plan.stages, sizes) for _ in range(n)]
+    chunks = [chunk_sizes(n, c.vpp, first=r == 0, last=r == c.pp - 1) for r, n in enumerate(sizes)]
+    return [r for v in range(c.vpp) for r in range(c.pp) for _ in range(chunks[r][v])]
 
 
 def strategies(dp: int, tp: int, sp: bool) -> dict[str, Strategy]:
