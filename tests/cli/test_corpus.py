@@ -111,3 +111,44 @@ def test_the_torchtitan_defaults_are_torchtitans_own():
 ])
 def test_at_default_reads_argparse_values(values, default, expected):
     assert at_default(values, default) is expected
+
+
+def test_a_moe_plan_written_back_into_torchtitans_own_toml_reads_back_as_the_plan(gplan, tmp_path):
+    """search --from torchtitan's DeepSeek-V3 16B TOML --out-launch: the TOML keeps what torchtitan ≤ 0.2 reads
+    (no enable_sequence_parallel), and read back it is the best plan as torchtitan runs it (zero 1 as FSDP
+    without resharding: zero 2), at the plan's step."""
+    toml, better, plan_path = CORPUS / "torchtitan" / "deepseek_v3_16b.toml", tmp_path / "better.toml", tmp_path / "p.json"
+    r = gplan("search", "--from", str(toml), "--cluster", "dgx-h100", "--devices", "8", "--out", str(plan_path),
+              "--out-launch", str(better))
+    assert r.code == 0, r.stderr
+    assert "enable_sequence_parallel" not in better.read_text() and 'name = "deepseek_v3"' in better.read_text()
+    plan = json.loads(plan_path.read_text())
+    back = gplan("estimate", "--from", str(better), "--cluster", "dgx-h100", "--devices", "8", "--json").json()
+    for key in ("dp", "tp", "pp", "ep", "mbs", "recompute"):
+        assert back["parallel"][key] == plan["parallel"][key], key
+    assert back["parallel"]["zero"] == max(plan["parallel"]["zero"], 2 if plan["parallel"]["zero"] else 0)
+    assert back["step_time_s"] == pytest.approx(plan["prediction"]["step_time_s"], rel=1e-6)
+
+
+def test_a_model_zoo_launch_line_is_not_rewritten_in_place(gplan, tmp_path):
+    r = gplan("search", "--from", str(CORPUS / "megatron_moe_zoo" / "run_qwen3_235b_h100.sh"), "--cluster", "dgx-h100",
+              "--out", str(tmp_path / "p.json"), "--out-launch", str(tmp_path / "better.sh"))
+    assert r.code == 3 and "Megatron-MoE-ModelZoo launch line" in r.stderr and "gplan export PLAN --to megatron" in r.stderr
+    assert not (tmp_path / "better.sh").exists() and not (tmp_path / "p.json").exists()
+
+
+def test_the_change_in_recompute_is_said_as_the_split_runs_it():
+    """A plan whose stages recompute fully while its configuration's `recompute` reads none: the change said
+    is the layers' recompute, not the configuration field (search --from printed 'full → none' while writing
+    full)."""
+    from gplan.planner.launch_files import differences
+    from gplan.profiles.catalogue import load_model
+    from gplan.spec.parallel import ParallelConfig, layout_from_sizes
+
+    model = load_model("llama3-8b")
+    mine = ParallelConfig(dp=8, recompute="full")
+    best = ParallelConfig(dp=8, recompute="none")
+    full = layout_from_sizes(model, [32], ["full"])
+    assert differences(mine, best)["recompute"] == ("full", "none")
+    assert "recompute" not in differences(mine, best, full, full)
+    assert differences(mine, best, full, layout_from_sizes(model, [32], ["none"]))["recompute"] == ("full", "none")

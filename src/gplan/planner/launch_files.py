@@ -634,11 +634,17 @@ def launch_layouts(launch: Launch, model: ModelSpec, config, cluster=None) -> li
     return layouts
 
 
-def differences(mine, best) -> dict[str, tuple[str, str]]:
-    """Option by option, what the best plan changes in the launch's configuration."""
+def differences(mine, best, mine_layouts=None, best_layouts=None) -> dict[str, tuple[str, str]]:
+    """Option by option, what the best plan changes in the launch's configuration; the recompute as each
+    split runs it layer by layer where the layouts are given (a plan's per-stage recompute is not its
+    configuration's `recompute`)."""
+    from gplan.spec.parallel import recompute_mix
+
     found = {}
     for key in ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "sp", "mbs", "zero", "recompute", "recompute_modules"):
         a, b = getattr(mine, key), getattr(best, key)
+        if key == "recompute" and mine_layouts is not None and best_layouts is not None:
+            a, b = recompute_mix(mine_layouts, mine.recompute_modules), recompute_mix(best_layouts, best.recompute_modules)
         if a != b:
             found[key] = (",".join(a) or "none", ",".join(b) or "none") if key == "recompute_modules" else (str(a), str(b))
     return found
@@ -1145,11 +1151,13 @@ def launch_versus(mine, planned) -> dict:
     """The user's launch beside the best plan: its configuration and prediction, what differs, the gain."""
     from gplan.planner.launch_files import differences
 
-    launch, _, config, _, prediction = mine
+    from gplan.plan import layouts_of
+
+    launch, _, config, layouts, prediction = mine
     best = planned.plan.prediction
     return {"source": launch.source, "engine": launch.engine, "parallel": config.model_dump(mode="json"),
             "prediction": prediction.model_dump(mode="json"), "not_read": launch.unread,
-            "differences": differences(config, planned.plan.parallel),
+            "differences": differences(config, planned.plan.parallel, layouts, layouts_of(planned.plan)),
             "gain": best.tokens_per_s / prediction.tokens_per_s - 1}
 
 

@@ -37,12 +37,16 @@ DS_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accum
 def write_back(plan: Plan, engine: str, source: Path, target: Path) -> dict[Path, str]:
     """The files to write: `target`, and for DeepSpeed its config beside it."""
     text, layouts = source.read_text(), layouts_of(plan)
+    if engine == "megatron" and "sbatch_benchmarking.sh" in text:
+        raise InputError(f"{source} is a Megatron-MoE-ModelZoo launch line: its layout lives in its variables, the "
+                         "YAML map and runtime.conf, which gplan does not rewrite",
+                         hint="export the best plan: gplan export PLAN --to megatron")
     if engine == "megatron":
         return {target: rewrite_launch(text, megatron.layout_flags(plan, layouts), megatron.KEEP_UNLESS_SET)}
     if engine == "torchtitan":
         values = torchtitan.layout_values(plan, layouts)
         if source.suffix == ".toml":
-            return {target: rewrite_toml(text, values)}
+            return {target: rewrite_toml(text, toml_values(plan, values, source))}
         if "--module gplan_torchtitan" in text:
             raise InputError(f"{source} keeps its model and chunks in gplan_torchtitan.py, a gplan export",
                              hint="export the best plan instead: gplan export PLAN --to torchtitan")
@@ -57,6 +61,30 @@ def write_back(plan: Plan, engine: str, source: Path, target: Path) -> dict[Path
         return {target: rewrite_yaml(text, mindformers_values(plan, text))}
     raise InputError(f"--out-launch rewrites Megatron-LM, torchtitan, Megatron-DeepSpeed and MindFormers launches, "
                      f"not {engine}'s", hint=f"gplan export PLAN --to {engine}")
+
+
+TOML_PARALLELISM = {"data_parallel_replicate_degree", "data_parallel_shard_degree", "fsdp_reshard_after_forward",
+                    "tensor_parallel_degree", "pipeline_parallel_degree", "pipeline_parallel_schedule",
+                    "pipeline_parallel_microbatch_size", "pipeline_parallel_layers_per_stage", "context_parallel_degree",
+                    "expert_parallel_degree", "expert_tensor_parallel_degree"}
+"""The layout keys of [parallelism] in the job config a TOML is read by (torchtitan ≤ 0.2,
+torchtitan/config/job_config.py `Parallelism`): no `enable_sequence_parallel` there — with tp > 1
+sequence parallelism is always on."""
+
+
+def toml_values(plan: Plan, values: dict[str, object], source: Path) -> dict[str, object]:
+    """`values` as the TOML's torchtitan takes them: sequence parallelism left out (on with tp > 1, which is
+    what the plan asks), a plan without it at tp > 1 refused — that torchtitan has no switch for it."""
+    sp = values.pop("parallelism.enable_sequence_parallel", None)
+    if sp is False and plan.parallel.tp > 1:
+        raise InputError(f"{source}: the best plan runs tp {plan.parallel.tp} without sequence parallelism, which the "
+                         "TOML job config of torchtitan ≤ 0.2 cannot say (sequence parallel is always on with tp)",
+                         hint="search with --sp, or export the plan for torchtitan 0.3: gplan export PLAN --to torchtitan")
+    unknown = [k for k in values if k.startswith("parallelism.") and k.split(".", 1)[1] not in TOML_PARALLELISM]
+    if unknown:
+        raise InputError(f"{source}: the TOML's torchtitan has no {', '.join(unknown)}",
+                         hint="export the plan for torchtitan 0.3: gplan export PLAN --to torchtitan")
+    return values
 
 
 MF_OWNED = {"parallel_config": ("data_parallel", "model_parallel", "pipeline_stage", "context_parallel",
