@@ -152,3 +152,20 @@ def test_the_change_in_recompute_is_said_as_the_split_runs_it():
     assert differences(mine, best)["recompute"] == ("full", "none")
     assert "recompute" not in differences(mine, best, full, full)
     assert differences(mine, best, full, layout_from_sizes(model, [32], ["none"]))["recompute"] == ("full", "none")
+
+
+@pytest.mark.parametrize("section, cls", [("parallelism", "ParallelismConfig"), ("training", "TrainingConfig"),
+                                          ("compile", "CompileConfig")])
+def test_every_key_of_torchtitans_current_release_is_classified(section, cls):
+    """Every field of the installed torchtitan's config sections that decide the layout is read, or
+    classified (no effect with why, refused unless at its default, or no layout setting): a release that
+    adds one fails here until someone classifies it."""
+    configs = pytest.importorskip("torchtitan.config.configs", reason="needs the optional engine torchtitan")
+    import dataclasses
+
+    from gplan.planner.engine_flags import TITAN_NO_EFFECT, TITAN_NOT_LAYOUT, TITAN_NOT_PRICED
+    from gplan.planner.launch_files import TITAN_KEYS
+
+    classified = TITAN_KEYS | TITAN_DEFAULTS.keys() | TITAN_NO_EFFECT.keys() | TITAN_NOT_PRICED.keys() | TITAN_NOT_LAYOUT
+    keys = {f"{section}.{f.name}" for f in dataclasses.fields(getattr(configs, cls))}
+    assert not keys - classified, sorted(keys - classified)

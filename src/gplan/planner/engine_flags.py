@@ -128,6 +128,10 @@ TITAN_DEFAULTS: dict[str, Any] = {
     "activation_checkpoint.visualize_memory_budget_pareto": False, "activation_checkpoint.preserve_rng_state": False,
     "activation_checkpoint.determinism_check": "default", "activation_checkpoint.debug": False,
     "activation_checkpoint.per_op_sac_force_recompute_mm_shapes_by_fqns": ["moe.router.gate"],
+    # torchtitan 0.3 (torchtitan/config/configs.py: ParallelismConfig, TrainingConfig, CompileConfig)
+    "parallelism.spmd_backend": "spmd_types", "parallelism.context_parallel_ptrr_mask_key": None,
+    "training.enable_cpu_offload": False, "training.dtype": "float32", "training.mixed_precision_reduce": "float32",
+    "compile.enable_async_tensor_parallel": False,
 }
 #: Keys read without an effect on the layout or its cost.
 TITAN_NO_EFFECT = {
@@ -137,13 +141,25 @@ TITAN_NO_EFFECT = {
     "activation_checkpoint.preserve_rng_state": "RNG state kept for recompute",
     "activation_checkpoint.early_stop": "stops recompute early (no memory or time change priced)",
     "activation_checkpoint.determinism_check": "a debug check", "activation_checkpoint.debug": "a debug check",
+    "parallelism.spmd_backend": "the tensor-parallel implementation (the same collectives)",
+    "parallelism.context_parallel_ptrr_mask_key": "the PTRR load balancer's mask",
+    "compile.enable": "torch.compile: not priced apart — calibrate on your compiled runs (gplan calibrate)",
+    "compile.components": "what torch.compile compiles", "training.compile": "torch.compile (torchtitan ≤ 0.2's "
+    "switch): not priced apart — calibrate on your compiled runs (gplan calibrate)", "compile.backend": "torch.compile's backend",
 }
+TITAN_NOT_LAYOUT = {"training.max_norm", "training.steps", "training.gc_freq", "training.gc_debug",
+                    "training.dataset", "training.dataset_path"}
+"""Keys of the sections gplan reads that are no layout setting (clipping, schedule, garbage collection)."""
 #: Keys gplan cannot price when set away from their default.
 TITAN_NOT_PRICED = {
     "parallelism.enable_async_tensor_parallel": "async tensor parallel (tp collectives fused into matmuls)",
     "parallelism.pipeline_parallel_schedule_csv": "a schedule from a CSV file",
     "activation_checkpoint.memory_budget": "torch.compile's memory-budget recompute",
     "parallelism.expert_parallel_comm_backend": "torchtitan's DeepEP token exchange",
+    "training.enable_cpu_offload": "FSDP's parameters and optimizer on the host",
+    "training.dtype": "parameters kept in another dtype than fp32",
+    "training.mixed_precision_reduce": "gradients reduced in another dtype than fp32",
+    "compile.enable_async_tensor_parallel": "async tensor parallel (tp collectives fused into matmuls)",
 }
 TITAN_LAYOUT_LIKE = re.compile(r"^(parallelism|activation_checkpoint)\.|batch|seq_len")
 """Unread keys that would change the layout or its cost. The float8/mx/quantize sections count only when
