@@ -126,7 +126,7 @@ def model_or_launch(model: str | None, from_file) -> None:
         raise UsageError("MODEL is missing", hint="name a model (gplan models lists them), or price a launch: --from FILE")
 DevicesOpt = typer.Option(None, "--devices", "-n", help="devices to use (default: all of the cluster file)")
 ClusterOpt = typer.Option(None, "--cluster", "-c", help="bundled cluster name or cluster.yaml (default: dgx-a100-80g)")
-HardwareOpt = typer.Option(None, "--hardware", help="bundled hardware name; links of its bundled cluster")
+HardwareOpt = typer.Option(None, "--hardware", help="bundled hardware name, or your own hardware.yaml (base: a bundled name, and the numbers it changes); links of the base's bundled cluster")
 PerNodeOpt = typer.Option(None, "--devices-per-node", help="with --hardware: devices per node")
 GbsOpt = typer.Option(None, "--gbs", help="global batch in sequences (default: ~4M tokens)")
 SeqOpt = typer.Option(None, "--seq-length", help="tokens per sequence (default: the model's)")

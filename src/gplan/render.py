@@ -84,7 +84,8 @@ def title(inputs) -> str:
             f"{tokens(t.tokens_per_step)} tokens/step{batch}, {t.precision}"
             + (f", priced as {t.engine} runs it (choose with --target)" if t.engine else "")
             + (f"; routing {'balanced' if t.expert_imbalance == 1 else f'imbalance {t.expert_imbalance:g}'}"
-               " (choose with --expert-imbalance)" if inputs.model.is_moe else ""))
+               " (choose with --expert-imbalance)" if inputs.model.is_moe else "")
+            + (f"; {inputs.hardware_note}" if getattr(inputs, "hardware_note", "") else ""))
 
 
 def model_size_text(m) -> str:

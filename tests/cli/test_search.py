@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -148,3 +149,32 @@ def test_a_search_reports_its_progress_on_a_terminal_past_its_delay():
 
     assert "searching: 3/10 candidates by bound, 1 splits solved, best 12.50 s" in shown(True, 0.0)
     assert shown(False, 0.0) == "" and shown(True, 60.0) == ""
+
+
+def test_your_own_hardware_file_changes_only_what_it_says_and_the_header_names_it(gplan, tmp_path):
+    """--hardware FILE.yaml: a bundled base with the numbers changed (memory, power-capped peak), the base's
+    links; the header lists every changed number; the memory budget is the file's."""
+    from gplan.planner.inputs import resolve_inputs
+
+    hardware = Path(__file__).parents[2] / "bench" / "data" / "h100-96g-500w.yaml"
+    inputs = resolve_inputs("llama3-8b", 16, None, str(hardware))
+    device = inputs.cluster.node_groups[0].hardware
+    assert (device.name, device.memory_GiB, device.peak_tflops["bf16"], device.peak_tflops["fp8"]) == (
+        "h100-96g-500w", 96, 800, 1979)  # fp8 not in the file: the base's
+    assert inputs.cluster.node_groups[0].intra_node.bandwidth_GBps == 450  # dgx-h100's NVLink
+    r = gplan("estimate", "llama3-8b", "--hardware", str(hardware), "--devices", "16", "--tp", "2")
+    said = " ".join((r.stdout + r.stderr).split())
+    assert r.code == 0 and "hardware h100-96g-500w from" in said and "memory_GiB 80 → 96" in said
+    assert "peak_tflops.bf16 989 → 800" in said and "72.0 GiB budget" not in said  # 96 GiB × 0.9 = 86.4
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("base: h100-sxm\nmemory_GB: 96\n", "memory_GB"),
+    ("name: mine\nkind: gpu\nmemory_GiB: 40\n", "no bundled links"),
+    ("base: h100-sm\n", "unknown hardware 'h100-sm'"),
+])
+def test_a_hardware_file_gplan_cannot_use_is_one_line(gplan, tmp_path, text, fragment):
+    path = tmp_path / "mine.yaml"
+    path.write_text(text)
+    r = gplan("estimate", "llama3-8b", "--hardware", str(path), "--devices", "8")
+    assert r.code == 3 and fragment in r.stderr and "Traceback" not in r.stderr, r.stderr

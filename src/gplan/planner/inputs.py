@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from pydantic import ValidationError
 
 from gplan.errors import InputError, UsageError
-from gplan.profiles.catalogue import cluster_from_hardware, load_cluster, load_model
+from gplan.profiles.catalogue import cluster_from_hardware, hardware_changes, load_cluster, load_model
 from gplan.profiles.schema import MAX_DEVICES, ClusterSpec
 from gplan.spec.model import ModelSpec
 from gplan.spec.training import TrainingSpec
@@ -28,6 +28,8 @@ class Inputs:
     cluster: ClusterSpec
     devices: int
     cluster_note: str = ""
+    hardware_note: str = ""
+    """What a --hardware FILE changes from the catalogue, said in the header."""
     profile: str | None = None
     """`path (sha256 prefix)` of the measured profile the cluster came from."""
     gbs_note: str = ""
@@ -166,6 +168,7 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
                          hint="see gplan --help") from exc
     check_engine_options(training, model)
     return Inputs(model=model, training=training, cluster=spec, devices=devices, cluster_note=note,
+                  hardware_note=hardware_changes(hardware) if hardware else "",
                   profile=profile_ref, gbs_note=gbs_note)
 
 

@@ -77,19 +77,78 @@ def load_cluster(ref: str, devices: int | None = None) -> ClusterSpec:
 
 
 def cluster_from_hardware(hardware: str, devices: int, devices_per_node: int | None = None) -> ClusterSpec:
-    """A one-group cluster of `hardware`, with the links of the bundled cluster that uses it."""
-    entry = hardware_entry(hardware)
+    """A one-group cluster of `hardware` (a bundled name, or a hardware file: `hardware_variant`), with the
+    links of the bundled cluster that uses it (or its base), unless the file gives its own."""
+    entry, links, base = hardware_variant(Path(hardware)) if is_hardware_file(hardware) else \
+        (hardware_entry(hardware), {}, hardware)
     template = next((c for c in bundled_clusters().values()
-                     if c["node_groups"][0]["hardware"] == hardware), None)
-    if template is None:
-        raise InputError(f"no bundled links for hardware '{hardware}'",
-                         hint="write a cluster.yaml with intra_node and inter_node links")
-    group = dict(template["node_groups"][0])
+                     if c["node_groups"][0]["hardware"] == base), None)
+    if template is None and not {"devices_per_node", "intra_node", "inter_node"} <= links.keys():
+        raise InputError(f"no bundled links for hardware '{base or hardware}'",
+                         hint="give devices_per_node, intra_node and inter_node in the hardware file, or a base: "
+                              "a bundled hardware whose cluster has the links")
+    group = {**(template["node_groups"][0] if template else {}), **links}
     group["hardware"] = entry
     if devices_per_node:
         group["devices_per_node"] = devices_per_node
-    cluster = ClusterSpec.model_validate({"name": f"{hardware}-x{devices}", "node_groups": [group]})
+    cluster = validate_as(ClusterSpec, {"name": f"{entry['name']}-x{devices}", "node_groups": [group]},
+                          f"--hardware {hardware}")
     return cluster.sized(devices)
+
+
+VARIANT_LINKS = ("devices_per_node", "intra_node", "inter_node")
+"""Keys of a hardware file that set the node and its links rather than the device."""
+
+
+def is_hardware_file(ref: str) -> bool:
+    return ref.endswith((".yaml", ".yml")) or Path(ref).is_file()
+
+
+def hardware_variant(path: Path) -> tuple[dict[str, Any], dict[str, Any], str | None]:
+    """Your own device (`--hardware FILE.yaml`): a `base:` bundled hardware with the numbers the file changes
+    (memory_GiB, peak_tflops.bf16, hbm_bandwidth_GBps, efficiency.…; nested keys merge), or a whole
+    description without one; `devices_per_node`, `intra_node`, `inter_node` set its node and links.
+    Returns (device entry, link overrides, base name)."""
+    if not path.is_file():
+        raise InputError(f"--hardware {path}: no such file", hint="a bundled name (gplan hardware) or a hardware.yaml")
+    data = read_data_file(path)
+    if not isinstance(data, dict):
+        raise InputError(f"--hardware {path}: expected a mapping of device fields", hint="see README, 'Your own hardware'")
+    base = data.get("base")
+    device = {k: v for k, v in data.items() if k not in ("base", *VARIANT_LINKS)}
+    entry = _merged(hardware_entry(base), device) if base else device
+    entry["name"] = str(data.get("name") or path.stem)
+    return entry, {k: data[k] for k in VARIANT_LINKS if k in data}, base
+
+
+def hardware_changes(ref: str) -> str:
+    """What a hardware file changes from its base, as said in the search header ('' for a bundled name)."""
+    if not is_hardware_file(ref):
+        return ""
+    entry, links, base = hardware_variant(Path(ref))
+    if not base:
+        return f"hardware {entry['name']} from {ref} (its own description)"
+    changed = [f"{key} {old} → {new}" for key, old, new in _differences(hardware_entry(base), entry) if key != "name"]
+    changed += [f"{key} {value}" for key, value in links.items()]
+    return f"hardware {entry['name']} from {ref}: {base} with " + (", ".join(changed) or "nothing changed")
+
+
+def _merged(base: dict, over: dict) -> dict:
+    merged = dict(base)
+    for key, value in over.items():
+        merged[key] = _merged(base[key], value) if isinstance(value, dict) and isinstance(base.get(key), dict) else value
+    return merged
+
+
+def _differences(old: dict, new: dict, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    found = []
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(value, dict) and isinstance(before, dict):
+            found += _differences(before, value, f"{prefix}{key}.")
+        elif value != before:
+            found.append((f"{prefix}{key}", before, value))
+    return found
 
 
 def clusters_with(hardware: str) -> list[ClusterSpec]:
