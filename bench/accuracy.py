@@ -47,6 +47,7 @@ FOUNDRY_H100_RUNS = ROOT / "bench" / "data" / "llm_foundry_h100_runs.csv"
 under FSDP1 on 8–64 H100s — the only rows of a non-reference engine on H100 (they set llm-foundry's factor there)."""
 README = ROOT / "README.md"
 BEGIN, END = "<!-- accuracy:begin -->", "<!-- accuracy:end -->"
+HEADLINE_BEGIN, HEADLINE_END = "<!-- accuracy-headline:begin -->", "<!-- accuracy-headline:end -->"
 
 #: Published GPU names -> bundled cluster (the hardware and its fabric).
 CLUSTERS = {
@@ -647,9 +648,18 @@ def zero3_report(cases: list[Case]) -> str:
 
 
 def write_readme(table: str) -> None:
-    text = README.read_text()
-    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    README.write_text(text[:start] + "\n" + table + "\n" + text[end:])
+    """The full tables into docs/accuracy.md, the by-engine-and-family headline into the README."""
+    from readme_section import first_block, write_section
+
+    write_section(BEGIN, END, table)
+    write_section(HEADLINE_BEGIN, HEADLINE_END, headline(table))
+
+
+def headline(table: str) -> str:
+    """The README's accuracy table: the by-engine-and-family block of the full tables."""
+    from readme_section import first_block
+
+    return first_block(table)
 
 
 def all_cases(path: Path) -> tuple[list[Case], list]:
@@ -667,7 +677,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--csv", type=Path, default=DEFAULT_CSV)
     parser.add_argument("--fit", action="store_true", help="refit the knobs and engine factors and print them")
-    parser.add_argument("--readme", action="store_true", help="write the tables into README.md")
+    parser.add_argument("--readme", action="store_true", help="write the tables into docs/accuracy.md and the headline into README.md")
     args = parser.parse_args(argv)
     if not args.csv.is_file():
         sys.stderr.write(f"error: {args.csv}: no such file (pass --csv)\n")

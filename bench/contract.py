@@ -88,11 +88,13 @@ def main(argv: list[str] | None = None) -> int:
     for line in failures + launch_failures:
         sys.stdout.write(f"FAILED {line}\n")
     if args.readme:
-        readme = ROOT / "README.md"
-        body = readme.read_text()
+        from readme_section import page_of
+
+        page = page_of(BEGIN)  # docs/search-speed.md
+        body = page.read_text()
         head, _, rest = body.partition(BEGIN)
         _, _, tail = rest.partition(END)
-        readme.write_text(f"{head}{BEGIN}\n{text}{END}{tail}")
+        page.write_text(f"{head}{BEGIN}\n{text}{END}{tail}")
     return 1 if failures or launch_failures else 0
 
 

@@ -247,15 +247,15 @@ def _worst(errors):
 
 
 def write_readme(table: str) -> None:
-    text = README.read_text()
-    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    README.write_text(text[:start] + "\n" + table + "\n" + text[end:])
+    from readme_section import write_section
+
+    write_section(BEGIN, END, table)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fit", action="store_true", help="also refit the fragmentation on every row")
-    parser.add_argument("--readme", action="store_true", help="write the tables into README.md")
+    parser.add_argument("--readme", action="store_true", help="write the tables into docs/accuracy.md")
     args = parser.parse_args(argv)
     for path in (BLOOM_CSV, PUBLISHED_CSV):
         if not path.is_file():

@@ -159,10 +159,9 @@ def table(rows: list[dict]) -> str:
 
 
 def write_between(begin: str, end: str, text: str) -> None:
-    readme = ROOT / "README.md"
-    s = readme.read_text()
-    start, stop = s.index(begin) + len(begin), s.index(end)
-    readme.write_text(s[:start] + "\n" + text + "\n" + s[stop:])
+    from readme_section import write_section
+
+    write_section(begin, end, text)
 
 
 def main() -> int:

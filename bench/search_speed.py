@@ -30,6 +30,7 @@ from gplan.planner.reference import brute_force, megatron_heuristic
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- search-speed:begin -->", "<!-- search-speed:end -->"
+HEADLINE_BEGIN, HEADLINE_END = "<!-- search-speed-headline:begin -->", "<!-- search-speed-headline:end -->"
 MIXED = str(ROOT / "bench" / "data" / "mixed-a100-v100.yaml")
 #: (model, cluster, devices, gbs, seq_length, target): every row plans for gplan's torch backend, the
 #: default on GPUs; issue 18's speed targets are llama3-70b/64 ≤ 1 s, gpt-1t/8192 ≤ 2 s,
@@ -127,7 +128,8 @@ def ilp_vs_brute_force() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--readme", action="store_true")
+    parser.add_argument("--readme", "--docs", action="store_true",
+                        help="write the table into docs/search-speed.md and its headline rows into README.md")
     args = parser.parse_args(argv)
     lines = [f"| model | cluster | devices | target | wall time (whole CLI, median of {RUNS}) | configs / splits | winner's split; search | best plan | vs heuristic | vs uniform split |",
              "|---|---|---:|---|---:|---:|---|---|---:|---:|"]
@@ -138,7 +140,21 @@ def main(argv: list[str] | None = None) -> int:
         from readme_section import write_section
 
         write_section(BEGIN, END, text)
+        write_section(HEADLINE_BEGIN, HEADLINE_END, headline(text))
     return 0
+
+
+HEADLINE = (("llama3-70b", "dgx-h100", "64"), ("gpt-1t", "dgx-a100-80g", "8192"), ("llama3-405b", "dgx-h100", "16384"),
+            ("qwen3-30b-a3b", "dgx-h100", "16"), ("deepseek-v3", "dgx-h100", "2048"))
+"""The README's rows of the full table (docs/search-speed.md): model, cluster, devices."""
+
+
+def headline(text: str) -> str:
+    """The full table's header and the HEADLINE rows, model to best plan."""
+    lines = text.strip("\n").split("\n\n")[0].splitlines()
+    keep = [line for line in lines[2:] if tuple(c.strip() for c in line.strip("|").split("|")[:3]) in HEADLINE]
+    cut = [" | ".join(c.strip() for c in line.strip("|").split("|")[:8]) for line in lines[:2] + keep]
+    return "\n".join(f"| {line} |" for line in cut)
 
 
 if __name__ == "__main__":
