@@ -67,3 +67,49 @@ def pytest_runtest_makereport(item, call):
 
     outcome = yield
     engine_skip_as_failure(outcome.get_result(), os.environ.get("GPLAN_REQUIRE_ENGINES") == "1")
+
+
+# ---- progress a person can read: one line per test file as it finishes (with -q the dots alone sit at
+# one percentage for minutes while a multi-process run trains) --------------------------------------------
+_progress: dict = {}
+
+
+def pytest_collection_modifyitems(session, config, items):
+    import time
+
+    per_file: dict[str, int] = {}
+    for item in items:
+        per_file[item.location[0]] = per_file.get(item.location[0], 0) + 1
+    _progress.update(left=dict(per_file), total=dict(per_file), files=len(per_file), done=0, start=time.monotonic(),
+                     file_start={})
+
+
+def pytest_runtest_logstart(nodeid, location):
+    import time
+
+    _progress.get("file_start", {}).setdefault(location[0], time.monotonic())
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    import time
+
+    left = _progress.get("left")
+    if not left or location[0] not in left:
+        return
+    left[location[0]] -= 1
+    if left[location[0]]:
+        return
+    _progress["done"] += 1
+    config = _progress.get("config")
+    reporter = config.pluginmanager.get_plugin("terminalreporter") if config else None
+    if reporter is None or reporter.verbosity > 0:
+        return
+    now = time.monotonic()
+    took = now - _progress["file_start"].get(location[0], now)
+    reporter.write("\n")
+    reporter.write_line(f"  {location[0]}: {_progress['total'][location[0]]} tests in {took:.0f} s "
+                        f"({_progress['done']}/{_progress['files']} files, {(now - _progress['start']) / 60:.1f} min)")
+
+
+def pytest_configure(config):
+    _progress["config"] = config
