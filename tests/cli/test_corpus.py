@@ -77,8 +77,11 @@ def test_a_megatron_flag_at_its_default_is_never_refused(flag):
 
 @pytest.mark.parametrize("flag", sorted(MEGATRON_NOT_PRICED))
 def test_a_megatron_flag_gplan_cannot_price_is_refused_away_from_its_default(flag):
-    default = MEGATRON_DEFAULTS.get(flag)
-    values = [] if default in (None, False) else ["bf16" if default == "fp32" else "2"]
+    from gplan.planner.megatron_arguments import arguments
+
+    default = arguments()[flag][1] if flag in arguments() else MEGATRON_DEFAULTS.get(flag)
+    values = [] if default in (None, False) else ["bf16" if default == "fp32" else "a2a" if default == "p2p" else
+                                                  "muon" if default == "adam" else "custom" if default == "nvfp4" else "7"]
     assert megatron_class(flag, values)[0] == "refused"
 
 
@@ -169,3 +172,31 @@ def test_every_key_of_torchtitans_current_release_is_classified(section, cls):
     classified = TITAN_KEYS | TITAN_DEFAULTS.keys() | TITAN_NO_EFFECT.keys() | TITAN_NOT_PRICED.keys() | TITAN_NOT_LAYOUT
     keys = {f"{section}.{f.name}" for f in dataclasses.fields(getattr(configs, cls))}
     assert not keys - classified, sorted(keys - classified)
+
+
+def test_every_flag_of_megatrons_layout_groups_is_classified():
+    """Every flag of Megatron-LM's arguments.py argument groups that can touch the layout (the snapshot,
+    planner.megatron_arguments) is read, read with no effect (with why), or refused away from its default
+    (with why): a flag a newer arguments.py adds there fails here until someone classifies it."""
+    from gplan.planner.engine_flags import MEGATRON_NO_EFFECT, MEGATRON_NOT_PRICED
+    from gplan.planner.launch_files import LAYOUT_FLAGS, MODEL_FLAGS, MODEL_SWITCHES
+    from gplan.planner.megatron_arguments import arguments
+
+    snapshot = arguments()
+    assert len(snapshot) > 250 and {"training", "distributed", "moe", "Transformer-Engine"} <= {g for g, _ in snapshot.values()}
+    classified = LAYOUT_FLAGS | MODEL_FLAGS.keys() | MODEL_SWITCHES | MEGATRON_NO_EFFECT.keys() | MEGATRON_NOT_PRICED.keys()
+    assert not [f for f in snapshot if f not in classified]
+    assert not set(MEGATRON_NO_EFFECT) & set(MEGATRON_NOT_PRICED)
+
+
+@pytest.mark.parametrize("flag", [f for f, (_, d) in __import__("gplan.planner.megatron_arguments",
+                                                                     fromlist=["arguments"]).arguments().items()
+                                  if d is not False])
+def test_every_megatron_flag_given_at_its_default_is_not_refused(flag):
+    """A value flag written at arguments.py's default changes nothing: never refused (those the launch reader
+    reads are priced at it)."""
+    from gplan.planner.megatron_arguments import arguments
+
+    default = arguments()[flag][1]
+    values = ["None" if default is None else str(default)]
+    assert megatron_class(flag, values)[0] == "no effect"

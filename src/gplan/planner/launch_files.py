@@ -52,7 +52,8 @@ LAYOUT_FLAGS = {
     "--overlap-moe-expert-parallel-comm", "--cuda-graph-impl", "--cuda-graph-scope", "--no-check-for-nan-in-loss-and-grad",
     "--moe-token-dispatcher-type", "--moe-enable-deepep", "--moe-flex-dispatcher-backend",
     "--use-custom-fsdp", "--num-virtual-stages-per-pipeline-rank", "--account-for-embedding-in-pipeline-split",
-    "--account-for-loss-in-pipeline-split", "--combined-1f1b", "--fp4-format",
+    "--account-for-loss-in-pipeline-split", "--combined-1f1b", "--fp4-format", "--recompute-activations",
+    "--checkpoint-activations",
 }
 #: Model flags whose presence gplan reads through the named model (checked as switches).
 MODEL_SWITCHES = {
@@ -450,6 +451,10 @@ def layout_of(args: dict) -> dict[str, Any]:
         given["vpp"] = counted // (given["pp"] * per_chunk)
     given["zero"] = zero_of(args)
     granularity = value(args, "--recompute-granularity")
+    if granularity is None and "--recompute-activations" in args:  # Megatron: selective, its shorthand
+        granularity = "selective"
+    if granularity is None and "--checkpoint-activations" in args:  # deprecated: every layer, fully
+        granularity = "full"
     given["recompute"] = granularity if granularity in ("full", "selective") else "none"
     if "--recompute-modules" in args:
         given["recompute_modules"] = tuple(args["--recompute-modules"])
