@@ -200,3 +200,34 @@ def test_every_megatron_flag_given_at_its_default_is_not_refused(flag):
     default = arguments()[flag][1]
     values = ["None" if default is None else str(default)]
     assert megatron_class(flag, values)[0] == "no effect"
+
+
+ROUND_TRIPS = [  # model, cluster, devices, target, the exported file read back
+    ("qwen3-30b-a3b", "dgx-h100", "16", "megatron", "megatron_pretrain_gpt.sh"),
+    ("qwen3-30b-a3b", "dgx-h100", "16", "torchtitan", "torchtitan_train.sh"),
+    ("llama3-8b", "dgx-h100", "16", "deepspeed", "megatron_deepspeed_pretrain_gpt.sh"),
+    ("llama3-8b", "atlas-800-910b", "16", "mindformers", "mindformers_parallel.yaml"),
+]
+
+
+@pytest.mark.parametrize("model, cluster, devices, target, exported", ROUND_TRIPS,
+                         ids=[f"{r[3]}-{r[0]}" for r in ROUND_TRIPS])
+def test_an_export_read_back_with_no_model_is_the_plan_as_its_engine_runs_it(gplan, tmp_path, model, cluster, devices,
+                                                                            target, exported):
+    """search → export → estimate --from the exported launch (no MODEL): the plan's model, configuration (as the
+    engine runs it: torchtitan's zero 1 is FSDP without resharding, zero 2) and step, MoE included."""
+    plan_path, out = tmp_path / "plan.json", tmp_path / "out"
+    # MindFormers writes zero 2 and 3 alike (its optimizer parallel with sharded accumulation): zero ≤ 2 there
+    limits = ["--zero", "0,1,2"] if target == "mindformers" else []
+    assert gplan("search", model, "--cluster", cluster, "--devices", devices, "--target", target, *limits,
+                 "--out", str(plan_path)).code == 0
+    r = gplan("export", str(plan_path), "--to", target, "--out-dir", str(out))
+    assert r.code == 0, r.stderr
+    back = gplan("estimate", "--from", str(out / exported), "--cluster", cluster, "--json").json()
+    plan = json.loads(plan_path.read_text())
+    assert back["model_from_launch"].startswith(model)
+    runs_zero = {1: 2} if target == "torchtitan" else {}
+    for key in ("dp", "tp", "pp", "vpp", "cp", "ep", "mbs"):
+        assert back["parallel"][key] == plan["parallel"][key], key
+    assert back["parallel"]["zero"] == runs_zero.get(plan["parallel"]["zero"], plan["parallel"]["zero"])
+    assert back["step_time_s"] == pytest.approx(plan["prediction"]["step_time_s"], rel=1e-6)

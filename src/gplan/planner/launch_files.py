@@ -293,6 +293,9 @@ def model_of_flags(args: dict, path: Path) -> ModelSpec:
     logged["add_bias_linear"] = "--disable-bias-linear" not in args
     if "--moe-layer-freq" in args:
         logged["moe_layer_freq"] = _layer_freq(value(args, "--moe-layer-freq"), shape["--num-layers"])
+    exported = exported_model(path)  # gplan's own export: the model it names, checked against the flags
+    if exported is not None:
+        return exported
     vocab = optional_int(args, "--vocab-size") or tokenizer_vocab(value(args, "--tokenizer-model"))
     found = bundled_of_shape(shape, vocab, path)
     if found is not None:
@@ -845,18 +848,23 @@ def _module_constant(module: Path, name: str):
     return None
 
 
+def exported_model(path: Path) -> ModelSpec | None:
+    """The bundled model a gplan export names in its header (`# gplan export of plan … (layout …; NAME: …`)."""
+    from gplan.profiles.catalogue import bundled_models, load_model
+
+    named = re.search(r"# gplan export of plan \S+ \(layout \S+; ([\w.-]+):", path.read_text(errors="replace"))
+    return load_model(named.group(1)) if named and named.group(1) in bundled_models() else None
+
+
 def titan_model(path: Path, values: dict) -> ModelSpec:
     """The model a torchtitan launch names: the config.json of its `model.hf_assets_path` when there is one
     beside it, else gplan's bundled model of its `model.name` + `model.flavor` (planner.logs.torchtitan)."""
     from gplan.planner.logs import torchtitan
     from gplan.profiles.catalogue import load_model
 
-    exported = re.search(r"# gplan export of plan \S+ \(layout \S+; ([\w.-]+):", path.read_text(errors="replace"))
-    if exported and "model.name" not in values:  # gplan's own export names the model in its header
-        from gplan.profiles.catalogue import bundled_models
-
-        if exported.group(1) in bundled_models():
-            return load_model(exported.group(1))
+    exported = exported_model(path)
+    if exported is not None and "model.name" not in values:
+        return exported
     assets = values.get("model.hf_assets_path")
     if assets:
         for folder in (path.parent / str(assets), path.parent / Path(str(assets)).name):
@@ -1024,7 +1032,7 @@ def read_mindformers_launch(path: Path, model: ModelSpec | None) -> Launch:
     pc, par = data.get("parallel_config") or {}, data.get("parallel") or {}
     mc = ((data.get("model") or {}).get("model_config")) or {}
     runner = data.get("runner_config") or {}
-    model = mindformers_model(mc, data, path) if model is None else model
+    model = (exported_model(path) or mindformers_model(mc, data, path)) if model is None else model
     for key, of in (("num_layers", lambda m: m.num_layers), ("hidden_size", lambda m: m.hidden_size),
                     ("num_heads", lambda m: m.num_attention_heads), ("num_attention_heads", lambda m: m.num_attention_heads),
                     ("n_kv_heads", lambda m: m.kv_heads), ("intermediate_size", lambda m: m.ffn_size if not m.is_moe else None),
