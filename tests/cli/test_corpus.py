@@ -231,3 +231,21 @@ def test_an_export_read_back_with_no_model_is_the_plan_as_its_engine_runs_it(gpl
         assert back["parallel"][key] == plan["parallel"][key], key
     assert back["parallel"]["zero"] == runs_zero.get(plan["parallel"]["zero"], plan["parallel"]["zero"])
     assert back["step_time_s"] == pytest.approx(plan["prediction"]["step_time_s"], rel=1e-6)
+
+
+@pytest.mark.parametrize("name, text, said", [
+    ("recipe.py", "from megatron.bridge.recipes.llama import llama3_8b\ncfg = llama3_8b.pretrain_config()\n",
+     "a Python file (a Megatron-Bridge or NeMo recipe"),
+    ("ds_config.json", '{"train_batch_size": 64, "zero_optimization": {"stage": 3}}\n',
+     "a DeepSpeed config, read with the script that names it"),
+    ("base.yml", "base_config: base.yml\nici_fsdp_parallelism: -1\nper_device_batch_size: 2\n", "a MaxText config"),
+    ("nemo.yaml", "trainer:\n  devices: 8\nmodel:\n  tensor_model_parallel_size: 2\n", "a NeMo YAML config"),
+    ("train.log", "some words\n", "no Megatron-LM arguments found"),
+    ("job.toml", "[parallelism]\ntensor_parallel_degree = \n", "not a complete TOML job config"),
+])
+def test_a_file_gplan_does_not_read_as_a_launch_is_one_line_naming_what_it_is(gplan, tmp_path, name, text, said):
+    path = tmp_path / name
+    path.write_text(text)
+    r = gplan("estimate", "--from", str(path), "--devices", "8")
+    assert r.code == 3 and said in r.stderr and "hint:" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert len([line for line in r.stderr.splitlines() if line.startswith("error:")]) == 1

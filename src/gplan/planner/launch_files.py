@@ -138,7 +138,33 @@ def read_launch(path: Path, model: ModelSpec | None) -> Launch:
         return read_torchtitan_launch(path, model)
     if re.search(r"--deepspeed[_-]config|--deepspeed\b", text):
         return read_deepspeed_launch(path, model, text)
+    unread = not_a_launch(path, text)
+    if unread:
+        raise InputError(f"--from {path}: {unread[0]}", hint=unread[1])
     return read_megatron_launch(path, model, text)
+
+
+def not_a_launch(path: Path, text: str) -> tuple[str, str] | None:
+    """(what the file is, what gplan reads instead) for a file that is no launch gplan reads: a Python
+    recipe or config module, a DeepSpeed JSON alone, a MaxText or NeMo YAML, another YAML; None otherwise."""
+    reads = "gplan reads Megatron-LM scripts, argument files and YAML maps, torchtitan TOMLs and override lines, " \
+            "Megatron-DeepSpeed scripts, MindFormers YAMLs and the engines' logs"
+    if path.suffix == ".py":
+        return ("a Python file (a Megatron-Bridge or NeMo recipe, or a torchtitan 0.3 config module), not a launch",
+                "pass the script or command line that runs it; " + reads)
+    if path.suffix == ".json":
+        kind = "a DeepSpeed config, read with the script that names it (--deepspeed_config)" if re.search(
+            r'"(train_batch_size|zero_optimization|train_micro_batch_size_per_gpu)"', text) else "a JSON file"
+        return (kind + ", not a launch", "pass the launch script that runs it; " + reads)
+    if path.suffix in (".yaml", ".yml") and not re.search(r"^MODEL_ARGS\s*:", text, re.MULTILINE):
+        if re.search(r"^\s*(ici|dcn)_\w+_parallelism\s*:", text, re.MULTILINE):
+            return "a MaxText config: gplan does not read MaxText's configs", "price its layout with gplan estimate " \
+                   "MODEL --tp … --pp …, or pass a Megatron-LM or torchtitan launch"
+        if re.search(r"^trainer\s*:", text, re.MULTILINE) and "tensor_model_parallel_size" in text:
+            return "a NeMo YAML config: gplan does not read NeMo's YAML", "pass the pretrain_gpt.py command line it " \
+                   "runs, or price its layout with gplan estimate MODEL --tp … --pp …"
+        return "a YAML file that is neither a MindFormers config nor a Megatron YAML map (MODEL_ARGS)", reads
+    return None
 
 
 def read_log_launch(path: Path, model: ModelSpec | None, text: str) -> Launch:
