@@ -5,6 +5,7 @@ in one line naming what gplan cannot price."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -249,3 +250,36 @@ def test_a_file_gplan_does_not_read_as_a_launch_is_one_line_naming_what_it_is(gp
     r = gplan("estimate", "--from", str(path), "--devices", "8")
     assert r.code == 3 and said in r.stderr and "hint:" in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert len([line for line in r.stderr.splitlines() if line.startswith("error:")]) == 1
+
+
+def test_every_zero_key_of_deepspeeds_own_config_is_classified():
+    """Every field of the installed DeepSpeed's DeepSpeedZeroConfig (and its stage3_ alias) is classified: a
+    release that adds one fails here until someone does."""
+    zero = pytest.importorskip("deepspeed.runtime.zero.config", reason="needs the optional engine deepspeed")
+    from gplan.planner.engine_flags import DS_ZERO_NO_EFFECT, DS_ZERO_NOT_PRICED
+
+    fields = zero.DeepSpeedZeroConfig.model_fields
+    keys = set(fields) | {f.alias for f in fields.values() if f.alias}
+    assert not keys - set(DS_ZERO_NO_EFFECT) - set(DS_ZERO_NOT_PRICED), sorted(keys - set(DS_ZERO_NO_EFFECT))
+    for key, (_, default) in DS_ZERO_NOT_PRICED.items():
+        if key in fields and default is not None:
+            assert fields[key].default == default, key
+
+
+def test_a_deepspeed_launch_offloading_its_optimizer_is_refused_naming_it(gplan, tmp_path):
+    """A Megatron-DeepSpeed launch (gplan's export of a plan) whose ds_config.json offloads the optimizer:
+    refused naming the key; `"device": "none"` is DeepSpeed's default and reads as before."""
+    plan = tmp_path / "plan.json"
+    assert gplan("search", "llama3-8b", "--cluster", "dgx-h100", "--devices", "16", "--target", "deepspeed",
+                 "--out", str(plan)).code == 0
+    assert gplan("export", str(plan), "--to", "deepspeed", "--out-dir", str(tmp_path / "ds")).code == 0
+    launch, config = tmp_path / "ds" / "megatron_deepspeed_pretrain_gpt.sh", tmp_path / "ds" / "ds_config.json"
+    data = json.loads(config.read_text())
+    data.setdefault("zero_optimization", {})["offload_optimizer"] = {"device": "cpu"}
+    config.write_text(json.dumps(data))
+    r = gplan("estimate", "--from", str(launch), "--cluster", "dgx-h100")
+    assert r.code == 3 and "zero_optimization.offload_optimizer (the optimizer on the host or NVMe)" in r.stderr
+    data["zero_optimization"]["offload_optimizer"] = {"device": "none"}
+    config.write_text(json.dumps(data))
+    r = gplan("estimate", "--from", str(launch), "--cluster", "dgx-h100", "--json")
+    assert r.code == 0 and r.json()["no_effect"]["zero_optimization.offload_optimizer"] == "at DeepSpeed's default"

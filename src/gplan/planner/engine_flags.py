@@ -217,6 +217,57 @@ def at_default(values: list[str] | Any, default: Any) -> bool:
         return str(given) == str(default)
 
 
+# ---- DeepSpeed -------------------------------------------------------------------------------------
+
+#: The ZeRO keys of a DeepSpeed config (DeepSpeed 0.19's `DeepSpeedZeroConfig`, its field names and their
+#: `stage3_…` aliases) gplan cannot price away from their defaults, with why.
+DS_ZERO_NOT_PRICED = {
+    "offload_param": ("parameters on the host or NVMe", None), "offload_optimizer": ("the optimizer on the host or NVMe", None),
+    "cpu_offload": ("the optimizer on the host", None), "cpu_offload_param": ("parameters on the host", None),
+    "cpu_offload_use_pin_memory": ("host offload", None), "zenflow": ("ZenFlow's host optimizer", None),
+    "zero_hpz_partition_size": ("ZeRO++ hierarchical weight partitions", 1),
+    "zero_quantized_weights": ("ZeRO++ quantized weight gathers", False),
+    "zero_quantized_nontrainable_weights": ("ZeRO++ quantized weights", False),
+    "zero_quantized_gradients": ("ZeRO++ quantized gradients", False),
+    "reduce_scatter": ("gradients all-reduced rather than reduce-scattered", True),
+    "use_all_reduce_for_fetch_params": ("weights fetched by all-reduce", False),
+    "stage3_use_all_reduce_for_fetch_params": ("weights fetched by all-reduce", False),
+}
+DS_ZERO_NO_EFFECT = {
+    "stage": "read", "contiguous_gradients": "buffer layout", "reduce_bucket_size": "bucketing (priced as DeepSpeed's "
+    "bucketed reduction)", "use_multi_rank_bucket_allreduce": "bucketing", "allgather_partitions": "how the gather "
+    "runs (same bytes)", "allgather_bucket_size": "bucketing", "overlap_comm": "overlap as DeepSpeed's profile prices it",
+    "compute_grad_norm": "the norm's computation", "load_from_fp32_weights": "checkpoint loading",
+    "elastic_checkpoint": "checkpointing", "sub_group_size": "the optimizer's step grouping",
+    "prefetch_bucket_size": "ZeRO-3 prefetch (priced as its profile's)", "stage3_prefetch_bucket_size": "ZeRO-3 prefetch "
+    "(priced as its profile's)", "param_persistence_threshold": "small parameters kept whole (a rounding)",
+    "stage3_param_persistence_threshold": "small parameters kept whole (a rounding)",
+    "model_persistence_threshold": "small parameters kept whole", "stage3_model_persistence_threshold": "small "
+    "parameters kept whole", "max_live_parameters": "ZeRO-3's live-parameter cap (its profile's)",
+    "stage3_max_live_parameters": "ZeRO-3's live-parameter cap (its profile's)", "max_reuse_distance": "ZeRO-3 caching",
+    "stage3_max_reuse_distance": "ZeRO-3 caching", "gather_16bit_weights_on_model_save": "checkpointing",
+    "stage3_gather_16bit_weights_on_model_save": "checkpointing", "stage3_gather_fp16_weights_on_model_save":
+    "checkpointing", "module_granularity_threshold": "ZeRO-3 hooks", "stage3_module_granularity_threshold": "ZeRO-3 hooks",
+    "allgather_sequential": "gather order", "stage3_allgather_sequential": "gather order",
+    "ignore_unused_parameters": "a check", "legacy_stage1": "an older stage 1 (same states)",
+    "round_robin_gradients": "gradient order", "parameter_alignment": "padding", "memory_efficient_linear": "a kernel",
+    "pipeline_loading_checkpoint": "checkpointing", "override_module_apply": "hooks",
+    "log_trace_cache_warnings": "logging", "enable_sanity_checks": "a check", "save_muon_momentum_buffer_in_memory":
+    "Muon only", "leaf_module": "ZeRO-3 leaf modules (gathered whole, as priced)", "mics_shard_size": "MiCS",
+}
+
+
+def deepspeed_zero_class(key: str, value: Any) -> tuple[str, str]:
+    """("no effect", why) or ("refused", why) for a key of a DeepSpeed config's zero_optimization."""
+    if key in DS_ZERO_NOT_PRICED:
+        why, default = DS_ZERO_NOT_PRICED[key]
+        off = value in (None, default, {}) or (isinstance(value, dict) and str(value.get("device", "none")) == "none")
+        return ("no effect", "at DeepSpeed's default") if off else ("refused", why)
+    if key in DS_ZERO_NO_EFFECT:
+        return "no effect", DS_ZERO_NO_EFFECT[key]
+    return "refused", "a ZeRO setting gplan does not read"
+
+
 # ---- torchtitan ------------------------------------------------------------------------------------
 
 #: torchtitan's job-config defaults of the keys gplan does not read (torchtitan/config/job_config.py).

@@ -24,7 +24,7 @@ from typing import Any, get_args
 
 from gplan.errors import InputError
 from gplan.launch_text import arguments
-from gplan.planner.engine_flags import megatron_class, titan_class
+from gplan.planner.engine_flags import deepspeed_zero_class, megatron_class, titan_class
 from gplan.planner.logs import family
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import PER_OP_MODULES, LayerCount, StageLayout, even_stage_sizes
@@ -1024,6 +1024,10 @@ def read_deepspeed_launch(path: Path, model: ModelSpec | None, text: str) -> Lau
                              hint="name the model the launch trains")
     known = DS_MODEL_FLAGS.keys() | DS_LAYOUT_FLAGS | DS_MODEL_SWITCHES | WORLD.keys()
     unread, no_effect = classified(path, {a: v for a, v in args.items() if a not in known}, megatron_class)
+    zero_keys = {f"zero_optimization.{k}": v for k, v in (ds.get("zero_optimization") or {}).items() if k != "stage"}
+    more_unread, more_no_effect = classified(config_path, zero_keys,
+                                             lambda key, v: deepspeed_zero_class(key.split(".", 1)[1], v))
+    unread, no_effect = unread + more_unread, no_effect | more_no_effect
     pp = 1 if "--no-pipeline-parallel" in args else (optional_int(args, "--pipeline-model-parallel-size") or 1)
     full = "--checkpoint-activations" in args or "activation_checkpointing" in ds
     granularity = value(args, "--recompute-granularity")
