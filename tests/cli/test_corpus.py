@@ -283,3 +283,28 @@ def test_a_deepspeed_launch_offloading_its_optimizer_is_refused_naming_it(gplan,
     config.write_text(json.dumps(data))
     r = gplan("estimate", "--from", str(launch), "--cluster", "dgx-h100", "--json")
     assert r.code == 0 and r.json()["no_effect"]["zero_optimization.offload_optimizer"] == "at DeepSpeed's default"
+
+
+def test_every_layout_key_of_mindformers_own_config_classes_is_classified():
+    """Every argument of MindFormers' TransformerOpParallelConfig and TransformerRecomputeConfig (the
+    `parallel_config` and `recompute_config` sections) is read or classified: a release that adds one fails."""
+    pytest.importorskip("mindformers", reason="needs the optional engine mindformers")
+    import inspect
+
+    from mindformers.modules.transformer import TransformerOpParallelConfig, TransformerRecomputeConfig
+
+    from gplan.planner.engine_flags import MF_KEYS, MF_READ
+
+    for section, cls in (("parallel_config", TransformerOpParallelConfig), ("recompute_config", TransformerRecomputeConfig)):
+        keys = {f"{section}.{n}" for n in inspect.signature(cls.__init__).parameters if n != "self"}
+        assert not keys - MF_READ - set(MF_KEYS), sorted(keys - MF_READ - set(MF_KEYS))
+
+
+@pytest.mark.parametrize("key, value, kind", [("parallel_config.seq_split_num", 4, "refused"),
+                                              ("parallel_config.context_parallel_algo", "ulysses_cp", "refused"),
+                                              ("parallel_config.gradient_aggregation_group", 8, "no effect"),
+                                              ("parallel.parallel_mode", 1, "no effect")])
+def test_mindformers_keys_are_refused_only_away_from_their_default_and_when_unpriced(key, value, kind):
+    from gplan.planner.engine_flags import mindformers_class
+
+    assert mindformers_class(key, value)[0] == kind

@@ -24,7 +24,7 @@ from typing import Any, get_args
 
 from gplan.errors import InputError
 from gplan.launch_text import arguments
-from gplan.planner.engine_flags import deepspeed_zero_class, megatron_class, titan_class
+from gplan.planner.engine_flags import MF_READ, deepspeed_zero_class, megatron_class, mindformers_class, titan_class
 from gplan.planner.logs import family
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import PER_OP_MODULES, LayerCount, StageLayout, even_stage_sizes
@@ -1091,7 +1091,15 @@ def read_mindformers_launch(path: Path, model: ModelSpec | None) -> Launch:
     elif isinstance(offsets, list) and offsets and isinstance(offsets[0], list) and pp > 1:  # (vpp, pp) rows
         sizes = [sum(model.num_layers // (pp * vpp) + int(row[r]) for row in offsets) for r in range(pp)]
     rc = data.get("recompute_config") or {}
-    return Launch(source=str(path), engine="mindformers", given=given, gbs=mbs * dp * steps,
+    keys = {k: v for k, v in _flatten({"parallel_config": pc, "recompute_config": rc, "parallel": par}).items()
+            if k not in MF_READ}
+    shard = "parallel.parallel_optimizer_config.optimizer_weight_shard_size"
+    size = keys.pop(shard, -1)
+    unread, no_effect = classified(path, keys, mindformers_class)
+    if size not in (-1, int(pc["data_parallel"])):  # said, not refused: the run this reader was built on sets it
+        no_effect[shard] = (f"optimizer state sharded over {size} of the {pc['data_parallel']} data-parallel ranks: "
+                            f"priced over all of them (its optimizer memory is under-priced {int(pc['data_parallel']) // size}×)")
+    return Launch(source=str(path), engine="mindformers", unread=unread, no_effect=no_effect, given=given, gbs=mbs * dp * steps,
                   seq_length=mc.get("seq_length"), precision={"bfloat16": "bf16", "float16": "fp16"}.get(
                       str(mc.get("compute_dtype", "bfloat16")), "fp32"),
                   stage_sizes=sizes, recompute_layers=None, world_size=dp * tp * pp * given["cp"], model=model,
