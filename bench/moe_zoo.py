@@ -1,0 +1,64 @@
+"""MoE runs kept apart from every fit: NVIDIA's Megatron-MoE-ModelZoo Qwen3-235B-A22B table on 256 H100
+(bench/data/moe_zoo_runs.csv, its README's step times), priced by gplan as Megatron-LM runs them — the
+configuration each row states, nothing fitted on them. FSDP + EP (Megatron-FSDP) rows are their own family.
+
+    python bench/moe_zoo.py [--readme]
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+import sys
+from pathlib import Path
+
+from gplan.cost_models.step import predict
+from gplan.planner.inputs import resolve_inputs
+from gplan.spec.parallel import ParallelConfig, layout_from_sizes, even_stage_sizes
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNS = ROOT / "bench" / "data" / "moe_zoo_runs.csv"
+BEGIN, END = "<!-- moe-zoo:begin -->", "<!-- moe-zoo:end -->"
+
+
+def predicted_step_s(row: dict) -> float:
+    inputs = resolve_inputs(row["model"], int(row["gpus"]), row["cluster"], gbs=int(row["gbs"]),
+                            seq_length=int(row["seq_length"]), precision="bf16", target="megatron",
+                            moe_dispatcher=row["dispatcher"], moe_a2a_overlap=row["a2a_overlap"] == "true")
+    modules = tuple(row["modules"].split("+")) if row["modules"] else None
+    config = ParallelConfig(dp=int(row["dp"]), tp=int(row["tp"]), pp=int(row["pp"]), vpp=int(row["vpp"]),
+                            cp=int(row["cp"]), ep=int(row["ep"]), etp=1, sp=int(row["tp"]) > 1, zero=int(row["zero"]),
+                            mbs=int(row["mbs"]), recompute=row["recompute"],
+                            **({"recompute_modules": modules} if modules else {}),
+                            schedule="interleaved_1f1b" if int(row["vpp"]) > 1 else "1f1b")
+    m = inputs.model
+    layouts = layout_from_sizes(m, even_stage_sizes(m.total_layers, config.pp, config.vpp), [config.recompute] * config.pp)
+    return predict(m, inputs.training, inputs.cluster, config, layouts).step_time_s
+
+
+def table() -> str:
+    rows = list(csv.DictReader(RUNS.open()))
+    lines = ["| run | family | measured s | predicted s | error |", "|---|---|---:|---:|---:|"]
+    errors: dict[str, list[float]] = {}
+    for r in rows:
+        family = "FSDP + EP" if int(r["zero"]) >= 2 else "EP, distributed optimizer"
+        got = predicted_step_s(r)
+        err = got / float(r["step_s"]) - 1
+        errors.setdefault(family, []).append(abs(err))
+        config = (f"tp{r['tp']} pp{r['pp']} vpp{r['vpp']} ep{r['ep']} dp{r['dp']} zero{r['zero']} mbs{r['mbs']} "
+                  f"{r['dispatcher']}{' +a2a overlap' if r['a2a_overlap'] == 'true' else ''}")
+        lines.append(f"| {r['model']} {r['gpus']}×H100 {config} | {family} | {float(r['step_s']):.1f} | {got:.1f} | "
+                     f"{err:+.1%} |")
+    lines += ["", " ".join(f"{f}: median |error| {statistics.median(e):.1%} ({len(e)} rows)." for f, e in errors.items())]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    sys.path.insert(0, str(ROOT / "bench"))
+    from readme_section import table_main
+
+    return table_main(__doc__.splitlines()[0], table, BEGIN, END, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
