@@ -613,7 +613,7 @@ def explain_json(plan_file, e, svg) -> dict:
 def search_json(out, result) -> dict:
     return {"plan": str(out), "candidates": result.candidates, "ilps_solved": result.solved,
             "ilps_answered": result.answered,
-            "search_time_s": result.time_s,
+            "search_time_s": result.time_s, "notes": result.notes,
             "ranked": [{"parallel": c.config.model_dump(mode="json"),
                         "stage_layers": [[lc.model_dump() for lc in s.layers] for s in c.layouts],
                         "solver": c.solver.model_dump(), "prediction": c.prediction.model_dump(mode="json")}
@@ -639,6 +639,7 @@ def search_summary(result, devices: int) -> list[str]:
     lines += [f"[yellow]warning:[/] {line}" for line in large_costs(best.config, best.prediction)]
     answered = f", {result.answered} more answered by a solved one" if result.answered else ""
     cut = result.statuses.get("cutoff", 0)
+    lines += [f"[dim]{note}[/]" for note in result.notes]
     lines.append(f"searched {result.candidates} configurations ({result.pruned} pruned by bounds, "
                  f"{result.memory_infeasible} cannot fit), solved {result.solved} splits{_by_solver(result)}{answered}"
                  f"{f' ({cut} cut off by the best plan)' if cut else ''} in {result.time_s:.2f} s; "

@@ -59,6 +59,8 @@ class SearchResult:
     solvers: dict[str, int] = field(default_factory=dict)
     """Stage splits solved, by solver: `exact` (planner.split_exact, exact on one node group) or the ILP's."""
     worst_gap: float = 0.0
+    notes: list[str] = field(default_factory=list)
+    """What the search says beside its table (why a layout family engines default to did not win)."""
 
     @property
     def proven_optimal(self) -> bool:
@@ -218,7 +220,37 @@ def _search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devi
     if not found:
         raise _infeasible(model, training, cluster, devices, limits)
     result.ranked = sorted(found.values(), key=lambda c: c.prediction.step_time_s)[:top]
+    result.notes += fsdp_ep_notes(model, found, scored, result.ranked[0], limits.target)
     return result
+
+
+def fsdp_ep_notes(model: ModelSpec, found: dict, scored: list, best: Candidate, target: str | None) -> list[str]:
+    """Why FSDP with expert parallel (weights sharded with ep > 1: torchtitan's default, Megatron-FSDP) did not
+    win a mixture of experts' search: its best plan found and how much slower (or that it ties), or the
+    pipeline bound its layouts never got under; nothing where the winner is one, or the target runs none.
+    On an FSDP engine (`MemoryAccounting.states == "fsdp"`) every zero ≥ 1 is FSDP."""
+    from gplan.spec.engines import ENGINES
+
+    engine = ENGINES.get(target or "")
+    least = 1 if engine is not None and engine.memory.states == "fsdp" else 2
+
+    def fsdp_ep(config: ParallelConfig) -> bool:
+        return config.zero >= least and config.ep > 1
+
+    if not model.is_moe or fsdp_ep(best.config):
+        return []
+    best_s = best.prediction.step_time_s
+    priced = [c for c in found.values() if fsdp_ep(c.config)]
+    if priced:
+        c = min(priced, key=lambda c: c.prediction.step_time_s)
+        change = c.prediction.step_time_s / best_s - 1
+        said = "ties the best plan (it differs in what it shards)" if abs(change) < 1e-6 else f"{change:+.1%} on the best plan"
+        return [f"FSDP + EP at its best: {c.prediction.step_time_s:.2f} s, {said} — {c.config.label()}"]
+    bounds = [s.bound for s in scored if fsdp_ep(s.step.config)]
+    if bounds:
+        return [f"FSDP + EP: none of its {len(bounds)} layouts can beat the best plan — the fastest is at least "
+                f"{min(bounds):.2f} s by its pipeline bound ({min(bounds) / best_s - 1:+.1%})"]
+    return []
 
 
 def in_bound_order(scored: list[_Scored]):
