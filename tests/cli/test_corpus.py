@@ -308,3 +308,50 @@ def test_mindformers_keys_are_refused_only_away_from_their_default_and_when_unpr
     from gplan.planner.engine_flags import mindformers_class
 
     assert mindformers_class(key, value)[0] == kind
+
+
+TITAN_FAMILIES = {"llama3": "llama3_configs", "qwen3": "qwen3_configs", "deepseek_v3": "deepseekv3_configs",
+                  "gpt_oss": "gptoss_configs"}
+
+
+def titan_flavors():
+    """(model.name, flavor, builder) of every flavor the installed torchtitan ships of the families gplan
+    prices (its debug models left out)."""
+    import importlib
+
+    found = []
+    for name, table in TITAN_FAMILIES.items():
+        configs = getattr(importlib.import_module(f"torchtitan.models.{name}"), table)
+        found += [(name, flavor, builder) for flavor, builder in configs.items() if "debug" not in flavor]
+    return found
+
+
+def test_every_torchtitan_flavor_is_bundled_with_torchtitans_own_parameter_count():
+    """Each flavor torchtitan ships (llama3, qwen3, deepseek_v3, gpt_oss) has a bundled model of its shape —
+    the same parameter count as torchtitan's own model built on the meta device — so that a launch naming
+    it needs no model file; a flavor a newer torchtitan adds fails here until it is bundled."""
+    pytest.importorskip("torchtitan.models.qwen3", reason="needs the optional engine torchtitan")
+    import inspect
+
+    import torch
+
+    from gplan.planner.logs.torchtitan import bundled
+    from gplan.profiles.catalogue import load_model
+
+    checked = []
+    for name, flavor, builder in titan_flavors():
+        ours = bundled(name, flavor)
+        assert ours is not None, f"torchtitan {name} {flavor} has no bundled model"
+        known = inspect.signature(builder).parameters
+        config = builder(**{k: v for k, v in {"attn_backend": "flex", "moe_comm_backend": "standard"}.items()
+                            if k in known})
+        with torch.device("meta"):
+            model = config.build()
+        theirs = sum(p.numel() for p in model.parameters())
+        spec = load_model(ours)
+        # the aux-loss-free expert bias (one per routed expert and MoE layer) is a parameter to gplan's count
+        # and a buffer to torchtitan's (its `expert_bias`)
+        bias = (spec.num_layers - spec.first_dense_layers) * spec.num_experts if spec.router == "sigmoid" else 0
+        assert spec.total_params() - theirs in (0, bias), (name, flavor, ours, spec.total_params() - theirs)
+        checked.append(ours)
+    assert len(checked) >= 12

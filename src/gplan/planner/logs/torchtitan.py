@@ -38,11 +38,12 @@ MESH = re.compile(r"Building device mesh with parallelism: pp=(\d+), dp_replicat
 OLD_MESH = re.compile(r"Building \d-D device mesh with \[([^\]]*)\], \[([\d, ]*)\]")
 STEP = re.compile(r"step:\s*(\d+)\s+loss:\s*([-\d.naninf]+).*?memory:\s*([\d.]+)GiB\(([\d.]+)%\)\s+tps:\s*([\d,]+)")
 #: torchtitan's (model name, flavor) -> gplan's bundled model of that shape.
-BUNDLED = {("llama3", "8B"): "llama3-8b", ("llama3", "70B"): "llama3-70b", ("llama3", "405B"): "llama3-405b",
+BUNDLED = {("llama3", "1B"): "llama3.2-1b", ("llama3", "3B"): "llama3.2-3b", ("llama3", "8B"): "llama3-8b", ("llama3", "70B"): "llama3-70b", ("llama3", "405B"): "llama3-405b",
            ("qwen3", "0.6B"): "qwen3-0.6b", ("qwen3", "1.7B"): "qwen3-1.7b", ("qwen3", "4B"): "qwen3-4b",
            ("qwen3", "8B"): "qwen3-8b", ("qwen3", "14B"): "qwen3-14b", ("qwen3", "32B"): "qwen3-32b",
            ("qwen3", "30B-A3B"): "qwen3-30b-a3b", ("qwen3", "235B-A22B"): "qwen3-235b-a22b",
-           ("deepseek_v3", "16B"): "deepseek-v3-16b", ("deepseek_v3", "671B"): "deepseek-v3",
+           ("deepseek_v3", "16B"): "deepseek-v3-16b", ("deepseek_v3", "236B"): "deepseek-v2-236b",
+           ("deepseek_v3", "671B"): "deepseek-v3",
            ("gpt_oss", "20b"): "gpt-oss-20b", ("gpt_oss", "120b"): "gpt-oss-120b"}
 """torchtitan's (model.name, flavor) -> gplan's bundled model of that shape (torchtitan 0.3.0's
 `qwen3_configs`, `deepseekv3_configs`, `llama3_configs`, `gptoss_configs`; profiles/data/models.yaml)."""
