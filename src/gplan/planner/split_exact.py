@@ -61,10 +61,14 @@ def solve(table: CostTable, cutoff: float | None = None) -> SolveResult | None:
     if len(table.groups) > 2 or len(table.kinds) > 2 or (len(table.kinds) == 2 and table.layers_per_kind[0] > SMALL_KIND):
         return None
     start = time.perf_counter()
+    alpha, beta = table.num_microbatches - 1 / table.vpp, 1 / table.vpp
+    # before any table: the longest stage is at least the average of the least work, so D(∞) is at least
+    # alpha·W/p + beta·W — the cut-off most candidates meet, settled without building T*
+    if cutoff is not None and (alpha / table.pp + beta) * table.least_work_s > cutoff * (1 + 1e-12):
+        return SolveResult(None, "exact", "cutoff", INF, time.perf_counter() - start)
     per_group = [range_times(table, g) for g in table.groups]
     stage_s = np.stack([times for times, _ in per_group])  # (G, p, L + 1, L + 1)
     recursion = _Recursion(stage_s, table.group_stage_capacity if len(table.groups) > 1 else None)
-    alpha, beta = table.num_microbatches - 1 / table.vpp, 1 / table.vpp
     tau0 = recursion.bottleneck()
     if tau0 == INF:
         return SolveResult(None, "exact", "infeasible", INF, time.perf_counter() - start)
@@ -333,9 +337,11 @@ def _two_kinds(table, g, allowed, starts, ends, fixed_s):
     both[:, :, 0] = first_s
     both[:, 0, :] = second_s
     for i in range(p):
-        if not (allowed[i] & (n1 > 0) & (n2 > 0)).any():
+        straddles = allowed[i] & (n1 > 0) & (n2 > 0)
+        if not straddles.any():
             continue
-        _straddle(table, g, i, caps[i], both[i], both_mix)
+        # only the first-kind counts a straddling range of this stage can have (one stage: all of them)
+        _straddle(table, g, i, caps[i], both[i], both_mix, needed=sorted(set(n1[straddles].tolist())))
     stage_s = np.where(allowed, both[np.arange(p)[:, None, None], n1[None], n2[None]], INF) + fixed_s[:, None, None]
 
     def mix_of(i):
@@ -349,14 +355,15 @@ def _two_kinds(table, g, allowed, starts, ends, fixed_s):
     return stage_s, [mix_of(i) for i in range(p)]
 
 
-def _straddle(table, g, i, caps_i, both_i, both_mix):
+def _straddle(table, g, i, caps_i, both_i, both_mix, needed: list[int] | None = None):
     """Stage i over n1 > 0 layers of the first kind and n2 > 0 of the second: for each option set and
-    each mix of the first kind within it, the second kind's fastest mix in the bytes left."""
+    each mix of the first kind within it, the second kind's fastest mix in the bytes left — for the
+    first-kind counts `needed` (the ones the stage's allowed ranges can straddle with; default every one)."""
     K, boundary = len(table.options), table.layers_per_kind[0]
     t1, m1 = _per_layer(table, g, 0)
     for j, mask in enumerate(_masks(K)):
         rows, caps, base, firsts = [], [], [], []
-        for n1 in range(1, boundary + 1):
+        for n1 in (needed if needed is not None else range(1, boundary + 1)):
             for split in itertools.product(range(n1 + 1), repeat=len(mask)):
                 if sum(split) != n1:
                     continue
