@@ -228,7 +228,7 @@ def test_calibrate_mixes_engines_and_reports_the_other_engines_prediction_apart(
 @pytest.mark.parametrize("change, fragment", [
     (lambda t: t.replace("Running with configs:", "Running:"), "does not print its job config"),
     (lambda t: t.split("\x1b[31mstep:  2")[0], "none after step 2"),
-    (lambda t: t.replace('"flavor": "8B"', '"flavor": "1B"'), "no bundled model"),
+    (lambda t: t.replace('"flavor": "8B"', '"flavor": "13B"'), "no bundled model"),  # not a flavor torchtitan ships
     (lambda t: t.replace("dp_shard=8", "dp_sh=8"), "does not say how many devices"),
 ])
 def test_a_torchtitan_log_that_cannot_be_priced_whole_is_refused(gplan, tmp_path, change, fragment):

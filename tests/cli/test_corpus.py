@@ -355,3 +355,18 @@ def test_every_torchtitan_flavor_is_bundled_with_torchtitans_own_parameter_count
         assert spec.total_params() - theirs in (0, bias), (name, flavor, ours, spec.total_params() - theirs)
         checked.append(ours)
     assert len(checked) >= 12
+
+
+def test_an_fsdp_ep_launch_its_engine_cannot_run_is_refused_naming_the_engines_rule(gplan, tmp_path):
+    """torchtitan shards experts over ep alone with ep (etp 1): a TOML asking tp-sharded experts too is
+    refused, exit 3, naming the rule; at etp 1 the same FSDP + EP layout is priced."""
+    toml = tmp_path / "qwen3_moe.toml"
+    text = ('[model]\nname = "qwen3"\nflavor = "30B-A3B"\n[training]\nlocal_batch_size = 2\nseq_len = 4096\n'
+            '[parallelism]\ndata_parallel_shard_degree = -1\ntensor_parallel_degree = 2\n'
+            'expert_parallel_degree = 8\nexpert_tensor_parallel_degree = {etp}\n')
+    toml.write_text(text.format(etp=2))
+    r = gplan("estimate", "--from", str(toml), "--cluster", "dgx-h100", "--devices", "16")
+    assert r.code == 3 and "torchtitan does not run this layout (expert_tp)" in r.stderr and "Traceback" not in r.stderr
+    toml.write_text(text.format(etp=1))
+    data = gplan("estimate", "--from", str(toml), "--cluster", "dgx-h100", "--devices", "16", "--json").json()
+    assert (data["parallel"]["ep"], data["parallel"]["etp"], data["parallel"]["zero"]) == (8, 1, 3)

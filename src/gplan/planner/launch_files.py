@@ -1182,8 +1182,25 @@ def priced_launch(from_file: Path, model: str | None, devices, cluster, hardware
                             expert_imbalance, **launch.engine_options)
     config = launch_config(launch, inputs.model, inputs.devices)
     check_config(inputs.model, inputs.training, config, inputs.devices)
+    refuse_what_its_engine_does_not_run(from_file, launch, inputs, config)
     layouts = launch_layouts(launch, inputs.model, config, inputs.cluster)
     return launch, inputs, config, layouts, predict(inputs.model, inputs.training, inputs.cluster, config, layouts)
+
+
+def refuse_what_its_engine_does_not_run(path: Path, launch: Launch, inputs, config) -> None:
+    """A launch priced as its own engine runs it, in a layout that engine refuses (an expert grid its FSDP
+    cannot fold, experts tp-sharded where it forbids it, a zero it does not run with experts …): exit 3,
+    naming the engine's rule (spec.targets.config_refusals)."""
+    from gplan.spec.targets import TARGETS, config_refusals
+
+    engine = inputs.training.engine
+    if engine != launch.engine or engine not in TARGETS:
+        return
+    microbatches = inputs.training.gbs // (config.mbs * config.dp)
+    found = config_refusals(TARGETS[engine], inputs.model, config, microbatches, inputs.training.precision)
+    if found:
+        raise InputError(f"--from {path}: {engine} does not run this layout ({found[0].capability}): {found[0].detail}",
+                         hint=f"fix the launch ({found[0].avoid}), or price it as another engine runs it: --target ENGINE")
 
 
 def launch_defaults(mine, gbs, target, seq_length, precision, options: dict):
