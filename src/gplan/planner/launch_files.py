@@ -1079,7 +1079,8 @@ def read_mindformers_launch(path: Path, model: ModelSpec | None) -> Launch:
     mbs = int(runner.get("batch_size", 1))
     steps = int(pc.get("micro_batch_num", 1)) if pp > 1 else int(runner.get("gradient_accumulation_steps", 1))
     options = par.get("parallel_optimizer_config") or {}
-    zero = (2 if options.get("gradient_accumulation_shard") else 1) if par.get("enable_parallel_optimizer") else 0
+    # optimizer parallel slices weights and states; sliced accumulated gradients make it zero 3 (spec/engines/mindformers)
+    zero = (3 if options.get("gradient_accumulation_shard") else 1) if par.get("enable_parallel_optimizer") else 0
     vpp = int(mc.get("pp_interleave_num", 1) or 1)
     given = {"tp": tp, "pp": pp, "cp": int(pc.get("context_parallel", 1)), "sp": bool(pc.get("use_seq_parallel")),
              "mbs": mbs, "zero": zero, "vpp": vpp, "ep": int(pc.get("expert_parallel", 1)), "etp": 1,

@@ -4,7 +4,8 @@ training YAML, and the model's per-stage layer `offset`.
 MindFormers gives stage i `num_layers // pipeline_stage + offset[i]` layers (offsets sum to
 `num_layers % pipeline_stage`), and recomputes the first `recompute[i]` layers of stage i fully and
 `select_recompute[i]` selectively — so the plan's uneven split and per-stage recompute carry over
-exactly. zero ≥ 1 turns on MindSpore's optimizer parallel; vocabulary-parallel embedding is
+exactly. zero ≥ 1 turns on MindSpore's optimizer parallel, zero 3 with `gradient_accumulation_shard`
+(MindFormers runs zero 0, 1 and 3: spec/engines/mindformers); vocabulary-parallel embedding is
 `vocab_emb_dp: False`.
 
 The global batch follows MindFormers' trainer rule: with pipeline stages it is
@@ -53,7 +54,7 @@ def sections(plan: Plan, layouts: list[StageLayout] | None = None) -> dict:
         "parallel_mode": SEMI_AUTO_PARALLEL, "gradients_mean": False, "full_batch": True,
         "enable_parallel_optimizer": c.zero >= 1, "search_mode": "sharding_propagation",
         "strategy_ckpt_save_file": "./ckpt_strategy.ckpt",
-        "parallel_optimizer_config": {"gradient_accumulation_shard": c.zero >= 2, "parallel_optimizer_threshold": 64},
+        "parallel_optimizer_config": {"gradient_accumulation_shard": c.zero == 3, "parallel_optimizer_threshold": 64},
     }
     if c.vpp > 1:
         parallel["pipeline_config"] = {"pipeline_interleave": True, "pipeline_scheduler": "1f1b"}

@@ -1,13 +1,21 @@
 """MindFormers: per-stage recompute counts (recompute_config lists), offsets for uneven splits. Experts: its
-parallel_core Qwen3-MoE and DeepSeek-V3 models (use_legacy: False)."""
+parallel_core Qwen3-MoE and DeepSeek-V3 models (use_legacy: False).
 
-from gplan.spec.engines.profile import ALL_ZERO, Capabilities, DCP_RESHARDS, EngineProfile, MemoryAccounting, Resharding
+Zero levels are what MindSpore's optimizer parallel runs: it slices the weights with the optimizer states and
+gathers them before use, and `gradient_accumulation_shard` slices the accumulated gradients too — zero 3. Without
+it the gradients stay whole: written and read as zero 1 (the weights priced whole: more memory than it takes).
+No switch shards gradients while keeping the weights whole, so zero 2 is not a layout MindFormers runs."""
+
+from gplan.spec.engines.profile import Capabilities, DCP_RESHARDS, EngineProfile, MemoryAccounting, Resharding
+
+OPTIMIZER_PARALLEL_ZERO = frozenset({0, 1, 3})  # off; on; on with gradient_accumulation_shard
 
 ENGINE = EngineProfile(
     name="mindformers", title="MindFormers", order=5, exporter="mindformers",
     capabilities=Capabilities("mindformers", frozenset({"1f1b", "interleaved_1f1b"}),
                               microbatches_at_least_stages=True, cp=False, tied_embeddings_across_stages=False,
-                              recompute="per_stage", uneven_split=True, zero=ALL_ZERO, zero_with_pp=ALL_ZERO,
+                              recompute="per_stage", uneven_split=True, zero=OPTIMIZER_PARALLEL_ZERO,
+                              zero_with_pp=OPTIMIZER_PARALLEL_ZERO,
                               encoder_decoder=False, llama_family_only=True, experts=True, latent_attention=True,
                               latent_attention_split=True, expert_tp="etp1", token_dropping=True,
                               expert_families=frozenset({"qwen3_moe", "deepseek_v3"}), mtp=True),
