@@ -283,6 +283,75 @@ def test_a_deepspeed_launch_offloading_its_optimizer_is_refused_naming_it(gplan,
     assert r.code == 0 and r.json()["no_effect"]["zero_optimization.offload_optimizer"] == "at DeepSpeed's default"
 
 
+def test_every_top_level_key_deepspeeds_own_config_reads_is_classified():
+    """DeepSpeed's own DeepSpeedConfig, given a config that records what it looks up: every top-level key it
+    reads is read by gplan's reader or classified (no effect, or refused away from its default) — a release
+    that reads a new key fails here until someone classifies it."""
+    config = pytest.importorskip("deepspeed.runtime.config", reason="needs the optional engine deepspeed")
+    from gplan.planner.engine_flags import DS_NO_EFFECT, DS_NOT_PRICED, DS_READ
+
+    looked_up = set()
+
+    class Keys(set):
+        def __contains__(self, key):
+            looked_up.add(key)
+            return super().__contains__(key)
+
+    class Recording(dict):
+        def get(self, key, *default):
+            looked_up.add(key)
+            return super().get(key, *default)
+
+        def __getitem__(self, key):
+            looked_up.add(key)
+            return super().__getitem__(key)
+
+        def __contains__(self, key):
+            looked_up.add(key)
+            return super().__contains__(key)
+
+        def keys(self):
+            return Keys(super().keys())
+
+    config.DeepSpeedConfig(Recording({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 8}))
+    assert len(looked_up) > 40  # the recording saw DeepSpeed's reads
+    classified = DS_READ | DS_NO_EFFECT.keys() | DS_NOT_PRICED.keys() | {"optimizer"}
+    assert not looked_up - classified, sorted(looked_up - classified)
+    for key, (_, default) in DS_NOT_PRICED.items():  # a scalar default is DeepSpeed's own
+        name = key.upper() + "_DEFAULT"
+        if default != "off" and hasattr(config, name):
+            assert getattr(config, name) == default, key
+
+
+@pytest.mark.parametrize("key, given, refused", [
+    ("steps_per_print", 10, None), ("optimizer", {"type": "AdamW", "params": {"lr": 3e-4}}, None),
+    ("optimizer", {"type": "OneBitAdam"}, "optimizer onebitadam"), ("sparse_attention", {"mode": "fixed"},
+                                                                     "sparse_attention (block-sparse attention)"),
+    ("communication_data_type", None, None), ("communication_data_type", "fp32", "communication_data_type"),
+    ("elasticity", {"enabled": False}, None), ("elasticity", {"enabled": True}, "elasticity (elastic batch sizes)"),
+    ("tensor_parallel", {"autotp_size": 1}, None), ("tensor_parallel", {"autotp_size": 4}, "AutoTP"),
+    ("activation_checkpointing", {"partition_activations": True, "cpu_checkpointing": True}, "on the host"),
+    ("_comment", "a note DeepSpeed ignores", None),
+])
+def test_a_deepspeed_config_key_is_refused_only_away_from_its_default_and_unpriced(gplan, tmp_path, key, given,
+                                                                                   refused):
+    """gplan's own DeepSpeed export with one key of DeepSpeed's config added: read (no effect) at DeepSpeed's
+    default or when it changes nothing priced; refused (exit 3) naming it otherwise."""
+    plan = tmp_path / "plan.json"
+    assert gplan("search", "llama3-8b", "--cluster", "dgx-h100", "--devices", "16", "--target", "deepspeed",
+                 "--zero", "1", "--out", str(plan)).code == 0
+    assert gplan("export", str(plan), "--to", "deepspeed", "--out-dir", str(tmp_path / "ds")).code == 0
+    launch, config = tmp_path / "ds" / "megatron_deepspeed_pretrain_gpt.sh", tmp_path / "ds" / "ds_config.json"
+    data = json.loads(config.read_text())
+    config.write_text(json.dumps(data | {key: given}))
+    r = gplan("estimate", "--from", str(launch), "--cluster", "dgx-h100", "--json")
+    if refused:
+        assert r.code == 3 and refused in r.stderr and len(r.stderr.strip().splitlines()) == 2, r.stderr
+    else:
+        assert r.code == 0, r.stderr
+        assert r.json()["parallel"]["zero"] == 1
+
+
 def test_every_layout_key_of_mindformers_own_config_classes_is_classified():
     """Every argument of MindFormers' TransformerOpParallelConfig and TransformerRecomputeConfig (the
     `parallel_config` and `recompute_config` sections) is read or classified: a release that adds one fails."""

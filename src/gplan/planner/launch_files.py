@@ -24,7 +24,8 @@ from typing import Any, get_args
 
 from gplan.errors import InputError
 from gplan.launch_text import arguments
-from gplan.planner.engine_flags import MF_READ, deepspeed_zero_class, megatron_class, mindformers_class, titan_class
+from gplan.planner.engine_flags import (DS_READ, MF_READ, deepspeed_key_class, deepspeed_zero_class, megatron_class,
+                                        mindformers_class, titan_class)
 from gplan.planner.logs import family
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import PER_OP_MODULES, LayerCount, StageLayout, even_stage_sizes
@@ -1027,7 +1028,10 @@ def read_deepspeed_launch(path: Path, model: ModelSpec | None, text: str) -> Lau
     zero_keys = {f"zero_optimization.{k}": v for k, v in (ds.get("zero_optimization") or {}).items() if k != "stage"}
     more_unread, more_no_effect = classified(config_path, zero_keys,
                                              lambda key, v: deepspeed_zero_class(key.split(".", 1)[1], v))
-    unread, no_effect = unread + more_unread, no_effect | more_no_effect
+    top = {k: v for k, v in ds.items() if k not in DS_READ} | {
+        f"activation_checkpointing.{k}": v for k, v in (ds.get("activation_checkpointing") or {}).items()}
+    top_unread, top_no_effect = classified(config_path, top, deepspeed_key_class)
+    unread, no_effect = unread + more_unread + top_unread, no_effect | more_no_effect | top_no_effect
     pp = 1 if "--no-pipeline-parallel" in args else (optional_int(args, "--pipeline-model-parallel-size") or 1)
     full = "--checkpoint-activations" in args or "activation_checkpointing" in ds
     granularity = value(args, "--recompute-granularity")
