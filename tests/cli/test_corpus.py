@@ -437,3 +437,15 @@ def test_an_fsdp_ep_launch_its_engine_cannot_run_is_refused_naming_the_engines_r
     toml.write_text(text.format(etp=1))
     data = gplan("estimate", "--from", str(toml), "--cluster", "dgx-h100", "--devices", "16", "--json").json()
     assert (data["parallel"]["ep"], data["parallel"]["etp"], data["parallel"]["zero"]) == (8, 1, 3)
+
+
+def test_compare_of_launches_of_different_models_names_each_model(gplan):
+    """Two launches that state different models: each column says its model, since the steps are not one job's;
+    launches of one model keep their file names alone."""
+    qwen, llama = CORPUS / "torchtitan" / "qwen3_32b.toml", CORPUS / "megatron_fsdp_llama3_8b.sh"
+    r = gplan("compare", "--from", str(qwen), "--from", str(llama), "--devices", "32", "--json")
+    assert r.code == 0, r.stderr
+    assert [e["name"] for e in r.json()] == ["qwen3_32b.toml (qwen3-32b)",
+                                                         "megatron_fsdp_llama3_8b.sh (llama3-8b)"]
+    same = gplan("compare", "--from", str(llama), "--from", str(llama), "--json")
+    assert [e["name"] for e in same.json()] == ["megatron_fsdp_llama3_8b.sh"] * 2

@@ -1236,14 +1236,18 @@ def launch_versus(mine, planned) -> dict:
 
 def compare_launches(paths: list[Path], model: str, devices, cluster, hardware, devices_per_node, seq_length,
                      headroom, target):
-    """`compare MODEL --from a.sh --from b.toml …`: each launch priced as its engine runs it."""
+    """`compare MODEL --from a.sh --from b.toml …`: each launch priced as its engine runs it; launches of
+    different models (no MODEL given) are named with their model, since their steps are not one job's."""
     from gplan.planner.complete import Entry
 
-    entries = []
+    entries, models = [], []
     for path in paths:
         launch, inputs, config, layouts, prediction = priced_launch(path, model, devices, cluster, hardware,
                                                                     devices_per_node, seq_length, headroom, None,
                                                                     target, 1.0)
+        models.append(inputs.model.name)
         entries.append(Entry(path.name, prediction, config, inputs.training.gbs, inputs.training.seq_length, layouts,
                              [], {}, target=inputs.training.engine))
+    if len(set(models)) > 1:
+        entries = [dataclasses.replace(entry, name=f"{entry.name} ({name})") for entry, name in zip(entries, models)]
     return entries
