@@ -41,6 +41,15 @@ def test_more_recompute_trades_time_for_memory(gplan):
     assert full["memory_bytes_per_device_max"] < none["memory_bytes_per_device_max"]
 
 
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+def test_estimate_states_the_recompute_it_priced(gplan, recompute):
+    """The configuration printed and in --json says the recompute its layers were priced with (it said
+    rc=none beside a priced full recompute)."""
+    args = ["estimate", "llama3-8b", "--devices", "8", "--gbs", "64", "--recompute", recompute]
+    assert gplan(*args, "--json").json()["parallel"]["recompute"] == recompute
+    assert f"rc={recompute} " in gplan(*args).stderr
+
+
 BAD = [
     (["--devices", "1024", "--tp", "8", "--pp", "8", "--dp", "8"], "≠ 1024 devices"),
     (["--devices", "1024", "--tp", "0", "--pp", "8", "--dp", "16"], "--tp"),

@@ -68,8 +68,17 @@ def complete(inputs: Inputs, given: dict[str, Any], stage_sizes: list[int] | Non
         check_config(inputs.model, inputs.training, config, config.world_size)
     if stage_sizes is not None:
         layouts = layout_from_sizes(inputs.model, stage_sizes, [given.get("recompute", "none")] * config.pp)
+    config = _stating_its_recompute(config, layouts)
     prediction = step.predict(inputs.model, inputs.training, best.cluster, config, layouts)
     return Completed(config, layouts, prediction, chosen_text(config, layouts, given, stage_sizes), True)
+
+
+def _stating_its_recompute(config: ParallelConfig, layouts) -> ParallelConfig:
+    """The search's configuration carries the option it seeded the split with; the split's layers say
+    what runs. Where every layer recomputes alike, the configuration says that (`rc=full`, not `rc=none`
+    beside a priced full recompute); a mix stays in the layouts (`recompute_mix`)."""
+    kinds = {c.recompute for stage in layouts or [] for c in stage.layers if c.count}
+    return config.model_copy(update={"recompute": kinds.pop()}) if len(kinds) == 1 else config
 
 
 def degrees_of(given: dict[str, Any], devices: int) -> dict[str, int]:
