@@ -1,6 +1,9 @@
-"""MoE runs kept apart from every fit: NVIDIA's Megatron-MoE-ModelZoo Qwen3-235B-A22B table on 256 H100
-(bench/data/moe_zoo_runs.csv, its README's step times), priced by gplan as Megatron-LM runs them — the
-configuration each row states, nothing fitted on them. FSDP + EP (Megatron-FSDP) rows are their own family.
+"""MoE runs kept apart from every fit: NVIDIA's Megatron-MoE-ModelZoo Qwen3-235B-A22B tables on 256 H100, GB200
+and GB300 (bench/data/moe_zoo_runs.csv, its README's step times; the GB rows' from their TFLOP/s in the H100
+rows' FLOP convention), priced by gplan as Megatron-LM runs them — the configuration each row states,
+nothing fitted on them. FSDP + EP (Megatron-FSDP) rows are their own family. MXFP8 rows gather FP8
+parameters, as the model zoo's PR=mxfp8 sets; their bf16 Adam moments are not priced (a few % of memory,
+no step time).
 
     python bench/moe_zoo.py [--readme]
 """
@@ -23,8 +26,9 @@ BEGIN, END = "<!-- moe-zoo:begin -->", "<!-- moe-zoo:end -->"
 
 def predicted_step_s(row: dict) -> float:
     inputs = resolve_inputs(row["model"], int(row["gpus"]), row["cluster"], gbs=int(row["gbs"]),
-                            seq_length=int(row["seq_length"]), precision="bf16", target="megatron",
-                            moe_dispatcher=row["dispatcher"], moe_a2a_overlap=row["a2a_overlap"] == "true")
+                            seq_length=int(row["seq_length"]), precision=row["precision"], target="megatron",
+                            moe_dispatcher=row["dispatcher"], moe_a2a_overlap=row["a2a_overlap"] == "true",
+                            cuda_graphs=row["cuda_graphs"], fp8_param_gather=row["precision"] == "mxfp8")
     modules = tuple(row["modules"].split("+")) if row["modules"] else None
     config = ParallelConfig(dp=int(row["dp"]), tp=int(row["tp"]), pp=int(row["pp"]), vpp=int(row["vpp"]),
                             cp=int(row["cp"]), ep=int(row["ep"]), etp=1, sp=int(row["tp"]) > 1, zero=int(row["zero"]),
@@ -47,7 +51,10 @@ def table() -> str:
         errors.setdefault(family, []).append(abs(err))
         config = (f"tp{r['tp']} pp{r['pp']} vpp{r['vpp']} ep{r['ep']} dp{r['dp']} zero{r['zero']} mbs{r['mbs']} "
                   f"{r['dispatcher']}{' +a2a overlap' if r['a2a_overlap'] == 'true' else ''}")
-        lines.append(f"| {r['model']} {r['gpus']}×H100 {config} | {family} | {float(r['step_s']):.1f} | {got:.1f} | "
+        device = r["cluster"].removeprefix("dgx-").split("-")[0].upper()
+        extras = "".join(f" {x}" for x in (r["precision"].upper() if r["precision"] != "bf16" else "",
+                                           "graphs" if r["cuda_graphs"] != "none" else "") if x)
+        lines.append(f"| {r['model']} {r['gpus']}×{device} {config}{extras} | {family} | {float(r['step_s']):.1f} | {got:.1f} | "
                      f"{err:+.1%} |")
     lines += ["", " ".join(f"{f}: median |error| {statistics.median(e):.1%} ({len(e)} rows)." for f, e in errors.items())]
     return "\n".join(lines)
