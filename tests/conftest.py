@@ -43,9 +43,9 @@ class Result:
         self.stderr = result.stderr
 
     def json(self):
-        """The command's data, its `--json` envelope checked (gplan.testing.cli_json); a failure's whole
+        """The command's data, its `--json` envelope checked (helpers.cli_json); a failure's whole
         document."""
-        from gplan.testing import cli_json
+        from helpers import cli_json
 
         return cli_json(self.stdout)
 
@@ -63,7 +63,7 @@ def gplan():
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """With GPLAN_REQUIRE_ENGINES=1 (CI sets it), a test skipped for a missing engine fails."""
-    from gplan.testing import engine_skip_as_failure
+    from helpers import engine_skip_as_failure
 
     outcome = yield
     engine_skip_as_failure(outcome.get_result(), os.environ.get("GPLAN_REQUIRE_ENGINES") == "1")

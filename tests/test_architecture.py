@@ -1,7 +1,7 @@
 """The import contract (docs/design.md, "Layers"): data flows one way,
 
     errors, io, numeric, launch_text  <  spec  <  profiles  <  plan, report  <  cost_models  <  planner
-                         <  calibration  <  backends  <  cli (cli.py, cli_run.py, render.py, svg.py, html_report.py, testing.py)
+                         <  calibration  <  backends  <  cli (cli.py, cli_run.py, render.py, svg.py, html_report.py, recovery.py)
 
 A module imports only its own layer and the layers below it — top-level and lazy imports alike. Two
 narrower rules: backends read only the plan, the run report, spec, profiles, io and launch_text (never the cost
@@ -27,8 +27,7 @@ LAYERS = [
     {"gplan.planner"},
     {"gplan.calibration"},
     {"gplan.backends"},
-    {"gplan.cli", "gplan.cli_base", "gplan.cli_run", "gplan.render", "gplan.svg", "gplan.html_report", "gplan.recovery", "gplan.testing",
-     "gplan.golden"},
+    {"gplan.cli", "gplan.cli_base", "gplan.cli_run", "gplan.render", "gplan.svg", "gplan.html_report", "gplan.recovery"},
 ]
 BACKENDS_MAY_READ = {"gplan", "gplan.errors", "gplan.io", "gplan.launch_text", "gplan.spec", "gplan.profiles", "gplan.plan",
                      "gplan.report", "gplan.backends"}

@@ -6,7 +6,7 @@ import subprocess
 import sys
 import textwrap
 
-from gplan.testing import ENGINE_SKIP, requires_engine
+from helpers import ENGINE_SKIP, requires_engine
 
 
 def test_a_missing_engine_skips_with_the_extra_that_installs_it():
@@ -21,7 +21,7 @@ def test_a_missing_engine_skips_with_the_extra_that_installs_it():
 def _run(tmp_path, require: str) -> subprocess.CompletedProcess:
     test = tmp_path / "test_probe.py"
     test.write_text(textwrap.dedent("""
-        from gplan.testing import requires_engine
+        from helpers import requires_engine
 
         @requires_engine("no_such_engine_xyz", "dev")
         def test_needs_it():
@@ -35,7 +35,7 @@ def _run(tmp_path, require: str) -> subprocess.CompletedProcess:
     """))
     (tmp_path / "conftest.py").write_text(textwrap.dedent(f"""
         import pytest
-        from gplan.testing import engine_skip_as_failure
+        from helpers import engine_skip_as_failure
 
         @pytest.hookimpl(hookwrapper=True)
         def pytest_runtest_makereport(item, call):

@@ -1,6 +1,6 @@
 """What `gplan search` picks on six instances, and what `gplan export` writes for the dense one, against
-tests/data/golden/ (gplan.golden). A change to the cost model or the search that moves a pick fails here
-with the difference; after a deliberate change, regenerate with `python -m gplan.golden` and review
+tests/data/golden/ (tests/golden.py). A change to the cost model or the search that moves a pick fails here
+with the difference; after a deliberate change, regenerate with `python tests/golden.py` and review
 `git diff tests/data/golden`."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from gplan.golden import EXPORT_FROM, FOLDER, INSTANCES, ROOT, exports, pick, run_search
+from golden import EXPORT_FROM, FOLDER, INSTANCES, ROOT, exports, pick, run_search
 
-REGENERATE = "after a deliberate change: python -m gplan.golden, then review git diff tests/data/golden"
+REGENERATE = "after a deliberate change: python tests/golden.py, then review git diff tests/data/golden"
 
 
 def diff(expected: str, got: str, name: str) -> str:

@@ -1,11 +1,11 @@
-"""Fixtures of the backend tests (the plans themselves are in gplan.testing)."""
+"""Fixtures of the backend tests (the plans themselves are in tests/helpers.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from gplan.testing import TINY_LLAMA, tiny_plan
+from helpers import TINY_LLAMA, tiny_plan
 
 from gplan.spec.model import ModelSpec
 

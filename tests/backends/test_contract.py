@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from gplan.backends.base import backend
 from gplan.plan import layouts_of, write_plan
 from gplan.spec.targets import TARGETS, refusals
-from gplan.testing import random_case, ranked_plans, requires_engine
+from helpers import random_case, ranked_plans, requires_engine
 
 pytestmark = requires_engine("torch", "torch")
 

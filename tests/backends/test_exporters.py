@@ -31,7 +31,7 @@ from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import LayerCount, ParallelConfig, StageLayout
 from gplan.spec.targets import TARGETS, runs_as, same_split
 from gplan.spec.training import TrainingSpec
-from gplan.testing import mixed_cluster_file, requires_engine, requires_program
+from helpers import mixed_cluster_file, requires_engine, requires_program
 
 LLAMA = ModelSpec(name="llama-mini", num_layers=8, hidden_size=512, num_attention_heads=8, num_kv_heads=4,
                   ffn_hidden_size=1376, ffn_kind="swiglu", vocab_size=32000, seq_length=1024, norm="rmsnorm",
@@ -144,7 +144,7 @@ def test_an_export_its_engine_runs_as_written_but_over_budget_is_refused_unless_
     """The golden dense plan (searched for torch) runs in Megatron-LM with the same split, but Megatron's own
     memory accounting puts stage 0 over the budget: refused, exit 3, nothing written; --over-budget writes it
     with the same figures in its note."""
-    from gplan.golden import EXPORT_FROM, INSTANCES, run_search
+    from golden import EXPORT_FROM, INSTANCES, run_search
 
     path = tmp_path / "plan.json"
     run_search(INSTANCES[EXPORT_FROM], path)
@@ -159,7 +159,7 @@ def test_an_export_its_engine_cannot_run_names_the_target_the_plan_was_searched_
     """Meta's 405B layout searched for Megatron-LM (chunks of unequal size): torchtitan and gplan's SLURM
     job (the torch worker) cannot run it; each export exits 3, writes nothing, and says how to run the plan
     where it was searched for."""
-    from gplan.testing import meta_405b_plan
+    from helpers import meta_405b_plan
 
     path = tmp_path / "plan.json"
     write_plan(meta_405b_plan(), path)
@@ -177,7 +177,7 @@ def test_a_torch_worker_export_of_an_ascend_plan_is_refused(gplan, tmp_path, to,
     """The SLURM and Kubernetes exports run gplan's torch worker with --device auto: on Ascend devices it
     would find no CUDA and train on the host CPUs. Refused (exit 3, nothing written), pointing at what
     runs the plan on MindSpore; MindSpore's own batch script is written for the same plan."""
-    from gplan.testing import ascend_plan
+    from helpers import ascend_plan
 
     path = tmp_path / "plan.json"
     write_plan(ascend_plan(dp=8), path)
@@ -672,7 +672,7 @@ def test_help_lists_the_targets(gplan):
 
 
 def test_exports_refuse_what_their_engine_cannot_run_and_note_what_it_runs_differently(gplan, tmp_path):
-    from gplan.testing import TINY_GPT, TINY_LLAMA, tiny_plan
+    from helpers import TINY_GPT, TINY_LLAMA, tiny_plan
 
     gpt = tiny_plan(tmp_path / "gpt.json", TINY_GPT, None, dp=2)
     r = gplan("export", str(gpt), "--to", "mindformers", "-o", str(tmp_path / "mf"))

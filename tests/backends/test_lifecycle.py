@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gplan.testing import requires_engine
+from helpers import requires_engine
 
 # A launcher stand-in that starts a worker and then both wait silently (a slow step prints nothing).
 LAUNCHER = textwrap.dedent("""
@@ -90,7 +90,7 @@ def processes_mentioning(text: str) -> list[int]:
 @pytest.mark.slow
 @requires_engine("torch", "torch")
 def test_sigterm_to_gplan_launch_ends_torchrun_and_every_worker(tmp_path):
-    from gplan.testing import TINY_LLAMA, tiny_plan
+    from helpers import TINY_LLAMA, tiny_plan
 
     plan = tiny_plan(tmp_path / "plan.json", TINY_LLAMA, None, dp=2)
     run_dir = tmp_path / "run"

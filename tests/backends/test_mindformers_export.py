@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from gplan.testing import ASCEND_SHAPES, ascend_plan, requires_engine
+from helpers import ASCEND_SHAPES, ascend_plan, requires_engine
 
 from gplan.plan import layouts_of
 from gplan.backends.exporters import recompute_counts, render_export, stage_sizes
@@ -198,7 +198,7 @@ def moe_plan(name: str):
     from gplan.spec.parallel import ParallelConfig
     from gplan.spec.training import TrainingSpec
 
-    from gplan.testing import stage_layouts
+    from helpers import stage_layouts
 
     model, degrees, *stages = MOE_PLANS[name]
     config, spec = ParallelConfig(**degrees), load_model(model)

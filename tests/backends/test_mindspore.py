@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from gplan.testing import ASCEND_SHAPES, TINY_GPT, TINY_LLAMA, ascend_plan, requires_engine, tiny_plan
+from helpers import ASCEND_SHAPES, TINY_GPT, TINY_LLAMA, ascend_plan, requires_engine, tiny_plan
 
 from gplan.backends.mindspore.launcher import render
 from gplan.backends.mindspore.strategy import COLUMN, ROW, check_layout, device_matrix, layout

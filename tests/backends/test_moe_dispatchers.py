@@ -17,7 +17,7 @@ from gplan.cost_models.step import StepModel
 from gplan.profiles.catalogue import load_cluster, load_model
 from gplan.spec.parallel import ParallelConfig
 from gplan.spec.training import TrainingSpec
-from gplan.testing import requires_engine
+from helpers import requires_engine
 from test_moe_engine_options import MOE, _exported
 
 QWEN = load_model("qwen3-30b-a3b")

@@ -14,7 +14,7 @@ from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import ParallelConfig, layout_from_sizes
 from gplan.spec.targets import TARGETS, config_refusals, runs_as
 from gplan.spec.training import TrainingSpec
-from gplan.testing import requires_engine
+from helpers import requires_engine
 import megatron_rules
 
 #: A small DeepSeek-V3-shaped model: a dense first layer, 8 routed experts (top 2) and a shared one,

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gplan.testing import requires_engine
+from helpers import requires_engine
 import yaml
 
 from gplan.cost_models.step import StepModel
@@ -131,7 +131,7 @@ def test_mindspore_profile_measures_layers_and_links_on_cpu(gplan, tmp_path):
     all-gather: MindSpore's CPU library has no reduce-scatter). MindSpore's CPU timings on this
     2-core machine swing by several times between runs, so growth with the micro-batch is asserted
     for the torch measurer only; here every shape must be measured, with positive times."""
-    from gplan.testing import SMALL_LLAMA
+    from helpers import SMALL_LLAMA
 
     model = tmp_path / "small-llama.yaml"
     model.write_text(yaml.safe_dump(SMALL_LLAMA.model_dump(mode="json")))

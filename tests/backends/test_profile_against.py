@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from gplan.calibration.measured import TERMS, measured_terms, read_rank_trace
 from gplan.cli import app
-from gplan.testing import TINY_LLAMA, cli_json, requires_engine, tiny_plan
+from helpers import TINY_LLAMA, cli_json, requires_engine, tiny_plan
 
 pytestmark = [pytest.mark.slow, requires_engine("torch", "torch")]
 STEPS, WARMUP = 4, 1

@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gplan.cli import app
-from gplan.testing import TINY_GPT, TINY_LLAMA, cli_json, requires_engine, tiny_plan
+from helpers import TINY_GPT, TINY_LLAMA, cli_json, requires_engine, tiny_plan
 
 pytestmark = [pytest.mark.slow, requires_engine("torch", "torch")]
 STEPS = 6

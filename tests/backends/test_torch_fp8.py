@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gplan.cli import app
-from gplan.testing import TINY_LLAMA, TRAINING, requires_engine, tiny_plan, cli_json
+from helpers import TINY_LLAMA, TRAINING, requires_engine, tiny_plan, cli_json
 
 pytestmark = [pytest.mark.slow, requires_engine("torch", "torch"), requires_engine("torchao", "torch")]
 STEPS = 4

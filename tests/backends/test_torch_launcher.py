@@ -154,7 +154,7 @@ def test_a_rank_raising_its_own_error_is_named(tmp_path):
 
 def test_unsupported_plans_are_refused_before_starting(tmp_path):
     from gplan.spec.training import TrainingSpec
-    from gplan.testing import TINY_LLAMA, tiny_plan
+    from helpers import TINY_LLAMA, tiny_plan
 
     path = tiny_plan(tmp_path / "plan.json", TINY_LLAMA, None, TrainingSpec(gbs=1, seq_length=32, precision="fp32"),
                      pp=2)
@@ -178,7 +178,7 @@ def test_launch_says_what_precision_it_runs(gplan, tmp_path):
     """The plan prices bf16: on CPU the worker computes in fp32; on GPUs FSDP (zero ≥ 1) keeps 16-bit
     weights with fp32 reduction, while zero 0 keeps fp32 weights under autocast — each said before it runs."""
     from gplan.spec.training import TrainingSpec
-    from gplan.testing import TINY_LLAMA, tiny_plan
+    from helpers import TINY_LLAMA, tiny_plan
 
     bf16 = TrainingSpec(gbs=8, seq_length=32, precision="bf16")
     path = tiny_plan(tmp_path / "cpu.json", TINY_LLAMA, None, bf16, dp=2)
@@ -215,7 +215,7 @@ def test_a_rank_on_a_smaller_gpu_than_planned_is_refused_before_training(tmp_pat
 def test_a_plan_searched_for_megatron_is_refused_by_torch_with_the_way_to_run_it(gplan, tmp_path):
     """Meta's 405B layout, searched for Megatron-LM (chunks of unequal size), cannot run on gplan's torch
     worker: the launch stops before anything starts and points at the export the plan was made for."""
-    from gplan.testing import meta_405b_plan
+    from helpers import meta_405b_plan
 
     path = tmp_path / "plan.json"
     write_plan(meta_405b_plan(), path)
@@ -229,7 +229,7 @@ def test_an_ascend_plan_launches_on_mindspore_by_default_and_torch_refuses_it(gp
     """Without --backend a plan launches on its target (MindSpore for a plan searched on Atlas 910B), said in
     a note; torch on those devices would find no CUDA and train on the host CPUs, so it is refused unless
     --device cpu asks for exactly that."""
-    from gplan.testing import ascend_plan
+    from helpers import ascend_plan
 
     path = tmp_path / "plan.json"
     planned = ascend_plan(dp=8)

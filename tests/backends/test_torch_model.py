@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gplan.spec.model import ModelSpec
-from gplan.testing import TINY_GPT, TINY_LLAMA, requires_engine
+from helpers import TINY_GPT, TINY_LLAMA, requires_engine
 
 WIDE_HEADS = TINY_LLAMA.model_copy(update={"name": "wide-heads", "head_dim": 32, "rope_theta": 1e6})
 """4 heads of 32 on a 64-wide model (Mistral-Nemo's shape in small)."""

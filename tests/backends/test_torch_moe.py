@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from gplan.testing import requires_engine
+from helpers import requires_engine
 
 pytestmark = requires_engine("torch", "torch")
 

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from gplan.testing import requires_engine, cli_json
+from helpers import requires_engine, cli_json
 from typer.testing import CliRunner
 
 from gplan.cli import app
 
-from gplan.testing import TINY_DEEPSEEK, TINY_GPT, TINY_LLAMA, TINY_MOE, tiny_plan
+from helpers import TINY_DEEPSEEK, TINY_GPT, TINY_LLAMA, TINY_MOE, tiny_plan
 
 pytestmark = [pytest.mark.slow, requires_engine("torch", "torch")]
 STEPS = 5

@@ -8,7 +8,7 @@ import pytest
 
 from gplan.plan import read_plan
 from gplan.spec.training import TrainingSpec
-from gplan.testing import TINY_LLAMA, requires_engine, tiny_plan
+from helpers import TINY_LLAMA, requires_engine, tiny_plan
 
 
 def bf16_plan(tmp_path, zero: int):

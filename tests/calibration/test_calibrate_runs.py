@@ -13,8 +13,8 @@ import statistics
 
 import pytest
 
-from gplan.testing import requires_engine
-from gplan.testing import SMALL_LLAMA, tiny_plan
+from helpers import requires_engine
+from helpers import SMALL_LLAMA, tiny_plan
 from typer.testing import CliRunner
 
 from gplan.cli import app

@@ -293,7 +293,7 @@ def test_a_bridge_rows_log_is_priced_and_measured_as_the_bench_prices_and_measur
     bench fitted)."""
     import sys
 
-    from gplan.golden import ROOT
+    from golden import ROOT
     from gplan.profiles.catalogue import load_cluster, load_model
     from gplan.spec.parallel import ParallelConfig
     from gplan.spec.training import TrainingSpec

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from gplan.testing import cli_json
+from helpers import cli_json
 
 
 def test_validate_and_the_search_header_show_the_models_size(gplan, tmp_path):

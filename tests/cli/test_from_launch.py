@@ -243,13 +243,13 @@ READ_BACK = {"megatron": "megatron_pretrain_gpt.sh", "torchtitan": "torchtitan_t
 RUNS_AS = {("torchtitan", 1): 2, ("mindformers", 3): 2}
 
 
-@pytest.mark.parametrize("golden", sorted(__import__("gplan.golden", fromlist=["INSTANCES"]).INSTANCES))
+@pytest.mark.parametrize("golden", sorted(__import__("golden", fromlist=["INSTANCES"]).INSTANCES))
 def test_every_export_of_every_golden_plan_reads_back_as_its_engine_runs_it(gplan, tmp_path, golden):
     """For each golden search and each export target that takes its plan: `gplan export` then `--from`
     gives the plan's configuration (or what that engine runs of it: RUNS_AS) and the step the export's
     note re-priced it at (the plan's own where the engine is the plan's)."""
     from gplan.backends.exporters import targets
-    from gplan.golden import INSTANCES
+    from golden import INSTANCES
     from gplan.plan import layouts_of, read_plan
     from gplan.planner.build import reprice_split
     from gplan.spec.targets import TARGETS, runs_as

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from gplan import cli
-from gplan.testing import cli_json
+from helpers import cli_json
 
 WIDTHS = (80, 100)
 
@@ -134,7 +134,7 @@ def test_search_folds_ties_and_says_what_differs(gplan, tmp_path):
 
 
 def test_explain_header_says_what_the_stages_recompute(gplan, tmp_path):
-    from gplan.testing import TINY_LLAMA, tiny_plan
+    from helpers import TINY_LLAMA, tiny_plan
 
     plan = tiny_plan(tmp_path / "plan.json", TINY_LLAMA, [[("full", 2)], [("none", 2)]], pp=2)
     header = gplan("explain", str(plan)).stderr.split("stages (per micro-batch")[0]

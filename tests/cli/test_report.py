@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gplan.testing import ENGINE_SKIP
+from helpers import ENGINE_SKIP
 
 GIB = 1024 ** 3
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

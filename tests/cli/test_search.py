@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gplan.plan import read_plan
-from gplan.testing import mixed_cluster_file
+from helpers import mixed_cluster_file
 
 
 def test_search_writes_a_plan_that_validates_and_estimate_reproduces(gplan, tmp_path):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gplan.golden import INSTANCES
+from golden import INSTANCES
 from gplan.plan import read_plan
 from gplan.planner.build import repredict
 from gplan.planner.trace import predicted_trace, trace_totals

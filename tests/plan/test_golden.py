@@ -15,7 +15,7 @@ import pytest
 
 from gplan.backends.exporters import targets
 from gplan.plan import SCHEMA_VERSION, read_plan
-from gplan.testing import requires_engine
+from helpers import requires_engine
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden_plan.json"
 

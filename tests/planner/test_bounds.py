@@ -20,7 +20,7 @@ from gplan.spec.model import ModelSpec
 from gplan.spec.training import TrainingSpec
 from gplan.cost_models.step import StepModel
 from gplan.spec.parallel import LayerCount, ParallelConfig, StageLayout
-from gplan.testing import mixed_cluster_file
+from helpers import mixed_cluster_file
 
 
 def random_instance(rng: random.Random):
@@ -231,7 +231,7 @@ def test_the_memory_aware_bound_never_prunes_a_table_that_beats_the_incumbent(se
     rounded any further down, an optimum would be pruned here."""
     from gplan.planner.reference import brute_force
     from gplan.planner.bounds import memory_aware_prunes
-    from gplan.testing import random_table
+    from helpers import random_table
 
     rng = random.Random(seed)
     shape = seed % 4

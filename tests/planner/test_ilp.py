@@ -18,7 +18,7 @@ from gplan.profiles.catalogue import cluster_from_data, load_cluster, load_model
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import ParallelConfig
 from gplan.spec.training import TrainingSpec
-from gplan.testing import random_table
+from helpers import random_table
 
 OPTIONS = ["none", "selective", "full"]
 

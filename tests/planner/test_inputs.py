@@ -59,7 +59,7 @@ def test_inputs_built_by_hand_are_searched_for_the_resolved_default_target():
 
     from gplan.plan import layouts_of
     from gplan.spec.targets import TARGETS, refusals
-    from gplan.testing import random_case, ranked_plans
+    from helpers import random_case, ranked_plans
 
     plans = ranked_plans(random_case(random.Random(8192)))
     assert plans and all(p.target == "torch" for p in plans)

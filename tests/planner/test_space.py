@@ -57,7 +57,7 @@ def test_the_search_finds_metas_405b_layout_and_megatron_gets_it_as_written():
     """Held to Meta's degrees (tp 8, pp 16, vpp 8) on a Megatron target, the search returns 7/8/…/8/7 per
     stage, and the export writes it as Megatron's pipeline layout: the embedding and the loss a chunk each."""
     from gplan.backends.exporters.megatron import interleaved_layout
-    from gplan.testing import meta_405b_plan
+    from helpers import meta_405b_plan
 
     best = meta_405b_plan()
     sizes = [sum(count.count for count in stage.layers) for stage in best.stages]

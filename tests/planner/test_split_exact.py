@@ -11,7 +11,7 @@ import pytest
 from gplan.planner import ilp, split_exact
 from gplan.planner.reference import brute_force
 from gplan.planner.table import CostTable, stage_memory
-from gplan.testing import random_table
+from helpers import random_table
 from test_ilp import check_against_brute_force
 
 

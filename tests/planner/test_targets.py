@@ -76,7 +76,7 @@ def test_an_unknown_target_is_refused(gplan, tmp_path):
 def test_launch_refuses_what_its_backend_cannot_run_before_anything_starts(gplan, tmp_path):
     """A hand-built pp=2 plan with one micro-batch: torch's 1F1B needs two; refused, nothing started."""
     from gplan.spec.training import TrainingSpec
-    from gplan.testing import TINY_LLAMA, tiny_plan
+    from helpers import TINY_LLAMA, tiny_plan
 
     path = tiny_plan(tmp_path / "plan.json", TINY_LLAMA, None, TrainingSpec(gbs=1, seq_length=32, precision="fp32"),
                      pp=2)

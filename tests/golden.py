@@ -2,7 +2,7 @@
 parallel, heterogeneous, Ascend) and what `gplan export` writes for the dense one, kept in
 tests/data/golden/ so that a change to the cost model or the search shows as a diff of the picks.
 
-    python -m gplan.golden            # regenerate after a deliberate change; review `git diff tests/data/golden`
+    python tests/golden.py           # regenerate after a deliberate change; review `git diff tests/data/golden`
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 FOLDER = ROOT / "tests" / "data" / "golden"
 MIXED = ROOT / "bench" / "data" / "mixed-a100-v100.yaml"
 

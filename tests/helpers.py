@@ -1,4 +1,4 @@
-"""Helpers shared by the tests and the benchmarks (importable, so neither edits sys.path): small plans
+"""Helpers shared by the tests (tests/ is on pytest's path through its conftest): small plans
 — a tiny Llama (GQA, swiglu, RMSNorm, RoPE, untied) and a tiny GPT (gelu, LayerNorm with biases,
 learned positions, tied embeddings) on the local-cpu cluster, Llama-3-8B on Atlas 800 nodes — and
 random stage-split cost tables for checking the ILP against brute force."""
