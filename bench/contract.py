@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gplan.backends.base import backend
+from gplan.backends.registry import backend
 from gplan.errors import GplanError
 from gplan.plan import write_plan
 from gplan.testing import random_case, ranked_plans

@@ -3,7 +3,9 @@
     errors, io, numeric, launch_text  <  spec  <  profiles  <  plan, report  <  cost_models  <  planner
                          <  calibration  <  backends  <  cli (cli.py, cli_run.py, render.py, svg.py, html_report.py, recovery.py)
 
-A module imports only its own layer and the layers below it — top-level and lazy imports alike. Two
+A module imports only its own layer and the layers below it — top-level, lazy and relative imports, and
+modules named by a string (importlib, `module:function`) alike; below the backends, only the standard library
+and the declared planning dependencies; and no module imports itself round a circle. Two
 narrower rules: backends read only the plan, the run report, spec, profiles, io and launch_text (never the cost
 model, the planner or the calibration), and the torch and MindSpore backends never import each other.
 Nothing below backends imports a framework (torch, mindspore) or an engine."""
@@ -11,7 +13,11 @@ Nothing below backends imports a framework (torch, mindspore) or an engine."""
 from __future__ import annotations
 
 import ast
+import re
+import sys
 from pathlib import Path
+
+import networkx as nx
 
 import pytest
 
@@ -32,6 +38,9 @@ LAYERS = [
 BACKENDS_MAY_READ = {"gplan", "gplan.errors", "gplan.io", "gplan.launch_text", "gplan.spec", "gplan.profiles", "gplan.plan",
                      "gplan.report", "gplan.backends"}
 FRAMEWORKS = {"torch", "mindspore", "megatron", "torchtitan", "deepspeed", "mindformers", "triton"}
+PLANNING_DEPENDENCIES = {"numpy", "networkx", "pulp", "highspy", "pydantic", "yaml", "typer", "rich", "click"}
+"""What a module below the backends may import besides the standard library and gplan: the declared
+dependencies of planning (pyproject.toml), so a framework or engine missing from FRAMEWORKS is caught too."""
 
 
 def unit_of(module: str) -> str:
@@ -51,10 +60,11 @@ def layer_of(module: str) -> int:
 def violation(module: str, imported: str) -> str | None:
     """Why `module` may not import `imported` (None when it may)."""
     root = imported.split(".")[0]
-    if root in FRAMEWORKS:
-        return None if layer_of(module) >= layer_of("gplan.backends") else f"{module} imports the framework {imported}"
     if root != "gplan":
-        return None
+        if layer_of(module) >= layer_of("gplan.backends") or root in sys.stdlib_module_names | PLANNING_DEPENDENCIES:
+            return None
+        kind = "the framework" if root in FRAMEWORKS else "the undeclared package"
+        return f"{module} imports {kind} {imported}"
     if layer_of(imported) > layer_of(module):
         return f"{module} (layer {unit_of(module)}) imports {imported} (layer {unit_of(imported)}, above it)"
     if unit_of(module) == "gplan.backends" and unit_of(imported) not in BACKENDS_MAY_READ:
@@ -65,16 +75,33 @@ def violation(module: str, imported: str) -> str | None:
     return None
 
 
-def imports_of(path: Path) -> set[str]:
+MODULE_STRING = re.compile(r"gplan(?:\.\w+)+(?=$|:)")
+"""A string naming a module, as `importlib.import_module("gplan.x")`, a `module:function` entry point or
+`python -m gplan.x` take it: an import all the same."""
+
+
+def imports_of(path: Path, module: str | None = None) -> set[str]:
     """Every module a file imports, at the top or inside a function (`from a import b` counts as
-    `a.b` too, so importing a submodule by name is seen)."""
+    `a.b` too, so importing a submodule by name is seen), relative imports resolved against `module`
+    (default: the file's own name in the package), and every module named by a string constant."""
+    module = module or module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     names = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             names |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-            names |= {f"{node.module}.{a.name}" for a in node.names if _is_module(f"{node.module}.{a.name}")}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            modules = {f"{base}.{a.name}" for a in node.names if _is_module(f"{base}.{a.name}")}
+            names |= modules
+            if len(modules) < len(node.names):  # a name defined by the module (or package) itself
+                names.add(base)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and (m := MODULE_STRING.match(node.value)):
+            if _is_module(m.group(0)):
+                names.add(m.group(0))
     return names
 
 
@@ -123,7 +150,60 @@ def test_the_contract_refuses_the_old_upward_imports(module, imported):
 def test_the_checker_sees_lazy_imports(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text("import torch.distributed\n\ndef f():\n    from mindspore import nn\n    from gplan.planner import ilp\n")
-    assert {"torch.distributed", "mindspore", "gplan.planner", "gplan.planner.ilp"} <= imports_of(probe)
+    assert {"torch.distributed", "mindspore", "gplan.planner.ilp"} <= imports_of(probe, "gplan.cost_models.probe")
+
+
+def planted(tmp_path, text: str, module: str = "gplan.cost_models.probe") -> list[str]:
+    """The contract's violations in a module `text` planted at `module`."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(text)
+    return [v for imported in sorted(imports_of(probe, module)) if (v := violation(module, imported))]
+
+
+def test_the_checker_sees_a_relative_upward_import(tmp_path):
+    assert planted(tmp_path, "from ..planner import ilp\n")
+    assert planted(tmp_path, "def f():\n    from ..planner.search import search\n")
+    assert not planted(tmp_path, "from .compute import layer_time_s\nfrom .. import errors\n")
+
+
+def test_the_checker_sees_an_import_by_name(tmp_path):
+    assert planted(tmp_path, "import importlib\n\ndef f():\n    return importlib.import_module('gplan.planner.search')\n")
+    assert planted(tmp_path, "WORKER = 'gplan.backends.torch.validate:validation_report'\n")
+
+
+def test_the_checker_sees_a_framework_it_does_not_list(tmp_path):
+    assert planted(tmp_path, "import jax\n")
+    assert planted(tmp_path, "def f():\n    import tensorflow as tf\n")
+    assert not planted(tmp_path, "import json, numpy\nfrom pydantic import BaseModel\n")
+
+
+def import_graph(extra: dict[str, set[str]] | None = None) -> nx.DiGraph:
+    """Module → module it imports, over every file in the package (a package counts only where a name it
+    defines itself is imported: importing a submodule runs its package's __init__ in any case)."""
+    found = {module_name(path): imports_of(path) for path in all_modules()} | (extra or {})
+
+    def owner(name: str) -> str | None:
+        while name and name not in found:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = nx.DiGraph()
+    for module, imported in found.items():
+        graph.add_node(module)
+        graph.add_edges_from((module, o) for name in imported if (o := owner(name)) and o != module)
+    return graph
+
+
+def circles(graph: nx.DiGraph) -> list[list[str]]:
+    return [sorted(c) for c in nx.strongly_connected_components(graph) if len(c) > 1]
+
+
+def test_no_import_circle_anywhere():
+    assert not circles(import_graph()), circles(import_graph())
+
+
+def test_the_circle_check_sees_a_planted_circle():
+    assert circles(import_graph({"gplan.backends.protocol": {"gplan.backends.launch"}}))
 
 
 def test_every_module_is_in_a_layer():
@@ -133,6 +213,7 @@ def test_every_module_is_in_a_layer():
 
 def test_launchers_render_without_a_framework():
     """`gplan launch --dry-run` and `--slurm` work where torch and mindspore are not installed."""
-    for name in ("backends/__init__.py", "backends/base.py", "backends/launch.py", "backends/torch/__init__.py",
+    for name in ("backends/__init__.py", "backends/protocol.py", "backends/registry.py", "backends/launch.py",
+                 "backends/recipes.py", "backends/slurm.py", "backends/supervisor.py", "backends/capability.py", "backends/torch/__init__.py",
                  "backends/torch/launcher.py", "backends/mindspore/launcher.py", "backends/exporters/__init__.py"):
         assert not {m.split(".")[0] for m in imports_of(PACKAGE / name)} & FRAMEWORKS, name

@@ -66,8 +66,9 @@ def launch(
     """Run a plan: torchrun with DeviceMesh, tensor/sequence parallel, pipelining, FSDP2 (or msrun with
     MindSpore's semi-automatic parallelism); report measured versus predicted."""
     from gplan import render
-    from gplan.backends.base import default_backend
-    from gplan.backends.launch import LaunchOptions, check_launch_flags, launch_plan
+    from gplan.backends.registry import default_backend
+    from gplan.backends.launch import check_launch_flags, launch_plan
+    from gplan.backends.protocol import LaunchOptions
     from gplan.planner.scale import scaled_plan
 
     plan = read_plan(plan_file)
@@ -159,7 +160,7 @@ def profile(
     width) and its links (collectives over message sizes); write a profile for --profile."""
     from rich.progress import Progress
 
-    from gplan.backends.base import measurer
+    from gplan.backends.registry import measurer
     from gplan.calibration.profile import ProfileRequest, check_request, profile_machine
     from gplan.planner.space import int_list
     from gplan.profiles.catalogue import load_model

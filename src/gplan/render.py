@@ -832,7 +832,7 @@ def launch_outcome_json(outcome) -> dict:
 def launch_outcome(console: Console, outcome) -> None:
     import sys
 
-    from gplan.backends.launch import shell_line
+    from gplan.backends.recipes import shell_line
 
     if outcome.kind == "slurm":
         script, plan_path = outcome.written

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gplan.backends.base import backend
+from gplan.backends.registry import backend
 from gplan.plan import layouts_of, write_plan
 from gplan.spec.targets import TARGETS, refusals
 from helpers import random_case, ranked_plans, requires_engine

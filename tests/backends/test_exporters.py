@@ -733,7 +733,7 @@ def run_with(script: str, env: dict[str, str]) -> str:
 
 
 def test_a_heterogeneous_slurm_job_puts_every_node_rank_on_its_groups_hardware(gplan, tmp_path):
-    from gplan.backends.launch import node_groups_of
+    from gplan.backends.recipes import node_groups_of
 
     path, plan = hetero_plan(gplan, tmp_path)
     assert gplan("export", str(path), "--to", "slurm", "-o", str(tmp_path / "slurm")).code == 0
@@ -774,7 +774,7 @@ def test_heterogeneous_kubernetes_jobs_select_each_groups_nodes_and_ranks(gplan,
     import kubernetes_validate
     import yaml
 
-    from gplan.backends.launch import node_groups_of
+    from gplan.backends.recipes import node_groups_of
 
     path, plan = hetero_plan(gplan, tmp_path)
     assert gplan("export", str(path), "--to", "k8s", "-o", str(tmp_path / "k8s"), "--image", "reg/g:1").code == 0

@@ -26,7 +26,7 @@ LAUNCHER = textwrap.dedent("""
 HARNESS = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from gplan.backends.launch import run_job
+    from gplan.backends.supervisor import run_job
     from gplan.errors import BackendError
     try:
         run_job([sys.executable, "-c", sys.argv[1], sys.argv[2]], {}, Path(sys.argv[3]))
@@ -65,7 +65,7 @@ def test_a_signal_stops_the_launcher_and_its_workers(tmp_path, signum):
 
 
 def test_a_finished_job_leaves_no_process_behind(tmp_path):
-    from gplan.backends.launch import run_job
+    from gplan.backends.supervisor import run_job
 
     pid_file = tmp_path / "worker.pid"
     leaver = "import subprocess, sys; w = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); " \

@@ -14,7 +14,7 @@ from helpers import ASCEND_SHAPES, TINY_GPT, TINY_LLAMA, ascend_plan, requires_e
 
 from gplan.backends.mindspore.launcher import render
 from gplan.backends.mindspore.strategy import COLUMN, ROW, check_layout, device_matrix, layout
-from gplan.backends.launch import LaunchOptions
+from gplan.backends.protocol import LaunchOptions
 from gplan.errors import BackendError
 from gplan.plan import read_plan
 

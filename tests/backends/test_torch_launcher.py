@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from gplan.planner.scale import scaled_plan
-from gplan.backends.launch import LaunchOptions, shell_line
+from gplan.backends.protocol import LaunchOptions
+from gplan.backends.recipes import shell_line
 from gplan.backends.torch.launcher import render, slurm_script
 from gplan.errors import InputError
 from gplan.plan import read_plan, write_plan
@@ -254,7 +255,27 @@ def test_a_plan_launches_on_its_own_target_by_default(gplan, plan_factory):
 
 def test_the_targets_gplan_launches_are_its_backends():
     """spec.targets names the launchable targets for its hints (it sits below the backends); the two lists are one."""
-    from gplan.backends.base import BACKENDS
+    from gplan.backends.registry import BACKENDS
     from gplan.spec.targets import LAUNCH_BACKENDS, TARGETS
 
     assert set(LAUNCH_BACKENDS) == set(BACKENDS) and set(LAUNCH_BACKENDS) <= set(TARGETS)
+
+
+@pytest.mark.parametrize("backend", ["torch", "mindspore"])
+def test_a_hardware_kind_a_backend_does_not_declare_is_refused(backend, tmp_path):
+    """Backends declare the hardware kinds they run (RUNS_ON); a kind gplan learns later (planted here as
+    "tpu") is refused before anything is rendered, not run on the host CPUs."""
+    from helpers import tiny_plan
+
+    from gplan.backends.protocol import LaunchOptions
+    from gplan.backends.registry import backend as backend_of
+    from gplan.errors import InputError
+    from gplan.plan import read_plan
+
+    plan = read_plan(tiny_plan(tmp_path / "tiny.json", dp=2))
+    group = plan.cluster.node_groups[0]
+    foreign = group.model_copy(update={"hardware": group.hardware.model_copy(update={"kind": "tpu", "name": "tpu-v9"})})
+    plan = plan.model_copy(update={"cluster": plan.cluster.model_copy(update={"node_groups": [foreign]})})
+    with pytest.raises(InputError, match=r"priced on tpu-v9 \(tpu\)"):
+        backend_of(backend).render(plan, tmp_path / "plan.json", LaunchOptions(run_dir=tmp_path))
+    assert backend_of(backend).render(plan, tmp_path / "plan.json", LaunchOptions(run_dir=tmp_path, device="cpu")).nodes

@@ -9,7 +9,7 @@ import re
 import pytest
 from pathlib import Path
 
-from gplan.calibration.runs import launch_plan
+from gplan.calibration.runs import plan_of_launch
 from gplan.cost_models.step import StepModel
 from gplan.planner.launch_files import read_launch, read_log_launch
 from gplan.planner.logs.megatron import arguments_block, model_from_args
@@ -40,7 +40,7 @@ def test_a_2021_megatron_log_gives_the_configuration_it_states():
     args = arguments_block(text, MEGATRON_2021)
     model = model_from_args(args, "logged")
     launch = read_log_launch(MEGATRON_2021, model, text)
-    plan = launch_plan(launch, model, "dgx-a100-80g", None, None)
+    plan = plan_of_launch(launch, model, "dgx-a100-80g", None, None)
     c, t = plan.parallel, plan.training
     assert {"world": plan.world_size, "dp": c.dp, "tp": c.tp, "pp": c.pp} == stated_degrees(text)
     assert (c.cp, c.vpp, c.sp, c.mbs, c.zero, t.gbs, t.seq_length) == (1, 1, False, 1, 0, 1024, 2048)
@@ -56,7 +56,7 @@ def test_the_parameters_per_stage_equal_megatrons_count_on_every_rank():
     to the parameter (embedding and position table on the first, the tied head copy on the last)."""
     text = MEGATRON_2021.read_text()
     model = model_from_args(arguments_block(text, MEGATRON_2021), "logged")
-    plan = launch_plan(read_log_launch(MEGATRON_2021, model, text), model, "dgx-a100-80g", None, None)
+    plan = plan_of_launch(read_log_launch(MEGATRON_2021, model, text), model, "dgx-a100-80g", None, None)
     step = StepModel(plan.model, plan.training, plan.cluster, plan.parallel)
     stated = stated_parameters(text)
     assert {i: {round(step.stage_params(s))} for i, s in enumerate(layouts_of(plan))} == stated
@@ -119,7 +119,7 @@ def test_a_megatron_deepspeed_log_gives_the_configuration_it_states():
     text = MDS_2023.read_text()
     args = arguments_block(text, MDS_2023)
     model = model_from_args(args, "logged")
-    plan = launch_plan(read_log_launch(MDS_2023, model, text), model, "dgx-a100-80g", None, None)
+    plan = plan_of_launch(read_log_launch(MDS_2023, model, text), model, "dgx-a100-80g", None, None)
     c, t = plan.parallel, plan.training
     assert {"world": plan.world_size, "dp": c.dp, "tp": c.tp, "pp": c.pp} == stated_degrees(text)
     assert (c.mbs, c.zero, c.sp, t.gbs, t.seq_length, t.precision, t.engine) == (4, 0, False, 32, 2048, "fp16",

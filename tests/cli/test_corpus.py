@@ -180,7 +180,7 @@ def test_every_flag_of_megatrons_layout_groups_is_classified():
     planner.megatron_arguments) is read, read with no effect (with why), or refused away from its default
     (with why): a flag a newer arguments.py adds there fails here until someone classifies it."""
     from gplan.planner.engine_flags import MEGATRON_NO_EFFECT, MEGATRON_NOT_PRICED
-    from gplan.planner.launch_files import LAYOUT_FLAGS, MODEL_FLAGS, MODEL_SWITCHES
+    from gplan.planner.engine_flags import LAYOUT_FLAGS, MODEL_FLAGS, MODEL_SWITCHES
     from gplan.planner.megatron_arguments import arguments
 
     snapshot = arguments()

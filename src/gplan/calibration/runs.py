@@ -277,7 +277,7 @@ def read_log_run(path: Path, cluster: str | None, hardware: str | None, devices_
     it (planner.launch_files), priced as that engine runs it on the cluster given (a log does not name its
     hardware), and its steady step."""
     from gplan.planner.launch_files import megatron_log_launch
-    from gplan.planner.logs import family
+    from gplan.planner.logs.detect import family
     from gplan.planner.logs.megatron import model_from_args, read_megatron_log
 
     if not path.is_file():
@@ -294,10 +294,10 @@ def read_log_run(path: Path, cluster: str | None, hardware: str | None, devices_
     log = read_megatron_log(path)
     model = model_from_args(log.args, path.stem)
     launch = megatron_log_launch(log.args, path, model)
-    return Run(str(path), launch_plan(launch, model, cluster, hardware, devices_per_node), log.step_s)
+    return Run(str(path), plan_of_launch(launch, model, cluster, hardware, devices_per_node), log.step_s)
 
 
-def launch_plan(launch, model, cluster: str | None, hardware: str | None, devices_per_node: int | None) -> Plan:
+def plan_of_launch(launch, model, cluster: str | None, hardware: str | None, devices_per_node: int | None) -> Plan:
     """The plan of a launch read from a log, on its own world size, priced as its engine runs it (with the
     engine switches it sets: bf16 gradients, FP8 parameters, the MoE overlap, CUDA graphs)."""
     from gplan.planner.build import make_plan
@@ -330,7 +330,7 @@ def read_torchtitan_run(path: Path, cluster: str | None, hardware: str | None, d
         raise InputError(f"{path}: neither the log (a mesh line) nor its launch says how many devices ran",
                          hint="pass the log from its start, or set NGPU / --nproc_per_node in the launch")
     tps, _, _ = read_steps(path, text)
-    plan = launch_plan(launch, model, cluster, hardware, devices_per_node)
+    plan = plan_of_launch(launch, model, cluster, hardware, devices_per_node)
     t = plan.training  # tps is per device (planner.logs.torchtitan): a step is gbs·seq over tps × devices
     return Run(str(path), plan, t.gbs * t.seq_length / (tps * launch.world_size))
 
@@ -344,7 +344,7 @@ def read_mindformers_run(path: Path, cluster: str | None, hardware: str | None, 
     yaml_path = config_beside(path)
     model = model_of(yaml_path)
     launch = read_mindformers_launch(yaml_path, model)
-    return Run(str(path), launch_plan(launch, model, cluster, hardware, devices_per_node), step_s)
+    return Run(str(path), plan_of_launch(launch, model, cluster, hardware, devices_per_node), step_s)
 
 
 def read_any_run(path: Path, cluster: str | None, hardware: str | None, devices_per_node: int | None) -> Run:

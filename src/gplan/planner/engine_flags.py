@@ -5,8 +5,8 @@ A flag at its engine's default is never refused: it changes nothing. The default
 Megatron-LM's `megatron/training/arguments.py` (NVIDIA/Megatron-LM main at 000c4ac, 2026; the `default=` of
 each `add_argument`, store_true switches default off) and torchtitan's job config
 (`torchtitan/config/job_config.py`, the dataclass field defaults of Parallelism and ActivationCheckpoint,
-torchtitan ≤ 0.2 whose launches are TOMLs). The launch readers (planner.launch_files) hold the flags they
-read; this module holds the rest.
+torchtitan ≤ 0.2 whose launches are TOMLs). Megatron's flags are named here once: those the launch
+readers (planner.launch_files, planner.model_zoo) read, and the rest.
 """
 
 from __future__ import annotations
@@ -15,6 +15,45 @@ import re
 from typing import Any
 
 # ---- Megatron-LM -----------------------------------------------------------------------------------
+
+#: Megatron flags that set the model, with the ModelSpec value they must agree with.
+MODEL_FLAGS = {
+    "--num-layers": lambda m: m.num_layers, "--hidden-size": lambda m: m.hidden_size,
+    "--ffn-hidden-size": lambda m: m.ffn_size, "--num-attention-heads": lambda m: m.num_attention_heads,
+    "--num-query-groups": lambda m: m.kv_heads, "--num-experts": lambda m: m.num_experts,
+    "--moe-router-topk": lambda m: m.top_k, "--moe-ffn-hidden-size": lambda m: m.expert_ffn_size,
+    "--mtp-num-layers": lambda m: m.mtp_layers,
+    "--window-attn-skip-freq": lambda m: m.full_attention_every,  # one full layer every N (a list: refused)
+}
+#: Flags read for the layout, the batch or the precision.
+LAYOUT_FLAGS = {
+    "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
+    "--expert-model-parallel-size", "--expert-tensor-parallel-size", "--num-layers-per-virtual-pipeline-stage",
+    "--virtual-pipeline-model-parallel-size", "--sequence-parallel", "--micro-batch-size", "--global-batch-size",
+    "--seq-length", "--use-distributed-optimizer", "--recompute-granularity", "--recompute-method", "--recompute-modules",
+    "--recompute-num-layers", "--bf16", "--fp16", "--fp8-format", "--fp8-recipe", "--use-megatron-fsdp",
+    "--data-parallel-sharding-strategy", "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
+    "--tp-comm-overlap", "--overlap-grad-reduce", "--overlap-param-gather", "--pipeline-model-parallel-layout",
+    "--grad-reduce-in-bf16", "--fp8-param-gather", "--cpu-offloading", "--cpu-offloading-num-layers",
+    "--overlap-moe-expert-parallel-comm", "--cuda-graph-impl", "--cuda-graph-scope", "--no-check-for-nan-in-loss-and-grad",
+    "--moe-token-dispatcher-type", "--moe-enable-deepep", "--moe-flex-dispatcher-backend",
+    "--use-custom-fsdp", "--num-virtual-stages-per-pipeline-rank", "--account-for-embedding-in-pipeline-split",
+    "--account-for-loss-in-pipeline-split", "--combined-1f1b", "--fp4-format", "--recompute-activations",
+    "--checkpoint-activations",
+}
+#: Model flags whose presence gplan reads through the named model (checked as switches).
+MODEL_SWITCHES = {
+    "--swiglu", "--untie-embeddings-and-output-weights", "--disable-bias-linear", "--add-qkv-bias",
+    "--group-query-attention", "--normalization", "--position-embedding-type", "--rotary-base", "--kv-channels",
+    "--max-position-embeddings", "--vocab-size", "--make-vocab-size-divisible-by", "--qk-layernorm",
+    "--attention-dropout", "--hidden-dropout", "--window-size", "--moe-layer-freq", "--moe-grouped-gemm",
+    "--moe-router-score-function", "--moe-router-enable-expert-bias",
+    "--moe-shared-expert-intermediate-size", "--moe-router-num-groups", "--moe-router-group-topk",
+    "--moe-router-topk-scaling-factor", "--multi-latent-attention", "--q-lora-rank", "--kv-lora-rank",
+    "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim", "--moe-expert-capacity-factor",
+    "--moe-token-drop-policy", "--tokenizer-type", "--mock-data", "--softmax-type", "--quick-geglu",
+    "--glu-linear-offset", "--activation-func-clamp-value",
+}
 
 _FUSION = "a kernel fusion switch (within the per-layer efficiency gplan calibrates)"
 _ROPE = "RoPE's numerics (elementwise, no GEMM)"

@@ -24,51 +24,13 @@ from typing import Any, get_args
 
 from gplan.errors import InputError
 from gplan.launch_text import arguments
-from gplan.planner.engine_flags import (DS_READ, MF_READ, deepspeed_key_class, deepspeed_zero_class, megatron_class,
-                                        mindformers_class, titan_class)
-from gplan.planner.logs import family
+from gplan.planner.engine_flags import (DS_READ, LAYOUT_FLAGS, MF_READ, MODEL_FLAGS, MODEL_SWITCHES, deepspeed_key_class,
+                                        deepspeed_zero_class, megatron_class, mindformers_class, titan_class)
+from gplan.planner.logs.detect import family
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import PER_OP_MODULES, LayerCount, StageLayout, even_stage_sizes
 from gplan.spec.training import MoeDispatcher
 
-#: Megatron flags that set the model, with the ModelSpec value they must agree with.
-MODEL_FLAGS = {
-    "--num-layers": lambda m: m.num_layers, "--hidden-size": lambda m: m.hidden_size,
-    "--ffn-hidden-size": lambda m: m.ffn_size, "--num-attention-heads": lambda m: m.num_attention_heads,
-    "--num-query-groups": lambda m: m.kv_heads, "--num-experts": lambda m: m.num_experts,
-    "--moe-router-topk": lambda m: m.top_k, "--moe-ffn-hidden-size": lambda m: m.expert_ffn_size,
-    "--mtp-num-layers": lambda m: m.mtp_layers,
-    "--window-attn-skip-freq": lambda m: m.full_attention_every,  # one full layer every N (a list: refused)
-}
-#: Flags read for the layout, the batch or the precision.
-LAYOUT_FLAGS = {
-    "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
-    "--expert-model-parallel-size", "--expert-tensor-parallel-size", "--num-layers-per-virtual-pipeline-stage",
-    "--virtual-pipeline-model-parallel-size", "--sequence-parallel", "--micro-batch-size", "--global-batch-size",
-    "--seq-length", "--use-distributed-optimizer", "--recompute-granularity", "--recompute-method", "--recompute-modules",
-    "--recompute-num-layers", "--bf16", "--fp16", "--fp8-format", "--fp8-recipe", "--use-megatron-fsdp",
-    "--data-parallel-sharding-strategy", "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
-    "--tp-comm-overlap", "--overlap-grad-reduce", "--overlap-param-gather", "--pipeline-model-parallel-layout",
-    "--grad-reduce-in-bf16", "--fp8-param-gather", "--cpu-offloading", "--cpu-offloading-num-layers",
-    "--overlap-moe-expert-parallel-comm", "--cuda-graph-impl", "--cuda-graph-scope", "--no-check-for-nan-in-loss-and-grad",
-    "--moe-token-dispatcher-type", "--moe-enable-deepep", "--moe-flex-dispatcher-backend",
-    "--use-custom-fsdp", "--num-virtual-stages-per-pipeline-rank", "--account-for-embedding-in-pipeline-split",
-    "--account-for-loss-in-pipeline-split", "--combined-1f1b", "--fp4-format", "--recompute-activations",
-    "--checkpoint-activations",
-}
-#: Model flags whose presence gplan reads through the named model (checked as switches).
-MODEL_SWITCHES = {
-    "--swiglu", "--untie-embeddings-and-output-weights", "--disable-bias-linear", "--add-qkv-bias",
-    "--group-query-attention", "--normalization", "--position-embedding-type", "--rotary-base", "--kv-channels",
-    "--max-position-embeddings", "--vocab-size", "--make-vocab-size-divisible-by", "--qk-layernorm",
-    "--attention-dropout", "--hidden-dropout", "--window-size", "--moe-layer-freq", "--moe-grouped-gemm",
-    "--moe-router-score-function", "--moe-router-enable-expert-bias",
-    "--moe-shared-expert-intermediate-size", "--moe-router-num-groups", "--moe-router-group-topk",
-    "--moe-router-topk-scaling-factor", "--multi-latent-attention", "--q-lora-rank", "--kv-lora-rank",
-    "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim", "--moe-expert-capacity-factor",
-    "--moe-token-drop-policy", "--tokenizer-type", "--mock-data", "--softmax-type", "--quick-geglu",
-    "--glu-linear-offset", "--activation-func-clamp-value",
-}
 #: Launcher arguments (torchrun) and the values of the variables scripts use for the world size.
 WORLD = {"--nproc_per_node": "per_node", "--nproc-per-node": "per_node", "--nnodes": "nodes"}
 VARIABLES = {"GPUS_PER_NODE": "per_node", "NPROC_PER_NODE": "per_node", "NNODES": "nodes", "NUM_NODES": "nodes",
@@ -744,8 +706,6 @@ def read_torchtitan_launch(path: Path, model: ModelSpec | None) -> Launch:
 def titan_values(path: Path) -> tuple[dict[str, Any], dict, dict]:
     """A torchtitan launch's `section.key` values (its TOML, then the script's overrides over it), and the
     script's arguments and variables."""
-    import tomllib
-
     if not path.is_file():
         raise InputError(f"--from {path}: no such file", hint="pass a torchtitan TOML or launch script")
     if path.suffix == ".toml":

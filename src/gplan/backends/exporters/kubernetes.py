@@ -24,8 +24,8 @@ from pathlib import Path
 import yaml
 
 from gplan.backends.exporters import Export, ExportContext, stamp
-from gplan.backends.launch import (TORCHRUN_PORT, JobRecipe, LaunchOptions, default_nodes, node_ranks_by_group,
-                                  shell_words, torchrun_argv)
+from gplan.backends.protocol import JobRecipe, LaunchOptions
+from gplan.backends.recipes import TORCHRUN_PORT, default_nodes, node_ranks_by_group, shell_words, torchrun_argv
 from gplan.backends.torch.launcher import check_hardware, job_env, notes as launch_notes, worker_args
 from gplan.errors import InputError
 from gplan.plan import Plan
@@ -33,8 +33,9 @@ from gplan.plan import Plan
 VERSIONS = {"v1.9+v2.3": "Kubeflow training-operator v1.9 (kubeflow.org/v1 PyTorchJob) and Kubeflow Trainer v2.3 "
                          "(trainer.kubeflow.org/v1alpha1 TrainJob)"}
 
-DEVICE_RESOURCE = {"gpu": "nvidia.com/gpu"}
-"""Extended resource name of the NVIDIA device plugin (Ascend plans are refused: the torch worker runs no NPU)."""
+DEVICE_RESOURCE = {"gpu": "nvidia.com/gpu", "cpu": "cpu"}
+"""What a pod asks for, per hardware kind the torch worker runs (torch.launcher.RUNS_ON; check_hardware refuses
+the rest): the NVIDIA device plugin's extended resource, or CPUs."""
 
 PLAN_DIR = "/plan"
 TRAINER_RUNTIME = "torch-distributed"
@@ -169,7 +170,7 @@ def group_job_name(plan: Plan, group: int) -> str:
 
 def resources_of(group, per_node: int) -> dict:
     """The device plugin's resource a pod of `group` asks for, one per process."""
-    return {"limits": {DEVICE_RESOURCE.get(group.hardware.kind, "cpu"): per_node}}
+    return {"limits": {DEVICE_RESOURCE[group.hardware.kind]: per_node}}
 
 
 def job_name(plan: Plan) -> str:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import shlex
 
 from gplan.backends.exporters import Export, ExportContext, flag_lines, recompute_counts, stage_sizes, stamp
-from gplan.backends.launch import default_nodes, script_node_variables, script_torchrun_line
+from gplan.backends.recipes import default_nodes, script_node_variables, script_torchrun_line
 from gplan.errors import InputError
 from gplan.plan import Plan
 from gplan.spec.parallel import DEFAULT_RECOMPUTE_MODULES, StageLayout, chunk_sizes

@@ -42,7 +42,6 @@ def sections(plan: Plan, layouts: list[StageLayout] | None = None) -> dict:
     c, m = plan.parallel, plan.model
     layouts = layouts or layouts_of(plan)
     sizes = stage_sizes(layouts)
-    base = plan.model.num_layers // c.pp
     pipelined = c.pp > 1
     parallel_config = {
         "data_parallel": c.dp, "model_parallel": c.tp, "pipeline_stage": c.pp, "context_parallel": c.cp,

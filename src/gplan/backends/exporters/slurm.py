@@ -1,14 +1,14 @@
 """SLURM: the batch script `gplan launch --slurm` writes, as an export, pointing at the exported plan
 file by its absolute path (a batch script runs from SLURM's spool directory, not beside the plan).
 A plan whose stages need different hardware becomes a heterogeneous job: one component per node group,
-each node given a node rank of its own group (backends.launch.hetero_slurm_script)."""
+each node given a node rank of its own group (backends.slurm.hetero_slurm_script)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from gplan.backends.exporters import Export, ExportContext, stamp
-from gplan.backends.launch import LaunchOptions
+from gplan.backends.protocol import LaunchOptions
 from gplan.backends.torch.launcher import notes as launch_notes
 from gplan.backends.torch.launcher import check_hardware, slurm_script
 from gplan.errors import InputError

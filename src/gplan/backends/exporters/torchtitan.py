@@ -24,7 +24,7 @@ forward only for zero 3, and to replication (`data_parallel_replicate_degree`, D
 from __future__ import annotations
 
 from gplan.backends.exporters import Export, ExportContext, flag_lines, recompute_counts, stamp
-from gplan.backends.launch import default_nodes, script_node_variables, script_torchrun_line
+from gplan.backends.recipes import default_nodes, script_node_variables, script_torchrun_line
 from gplan.errors import InputError
 from gplan.plan import Plan
 from gplan.spec.parallel import StageLayout, chunk_sizes

@@ -16,9 +16,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from gplan.backends.common import worker_argv
-from gplan.backends.launch import (MSRUN_PORT, JobRecipe, LaunchOptions, LaunchSpec, NodeCommand, job_name, msrun_argv,
-                                   lacked_switch_notes, node_layout, refuse_unsupported, run_job,
-                                   slurm_script as slurm_script_of)
+from gplan.backends.capability import lacked_switch_notes, refuse_unsupported
+from gplan.backends.protocol import JobRecipe, LaunchOptions, LaunchSpec, NodeCommand
+from gplan.backends.recipes import MSRUN_PORT, job_name, msrun_argv, node_layout
+from gplan.backends.slurm import slurm_script as slurm_script_of
+from gplan.backends.supervisor import run_job
+from gplan.backends.mindspore.device import RUNS_ON
 from gplan.backends.mindspore.strategy import optimizer_parallel_note
 from gplan.errors import BackendError, InputError
 from gplan.plan import Plan
@@ -36,6 +39,10 @@ def check_supported(plan: Plan, device: str) -> None:
     """What MindSpore can run where (spec.targets' "mindspore"): refused before launch with the
     hardware it needs."""
     refuse_unsupported(plan, "mindspore")
+    foreign = [g.hardware for g in plan.cluster.node_groups if g.hardware.kind not in RUNS_ON]
+    if foreign and device != "cpu":
+        raise InputError(f"the mindspore backend runs on {', '.join(RUNS_ON.values())}; this plan was priced on "
+                         f"{foreign[0].name} ({foreign[0].kind})", hint="launch it with --device cpu to try it on CPUs")
     c = plan.parallel
     if _on_cpu(plan, device) and (c.tp > 1 or c.pp > 1):
         raise BackendError(f"MindSpore runs tp={c.tp} pp={c.pp} only on Ascend NPUs or GPUs; on CPU it runs data "

@@ -19,7 +19,10 @@ import numpy as np
 import mindspore as ms
 from mindspore import Tensor, nn, ops
 
-from gplan.backends.launch import MSRUN_PORT, JobRecipe, msrun_argv
+from gplan.backends.protocol import JobRecipe
+
+from gplan.backends.recipes import MSRUN_PORT, msrun_argv
+from gplan.backends.mindspore.device import has_ascend
 from gplan.backends.mindspore.strategy import strategies
 from gplan.backends.mindspore.worker import Block, Linear, RMSNorm, WeightInit
 from gplan.profiles.shapes import measure_all, pending
@@ -29,16 +32,9 @@ from gplan.spec.model import ModelSpec
 
 def set_device(device: str) -> str:
     """Ascend when present (unless --device cpu), else CPU; PyNative, so every call runs when made."""
-    target = "Ascend" if device != "cpu" and _has_ascend() else "CPU"
+    target = "Ascend" if device != "cpu" and has_ascend() else "CPU"
     ms.set_context(mode=ms.PYNATIVE_MODE, device_target=target)
     return target
-
-
-def _has_ascend() -> bool:
-    try:
-        return bool(ms.hal.is_available("Ascend"))
-    except (AttributeError, RuntimeError, ValueError):
-        return False
 
 
 def timed(fn: Callable[[], object], warmup: int, repeats: int) -> float:

@@ -24,6 +24,7 @@ import mindspore as ms
 from mindspore import Tensor, ops
 from mindspore.communication import get_group_size, get_rank, init
 
+from gplan.backends.mindspore.device import has_ascend
 from gplan.io import atomic_write_text
 from gplan.profiles.shapes import link_sizes
 from gplan.profiles.schema import LinkMeasurement
@@ -36,9 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--scope", choices=("intra", "inter"), default="intra")
     args = parser.parse_args(argv)
-    from gplan.backends.mindspore.measure import _has_ascend
 
-    target = "Ascend" if _has_ascend() else "CPU"
+    target = "Ascend" if has_ascend() else "CPU"
     ms.set_context(mode=ms.PYNATIVE_MODE, device_target=target)
     init()
     world, rank = get_group_size(), get_rank()

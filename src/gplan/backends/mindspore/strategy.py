@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from gplan.plan import Plan
 
 if TYPE_CHECKING:
-    from gplan.backends.base import ValidationReport
+    from gplan.backends.protocol import ValidationReport
 
 Strategy = tuple[tuple[int, ...], ...]
 
@@ -140,7 +140,7 @@ def check_layout(plan: Plan) -> list[dict]:
 
 def validation_report(plan: Plan) -> ValidationReport:
     """`check_layout` as the backends' common report: every operator's strategy over a stage's devices."""
-    from gplan.backends.base import Check, ValidationReport
+    from gplan.backends.protocol import Check, ValidationReport
 
     devices = plan.world_size // plan.parallel.pp
     checks = [Check(f"operator {row['operator']}: strategy {tuple(map(tuple, row['strategy']))}",

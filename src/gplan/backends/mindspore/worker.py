@@ -28,6 +28,7 @@ from mindspore.common.initializer import Normal, One, initializer
 from mindspore.communication import get_group_size, get_rank, init
 
 from gplan.backends.common import add_worker_options, device_mismatch, global_batch
+from gplan.backends.mindspore.device import RUNS_ON
 from gplan.backends.mindspore.strategy import ParallelLayout, layout
 from gplan.plan import Plan, read_plan
 from gplan.report import RankReport, build_report, stage_of_rank, write_report
@@ -82,9 +83,7 @@ def _log(run_dir: Path, rank: int):
 def set_context(plan: Plan, plan_layout: ParallelLayout, device: str, distributed: bool) -> None:
     """CPU: PyNative data parallel. Ascend/GPU: graph mode, semi-automatic parallelism with the
     plan's device number, pipeline stages and optimizer sharding."""
-    target = {"npu": "Ascend", "gpu": "GPU"}.get(plan.cluster.primary.hardware.kind, "CPU")
-    if device == "cpu":
-        target = "CPU"
+    target = "CPU" if device == "cpu" else RUNS_ON[plan.cluster.primary.hardware.kind]  # the launcher checked it
     semi_auto = target != "CPU" and distributed
     ms.set_context(mode=ms.GRAPH_MODE if semi_auto else ms.PYNATIVE_MODE, device_target=target)
     if not distributed:

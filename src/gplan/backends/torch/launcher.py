@@ -18,9 +18,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from gplan.backends.common import worker_argv as common_worker_argv
-from gplan.backends.launch import (TORCHRUN_PORT, JobRecipe, LaunchOptions, LaunchSpec, NodeCommand, job_name,
-                                   node_layout, refuse_unsupported, run_job, torchrun_argv)
-from gplan.backends.launch import hetero_slurm_script, lacked_switch_notes, slurm_script as slurm_script_of
+from gplan.backends.capability import lacked_switch_notes, refuse_unsupported
+from gplan.backends.protocol import JobRecipe, LaunchOptions, LaunchSpec, NodeCommand
+from gplan.backends.recipes import TORCHRUN_PORT, job_name, node_layout, torchrun_argv
+from gplan.backends.supervisor import run_job
+from gplan.backends.slurm import hetero_slurm_script, slurm_script as slurm_script_of
 from gplan.errors import BackendError, InputError
 from gplan.plan import Plan
 from gplan.spec.training import LOW_PRECISION_RECIPES
@@ -33,15 +35,22 @@ def check_supported(plan: Plan) -> None:
     refuse_unsupported(plan, "torch")
 
 
+RUNS_ON = {"gpu": "NVIDIA GPUs (NCCL)", "cpu": "CPUs (gloo)"}
+"""The hardware kinds (profiles.schema.HardwareSpec.kind) the torch worker runs, declared: any other kind
+is refused, so a kind gplan learns later never falls through to the host CPUs."""
+KIND_NAMES = {"npu": "Ascend"}
+
+
 def check_hardware(plan: Plan, device: str, what: str = "the torch backend",
                    hint: str = "gplan launch PLAN --backend mindspore (or --device cpu to try it on CPUs)") -> None:
-    """The torch worker runs NVIDIA GPUs (NCCL) and CPUs (gloo). On Ascend NPUs `--device auto` would find no
-    CUDA and train on the host CPUs, so a plan priced on them is refused unless `--device cpu` asks for that
-    (`what` runs the worker: the launch, or a SLURM or Kubernetes export)."""
-    npus = [g.hardware.name for g in plan.cluster.node_groups if g.hardware.kind == "npu"]
-    if npus and device != "cpu":
-        raise InputError(f"{what} runs gplan's torch worker on NVIDIA GPUs and CPUs; this plan was priced on "
-                         f"{npus[0]} (Ascend)", hint=hint)
+    """Refuse a plan priced on hardware the torch worker does not run (RUNS_ON): there `--device auto` would
+    find no CUDA and train on the host CPUs, so it runs only where `--device cpu` asks for that (`what` runs
+    the worker: the launch, or a SLURM or Kubernetes export)."""
+    foreign = [g.hardware for g in plan.cluster.node_groups if g.hardware.kind not in RUNS_ON]
+    if foreign and device != "cpu":
+        hw = foreign[0]
+        raise InputError(f"{what} runs gplan's torch worker on {' and '.join(RUNS_ON.values())}; this plan was "
+                         f"priced on {hw.name} ({KIND_NAMES.get(hw.kind, hw.kind)})", hint=hint)
 
 
 def worker_args(plan_path: Path, options: LaunchOptions) -> list[str]:

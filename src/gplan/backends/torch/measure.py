@@ -18,7 +18,9 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from gplan.backends.launch import JobRecipe, torchrun_argv
+from gplan.backends.protocol import JobRecipe
+
+from gplan.backends.recipes import torchrun_argv
 from gplan.backends.torch.model import Block, ModelArgs, make_norm, rope_tables
 from gplan.profiles.shapes import measure_all, pending
 from gplan.profiles.schema import LayerMeasurement

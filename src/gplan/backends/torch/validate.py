@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
-from gplan.backends.base import Check, ValidationReport
+from gplan.backends.protocol import Check, ValidationReport
 from gplan.backends.torch import apply_pp, checkpoint
 from gplan.backends.torch.parallelize import build_chunks, sixteen_bit
 from gplan.plan import Plan

@@ -31,7 +31,8 @@ from torch.profiler import record_function
 
 from gplan.backends.common import add_worker_options, device_mismatch, global_batch
 from gplan.backends.resume import checkpoint_layout
-from gplan.backends.torch import apply_pp, checkpoint, launcher, profiling
+from gplan.backends.capability import refuse_unsupported
+from gplan.backends.torch import apply_pp, checkpoint, profiling
 from gplan.backends.torch.apply_cp import load_balanced_positions
 from gplan.backends.torch.apply_dp import average_expert_gradients, average_gradients
 from gplan.backends.torch.model import init_weights
@@ -156,7 +157,7 @@ def build_mesh(plan: Plan, device: torch.device) -> DeviceMesh:
 
 
 def build_job(plan: Plan, device: torch.device, args: argparse.Namespace, log: RankLog) -> Job:
-    launcher.check_supported(plan)
+    refuse_unsupported(plan, "torch")
     mesh = build_mesh(plan, device)
     c = plan.parallel
     pp_rank = mesh["pp"].get_local_rank()

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gplan.errors import InputError
-from gplan.planner.logs import deepspeed, family
+from gplan.planner.logs import deepspeed
 from gplan.spec.model import ModelSpec
 
 ARGS_BEGIN = re.compile(r"-{8,} arguments -{8,}")
@@ -91,10 +91,6 @@ def arguments_block(text: str, path: Path) -> dict[str, object]:
             raise InputError(f"{path}: a DeepSpeed log without Megatron-DeepSpeed's arguments block: the model it "
                              "trained is not in it", hint="pass a Megatron-DeepSpeed log (its arguments block names "
                              "the model) or a gplan launch run report")
-        other = family(text)
-        if other:
-            raise InputError(f"{path}: a {other} log, not Megatron-LM's (no arguments block)",
-                             hint="gplan calibrate reads Megatron-LM logs and gplan launch run reports today")
         raise InputError(f"{path}: no Megatron-LM arguments block (`---- arguments ----`)",
                          hint="pass the log of the rank that prints the arguments (rank 0), from its start")
     if end is None:

@@ -1,72 +1,17 @@
-"""What every execution backend provides; `gplan launch --backend NAME` picks one.
-
-    render(plan, plan_path, options) -> LaunchSpec         argv and environment of every node; pure
-    slurm_script(plan, plan_path, options) -> str           one batch script for the whole job
-    validate(plan) -> ValidationReport                       the built layout against the plan, no accelerator
-    run(spec, options, echo) -> None                         this node's processes; BackendError when one fails
-
-A launcher module implements `render`, `slurm_script` and `run` without importing its framework;
-`validate` imports it on use. Backends read only the plan (and spec, profiles, io): nothing here
-imports the cost model or the planner.
-"""
+"""The backends gplan launches with, by name (`gplan launch --backend NAME`), each a launcher module and a
+validator found on use — so naming one imports no framework."""
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable
 
-from gplan.backends.launch import LaunchOptions, LaunchSpec
+from gplan.backends.protocol import Backend, LaunchOptions, LaunchSpec, ValidationReport
 from gplan.errors import BackendError
 from gplan.plan import Plan
-
-
-@dataclass(frozen=True)
-class Check:
-    """One thing a backend built, against what the plan says."""
-
-    subject: str
-    """What was checked, e.g. `stage 1 (rank 4): parameters after tp` or `operator attention_q`."""
-    built: str
-    planned: str
-    error: float | None = None
-    """Relative difference built/planned − 1 where both are numbers."""
-    ok: bool = True
-
-
-@dataclass(frozen=True)
-class ValidationReport:
-    """What `gplan launch --validate` reports, the same shape for every backend."""
-
-    backend: str
-    title: str
-    checks: list[Check] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return all(c.ok for c in self.checks)
-
-    def raise_if_failed(self) -> None:
-        bad = [c for c in self.checks if not c.ok]
-        if bad:
-            worst = max(bad, key=lambda c: abs(c.error or 0.0))
-            raise BackendError(f"{worst.subject}: built {worst.built}, the plan has {worst.planned}"
-                               + (f" ({worst.error:+.1%})" if worst.error is not None else ""),
-                               hint=f"the {self.backend} backend and the cost model disagree; report it")
-
-
-class Backend(Protocol):
-    name: str
-
-    def render(self, plan: Plan, plan_path: Path, options: LaunchOptions) -> LaunchSpec: ...
-
-    def slurm_script(self, plan: Plan, plan_path: Path, options: LaunchOptions) -> str: ...
-
-    def validate(self, plan: Plan) -> ValidationReport: ...
-
-    def run(self, spec: LaunchSpec, options: LaunchOptions, echo: Callable[[str], None]) -> None: ...
 
 
 @dataclass(frozen=True)
