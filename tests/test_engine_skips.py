@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 from helpers import ENGINE_SKIP, requires_engine
 
@@ -42,8 +44,10 @@ def _run(tmp_path, require: str) -> subprocess.CompletedProcess:
             outcome = yield
             engine_skip_as_failure(outcome.get_result(), {require})
     """))
+    tests = str(Path(__file__).parent)  # where helpers.py is, as pytest's rootdir conftest puts it on the path
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [tests, os.environ.get("PYTHONPATH")]))}
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test)],
-                          capture_output=True, text=True, cwd=tmp_path)
+                          capture_output=True, text=True, cwd=tmp_path, env=env)
 
 
 def test_required_engines_turn_the_skip_into_a_failure(tmp_path):

@@ -64,4 +64,4 @@ def test_the_default_target_is_decided_in_one_place():
             if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "default_target":
                 asked.append(name)
     assert defined == ["spec/targets.py"]
-    assert set(asked) == {"planner/inputs.py", "backends/base.py"}, asked
+    assert set(asked) == {"planner/inputs.py", "backends/registry.py"}, asked

@@ -168,6 +168,8 @@ TITAN_MOE = {
     "qwen3-235b-a22b dp8 tp4 pp2 ep32 (ep over fsdp × tp)": ("qwen3-235b-a22b",
                                                            ParallelConfig(dp=8, tp=4, pp=2, ep=32, sp=True, zero=1)),
     "deepseek-v3 dp16 pp4 ep16": ("deepseek-v3", ParallelConfig(dp=16, pp=4, ep=16, zero=1)),
+    # no pipeline: torchtitan's CUDA graphs (on by default) refuse ep's host-synced exchange unless disabled
+    "qwen3-30b-a3b dp8 ep8 zero3 (FSDP + EP, no pp)": ("qwen3-30b-a3b", ParallelConfig(dp=8, ep=8, zero=3)),
 }
 
 
@@ -359,3 +361,38 @@ def test_megatron_core_accepts_the_mtp_layout():
     layout.validate_layer_layout(num_layers=9, mtp_num_layers=1)
     with pytest.raises(AssertionError, match="mtp"):
         PipelineParallelLayerLayout(interleaved_layout([4, 5], 2, mtp=0), 2).validate_layer_layout(9, 1)
+
+
+@requires_engine("torchtitan", "dev")
+def test_torchtitan_builds_a_deepep_plans_token_dispatcher(tmp_path):
+    """A plan priced with the flex dispatcher exports moe_comm_backend "deepep": torchtitan's own config
+    builder gives each MoE layer its DeepEP token dispatcher (built on the meta device; the kernels run
+    only on GPUs with DeepEP installed)."""
+    from test_exporters import titan_parse
+    from torchtitan.models.common.token_dispatcher import DeepEPTokenDispatcher
+
+    from gplan.profiles.catalogue import load_model
+
+    config = ParallelConfig(dp=8, ep=8, zero=1)
+    training = TrainingSpec(gbs=256, seq_length=4096, engine="torchtitan", moe_dispatcher="flex")
+    plan = make_plan(load_model("qwen3-30b-a3b"), training, load_cluster("dgx-h100", 8), config, None,
+                     target="torchtitan")
+    parsed = titan_parse(tmp_path, plan)
+    found = [c for c in _walk(parsed.model_spec.model) if isinstance(c, DeepEPTokenDispatcher.Config)]
+    assert len(found) == plan.model.num_layers - plan.model.first_dense_layers
+
+
+def _walk(config, seen=None):
+    """Every config object reachable from a torchtitan model config."""
+    import dataclasses
+
+    seen = set() if seen is None else seen
+    if id(config) in seen:
+        return
+    seen.add(id(config))
+    yield config
+    children = ([getattr(config, f.name) for f in dataclasses.fields(config)] if dataclasses.is_dataclass(config)
+                else list(config) if isinstance(config, (list, tuple)) else [])
+    for child in children:
+        if dataclasses.is_dataclass(child) or isinstance(child, (list, tuple)):
+            yield from _walk(child, seen)

@@ -93,7 +93,7 @@ def test_a_torchtitan_key_at_its_default_is_never_refused(key):
 
 def test_torchtitan_keys_away_from_their_default_are_refused_when_unpriced():
     assert titan_class("parallelism.enable_async_tensor_parallel", True)[0] == "refused"
-    assert titan_class("parallelism.expert_parallel_comm_backend", "deepep")[0] == "refused"
+    assert titan_class("parallelism.pipeline_parallel_schedule_csv", "my.csv")[0] == "refused"
     assert titan_class("parallelism.disable_loss_parallel", True)[0] == "no effect"
 
 
@@ -449,3 +449,45 @@ def test_compare_of_launches_of_different_models_names_each_model(gplan):
                                                          "megatron_fsdp_llama3_8b.sh (llama3-8b)"]
     same = gplan("compare", "--from", str(llama), "--from", str(llama), "--json")
     assert [e["name"] for e in same.json()] == ["megatron_fsdp_llama3_8b.sh"] * 2
+
+
+@pytest.mark.parametrize("backend, dispatcher", [("standard", "alltoall"), ("deepep", "flex"), ("hybridep", "flex")])
+def test_torchtitans_token_exchange_is_read_and_priced(gplan, tmp_path, backend, dispatcher):
+    """torchtitan's expert_parallel_comm_backend: its all-to-all, or DeepEP's / HybridEP's kernels priced as the
+    flex dispatcher (their buffers beside the communicators: more memory than the all-to-all's)."""
+    base = (CORPUS / "torchtitan" / "deepseek_v3_16b.toml").read_text().replace("expert_parallel_degree = 1",
+                                                                                 "expert_parallel_degree = 8")
+    assert "expert_parallel_comm_backend" not in base
+    toml, plain_toml = tmp_path / "ds.toml", tmp_path / "plain.toml"
+    toml.write_text(base.replace("[parallelism]", f'[parallelism]\nexpert_parallel_comm_backend = "{backend}"', 1))
+    plain_toml.write_text(base)
+    read = gplan("estimate", "--from", str(toml), "--cluster", "dgx-h100", "--devices", "8", "--json").json()
+    plain = gplan("estimate", "--from", str(plain_toml), "--cluster", "dgx-h100", "--devices", "8", "--json").json()
+    assert read["parallel"]["ep"] == 8
+    assert read["engine_options"]["moe_dispatcher"] == dispatcher
+    more = read["memory_bytes_per_device_max"] - plain["memory_bytes_per_device_max"]
+    assert (more > 0) if dispatcher == "flex" else more == 0
+
+
+@pytest.mark.parametrize("backend, says", [("minimal_async_ep", "is not priced"), ("nccl", "torchtitan's are standard")])
+def test_a_token_exchange_gplan_does_not_price_is_refused_naming_it(gplan, tmp_path, backend, says):
+    toml = tmp_path / "ds.toml"
+    toml.write_text((CORPUS / "torchtitan" / "deepseek_v3_16b.toml").read_text().replace(
+        "[parallelism]", f'[parallelism]\nexpert_parallel_comm_backend = "{backend}"', 1))
+    r = gplan("estimate", "--from", str(toml), "--cluster", "dgx-h100", "--devices", "8")
+    assert r.code == 3 and says in r.stderr and backend in r.stderr
+
+
+def test_a_deepep_plan_exported_to_torchtitan_reads_back_with_deepep(gplan, tmp_path):
+    """search --target torchtitan --moe-dispatcher flex → export (moe_comm_backend "deepep" in its config
+    module) → --from gives the plan, dispatcher and step."""
+    plan_path, out = tmp_path / "p.json", tmp_path / "tt"
+    r = gplan("search", "deepseek-v3-16b", "--cluster", "dgx-h100", "--devices", "8", "--target", "torchtitan",
+              "--moe-dispatcher", "flex", "--gbs", "64", "--seq-length", "4096", "--out", str(plan_path))
+    assert r.code == 0, r.stderr
+    assert gplan("export", str(plan_path), "--to", "torchtitan", "--out-dir", str(out)).code == 0
+    assert "MOE_COMM_BACKEND = 'deepep'" in (out / "gplan_torchtitan.py").read_text()
+    back = gplan("estimate", "--from", str(out / "torchtitan_train.sh"), "--cluster", "dgx-h100", "--json").json()
+    plan = json.loads(plan_path.read_text())
+    assert back["engine_options"]["moe_dispatcher"] == "flex"
+    assert back["step_time_s"] == pytest.approx(plan["prediction"]["step_time_s"], rel=1e-6)

@@ -461,7 +461,6 @@ TITAN_NOT_PRICED = {
     "parallelism.enable_async_tensor_parallel": "async tensor parallel (tp collectives fused into matmuls)",
     "parallelism.pipeline_parallel_schedule_csv": "a schedule from a CSV file",
     "activation_checkpoint.memory_budget": "torch.compile's memory-budget recompute",
-    "parallelism.expert_parallel_comm_backend": "torchtitan's DeepEP token exchange",
     "training.enable_cpu_offload": "FSDP's parameters and optimizer on the host",
     "training.dtype": "parameters kept in another dtype than fp32",
     "training.mixed_precision_reduce": "gradients reduced in another dtype than fp32",

@@ -660,7 +660,7 @@ TITAN_KEYS = {
     "training.global_batch_size", "training.seq_len", "training.mixed_precision_param", "activation_checkpoint.mode",
     "model.converters", "float8.recipe_name", "quantize.linear.float8.recipe_name", "model.name", "model.flavor",
     "training.disable_cuda_graphs", "activation_checkpoint.selective_ac_option",
-    "parallelism.expert_tensor_parallel_degree", "model.hf_assets_path",
+    "parallelism.expert_tensor_parallel_degree", "model.hf_assets_path", "parallelism.expert_parallel_comm_backend",
 }
 
 
@@ -697,10 +697,29 @@ def read_torchtitan_launch(path: Path, model: ModelSpec | None) -> Launch:
         sizes = [0] * pp
         for j, part in enumerate(parts):
             sizes[j % pp] += sum(1 for name in part if name.startswith("layers."))
+    comm = values.get("parallelism.expert_parallel_comm_backend",
+                      _module_constant(module, "MOE_COMM_BACKEND") if module.is_file() else None)
+    options = {"moe_dispatcher": titan_dispatcher(path, comm)} if model.is_moe else {}
     return Launch(source=str(path), engine="torchtitan", given=given, gbs=gbs or 0,
                   seq_length=_int(values.get("training.seq_len")), precision=_titan_precision(values),
                   stage_sizes=sizes, recompute_layers=None, world_size=world_size(args, variables),
-                  unread=unread + notes, local_batch=local, no_effect=no_effect, model=model)
+                  unread=unread + notes, local_batch=local, no_effect=no_effect, model=model, engine_options=options)
+
+
+TITAN_COMM_BACKENDS = {"standard": "alltoall", "deepep": "flex", "hybridep": "flex"}
+"""torchtitan's token exchange (≤ 0.2 `parallelism.expert_parallel_comm_backend`, 0.3.0 `moe_comm_backend` of
+make_token_dispatcher_config) -> TrainingSpec.moe_dispatcher: its all-to-all, or DeepEP's / HybridEP's kernels,
+priced as Megatron's flex dispatcher (the same de-duplicated exchange and buffers)."""
+
+
+def titan_dispatcher(path: Path, comm: str | None) -> str:
+    if comm is None or comm in TITAN_COMM_BACKENDS:
+        return TITAN_COMM_BACKENDS[comm or "standard"]
+    if comm == "minimal_async_ep":
+        raise InputError(f"--from {path}: moe_comm_backend minimal_async_ep (torchtitan's MinimalAsyncEP exchange) "
+                         "is not priced by gplan", hint="use standard, deepep or hybridep")
+    raise InputError(f"--from {path}: moe_comm_backend {comm!r}: torchtitan's are standard, deepep, hybridep and "
+                     "minimal_async_ep", hint="fix the launch's expert_parallel_comm_backend")
 
 
 def titan_values(path: Path) -> tuple[dict[str, Any], dict, dict]:

@@ -39,6 +39,10 @@ VERSIONS = {
 SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved_1f1b": "Interleaved1F1B"}
 """gplan schedule -> torch.distributed.pipelining's schedule name (what torchtitan takes)."""
 
+COMM_BACKENDS = {"alltoall": "standard", "flex": "deepep"}
+"""TrainingSpec.moe_dispatcher -> torchtitan's `moe_comm_backend` (0.3.0 models/common/config_utils.py
+make_token_dispatcher_config: "standard" is its all-to-all, "deepep" DeepEP's kernels)."""
+
 CONFIG_MODULE = "gplan_torchtitan"
 CONFIG_FUNCTION_NAME = "gplan_plan"
 
@@ -112,8 +116,12 @@ def overrides(plan: Plan, main: bool = False) -> tuple[list[str], list[str]]:
     if t.precision == "fp16":
         raise InputError("torchtitan trains in bf16 or fp32, not fp16", hint="plan with --precision bf16")
     if c.pp > 1:
-        # torchtitan captures CUDA graphs by default and refuses them with pipeline stages.
-        args += ["--parallelism.pipeline_parallel_schedule", SCHEDULES[c.schedule], "--training.disable_cuda_graphs"]
+        args += ["--parallelism.pipeline_parallel_schedule", SCHEDULES[c.schedule]]
+    if c.pp > 1 or (plan.model.is_moe and c.ep > 1):
+        # torchtitan 0.3 captures CUDA graphs by default and refuses them (Trainer.Config._validate_cuda_graphs)
+        # with pipeline stages, and with expert parallel unless its token exchange never syncs with the host
+        # (neither its all-to-all nor DeepEP does); gplan prices no graphs for it
+        args += ["--training.disable_cuda_graphs"]
     if c.zero in (1, 2) and c.dp > 1:
         notes.append(f"zero {c.zero} runs as FSDP without resharding after the forward (weights stay gathered "
                      "for the backward; optimizer state and gradients sharded)")
@@ -166,7 +174,7 @@ from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
 SHAPE = {shape}
 MODULE_FQNS_PER_MODEL_PART = {fqns}
 ACTIVATION_CHECKPOINT = {ac!r}
-
+{comm}
 '''
 """What every family's config module starts with: the stamp, what it builds, its constants."""
 
@@ -253,7 +261,7 @@ def model_config() -> Qwen3Model.Config:
         layers=_build_qwen3_moe_layers(n_layers=s["n_layers"], dim=dim, n_heads=s["n_heads"], n_kv_heads=s["n_kv_heads"],
                                        head_dim=head_dim, moe_hidden_dim=s["moe_hidden_dim"],
                                        num_experts=s["num_experts"], top_k=s["top_k"], attn_backend="flex",
-                                       moe_comm_backend="standard", rope=rope),
+                                       moe_comm_backend=MOE_COMM_BACKEND, rope=rope),
     )
 
 '''
@@ -275,7 +283,7 @@ def model_config() -> DeepSeekV3Model.Config:
         qk_rope_head_dim=s["qk_rope_head_dim"], v_head_dim=s["v_head_dim"], mscale=1.0,
         dense_hidden_dim=s["dense_hidden_dim"], moe_hidden_dim=s["moe_hidden_dim"], num_experts=s["num_experts"],
         num_shared_experts=s["num_shared_experts"], router_top_k=s["top_k"], router_score_func=s["router"],
-        router_route_norm=s["router"] == "sigmoid", attn_backend="flex", moe_comm_backend="standard",
+        router_route_norm=s["router"] == "sigmoid", attn_backend="flex", moe_comm_backend=MOE_COMM_BACKEND,
         non_blocking_capacity_factor=None, rope=rope)
     return DeepSeekV3Model.Config(
         dim=dim, vocab_size=vocab, enable_weight_tying=s["tie_embeddings"],
@@ -352,7 +360,8 @@ def config_module(plan: Plan, context: ExportContext, ac: str) -> str:
     if family != "llama3":
         imports = PINNED_GUARD.format(family=family, pinned=PINNED, module=CONFIG_MODULE) + imports
     head = MODULE_HEAD.format(stamp=stamp(plan, context.version), module=CONFIG_MODULE, function=CONFIG_FUNCTION_NAME,
-                              built=built, imports=imports, shape=repr(shape), fqns=repr(fqns), ac=ac)
+                              built=built, imports=imports, shape=repr(shape), fqns=repr(fqns), ac=ac,
+                              comm=f"MOE_COMM_BACKEND = {COMM_BACKENDS[plan.training.moe_dispatcher]!r}\n" if plan.model.is_moe else "")
     return (head + model.rstrip("\n") + converters_text(plan)
             + CONFIG_FUNCTION.format(function=CONFIG_FUNCTION_NAME, trainer=trainer, flavor=repr(flavor)))
 

@@ -18,6 +18,10 @@ ENGINE = EngineProfile(
                               # parallelize_*: apply_fsdp with the edp mesh for the routed experts)
                               expert_zero=ALL_ZERO,
                               expert_families=frozenset({"qwen3_moe", "deepseek_v3"}),
+                              # its token exchange: all-to-all ("standard") or DeepEP / HybridEP kernels
+                              # (0.3.0 make_token_dispatcher_config; ≤ 0.2 parallelism.expert_parallel_comm_backend),
+                              # priced as Megatron's flex dispatcher
+                              moe_dispatcher=frozenset({"alltoall", "flex"}),
                               # 0.3.0's converters: Float8LinearConverter (recipes rowwise and
                               # rowwise_with_gw_hp only: an fp8 plan runs rowwise there, and is priced
                               # so) and MXFP8LinearConverter (components/quantization/float8.py, mx.py)
