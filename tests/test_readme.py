@@ -55,7 +55,8 @@ RUNNABLE = [line for line in commands() if re.match(r"gplan (search|estimate|com
 
 
 @pytest.mark.parametrize("line", RUNNABLE)
-def test_readme_commands_on_bundled_models_run(gplan, tmp_path, line):
+def test_readme_commands_on_bundled_models_run(gplan, tmp_path, monkeypatch, line):
+    monkeypatch.chdir(tmp_path)  # what a command writes (cpu-plan.json, report.html) stays out of the checkout
     words = shlex.split(line)[1:]
     if words[0] == "search" and "--out" not in words:
         words += ["--out", str(tmp_path / "plan.json")]
