@@ -124,7 +124,9 @@ def test_a_megatron_script_without_the_flag_runs_megatrons_default_allgather(gpl
 
 
 @pytest.mark.parametrize("argv, says, hint", [
-    ([*MOE, "--target", "torchtitan", "--moe-dispatcher", "flex"], "capability moe_dispatcher", "--target megatron"),
+    ([*MOE, "--target", "mindformers", "--moe-dispatcher", "flex"], "capability moe_dispatcher",
+     "--target megatron or torchtitan"),
+    ([*MOE, "--target", "torchtitan", "--moe-dispatcher", "allgather"], "capability moe_dispatcher", "--target megatron"),
     (["llama3-8b", "--cluster", "dgx-h100", "--devices", "8", "--target", "megatron", "--moe-dispatcher", "flex"],
      "has no experts", "leave --moe-dispatcher out"),
     ([*MOE, "--target", "megatron", "--moe-dispatcher", "allgather", "--moe-a2a-overlap"], "not the all-gather's",
