@@ -32,7 +32,7 @@ from gplan.cost_models.step import StepModel
 from gplan.errors import GplanError
 from gplan.profiles.catalogue import load_cluster
 from gplan.profiles.schema import ClusterSpec, Efficiency
-from gplan.spec.engines import ENGINES
+from gplan.engines import ENGINES
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import (DEFAULT_RECOMPUTE_MODULES, PER_OP_MODULES, ParallelConfig, check_config, layout_from_sizes,
                                  uniform_layout)

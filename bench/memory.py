@@ -32,7 +32,7 @@ from accuracy import BENCH_RUNS, FOUNDRY_H100_RUNS  # noqa: E402
 from accuracy import DEFAULT_CSV as PUBLISHED_CSV  # noqa: E402
 from accuracy import case_layouts, engines_as, load_bloom_cases, load_cases  # noqa: E402
 
-from gplan.spec.engines import ENGINES  # noqa: E402
+from gplan.engines import ENGINES  # noqa: E402
 from gplan.cost_models.step import StepModel  # noqa: E402
 from gplan.spec.parallel import StageLayout  # noqa: E402
 

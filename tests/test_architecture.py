@@ -1,6 +1,6 @@
 """The import contract (docs/design.md, "Layers"): data flows one way,
 
-    errors, io, numeric, launch_text  <  spec  <  profiles  <  plan, report  <  cost_models  <  planner
+    errors, io, numeric, launch_text  <  spec, engines  <  profiles  <  plan, report  <  cost_models  <  planner
                          <  calibration  <  backends  <  cli (cli.py, cli_run.py, render.py, svg.py, html_report.py, recovery.py)
 
 A module imports only its own layer and the layers below it — top-level, lazy and relative imports, and
@@ -8,7 +8,9 @@ modules named by a string (importlib, `module:function`) alike; below the backen
 and the declared planning dependencies; and no module imports itself round a circle. Two
 narrower rules: backends read only the plan, the run report, spec, profiles, io and launch_text (never the cost
 model, the planner or the calibration), and the torch and MindSpore backends never import each other.
-Nothing below backends imports a framework (torch, mindspore) or an engine."""
+Nothing below backends imports a framework (torch, mindspore) or an engine. An engine folder's parts sit
+in the layers of what they do (ENGINE_PART_UNITS), and a module asks for an engine part (`engine_parts("launch")`)
+only from that part's layer or above."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ import gplan
 PACKAGE = Path(gplan.__file__).parent
 LAYERS = [
     {"gplan", "gplan.errors", "gplan.io", "gplan.numeric", "gplan.launch_text"},
-    {"gplan.spec"},
+    {"gplan.spec", "gplan.engines"},
     {"gplan.profiles"},
     {"gplan.plan", "gplan.report"},
     {"gplan.cost_models"},
@@ -35,8 +37,14 @@ LAYERS = [
     {"gplan.backends"},
     {"gplan.cli", "gplan.cli_base", "gplan.cli_run", "gplan.render", "gplan.svg", "gplan.html_report", "gplan.recovery"},
 ]
-BACKENDS_MAY_READ = {"gplan", "gplan.errors", "gplan.io", "gplan.launch_text", "gplan.spec", "gplan.profiles", "gplan.plan",
-                     "gplan.report", "gplan.backends"}
+BACKENDS_MAY_READ = {"gplan", "gplan.errors", "gplan.io", "gplan.launch_text", "gplan.spec", "gplan.engines",
+                     "gplan.profiles", "gplan.plan", "gplan.report", "gplan.backends"}
+ENGINE_PART_UNITS = {"flags": "gplan.planner", "arguments": "gplan.planner", "model_zoo": "gplan.planner",
+                     "logs": "gplan.planner", "launch": "gplan.planner", "export": "gplan.backends",
+                     "write_back": "gplan.backends"}
+"""An engine folder (gplan.engines.<folder>) spans the layers: its profile (the package itself) with spec,
+each part in the layer of what it does — reading launches and logs with the planner, writing files with the
+backends (and bound by what backends may read)."""
 FRAMEWORKS = {"torch", "mindspore", "megatron", "torchtitan", "deepspeed", "mindformers", "triton"}
 PLANNING_DEPENDENCIES = {"numpy", "networkx", "pulp", "highspy", "pydantic", "yaml", "typer", "rich", "click"}
 """What a module below the backends may import besides the standard library and gplan: the declared
@@ -44,7 +52,13 @@ dependencies of planning (pyproject.toml), so a framework or engine missing from
 
 
 def unit_of(module: str) -> str:
-    """The contract unit of a module: the longest layer entry that is it or contains it."""
+    """The contract unit of a module: an engine part's by its name (ENGINE_PART_UNITS), else the longest
+    layer entry that is it or contains it."""
+    parts = module.split(".")
+    if parts[:2] == ["gplan", "engines"] and len(parts) > 3:
+        if parts[3] not in ENGINE_PART_UNITS:
+            raise AssertionError(f"{module}: an engine part of no known kind: add it to ENGINE_PART_UNITS")
+        return ENGINE_PART_UNITS[parts[3]]
     entries = sorted((e for layer in LAYERS for e in layer), key=len, reverse=True)
     for entry in entries:
         if module == entry or module.startswith(entry + "."):
@@ -138,7 +152,7 @@ def test_every_module_keeps_the_import_contract():
     ("gplan.spec.loaders", "gplan.profiles.catalogue"),
     ("gplan.plan", "gplan.cost_models.step"),
     ("gplan.backends.mindspore.launcher", "gplan.backends.torch.launcher"),
-    ("gplan.backends.exporters.mindformers", "gplan.planner.build"),
+    ("gplan.engines.mindformers.export", "gplan.planner.build"),
     ("gplan.planner.search", "torch"),
     ("gplan.cost_models.step", "gplan.planner.table"),
     ("gplan.calibration.runs", "gplan.backends.torch.launcher"),
@@ -204,6 +218,35 @@ def test_no_import_circle_anywhere():
 
 def test_the_circle_check_sees_a_planted_circle():
     assert circles(import_graph({"gplan.backends.protocol": {"gplan.backends.launch"}}))
+
+
+def part_requests(path: Path) -> set[str]:
+    """The engine parts a module imports through gplan.engines by kind (`engine_parts("launch")`,
+    `engine_part(e, "export")`); `has_part` only looks for the file, importing nothing."""
+    kinds = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in (
+                "engine_parts", "engine_part"):
+            kinds |= {a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)}
+    return kinds
+
+
+def part_violations(path: Path, module: str) -> list[str]:
+    return [f"{module} (layer {unit_of(module)}) imports engine parts {kind!r} (layer {ENGINE_PART_UNITS[kind]})"
+            for kind in sorted(part_requests(path) & ENGINE_PART_UNITS.keys())
+            if layer_of(ENGINE_PART_UNITS[kind]) > layer_of(module)]
+
+
+def test_engine_parts_are_asked_for_from_their_own_layer_or_above():
+    found = [v for path in all_modules() for v in part_violations(path, module_name(path))]
+    assert not found, "\n".join(found)
+
+
+def test_the_checker_sees_an_engine_part_asked_for_from_below(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("from gplan.engines import engine_parts\n\ndef f():\n    return engine_parts('launch')\n")
+    assert part_violations(probe, "gplan.cost_models.probe")
+    assert not part_violations(probe, "gplan.planner.probe")
 
 
 def test_every_module_is_in_a_layer():

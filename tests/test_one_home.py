@@ -1,6 +1,6 @@
 """Each rule and each engine fact has one home (issue: policy written more than once drifts):
 
-  - the engines: spec/engines, one file each — no other module lists three or more engines by name;
+  - the engines: engines, one file each — no other module lists three or more engines by name;
   - the configuration rules: spec/parallel's RULES — no other module words one of their refusals;
   - the default target: spec/targets' `default_target`, asked by the one target resolution
     (planner/inputs) and by `gplan launch` choosing a backend — nowhere else."""
@@ -11,7 +11,7 @@ import ast
 from pathlib import Path
 
 import gplan
-from gplan.spec.engines import ENGINE_NAMES
+from gplan.engines import ENGINE_NAMES
 
 PACKAGE = Path(gplan.__file__).parent
 
@@ -28,14 +28,14 @@ def strings(node: ast.AST) -> set[str]:
 def test_no_module_outside_spec_engines_lists_the_engines():
     found = []
     for name, tree in sources():
-        if name.startswith("spec/engines/"):
+        if name.startswith("engines/"):
             continue
         for node in ast.walk(tree):
             if isinstance(node, (ast.Tuple, ast.List, ast.Set, ast.Dict)):
                 named = strings(node) & set(ENGINE_NAMES)
                 if len(named) >= 3:
                     found.append(f"{name}:{node.lineno} {sorted(named)}")
-    assert not found, "engines listed outside spec/engines (read ENGINES instead): " + "; ".join(found)
+    assert not found, "engines listed outside engines (read ENGINES instead): " + "; ".join(found)
 
 
 #: A phrase of each configuration rule's refusal, which only its rule may word.

@@ -26,7 +26,7 @@ from rich.markup import escape
 
 from gplan import __version__
 from gplan.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, GplanError, UsageError
-from gplan.spec.engines import ENGINE_NAMES, ENGINES
+from gplan.engines import ENGINE_NAMES, ENGINES, has_part
 from gplan.spec.parallel import RECOMPUTE_MODULES, RECOMPUTE_OPTIONS, SCHEDULES
 from gplan.spec.targets import LAUNCH_BACKENDS
 from gplan.spec.training import Precision
@@ -284,7 +284,7 @@ SeedOpt = typer.Option(0, "--seed", help="seed of the weights and the synthetic 
 def export_choices() -> str:
     from gplan.backends.exporters import DEPLOYMENTS
 
-    return choices([n for n, e in ENGINES.items() if e.exporter] + list(DEPLOYMENTS))
+    return choices([n for n in ENGINES if has_part(n, "export")] + list(DEPLOYMENTS))
 
 
 ToOpt = typer.Option(..., "--to", help=f"{export_choices()}")

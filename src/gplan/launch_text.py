@@ -125,20 +125,6 @@ def rewrite_toml(text: str, values: dict[str, object]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def titan_flags(values: dict[str, object]) -> dict[str, str | None]:
-    """torchtitan job-config values as the overrides of a launch script (`--section.key value`; a boolean as
-    its switch or its `no-` form, the other removed)."""
-    flags: dict[str, str | None] = {}
-    for dotted, item in values.items():
-        section, key = dotted.rsplit(".", 1)
-        if isinstance(item, bool):
-            flags[f"--{section}.{key}"] = "" if item else None
-            flags[f"--{section}.no-{key}"] = None if item else ""
-        else:
-            flags[f"--{dotted}"] = str(item)
-    return flags
-
-
 def rewrite_yaml(text: str, values: dict[str, object]) -> str:
     """A YAML config with only `values` (`a.b.c` -> value, mappings only) changed, line by line so that
     comments, anchors, key order and every other key stay as they were: each key's value replaced on its

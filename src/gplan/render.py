@@ -660,7 +660,7 @@ def overlap_lines(plan) -> list[str]:
 def attention_lines(plan) -> list[str]:
     """Where the plan's engine runs FlashAttention-2's class on a device that has a faster fused kernel, the
     ratio its attention is priced at (DeviceSpec.fa2_attention_ratio), said once per device kind."""
-    from gplan.spec.engines import ENGINES
+    from gplan.engines import ENGINES
 
     engine = ENGINES.get(plan.training.engine or "")
     if not (plan.training.flash_attention and engine and engine.attention_kernel == "fa2"):

@@ -19,8 +19,8 @@ import yaml
 
 import megatron_rules
 from gplan.backends.exporters import Export, engine_split, render_export
-from gplan.backends.exporters.megatron import megatron_args, vocab_divisor
-from gplan.backends.exporters.torchtitan import overrides
+from gplan.engines.megatron.export import megatron_args, vocab_divisor
+from gplan.engines.torchtitan.export import overrides
 from gplan.errors import InputError
 from gplan.plan import Plan, layouts_of, write_plan
 from gplan.cost_models.step import StepModel

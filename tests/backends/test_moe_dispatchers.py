@@ -144,7 +144,7 @@ def test_bad_dispatchers_exit_3_with_a_hint(gplan, argv, says, hint):
                                          ("allgather", "allgather")])
 def test_a_launch_or_logs_dispatcher_reads_as_megatron_defaults_it(named, read):
     """A log prints `moe_token_dispatcher_type` always; a script may leave it to Megatron's default."""
-    from gplan.planner.launch_files import dispatcher_of
+    from gplan.engines.megatron.launch import dispatcher_of
 
     assert dispatcher_of(named, QWEN) == read
     assert dispatcher_of(named, load_model("llama3-8b")) == "alltoall"  # no experts: moot, gplan's default
@@ -152,7 +152,7 @@ def test_a_launch_or_logs_dispatcher_reads_as_megatron_defaults_it(named, read):
 
 def test_an_unknown_dispatcher_in_a_launch_is_refused_with_a_hint():
     from gplan.errors import InputError
-    from gplan.planner.launch_files import dispatcher_of
+    from gplan.engines.megatron.launch import dispatcher_of
 
     with pytest.raises(InputError, match="alltoall, allgather and flex"):
         dispatcher_of("deepep", QWEN)

@@ -92,7 +92,7 @@ def test_an_export_to_an_engine_without_the_options_runs_and_reprices_without_th
     ("transformer_engine", "moe_router moe_preprocess", "moe_router"),
 ])
 def test_megatrons_cuda_graph_flags_read_as_the_capture_gplan_prices(impl, scope, graphs):
-    from gplan.planner.launch_files import cuda_graphs_of
+    from gplan.engines.megatron.launch import cuda_graphs_of
 
     assert cuda_graphs_of(impl, scope) == graphs
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from gplan.backends.exporters.megatron import interleaved_layout, megatron_args
+from gplan.engines.megatron.export import interleaved_layout, megatron_args
 from gplan.plan import layouts_of
 from gplan.planner.build import make_plan
 from gplan.profiles.catalogue import load_cluster
@@ -270,7 +270,7 @@ def test_deepseek_v3_config_json_reads_and_exports_its_grouped_routing(tmp_path)
 def test_qwen2_exports_qkv_bias_only():
     """Qwen2's q/k/v biases: --add-qkv-bias beside --disable-bias-linear, which megatron-core builds
     (TransformerConfig.add_qkv_bias); the dense exports without biases refuse it."""
-    from gplan.backends.exporters.megatron import switch_args
+    from gplan.engines.megatron.export import switch_args
 
     qwen = ModelSpec(name="qwen2-mini", num_layers=4, hidden_size=256, num_attention_heads=4, num_kv_heads=2,
                      ffn_hidden_size=704, ffn_kind="swiglu", vocab_size=1024, seq_length=256, norm="rmsnorm",
@@ -287,7 +287,7 @@ def test_qwen2_exports_qkv_bias_only():
 def test_a_moe_module_pins_the_torchtitan_whose_private_builder_it_calls(monkeypatch):
     import torchtitan
 
-    from gplan.backends.exporters.torchtitan import PINNED
+    from gplan.engines.torchtitan.export import PINNED
 
     from gplan.backends.exporters import render_export
     from gplan.planner.build import reprice_split
@@ -332,7 +332,7 @@ def test_deepseek_v3_multi_token_prediction_is_read_and_counted(tmp_path):
 
 
 def test_mtp_is_priced_on_the_last_stage_and_exported_as_megatron_builds_it():
-    from gplan.backends.exporters.megatron import megatron_args
+    from gplan.engines.megatron.export import megatron_args
 
     mtp_model = MINI_DEEPSEEK.model_copy(update={"mtp_layers": 1})
     training = TrainingSpec(gbs=32, seq_length=1024, engine="megatron")

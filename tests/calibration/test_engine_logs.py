@@ -1,4 +1,4 @@
-"""`gplan calibrate` on engine logs (planner.logs.megatron, planner.logs.torchtitan). The fixtures are written from
+"""`gplan calibrate` on engine logs (engines.megatron.logs, engines.torchtitan.logs). The fixtures are written from
 Megatron-LM's own format strings (`_print_args` in megatron/training/arguments.py; `training_log` in
 megatron/training/training.py; `report_memory` in megatron/training/utils.py) with the numbers of
 Megatron-Bridge's published H100 FP8 rows (../shared/reference/megatron_bridge_perf.csv, rows 70, 250, 39:
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gplan.planner.logs.megatron import read_megatron_log
+from gplan.engines.megatron.logs import read_megatron_log
 from gplan.calibration.runs import read_log_run
 from gplan.errors import InputError
 

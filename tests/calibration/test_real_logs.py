@@ -12,7 +12,7 @@ from pathlib import Path
 from gplan.calibration.runs import plan_of_launch
 from gplan.cost_models.step import StepModel
 from gplan.planner.launch_files import read_launch, read_log_launch
-from gplan.planner.logs.megatron import arguments_block, model_from_args
+from gplan.engines.megatron.logs import arguments_block, model_from_args
 from gplan.plan import layouts_of
 from gplan.profiles.catalogue import load_model
 
@@ -92,9 +92,9 @@ def test_a_torchtitan_log_without_its_config_is_read_with_the_launch_beside_it()
     """torchtitan prints no job config by default: the PR's own command (NGPU=4, llama3_8b.toml, flavor
     8B_flex_attn, full AC, cp 2) beside the log says what ran — FSDP over the 2 ranks cp leaves, local
     batch 1 each."""
-    from gplan.calibration.runs import read_torchtitan_run
+    from gplan.calibration.runs import read_log_run
 
-    run = read_torchtitan_run(TITAN_2025, "dgx-h100", None, None)
+    run = read_log_run(TITAN_2025, "dgx-h100", None, None)
     c, t = run.plan.parallel, run.plan.training
     assert (run.plan.world_size, c.dp, c.cp, c.tp, c.pp, c.zero, c.recompute) == (4, 2, 2, 1, 1, 3, "full")
     assert (t.gbs, t.seq_length, t.precision, t.engine, run.plan.model.name) == (2, 8192, "bf16", "torchtitan", "llama3-8b")
@@ -135,7 +135,7 @@ def test_steps_deepspeed_skipped_are_left_out_though_megatrons_line_counts_none(
     """Megatron-DeepSpeed's iteration line says 0 skipped while DeepSpeed's engine skipped step 2500 (an
     fp16 overflow: `step=2500, skipped=1586` after 1585): the steady step leaves it out with the warm-up
     interval, the median of iterations 2, 3, 2498 and 2499."""
-    from gplan.planner.logs.megatron import read_megatron_log
+    from gplan.engines.megatron.logs import read_megatron_log
 
     log = read_megatron_log(MDS_2023)
     assert log.intervals == 4 and log.step_s == (1250.2 + 1210.3) / 2 / 1000
@@ -162,9 +162,9 @@ def test_a_mindformers_log_is_read_with_the_yaml_beside_it():
     """The MindSpore Transformers guide's worker_0.log lines, with the YAML it states beside them: Llama 2
     13B (SwiGLU width 13824 from `multiple_of`, as LlamaFeedForward builds it), dp 8 with optimizer
     parallelism, batch 4 per rank, every layer recomputed; the steady step after two warm-up steps."""
-    from gplan.calibration.runs import read_mindformers_run
+    from gplan.calibration.runs import read_log_run
 
-    run = read_mindformers_run(MINDFORMERS_2025, "atlas-800-910b", None, None)
+    run = read_log_run(MINDFORMERS_2025, "atlas-800-910b", None, None)
     c, t, m = run.plan.parallel, run.plan.training, run.plan.model
     assert (run.plan.world_size, c.dp, c.tp, c.pp, c.mbs, c.zero) == (8, 8, 1, 1, 4, 1)
     assert (t.gbs, t.seq_length, t.precision, t.engine) == (32, 4096, "bf16", "mindformers")

@@ -12,9 +12,10 @@ import pytest
 import yaml
 
 from gplan.errors import InputError
-from gplan.planner.engine_flags import (MEGATRON_DEFAULTS, MEGATRON_NOT_PRICED, TITAN_DEFAULTS, at_default,
-                                        megatron_class, titan_class)
-from gplan.planner.launch_files import launch_config, read_launch
+from gplan.engines.megatron.flags import MEGATRON_DEFAULTS, MEGATRON_NOT_PRICED, at_default, megatron_class
+from gplan.engines.torchtitan.flags import TITAN_DEFAULTS, titan_class
+from gplan.planner.launch import launch_config
+from gplan.planner.launch_files import read_launch
 
 CORPUS = Path(__file__).parents[1] / "data" / "corpus"
 ENTRIES = yaml.safe_load((CORPUS / "corpus.yaml").read_text())
@@ -78,7 +79,7 @@ def test_a_megatron_flag_at_its_default_is_never_refused(flag):
 
 @pytest.mark.parametrize("flag", sorted(MEGATRON_NOT_PRICED))
 def test_a_megatron_flag_gplan_cannot_price_is_refused_away_from_its_default(flag):
-    from gplan.planner.megatron_arguments import arguments
+    from gplan.engines.megatron.arguments import arguments
 
     default = arguments()[flag][1] if flag in arguments() else MEGATRON_DEFAULTS.get(flag)
     values = [] if default in (None, False) else ["bf16" if default == "fp32" else "a2a" if default == "p2p" else
@@ -145,7 +146,7 @@ def test_the_change_in_recompute_is_said_as_the_split_runs_it():
     """A plan whose stages recompute fully while its configuration's `recompute` reads none: the change said
     is the layers' recompute, not the configuration field (search --from printed 'full → none' while writing
     full)."""
-    from gplan.planner.launch_files import differences
+    from gplan.planner.launch import differences
     from gplan.profiles.catalogue import load_model
     from gplan.spec.parallel import ParallelConfig, layout_from_sizes
 
@@ -167,8 +168,8 @@ def test_every_key_of_torchtitans_current_release_is_classified(section, cls):
     configs = pytest.importorskip("torchtitan.config.configs", reason="needs the optional engine torchtitan")
     import dataclasses
 
-    from gplan.planner.engine_flags import TITAN_NO_EFFECT, TITAN_NOT_LAYOUT, TITAN_NOT_PRICED
-    from gplan.planner.launch_files import TITAN_KEYS
+    from gplan.engines.torchtitan.flags import TITAN_NO_EFFECT, TITAN_NOT_LAYOUT, TITAN_NOT_PRICED
+    from gplan.engines.torchtitan.launch import TITAN_KEYS
 
     classified = TITAN_KEYS | TITAN_DEFAULTS.keys() | TITAN_NO_EFFECT.keys() | TITAN_NOT_PRICED.keys() | TITAN_NOT_LAYOUT
     keys = {f"{section}.{f.name}" for f in dataclasses.fields(getattr(configs, cls))}
@@ -177,11 +178,11 @@ def test_every_key_of_torchtitans_current_release_is_classified(section, cls):
 
 def test_every_flag_of_megatrons_layout_groups_is_classified():
     """Every flag of Megatron-LM's arguments.py argument groups that can touch the layout (the snapshot,
-    planner.megatron_arguments) is read, read with no effect (with why), or refused away from its default
+    engines.megatron.arguments) is read, read with no effect (with why), or refused away from its default
     (with why): a flag a newer arguments.py adds there fails here until someone classifies it."""
-    from gplan.planner.engine_flags import MEGATRON_NO_EFFECT, MEGATRON_NOT_PRICED
-    from gplan.planner.engine_flags import LAYOUT_FLAGS, MODEL_FLAGS, MODEL_SWITCHES
-    from gplan.planner.megatron_arguments import arguments
+    from gplan.engines.megatron.flags import MEGATRON_NO_EFFECT, MEGATRON_NOT_PRICED
+    from gplan.engines.megatron.flags import LAYOUT_FLAGS, MODEL_FLAGS, MODEL_SWITCHES
+    from gplan.engines.megatron.arguments import arguments
 
     snapshot = arguments()
     assert len(snapshot) > 250 and {"training", "distributed", "moe", "Transformer-Engine"} <= {g for g, _ in snapshot.values()}
@@ -190,13 +191,13 @@ def test_every_flag_of_megatrons_layout_groups_is_classified():
     assert not set(MEGATRON_NO_EFFECT) & set(MEGATRON_NOT_PRICED)
 
 
-@pytest.mark.parametrize("flag", [f for f, (_, d) in __import__("gplan.planner.megatron_arguments",
+@pytest.mark.parametrize("flag", [f for f, (_, d) in __import__("gplan.engines.megatron.arguments",
                                                                      fromlist=["arguments"]).arguments().items()
                                   if d is not False])
 def test_every_megatron_flag_given_at_its_default_is_not_refused(flag):
     """A value flag written at arguments.py's default changes nothing: never refused (those the launch reader
     reads are priced at it)."""
-    from gplan.planner.megatron_arguments import arguments
+    from gplan.engines.megatron.arguments import arguments
 
     default = arguments()[flag][1]
     values = ["None" if default is None else str(default)]
@@ -254,7 +255,7 @@ def test_every_zero_key_of_deepspeeds_own_config_is_classified():
     """Every field of the installed DeepSpeed's DeepSpeedZeroConfig (and its stage3_ alias) is classified: a
     release that adds one fails here until someone does."""
     zero = pytest.importorskip("deepspeed.runtime.zero.config", reason="needs the optional engine deepspeed")
-    from gplan.planner.engine_flags import DS_ZERO_NO_EFFECT, DS_ZERO_NOT_PRICED
+    from gplan.engines.deepspeed.flags import DS_ZERO_NO_EFFECT, DS_ZERO_NOT_PRICED
 
     fields = zero.DeepSpeedZeroConfig.model_fields
     keys = set(fields) | {f.alias for f in fields.values() if f.alias}
@@ -288,7 +289,7 @@ def test_every_top_level_key_deepspeeds_own_config_reads_is_classified():
     reads is read by gplan's reader or classified (no effect, or refused away from its default) — a release
     that reads a new key fails here until someone classifies it."""
     config = pytest.importorskip("deepspeed.runtime.config", reason="needs the optional engine deepspeed")
-    from gplan.planner.engine_flags import DS_NO_EFFECT, DS_NOT_PRICED, DS_READ
+    from gplan.engines.deepspeed.flags import DS_NO_EFFECT, DS_NOT_PRICED, DS_READ
 
     looked_up = set()
 
@@ -360,7 +361,7 @@ def test_every_layout_key_of_mindformers_own_config_classes_is_classified():
 
     from mindformers.modules.transformer import TransformerOpParallelConfig, TransformerRecomputeConfig
 
-    from gplan.planner.engine_flags import MF_KEYS, MF_READ
+    from gplan.engines.mindformers.flags import MF_KEYS, MF_READ
 
     for section, cls in (("parallel_config", TransformerOpParallelConfig), ("recompute_config", TransformerRecomputeConfig)):
         keys = {f"{section}.{n}" for n in inspect.signature(cls.__init__).parameters if n != "self"}
@@ -372,7 +373,7 @@ def test_every_layout_key_of_mindformers_own_config_classes_is_classified():
                                               ("parallel_config.gradient_aggregation_group", 8, "no effect"),
                                               ("parallel.parallel_mode", 1, "no effect")])
 def test_mindformers_keys_are_refused_only_away_from_their_default_and_when_unpriced(key, value, kind):
-    from gplan.planner.engine_flags import mindformers_class
+    from gplan.engines.mindformers.flags import mindformers_class
 
     assert mindformers_class(key, value)[0] == kind
 
@@ -402,7 +403,7 @@ def test_every_torchtitan_flavor_is_bundled_with_torchtitans_own_parameter_count
 
     import torch
 
-    from gplan.planner.logs.torchtitan import bundled
+    from gplan.engines.torchtitan.logs import bundled
     from gplan.profiles.catalogue import load_model
 
     checked = []

@@ -95,7 +95,7 @@ def test_a_launch_of_another_model_or_without_a_device_count_is_refused(gplan, t
     ("Et*4|(t*4|)*14tmL", 16, [4] * 15 + [1], 1),
 ])
 def test_megatrons_pipeline_layout_is_read_rank_by_rank(layout, pp, sizes, vpp):
-    from gplan.planner.launch_files import parse_layout
+    from gplan.engines.megatron.launch import parse_layout
 
     assert parse_layout(layout, pp) == (sizes, vpp)
 
@@ -104,7 +104,7 @@ def test_the_best_plan_is_written_back_into_the_users_own_launch(gplan, tmp_path
     """`search --from train.sh --out-launch better.sh`: only the layout flags change — read back, it is the
     best plan, priced the same — and every line that is not a layout flag (data, tokenizer, checkpoints,
     learning-rate schedule, logging) is still there as it was."""
-    from gplan.backends.exporters.megatron import LAYOUT_OWNED
+    from gplan.engines.megatron.export import LAYOUT_OWNED
 
     better, plan_path = tmp_path / "better.sh", tmp_path / "plan.json"
     r = gplan("search", "llama3-70b", "--from", str(TRAIN_SH), *ARGS, "--out", str(plan_path),

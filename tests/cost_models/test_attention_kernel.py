@@ -9,7 +9,7 @@ import pytest
 
 from gplan.cost_models.step import StepModel
 from gplan.profiles.catalogue import cluster_from_hardware, load_cluster, load_model
-from gplan.spec.engines import ENGINES
+from gplan.engines import ENGINES
 from gplan.spec.parallel import ParallelConfig
 from gplan.spec.training import TrainingSpec
 

@@ -164,7 +164,7 @@ def test_fsdp_with_expert_parallel_shards_the_experts_over_their_own_data_parall
 def test_which_engines_run_zero_3_with_experts(target, runs):
     """Megatron-FSDP and torchtitan shard experts with FSDP; DeepSpeed-MoE and MindFormers stop at zero 1 here:
     the refusal names the engine's rule."""
-    from gplan.spec.engines import ENGINES
+    from gplan.engines import ENGINES
     from gplan.spec.targets import config_refusals
 
     refused = config_refusals(ENGINES[target].capabilities, load_model("qwen3-30b-a3b"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gplan.spec.engines import ENGINES
+from gplan.engines import ENGINES
 from gplan.cost_models import memory, pipeline
 from gplan.cost_models.compute import Shard
 from gplan.cost_models.step import StepModel

@@ -13,7 +13,7 @@ import pytest
 from gplan.cost_models import memory
 from gplan.cost_models.step import StepModel
 from gplan.profiles.catalogue import load_cluster, load_model
-from gplan.spec.engines import ENGINES
+from gplan.engines import ENGINES
 from gplan.spec.parallel import ParallelConfig, empty_stage, uniform_layout
 from gplan.spec.training import TrainingSpec
 

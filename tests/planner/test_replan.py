@@ -9,8 +9,8 @@ import pytest
 
 from gplan.plan import read_plan
 from gplan.planner.replan import failure_table, pins, replan
-from gplan.spec.engines import ENGINES
-from gplan.spec.engines.profile import LAYOUT_DEGREES
+from gplan.engines import ENGINES
+from gplan.engines.profile import LAYOUT_DEGREES
 
 
 @pytest.fixture(scope="module")

@@ -56,7 +56,7 @@ def test_vpp_counts_the_embedding_and_the_loss_as_a_layer_each_where_the_target_
 def test_the_search_finds_metas_405b_layout_and_megatron_gets_it_as_written():
     """Held to Meta's degrees (tp 8, pp 16, vpp 8) on a Megatron target, the search returns 7/8/…/8/7 per
     stage, and the export writes it as Megatron's pipeline layout: the embedding and the loss a chunk each."""
-    from gplan.backends.exporters.megatron import interleaved_layout
+    from gplan.engines.megatron.export import interleaved_layout
     from helpers import meta_405b_plan
 
     best = meta_405b_plan()

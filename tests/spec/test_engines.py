@@ -1,5 +1,5 @@
-"""spec.engines: every engine gplan prices, one file each, read by the targets, the memory model, the
-exporters and `--target`."""
+"""gplan.engines: every engine gplan knows, one folder each, read by the targets, the memory model, the
+launch readers, the exporters and `--target`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import typing
 
 import pytest
 
-from gplan.spec.engines import ENGINE_NAMES, ENGINES, memory_accounting
+from gplan.engines import ENGINE_NAMES, ENGINES, memory_accounting
 from gplan.spec.parallel import BATCH_RULES, DEGREE_RULES, EXPERT_RULES, RECOMPUTE_RULES, RULES, SHARDING_RULES
 from gplan.spec.targets import LAUNCH_BACKENDS, TARGETS, how_to_run
 from gplan.spec.training import Engine
@@ -21,10 +21,16 @@ def test_every_engine_is_a_target_a_plan_engine_and_has_its_way_to_run():
         assert how_to_run(name)  # a launch, an export, or the engine's own launcher named
 
 
-def test_the_exporters_are_the_engines_that_name_one():
+def test_the_exporters_are_the_engines_whose_folder_holds_one():
+    from pathlib import Path
+
+    import gplan.engines
     from gplan.backends.exporters import DEPLOYMENTS, targets
 
-    assert set(targets()) == {n for n, e in ENGINES.items() if e.exporter} | set(DEPLOYMENTS)
+    root = Path(gplan.engines.__file__).parent
+    holds = {n for n in ENGINES if (root / gplan.engines.FOLDERS[n] / "export.py").is_file()}
+    assert set(targets()) == holds | set(DEPLOYMENTS)
+    assert {"megatron", "torchtitan", "deepspeed", "mindformers"} <= holds and "llm-foundry" not in holds
 
 
 def test_rule_groups_are_the_rules_each_once():
@@ -56,5 +62,5 @@ def test_llm_foundry_is_a_target_its_plans_shard_data_parallel_alone(gplan, tmp_
 def test_each_engine_file_documents_its_source(name):
     import importlib
 
-    module = importlib.import_module(f"gplan.spec.engines.{ {'torch': 'torch_worker', 'mindspore': 'mindspore_worker', 'llm-foundry': 'llm_foundry'}.get(name, name)}")
+    module = importlib.import_module(f"gplan.engines.{ {'torch': 'torch_worker', 'mindspore': 'mindspore_worker', 'llm-foundry': 'llm_foundry'}.get(name, name)}")
     assert module.ENGINE is ENGINES[name] and len(module.__doc__ or "") > 80

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from gplan.errors import InputError
 from gplan.plan import Plan
-from gplan.spec.engines.profile import LAYOUT_DEGREES
+from gplan.engines.profile import LAYOUT_DEGREES
 
 META = "gplan_checkpoint.json"
 POINTER = "checkpoint_dir"

@@ -273,28 +273,22 @@ def as_profile(plan: Plan, fit_result: Fit, runs: list[Run], held: list[Run], he
 
 
 def read_log_run(path: Path, cluster: str | None, hardware: str | None, devices_per_node: int | None) -> Run:
-    """A run from an engine's log (planner.logs): the configuration it says it ran, read as `--from` reads
-    it (planner.launch_files), priced as that engine runs it on the cluster given (a log does not name its
-    hardware), and its steady step."""
-    from gplan.planner.launch_files import megatron_log_launch
-    from gplan.planner.logs.detect import family
-    from gplan.planner.logs.megatron import model_from_args, read_megatron_log
+    """A run from an engine's log (its folder's logs.py): the configuration it says it ran, read as `--from`
+    reads it (its `launch.read_log`, strict: a log with no steady step is refused), priced as that engine runs
+    it on the cluster given (a log does not name its hardware), and its steady step."""
+    from gplan.planner.launch_files import read_log_launch
 
     if not path.is_file():
         raise InputError(f"{path}: no such file", hint="pass run_report.json files or Megatron-LM logs")
     if not (cluster or hardware):
         raise InputError(f"{path}: an engine's log does not name its hardware",
                          hint="pass --cluster (or --hardware and --devices-per-node)")
-    text = path.read_text(errors="replace")
-    engine = family(text)
-    if engine == "mindformers":
-        return read_mindformers_run(path, cluster, hardware, devices_per_node)
-    if engine == "torchtitan":
-        return read_torchtitan_run(path, cluster, hardware, devices_per_node)
-    log = read_megatron_log(path)
-    model = model_from_args(log.args, path.stem)
-    launch = megatron_log_launch(log.args, path, model)
-    return Run(str(path), plan_of_launch(launch, model, cluster, hardware, devices_per_node), log.step_s)
+    launch = read_log_launch(path, None, path.read_text(errors="replace"), strict=True)
+    plan = plan_of_launch(launch, launch.model, cluster, hardware, devices_per_node)
+    if launch.measured_step_s is not None:
+        return Run(str(path), plan, launch.measured_step_s)
+    t = plan.training  # tokens/s per device (torchtitan's logs): a step is gbs·seq over tps × devices
+    return Run(str(path), plan, t.gbs * t.seq_length / (launch.measured_device_tokens_per_s * launch.world_size))
 
 
 def plan_of_launch(launch, model, cluster: str | None, hardware: str | None, devices_per_node: int | None) -> Plan:
@@ -302,7 +296,7 @@ def plan_of_launch(launch, model, cluster: str | None, hardware: str | None, dev
     engine switches it sets: bf16 gradients, FP8 parameters, the MoE overlap, CUDA graphs)."""
     from gplan.planner.build import make_plan
     from gplan.planner.inputs import resolve_cluster
-    from gplan.planner.launch_files import launch_batch, launch_config, launch_layouts
+    from gplan.planner.launch import launch_batch, launch_config, launch_layouts
     from gplan.spec.parallel import check_config
     from gplan.spec.training import TrainingSpec
 
@@ -316,39 +310,8 @@ def plan_of_launch(launch, model, cluster: str | None, hardware: str | None, dev
     return make_plan(model, training, sized, config, launch_layouts(launch, model, config, sized), target=launch.engine)
 
 
-def read_torchtitan_run(path: Path, cluster: str | None, hardware: str | None, devices_per_node: int | None) -> Run:
-    """A run from a torchtitan log (planner.logs.torchtitan): the configuration it printed, or the launch
-    beside it, read as `--from` reads it, priced as torchtitan runs it, and its steady step."""
-    from gplan.planner.launch_files import titan_log_launch, titan_model_name
-    from gplan.planner.logs.torchtitan import read_steps
-    from gplan.profiles.catalogue import load_model
-
-    text = path.read_text(errors="replace")
-    model = load_model(titan_model_name(path, text))
-    launch = titan_log_launch(path, model, text)
-    if launch.world_size is None:
-        raise InputError(f"{path}: neither the log (a mesh line) nor its launch says how many devices ran",
-                         hint="pass the log from its start, or set NGPU / --nproc_per_node in the launch")
-    tps, _, _ = read_steps(path, text)
-    plan = plan_of_launch(launch, model, cluster, hardware, devices_per_node)
-    t = plan.training  # tps is per device (planner.logs.torchtitan): a step is gbs·seq over tps × devices
-    return Run(str(path), plan, t.gbs * t.seq_length / (tps * launch.world_size))
-
-
-def read_mindformers_run(path: Path, cluster: str | None, hardware: str | None, devices_per_node: int | None) -> Run:
-    """A run from a MindFormers log and the training YAML beside it (planner.logs.mindformers)."""
-    from gplan.planner.launch_files import read_mindformers_launch
-    from gplan.planner.logs.mindformers import config_beside, model_of, steady_step_s
-
-    step_s = steady_step_s(path)
-    yaml_path = config_beside(path)
-    model = model_of(yaml_path)
-    launch = read_mindformers_launch(yaml_path, model)
-    return Run(str(path), plan_of_launch(launch, model, cluster, hardware, devices_per_node), step_s)
-
-
 def read_any_run(path: Path, cluster: str | None, hardware: str | None, devices_per_node: int | None) -> Run:
-    """A run report (JSON, its plan beside it), or an engine's training log (planner.logs)."""
+    """A run report (JSON, its plan beside it), or an engine's training log (its engine folder's logs.py)."""
     if path.suffix == ".json":
         return read_run(path)
     return read_log_run(path, cluster, hardware, devices_per_node)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from gplan.cost_models.compute import GEMM_BACKWARD_FLOP_RATIO, Gemm, Shard, gemm_time_s, memory_time_s
 from gplan.profiles.schema import DeviceSpec
-from gplan.spec.engines import ENGINES
+from gplan.engines import ENGINES
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import ParallelConfig
 from gplan.spec.training import TrainingSpec

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gplan.cost_models.compute import Shard
-from gplan.spec.engines import ENGINES, memory_accounting
+from gplan.engines import ENGINES, memory_accounting
 from gplan.spec.model import LayerKind, ModelSpec
 from gplan.spec.parallel import ParallelConfig
 from gplan.spec.training import TrainingSpec

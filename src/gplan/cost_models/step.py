@@ -12,7 +12,7 @@ from gplan.cost_models import compute, experts, memory, pipeline, recompute
 from gplan.errors import InputError
 from gplan.plan import Prediction, StageMemory, StagePrediction, StepBreakdown
 from gplan.profiles.schema import ClusterSpec, NodeGroup
-from gplan.spec.engines import ENGINES
+from gplan.engines import ENGINES
 from gplan.spec.model import LayerKind, ModelSpec
 from gplan.spec.parallel import ParallelConfig, StageLayout, empty_stage, uniform_layout
 from gplan.spec.targets import overlaps_param_gather, overlaps_tp_comm

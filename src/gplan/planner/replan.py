@@ -16,8 +16,8 @@ from gplan.errors import InfeasibleError, InputError
 from gplan.plan import Plan, layouts_of
 from gplan.planner.inputs import Inputs
 from gplan.planner.space import SearchLimits
-from gplan.spec.engines import ENGINES
-from gplan.spec.engines.profile import LAYOUT_DEGREES, Resharding
+from gplan.engines import ENGINES
+from gplan.engines.profile import LAYOUT_DEGREES, Resharding
 
 BATCH_TRIES = 8
 """Batches tried on each side of the plan's when no layout on the devices left takes it."""

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gplan.spec.engines import ENGINES
-from gplan.spec.engines.profile import Capabilities
+from gplan.engines import ENGINES, has_part
+from gplan.engines.profile import Capabilities
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import DEFAULT_RECOMPUTE_MODULES, LayerCount, ParallelConfig, StageLayout, even_sizes
 from gplan.spec.training import LOW_PRECISION, TrainingSpec
@@ -46,7 +46,7 @@ def how_to_run(target: str) -> str:
     """The command that hands a plan to `target`."""
     if target in LAUNCH_BACKENDS:
         return f"gplan launch PLAN --backend {target}"
-    if ENGINES[target].exporter:
+    if has_part(target, "export"):
         return f"gplan export PLAN --to {target}"
     return f"{ENGINES[target].title}'s own launcher, with the plan's degrees (gplan writes no {target} files)"
 

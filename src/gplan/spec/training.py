@@ -7,7 +7,7 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from gplan.io import drop_defaults
-from gplan.spec.engines import ENGINE_NAMES
+from gplan.engines import ENGINE_NAMES
 
 Precision = Literal["bf16", "fp16", "fp32", "fp8", "fp8-rowwise", "mxfp8", "nvfp4"]
 """fp8: FP8 GEMMs with per-tensor current scaling (Transformer Engine's `tensorwise`, Megatron-Bridge's

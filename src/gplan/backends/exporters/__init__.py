@@ -59,16 +59,12 @@ DEPLOYMENTS = {"k8s": "kubernetes", "slurm": "slurm"}
 
 
 def targets() -> dict[str, Target]:
-    """Every engine with an exporter (spec.engines: its `exporter` module here), then the deployments."""
+    """Every engine with an exporter (its folder's export.py, gplan.engines), then the deployments."""
     import importlib
 
-    from gplan.spec.engines import ENGINES
+    from gplan.engines import engine_parts
 
-    found = {}
-    for name, engine in ENGINES.items():
-        if engine.exporter:
-            module = importlib.import_module(f"gplan.backends.exporters.{engine.exporter}")
-            found[name] = Target(module.export, name, module.VERSIONS)
+    found = {name: Target(module.export, name, module.VERSIONS) for name, module in engine_parts("export").items()}
     for name, module_name in DEPLOYMENTS.items():
         module = importlib.import_module(f"gplan.backends.exporters.{module_name}")
         found[name] = Target(module.export, "torch", module.VERSIONS)

@@ -71,7 +71,7 @@ def layer_stages(plan: Plan) -> list[int]:
     """The stage of every layer: the plan's contiguous split, or with vpp > 1 Megatron's interleaved
     one (virtual stage v·pp + r is chunk v of stage r, each stage's layers over its chunks as
     `chunk_sizes` splits them), which MindSpore's interleaved 1F1B reads off the layers' stages as
-    MindFormers sets them (its (pp_interleave_num, pp) offset: exporters.mindformers.offsets)."""
+    MindFormers sets them (its (pp_interleave_num, pp) offset: engines.mindformers.export.offsets)."""
     from gplan.spec.parallel import chunk_sizes
 
     c = plan.parallel

@@ -6,12 +6,12 @@ gathers them before use, and `gradient_accumulation_shard` slices the accumulate
 it the gradients stay whole: written and read as zero 1 (the weights priced whole: more memory than it takes).
 No switch shards gradients while keeping the weights whole, so zero 2 is not a layout MindFormers runs."""
 
-from gplan.spec.engines.profile import Capabilities, DCP_RESHARDS, EngineProfile, MemoryAccounting, Resharding
+from gplan.engines.profile import Capabilities, DCP_RESHARDS, EngineProfile, MemoryAccounting, Resharding
 
 OPTIMIZER_PARALLEL_ZERO = frozenset({0, 1, 3})  # off; on; on with gradient_accumulation_shard
 
 ENGINE = EngineProfile(
-    name="mindformers", title="MindFormers", order=5, exporter="mindformers",
+    name="mindformers", title="MindFormers", order=5,
     capabilities=Capabilities("mindformers", frozenset({"1f1b", "interleaved_1f1b"}),
                               microbatches_at_least_stages=True, cp=False, tied_embeddings_across_stages=False,
                               recompute="per_stage", uneven_split=True, zero=OPTIMIZER_PARALLEL_ZERO,

@@ -9,7 +9,7 @@ calls of `_add_network_size_args`, `_add_regularization_args`, `_add_training_ar
 `_add_moe_args`, `_add_mla_args`, `_add_heterogeneous_args` and `_add_experimental_args`. The other groups
 (logging, checkpointing, data, tokenizer, learning rate, initialization, validation, rl, retro, …) set
 nothing a step's time or memory depends on. Megatron-LM is not on the package index, so this list is the
-snapshot every flag is classified against (planner.engine_flags; tests/cli/test_corpus.py fails on a
+snapshot every flag is classified against (engines.megatron.flags; tests/cli/test_corpus.py fails on a
 flag here that nobody classified): to refresh it for a newer release, rewrite it from that release's
 arguments.py.
 """

@@ -72,7 +72,7 @@ def map_arguments(mapping: dict, env: dict[str, str], source: Path, launch: Path
     """A `--flag: value` map as argparse would see it: `true` bare, `false` left out, `${VAR}` filled from
     `env`; a variable nothing sets is refused, naming it, where the flag is one gplan reads or one that may
     change the layout (paths and names left unfilled are kept as written)."""
-    from gplan.planner.engine_flags import LAYOUT_FLAGS, MEGATRON_LAYOUT_LIKE, MODEL_FLAGS, MODEL_SWITCHES
+    from gplan.engines.megatron.flags import LAYOUT_FLAGS, MEGATRON_LAYOUT_LIKE, MODEL_FLAGS, MODEL_SWITCHES
 
     read = LAYOUT_FLAGS | MODEL_FLAGS.keys() | MODEL_SWITCHES
     args: dict[str, list[str]] = {}

@@ -208,7 +208,7 @@ class MemoryAccounting:
 
 @dataclass(frozen=True)
 class EngineProfile:
-    """One engine, in one place: adding an engine is a file in spec/engines with its ENGINE, and its tests."""
+    """One engine, in one place: adding an engine is a file in engines with its ENGINE, and its tests."""
 
     name: str
     """What `--target`, plans and profiles call it."""
@@ -219,8 +219,6 @@ class EngineProfile:
     capabilities: Capabilities
     """What it runs exactly as priced (spec.targets reads them)."""
     memory: MemoryAccounting
-    exporter: str | None = None
-    """The module of gplan.backends.exporters that writes its files (`gplan export --to NAME`)."""
     launches: bool = False
     """Whether `gplan launch --backend NAME` runs it (gplan's own workers)."""
     efficiency: str = "engine_efficiency"

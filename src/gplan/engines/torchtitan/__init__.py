@@ -4,10 +4,10 @@ module (swiglu, RMSNorm, RoPE); FSDP2 has no optimizer-only sharding, so zero 1 
 export says so). Stages are exact: the export lists every chunk's modules. Experts: its qwen3 and
 deepseek_v3 models (MoE layers with ep; MLA left at tp = cp = 1 here, not checked)."""
 
-from gplan.spec.engines.profile import ALL_SCHEDULES, ALL_ZERO, Capabilities, DCP_RESHARDS, EngineProfile, MemoryAccounting, Resharding
+from gplan.engines.profile import ALL_SCHEDULES, ALL_ZERO, Capabilities, DCP_RESHARDS, EngineProfile, MemoryAccounting, Resharding
 
 ENGINE = EngineProfile(
-    name="torchtitan", title="torchtitan", order=3, exporter="torchtitan",
+    name="torchtitan", title="torchtitan", order=3,
     capabilities=Capabilities("torchtitan", ALL_SCHEDULES, microbatches_at_least_stages=True, cp=True,
                               tied_embeddings_across_stages=False, recompute="every_layer", uneven_split=True,
                               zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False, llama_family_only=True,

@@ -147,3 +147,9 @@ def world_size(config: dict) -> int:
     return (int(p.get("pipeline_parallel_degree", 1)) * int(p.get("data_parallel_replicate_degree", 1))
             * int(p["data_parallel_shard_degree"]) * int(p.get("context_parallel_degree", 1))
             * int(p.get("tensor_parallel_degree", 1)))
+
+
+def is_log(text: str) -> bool:
+    """Its printed job config, or its step lines."""
+    plain = ANSI.sub("", text)
+    return CONFIG_MARK in plain or bool(STEP.search(plain))

@@ -5,7 +5,7 @@ MindFormers gives stage i `num_layers // pipeline_stage + offset[i]` layers (off
 `num_layers % pipeline_stage`), and recomputes the first `recompute[i]` layers of stage i fully and
 `select_recompute[i]` selectively — so the plan's uneven split and per-stage recompute carry over
 exactly. zero ≥ 1 turns on MindSpore's optimizer parallel, zero 3 with `gradient_accumulation_shard`
-(MindFormers runs zero 0, 1 and 3: spec/engines/mindformers); vocabulary-parallel embedding is
+(MindFormers runs zero 0, 1 and 3: engines/mindformers); vocabulary-parallel embedding is
 `vocab_emb_dp: False`.
 
 The global batch follows MindFormers' trainer rule: with pipeline stages it is

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gplan.errors import InputError
-from gplan.planner.logs import deepspeed
+from gplan.engines.deepspeed import logs as deepspeed
 from gplan.spec.model import ModelSpec
 
 ARGS_BEGIN = re.compile(r"-{8,} arguments -{8,}")
@@ -212,3 +212,9 @@ def precision(args: dict) -> str:
 
 def engine(args: dict) -> str:
     return "deepspeed" if args.get("deepspeed") else "megatron"
+
+
+def is_log(text: str) -> bool:
+    """Megatron-LM's arguments block (Megatron-DeepSpeed's too), or its start where the log was cut short,
+    or DeepSpeed's engine lines (read here to be refused: a DeepSpeed log alone names no model)."""
+    return bool(ARGS_END.search(text) or ARGS_BEGIN.search(text) or deepspeed.SIGNATURE.search(text))

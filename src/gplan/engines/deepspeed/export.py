@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from gplan.backends.exporters import Export, ExportContext, flag_lines, recompute_counts, stamp
-from gplan.backends.exporters.megatron import rotary_base, switch_args, vocab_divisor
+from gplan.engines.megatron.export import rotary_base, switch_args, vocab_divisor
 from gplan.backends.recipes import default_nodes, script_node_variables, script_torchrun_line
 from gplan.errors import InputError
 from gplan.plan import Plan

@@ -2,10 +2,10 @@
 chunk (arguments.py, --recompute-method block); --recompute-granularity selective takes no method: every
 layer (validate_args)."""
 
-from gplan.spec.engines.profile import ALL_ZERO, Capabilities, DCP_RESHARDS, EngineProfile, MemoryAccounting, Resharding
+from gplan.engines.profile import ALL_ZERO, Capabilities, DCP_RESHARDS, EngineProfile, MemoryAccounting, Resharding
 
 ENGINE = EngineProfile(
-    name="megatron", title="Megatron-LM", order=2, exporter="megatron",
+    name="megatron", title="Megatron-LM", order=2,
     capabilities=Capabilities("megatron", frozenset({"1f1b", "interleaved_1f1b"}), microbatches_at_least_stages=False,
                               cp=True, tied_embeddings_across_stages=True, recompute="block", uneven_split=True,
                               zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False, sliding_window=True,

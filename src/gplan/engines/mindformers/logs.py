@@ -70,3 +70,8 @@ def llama_ffn_width(mc: dict) -> int:
     width = int(2 * width / 3)
     multiple = int(mc.get("multiple_of", 256))
     return multiple * ((width + multiple - 1) // multiple)
+
+
+def is_log(text: str) -> bool:
+    """Its per-step lines."""
+    return "per_step_time:" in text

@@ -3,10 +3,10 @@ the layers evenly; its pipeline engine checkpoints every layer (--checkpoint-act
 Megatron's core-attention recompute on every layer. Experts: DeepSpeed-MoE layers in Megatron-DeepSpeed's
 GPT (every layer, Mixtral-shaped), without pp."""
 
-from gplan.spec.engines.profile import ALL_ZERO, Capabilities, DCP_RESHARDS, EngineProfile, MemoryAccounting, Resharding
+from gplan.engines.profile import ALL_ZERO, Capabilities, DCP_RESHARDS, EngineProfile, MemoryAccounting, Resharding
 
 ENGINE = EngineProfile(
-    name="deepspeed", title="DeepSpeed (Megatron-DeepSpeed)", order=4, exporter="deepspeed",
+    name="deepspeed", title="DeepSpeed (Megatron-DeepSpeed)", order=4,
     capabilities=Capabilities("deepspeed", frozenset({"1f1b"}), microbatches_at_least_stages=False, cp=False,
                               tied_embeddings_across_stages=True, recompute="every_layer", uneven_split=False,
                               zero=ALL_ZERO, zero_with_pp=frozenset({0, 1}), encoder_decoder=False, experts=True,

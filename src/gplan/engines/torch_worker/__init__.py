@@ -3,7 +3,7 @@
 torchao's float8 tensorwise and rowwise and MXFP8 (backends/torch/apply_lowp.py); selective recompute of the
 attention core or, as torchtitan's, per operator (the module `op`: backends/torch/model.per_op_contexts)."""
 
-from gplan.spec.engines.profile import ALL_SCHEDULES, ALL_ZERO, Capabilities, DCP_RESHARDS, EngineProfile, MemoryAccounting, Resharding
+from gplan.engines.profile import ALL_SCHEDULES, ALL_ZERO, Capabilities, DCP_RESHARDS, EngineProfile, MemoryAccounting, Resharding
 
 ENGINE = EngineProfile(
     name="torch", title="gplan's torch worker (torchrun, NCCL)", order=0, launches=True,

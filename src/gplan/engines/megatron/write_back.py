@@ -1,0 +1,20 @@
+"""Megatron-LM's launch rewritten with the plan's layout flags (engines.megatron.export's layout_flags); a
+Megatron-MoE-ModelZoo launch line (its layout in its variables, YAML map and runtime.conf) is refused.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gplan.engines.megatron.export import KEEP_UNLESS_SET, layout_flags
+from gplan.errors import InputError
+from gplan.launch_text import rewrite_launch
+from gplan.plan import Plan, layouts_of
+
+
+def write_back(plan: Plan, source: Path, target: Path, text: str) -> dict[Path, str]:
+    if "sbatch_benchmarking.sh" in text:
+        raise InputError(f"{source} is a Megatron-MoE-ModelZoo launch line: its layout lives in its variables, the "
+                         "YAML map and runtime.conf, which gplan does not rewrite",
+                         hint="export the best plan: gplan export PLAN --to megatron")
+    return {target: rewrite_launch(text, layout_flags(plan, layouts_of(plan)), KEEP_UNLESS_SET)}

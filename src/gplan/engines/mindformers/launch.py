@@ -1,0 +1,127 @@
+"""MindFormers' launches and logs read: its training YAML (`parallel_config`, `parallel`, `recompute_config`,
+`model_config`, `runner_config`, as MindFormers 2.1's trainer reads them), and a log with the YAML beside it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from pathlib import Path
+
+from gplan.engines.mindformers import logs
+from gplan.engines.mindformers.flags import MF_READ, mindformers_class
+from gplan.errors import InputError
+from gplan.planner.launch import Launch, classified, exported_model, flatten
+from gplan.spec.model import ModelSpec
+
+def read_mindformers_launch(path: Path, model: ModelSpec | None) -> Launch:
+    """A MindFormers training YAML (its `parallel_config`, `parallel`, `recompute_config`, `model_config`
+    and `runner_config`, as MindFormers 2.1's trainer reads them — the rules gplan's MindFormers export
+    writes by): the degrees, the batch (with stages `batch_size × data_parallel × micro_batch_num`, without
+    them `× gradient_accumulation_steps`), the per-stage `offset` split and recompute counts."""
+    import yaml
+
+    data = yaml.safe_load(path.read_text()) or {}
+    pc, par = data.get("parallel_config") or {}, data.get("parallel") or {}
+    mc = ((data.get("model") or {}).get("model_config")) or {}
+    runner = data.get("runner_config") or {}
+    model = (exported_model(path) or mindformers_model(mc, data, path)) if model is None else model
+    for key, of in (("num_layers", lambda m: m.num_layers), ("hidden_size", lambda m: m.hidden_size),
+                    ("num_heads", lambda m: m.num_attention_heads), ("num_attention_heads", lambda m: m.num_attention_heads),
+                    ("n_kv_heads", lambda m: m.kv_heads), ("intermediate_size", lambda m: m.ffn_size if not m.is_moe else None),
+                    ("num_experts", lambda m: m.num_experts)):
+        given = mc.get(key)
+        if given is not None and of(model) is not None and int(given) != of(model):
+            raise InputError(f"--from {path}: model_config.{key} {given}, but {model.name} has {of(model)}",
+                             hint="name the model the launch trains")
+    for key in ("data_parallel", "model_parallel", "pipeline_stage"):
+        if key not in pc:
+            raise InputError(f"--from {path}: parallel_config.{key} is missing",
+                             hint="the layout must be complete to be priced; gplan does not guess it")
+    dp, tp, pp = int(pc["data_parallel"]), int(pc["model_parallel"]), int(pc["pipeline_stage"])
+    mbs = int(runner.get("batch_size", 1))
+    steps = int(pc.get("micro_batch_num", 1)) if pp > 1 else int(runner.get("gradient_accumulation_steps", 1))
+    options = par.get("parallel_optimizer_config") or {}
+    # optimizer parallel slices weights and states; sliced accumulated gradients make it zero 3 (engines/mindformers)
+    zero = (3 if options.get("gradient_accumulation_shard") else 1) if par.get("enable_parallel_optimizer") else 0
+    vpp = int(mc.get("pp_interleave_num", 1) or 1)
+    given = {"tp": tp, "pp": pp, "cp": int(pc.get("context_parallel", 1)), "sp": bool(pc.get("use_seq_parallel")),
+             "mbs": mbs, "zero": zero, "vpp": vpp, "ep": int(pc.get("expert_parallel", 1)), "etp": 1,
+             "recompute": "none"}
+    offsets = mc.get("offset", 0)
+    sizes = None
+    if isinstance(offsets, list) and vpp == 1 and pp > 1:
+        sizes = [model.num_layers // pp + int(o) for o in offsets]
+    elif isinstance(offsets, list) and offsets and isinstance(offsets[0], list) and pp > 1:  # (vpp, pp) rows
+        sizes = [sum(model.num_layers // (pp * vpp) + int(row[r]) for row in offsets) for r in range(pp)]
+    rc = data.get("recompute_config") or {}
+    keys = {k: v for k, v in flatten({"parallel_config": pc, "recompute_config": rc, "parallel": par}).items()
+            if k not in MF_READ}
+    shard = "parallel.parallel_optimizer_config.optimizer_weight_shard_size"
+    size = keys.pop(shard, -1)
+    unread, no_effect = classified(path, keys, mindformers_class)
+    if size not in (-1, int(pc["data_parallel"])):  # said, not refused: the run this reader was built on sets it
+        no_effect[shard] = (f"optimizer state sharded over {size} of the {pc['data_parallel']} data-parallel ranks: "
+                            f"priced over all of them (its optimizer memory is under-priced {int(pc['data_parallel']) // size}×)")
+    return Launch(source=str(path), engine="mindformers", unread=unread, no_effect=no_effect, given=given, gbs=mbs * dp * steps,
+                  seq_length=mc.get("seq_length"), precision={"bfloat16": "bf16", "float16": "fp16"}.get(
+                      str(mc.get("compute_dtype", "bfloat16")), "fp32"),
+                  stage_sizes=sizes, recompute_layers=None, world_size=dp * tp * pp * given["cp"], model=model,
+                  per_stage_recompute=(_counts(rc.get("recompute"), pp), _counts(rc.get("select_recompute"), pp)))
+
+
+def mindformers_model(mc: dict, data: dict, path: Path) -> ModelSpec:
+    """The dense Llama-family model a MindFormers YAML's `model_config` states (MindFormers 2.1's LlamaConfig
+    names: num_layers, hidden_size, num_heads, n_kv_heads, intermediate_size, vocab_size, seq_length,
+    rms_norm_eps, theta); a mixture of experts (`moe_config`) needs its model named."""
+    missing = [k for k in ("num_layers", "hidden_size", "num_heads", "vocab_size", "intermediate_size") if not mc.get(k)]
+    if missing or data.get("moe_config"):
+        what = f"its model_config has no {', '.join(missing)}" if missing else "its experts (moe_config) are not read"
+        raise InputError(f"--from {path}: no MODEL given, and {what}",
+                         hint="name the model: gplan estimate MODEL --from FILE (a bundled name, model.yaml or config.json)")
+    fields = {"name": path.stem, "num_layers": mc["num_layers"], "hidden_size": mc["hidden_size"],
+              "num_attention_heads": mc["num_heads"], "num_kv_heads": mc.get("n_kv_heads") or mc["num_heads"],
+              "ffn_hidden_size": mc["intermediate_size"], "ffn_kind": "swiglu", "vocab_size": mc["vocab_size"],
+              "seq_length": mc.get("seq_length") or 4096, "norm": "rmsnorm", "position_embedding": "rope",
+              "rope_theta": float(mc.get("theta") or 10000)}
+    try:
+        return ModelSpec.model_validate(fields)
+    except ValueError as exc:
+        raise InputError(f"--from {path}: its model_config does not make a model: {str(exc).splitlines()[0]}",
+                         hint="name the model: gplan estimate MODEL --from FILE") from None
+
+
+def _counts(item, pp: int) -> list[int] | bool:
+    """MindFormers' recompute value: False, True (every layer) or per-stage counts."""
+    if isinstance(item, list):
+        return [int(n) for n in item] + [0] * (pp - len(item))
+    return bool(item)
+
+
+# ---- the reader's part (planner.launch_files) ---------------------------------------------------------
+
+PRECEDENCE = 0
+
+
+def claims(path: Path, text: str) -> bool:
+    """A training YAML with a `parallel_config`."""
+    return path.suffix in (".yaml", ".yml") and "parallel_config:" in text
+
+
+def read(path: Path, model: ModelSpec | None, text: str) -> Launch:
+    return read_mindformers_launch(path, model)
+
+
+def read_log(path: Path, model: ModelSpec | None, text: str, strict: bool = False) -> Launch:
+    """A MindFormers log as a launch: the training YAML beside it (its model from the YAML's model_config),
+    with the log's steady step; `strict` (calibrate): a log with no steady step is refused."""
+    yaml_path = logs.config_beside(path)
+    if strict:
+        step_s = logs.steady_step_s(path)
+        model = model if model is not None else logs.model_of(yaml_path)
+        return dataclasses.replace(read_mindformers_launch(yaml_path, model), measured_step_s=step_s)
+    launch = read_mindformers_launch(yaml_path, model)
+    try:
+        return dataclasses.replace(launch, measured_step_s=logs.steady_step_s(path))
+    except InputError:
+        return launch

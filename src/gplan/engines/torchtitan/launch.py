@@ -1,0 +1,321 @@
+"""torchtitan's launches and logs read: a job TOML (torchtitan ≤ 0.2's `--job.config_file`), a script of
+`--section.key value` overrides (with the TOML it names, and gplan's exported config module beside it), and
+the job config its log prints (or the launch beside a log that prints none). Keys gplan does not read are
+classified (flags.py); its model is the one named, else `model.name` + `model.flavor`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from gplan.engines.torchtitan import logs
+from gplan.engines.torchtitan.flags import titan_class
+from gplan.errors import InputError
+from gplan.launch_text import arguments
+from gplan.planner.launch import Launch, as_int, beside, classified, exported_model, flatten, module_constant, value, world_size
+from gplan.spec.model import ModelSpec
+from gplan.spec.parallel import PER_OP_MODULES
+
+#: torchtitan's job-config keys gplan reads (torchtitan/config/job_config.py: Parallelism, Training,
+#: ActivationCheckpoint; 0.3's `local_batch_size`, before it `batch_size`).
+TITAN_KEYS = {
+    "parallelism.data_parallel_replicate_degree", "parallelism.data_parallel_shard_degree",
+    "parallelism.tensor_parallel_degree", "parallelism.context_parallel_degree", "parallelism.pipeline_parallel_degree",
+    "parallelism.expert_parallel_degree", "parallelism.enable_sequence_parallel", "parallelism.fsdp_reshard_after_forward",
+    "parallelism.pipeline_parallel_schedule", "parallelism.pipeline_parallel_microbatch_size",
+    "parallelism.pipeline_parallel_layers_per_stage", "training.local_batch_size", "training.batch_size",
+    "training.global_batch_size", "training.seq_len", "training.mixed_precision_param", "activation_checkpoint.mode",
+    "model.converters", "float8.recipe_name", "quantize.linear.float8.recipe_name", "model.name", "model.flavor",
+    "training.disable_cuda_graphs", "activation_checkpoint.selective_ac_option",
+    "parallelism.expert_tensor_parallel_degree", "model.hf_assets_path", "parallelism.expert_parallel_comm_backend",
+}
+
+
+
+def read_torchtitan_launch(path: Path, model: ModelSpec | None) -> Launch:
+    """A torchtitan launch: a job TOML (torchtitan ≤ 0.2's `--job.config_file`), or a script of
+    `--section.key value` overrides (with the TOML it names, and gplan's exported config module beside it);
+    its model the one named, else torchtitan's `model.name` + `model.flavor` (or the config.json of its
+    `model.hf_assets_path`)."""
+    values, args, variables = titan_values(path)
+    model = titan_model(path, values) if model is None else model
+    _check_titan_model(path, values, model)
+    module = path.parent / "gplan_torchtitan.py"
+    parts = module_constant(module, "MODULE_FQNS_PER_MODEL_PART") if module.is_file() else None
+    ac = module_constant(module, "ACTIVATION_CHECKPOINT") if module.is_file() else None
+    given, notes = _titan_layout(values, model, parts, ac)
+    lowp_on = _titan_precision(values) in ("fp8", "fp8-rowwise", "mxfp8")
+    unread_keys = {k: v for k, v in values.items() if k not in TITAN_KEYS
+                   and not (not lowp_on and re.match(r"(float8|mx|quantize)\.", k))}
+    rule = (lambda k, v: ("refused", "a low-precision setting gplan does not read")
+            if lowp_on and re.match(r"(float8|mx|quantize)\.", k) and not k.endswith(("filter_fqns", "emulate"))
+            else titan_class(k, v))
+    unread, no_effect = classified(path, unread_keys, rule)
+    unread += sorted(k for k in values if k not in TITAN_KEYS and k not in unread_keys)
+    gbs = as_int(values.get("training.global_batch_size"))
+    local = as_int(values.get("training.local_batch_size", values.get("training.batch_size")))
+    if gbs is None or gbs < 0:
+        if local is None:
+            raise InputError(f"--from {path}: no training.global_batch_size or local_batch_size",
+                             hint="add --training.global_batch_size")
+        gbs = None  # local × dp: fixed once the devices are known
+    pp = given["pp"]
+    sizes = None  # the chunks the module lists (virtual stage j on rank j % pp), summed per rank
+    if parts and pp > 1:
+        sizes = [0] * pp
+        for j, part in enumerate(parts):
+            sizes[j % pp] += sum(1 for name in part if name.startswith("layers."))
+    comm = values.get("parallelism.expert_parallel_comm_backend",
+                      module_constant(module, "MOE_COMM_BACKEND") if module.is_file() else None)
+    options = {"moe_dispatcher": titan_dispatcher(path, comm)} if model.is_moe else {}
+    return Launch(source=str(path), engine="torchtitan", given=given, gbs=gbs or 0,
+                  seq_length=as_int(values.get("training.seq_len")), precision=_titan_precision(values),
+                  stage_sizes=sizes, recompute_layers=None, world_size=world_size(args, variables),
+                  unread=unread + notes, local_batch=local, no_effect=no_effect, model=model, engine_options=options)
+
+
+
+TITAN_COMM_BACKENDS = {"standard": "alltoall", "deepep": "flex", "hybridep": "flex"}
+"""torchtitan's token exchange (≤ 0.2 `parallelism.expert_parallel_comm_backend`, 0.3.0 `moe_comm_backend` of
+make_token_dispatcher_config) -> TrainingSpec.moe_dispatcher: its all-to-all, or DeepEP's / HybridEP's kernels,
+priced as Megatron's flex dispatcher (the same de-duplicated exchange and buffers)."""
+
+
+
+def titan_dispatcher(path: Path, comm: str | None) -> str:
+    if comm is None or comm in TITAN_COMM_BACKENDS:
+        return TITAN_COMM_BACKENDS[comm or "standard"]
+    if comm == "minimal_async_ep":
+        raise InputError(f"--from {path}: moe_comm_backend minimal_async_ep (torchtitan's MinimalAsyncEP exchange) "
+                         "is not priced by gplan", hint="use standard, deepep or hybridep")
+    raise InputError(f"--from {path}: moe_comm_backend {comm!r}: torchtitan's are standard, deepep, hybridep and "
+                     "minimal_async_ep", hint="fix the launch's expert_parallel_comm_backend")
+
+
+
+def titan_values(path: Path) -> tuple[dict[str, Any], dict, dict]:
+    """A torchtitan launch's `section.key` values (its TOML, then the script's overrides over it), and the
+    script's arguments and variables."""
+    if not path.is_file():
+        raise InputError(f"--from {path}: no such file", hint="pass a torchtitan TOML or launch script")
+    if path.suffix == ".toml":
+        return flatten(_toml(path)), {}, {}
+    values: dict[str, Any] = {}
+    args, variables = arguments(path.read_text())
+    toml = value(args, "--job.config_file") or variables.get("CONFIG_FILE")  # run_train.sh's CONFIG_FILE
+    if not toml and not any(flag[2:].count(".") and not flag.startswith("--job.") for flag in args):
+        raise InputError(f"--from {path}: it names torchtitan but holds no job config (no TOML named, no "
+                         "--section.key overrides)", hint="pass the torchtitan TOML or the script that runs it")
+    if toml:
+        values = flatten(_toml(beside(path, toml)))
+    for flag, vals in args.items():
+        key = flag[2:]
+        if key.count(".") and not key.startswith("job."):
+            name = key.replace("no-", "", 1) if ".no-" in key else key
+            name = name.replace(".no-", ".")
+            values[name] = (vals[0] if vals else ".no-" not in key)
+    return values, args, variables
+
+
+
+def titan_log_launch(path: Path, model: ModelSpec | None, text: str) -> Launch:
+    """A torchtitan log as a launch: its printed job config, or (torchtitan's default, no config printed)
+    the launch beside it under its name, its world size from the log's mesh line."""
+    if "Running with configs:" not in text:
+        beside = titan_launch_beside(path)
+        launch = read_torchtitan_launch(beside, model)
+        mesh = logs.mesh_degrees(text)
+        if mesh is None:
+            return dataclasses.replace(launch, source=str(path))
+        stated = {"tensor_parallel_degree": "tp", "pipeline_parallel_degree": "pp", "context_parallel_degree": "cp"}
+        for key, degree in stated.items():
+            if key in mesh and mesh[key] != launch.given[degree]:
+                raise InputError(f"{path}: its mesh line has {degree} {mesh[key]}, but {beside.name} sets "
+                                 f"{launch.given[degree]}", hint="put the launch that ran this log beside it")
+        return dataclasses.replace(launch, source=str(path), world_size=math.prod(mesh.values()))
+    log = logs.read_torchtitan_config(path, text)
+    if model is None:
+        from gplan.profiles.catalogue import load_model
+
+        model = load_model(log.model)
+    if log.model != model.name:
+        raise InputError(f"--from {path}: the log trained {log.model}, not {model.name}",
+                         hint="name the model the log trained")
+    values = logs.flat_values(log.config)
+    given, notes = _titan_layout(values, model, None, None)
+    t = log.config.get("training", {})
+    gbs = int(t.get("global_batch_size", -1))
+    return Launch(source=str(path), engine="torchtitan", given=given, gbs=max(gbs, 0),
+                  seq_length=int(t.get("seq_len", model.seq_length)), precision=_titan_precision(values),
+                  stage_sizes=None, recompute_layers=None, world_size=logs.world_size(log.config),
+                  unread=notes, local_batch=int(t.get("local_batch_size", t.get("batch_size", 1))), model=model)
+
+
+
+def titan_launch_beside(log: Path) -> Path:
+    for candidate in (log.with_suffix(".toml"), log.with_suffix(".sh")):
+        if candidate.is_file():
+            return candidate
+    raise InputError(f"{log}: a torchtitan log that does not print its job config, and no launch beside it "
+                     f"({log.stem}.toml or {log.stem}.sh)", hint="put the TOML or script that ran it beside the "
+                     "log under its name, or run with --debug.print_config")
+
+
+
+def titan_model_name(log: Path, text: str) -> str:
+    """The bundled model a torchtitan log trained: its printed model_spec, or its launch's model.name and
+    model.flavor."""
+    if "Running with configs:" in text:
+        return logs.read_torchtitan_config(log, text).model
+    values, _, _ = titan_values(titan_launch_beside(log))
+    name, flavor = values.get("model.name", "llama3"), values.get("model.flavor")
+    found = logs.bundled(name, flavor)
+    if found is None:
+        raise InputError(f"{log}: model {name}/{flavor} has no bundled model of its shape",
+                         hint="the bundled torchtitan shapes: " + ", ".join(f"{n}/{f}" for n, f in logs.BUNDLED))
+    return found
+
+
+
+def _toml(path: Path) -> dict:
+    import tomllib
+
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"--from {path}: not a complete TOML job config ({exc})",
+                         hint="a torchtitan TOML as torchtitan reads it: check the file is whole") from None
+
+
+
+def titan_model(path: Path, values: dict) -> ModelSpec:
+    """The model a torchtitan launch names: the config.json of its `model.hf_assets_path` when there is one
+    beside it, else gplan's bundled model of its `model.name` + `model.flavor` (engines.torchtitan.logs)."""
+    from gplan.profiles.catalogue import load_model
+
+    exported = exported_model(path)
+    if exported is not None and "model.name" not in values:
+        return exported
+    assets = values.get("model.hf_assets_path")
+    if assets:
+        for folder in (path.parent / str(assets), path.parent / Path(str(assets)).name):
+            if (folder / "config.json").is_file():
+                return load_model(str(folder / "config.json"))
+    name, flavor = values.get("model.name", "llama3"), values.get("model.flavor")
+    found = logs.bundled(name, flavor)
+    if found is None:
+        raise InputError(f"--from {path}: no MODEL given, and torchtitan's {name} flavor {flavor} has no bundled "
+                         "model of its shape", hint="name the model (gplan estimate MODEL --from FILE); bundled: "
+                         + ", ".join(f"{n}/{f}" for n, f in logs.BUNDLED))
+    return load_model(found)
+
+
+
+def _check_titan_model(path: Path, values: dict, model: ModelSpec) -> None:
+    """The model named is the launch's: the bundled shape of its flavor when gplan has it, else (a flavor
+    gplan does not bundle) at least dense or MoE as its model family is (deepseek_v3 always has experts)."""
+    from gplan.profiles.catalogue import load_model
+
+    if "model.name" not in values:
+        return
+    name, flavor = str(values["model.name"]), values.get("model.flavor")
+    found = logs.bundled(name, flavor)
+    if found is not None:
+        stated = load_model(found)
+        if stated.total_params() != model.total_params():
+            raise InputError(f"--from {path}: it trains torchtitan's {name} {flavor} ({found}), not {model.name}",
+                             hint="leave MODEL out to price the launch's own model, or name the one it trains")
+    elif name == "deepseek_v3" and not model.is_moe:
+        raise InputError(f"--from {path}: model.name {name} has experts, but {model.name} is dense",
+                         hint="name the model the launch trains")
+
+
+
+SINGLE_STAGE_SCHEDULES = {"GPipe", "1F1B"}
+"""torch.distributed.pipelining's schedules with one stage per rank; the others (Interleaved1F1B, LoopedBFS,
+InterleavedZeroBubble, ZBVZeroBubble, DualPipeV) loop over several."""
+
+
+
+def _titan_layout(values: dict, model: ModelSpec, parts, ac) -> tuple[dict[str, Any], list[str]]:
+    notes = []
+    tp = as_int(values.get("parallelism.tensor_parallel_degree", 1))
+    pp = as_int(values.get("parallelism.pipeline_parallel_degree", 1))
+    cp = as_int(values.get("parallelism.context_parallel_degree", 1))
+    replicate = as_int(values.get("parallelism.data_parallel_replicate_degree", 1))
+    shard = as_int(values.get("parallelism.data_parallel_shard_degree", -1))
+    reshard = str(values.get("parallelism.fsdp_reshard_after_forward", "default"))
+    zero = 0 if shard == 1 else (2 if reshard == "never" else 3)
+    mode = str(values.get("activation_checkpoint.mode", ac or "none")).lower()
+    option = str(values.get("activation_checkpoint.selective_ac_option", "op"))
+    if mode == "selective" and option != "op":
+        notes.append(f"(activation_checkpoint selective, option {option}: torchtitan's layer-level AC, every "
+                     f"{option}th block fully recomputed, is priced as full recompute of every layer — more time "
+                     "and less memory than it takes)")
+    per_op = mode == "selective" and option == "op"
+    recompute = "none" if mode in ("none", "") else ("selective" if per_op else "full")
+    sp = str(values.get("parallelism.enable_sequence_parallel", True)).lower() not in ("false", "0")
+    micro = as_int(values.get("parallelism.pipeline_parallel_microbatch_size", 1))
+    local = as_int(values.get("training.local_batch_size", values.get("training.batch_size", 1)))
+    vpp = 1
+    if pp > 1 and parts:
+        vpp = len(parts) // pp
+    elif pp > 1 and values.get("parallelism.pipeline_parallel_layers_per_stage"):
+        vpp = model.total_layers // (pp * as_int(values["parallelism.pipeline_parallel_layers_per_stage"]))
+    schedule = str(values.get("parallelism.pipeline_parallel_schedule", "1F1B"))
+    if pp > 1 and vpp == 1 and schedule not in SINGLE_STAGE_SCHEDULES:
+        vpp = 2  # torchtitan's looped schedules without a split given: two stages per rank (pipeline_module_split)
+    given = {"tp": tp, "pp": pp, "cp": cp, "sp": sp and tp > 1, "zero": zero, "recompute": recompute,
+             **({"recompute_modules": PER_OP_MODULES} if per_op else {}),
+             "mbs": micro if pp > 1 else local, "vpp": vpp, "ep": as_int(values.get("parallelism.expert_parallel_degree", 1)),
+             "dp_shard": shard, "dp_replicate": replicate}
+    if pp > 1:
+        given["schedule"] = {"GPipe": "gpipe", "1F1B": "1f1b"}.get(schedule, "interleaved_1f1b" if vpp > 1 else "1f1b")
+    # torchtitan's experts follow tp at ep 1 (spec.targets); with ep, expert_tensor_parallel_degree (1 or tp)
+    given["etp"] = tp if given["ep"] == 1 else as_int(values.get("parallelism.expert_tensor_parallel_degree", 1))
+    return given, notes
+
+
+
+def _titan_precision(values: dict) -> str:
+    converters = values.get("model.converters") or []
+    converters = [converters] if isinstance(converters, str) else list(converters)
+    if any("float8" in c for c in converters):
+        recipe = values.get("quantize.linear.float8.recipe_name", values.get("float8.recipe_name", "tensorwise"))
+        return "fp8" if recipe == "tensorwise" else "fp8-rowwise"
+    if any("mx" in c for c in converters):
+        return "mxfp8"
+    return "fp32" if str(values.get("training.mixed_precision_param", "bfloat16")) == "float32" else "bf16"
+
+
+# ---- the reader's part (planner.launch_files) ---------------------------------------------------------
+
+PRECEDENCE = 1
+
+
+def claims(path: Path, text: str) -> bool:
+    """A TOML job config, or a script that runs torchtitan or passes `--parallelism.…` overrides."""
+    return path.suffix == ".toml" or "torchtitan" in text or "--parallelism." in text
+
+
+def read(path: Path, model: ModelSpec | None, text: str) -> Launch:
+    return read_torchtitan_launch(path, model)
+
+
+def read_log(path: Path, model: ModelSpec | None, text: str, strict: bool = False) -> Launch:
+    """A torchtitan log as a launch, with its steady tokens/s per device; `strict` (calibrate): a log with
+    no steady steps, or none that says how many devices ran, is refused."""
+    launch = titan_log_launch(path, model, text)
+    if strict and launch.world_size is None:
+        raise InputError(f"{path}: neither the log (a mesh line) nor its launch says how many devices ran",
+                         hint="pass the log from its start, or set NGPU / --nproc_per_node in the launch")
+    try:
+        return dataclasses.replace(launch, measured_device_tokens_per_s=logs.read_steps(path, text)[0])
+    except InputError:
+        if strict:
+            raise
+        return launch
