@@ -1,7 +1,10 @@
 """Each rule and each engine fact has one home (issue: policy written more than once drifts):
 
-  - the engines: engines, one file each — no other module lists three or more engines by name;
-  - the configuration rules: spec/parallel's RULES — no other module words one of their refusals;
+  - the engines: engines/, one folder each — no other module lists three or more engines by name, branches
+    on an engine's name (compares to it, matches it, looks an engine up by it) or names an engine's flags
+    (gplan's own command-line options that share a Megatron flag's name excepted);
+  - the configuration rules: spec/parallel's RULES — no other module words one of their refusals or
+    restates one of their predicates (a divisibility test of the same quantities);
   - the default target: spec/targets' `default_target`, asked by the one target resolution
     (planner/inputs) and by `gplan launch` choosing a backend — nowhere else."""
 
@@ -25,7 +28,7 @@ def strings(node: ast.AST) -> set[str]:
     return {i.value for i in items if isinstance(i, ast.Constant) and isinstance(i.value, str)}
 
 
-def test_no_module_outside_spec_engines_lists_the_engines():
+def test_no_module_outside_the_engine_folders_lists_the_engines():
     found = []
     for name, tree in sources():
         if name.startswith("engines/"):
@@ -36,6 +39,129 @@ def test_no_module_outside_spec_engines_lists_the_engines():
                 if len(named) >= 3:
                     found.append(f"{name}:{node.lineno} {sorted(named)}")
     assert not found, "engines listed outside engines (read ENGINES instead): " + "; ".join(found)
+
+
+ENGINE_FLAG_PARTS = ("flags.py", "launch.py", "arguments.py")
+LAUNCH_SECTIONS = ("parallelism.", "training.", "activation_checkpoint.", "parallel_config.", "recompute_config.",
+                   "runner_config.")
+
+
+def _literals(node: ast.AST) -> set[str]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return {node.value}
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return set().union(*(_literals(e) for e in node.elts)) if node.elts else set()
+    return set()
+
+
+def engine_name_branches(tree: ast.AST) -> list[tuple[int, str]]:
+    """Where a module compares a value to an engine's name, matches one, or looks one up by it."""
+    names, found = set(ENGINE_NAMES), []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            hit = set().union(*(_literals(x) for x in [node.left, *node.comparators])) & names
+        elif isinstance(node, ast.MatchValue):
+            hit = _literals(node.value) & names
+        elif isinstance(node, ast.Subscript):
+            hit = _literals(node.slice) & names
+        else:
+            continue
+        if hit:
+            found.append((node.lineno, ", ".join(sorted(hit))))
+    return found
+
+
+def test_no_module_outside_the_engine_folders_branches_on_an_engine_name():
+    found = [f"{name}:{line} ({hit})" for name, tree in sources() if not name.startswith("engines/")
+             for line, hit in engine_name_branches(tree)]
+    assert not found, "engine-name branches outside engines/ (ask the engine's profile or part): " + "; ".join(found)
+
+
+def test_the_branch_check_sees_a_planted_branch():
+    for text in ('if engine == "megatron":\n    pass\n', 'x = engine in ("deepspeed", "torchtitan")\n',
+                 'match target:\n    case "mindformers":\n        pass\n', 'accounting = ENGINES["torchtitan"].memory\n'):
+        assert engine_name_branches(ast.parse(text)), text
+    assert not engine_name_branches(ast.parse('BACKENDS = {"torch": 1}\nif kind == "gpu":\n    pass\n'))
+
+
+def engine_flags() -> set[str]:
+    """Every flag or dotted config key an engine folder names where it reads or classifies launches."""
+    found = set()
+    for name, tree in sources():
+        if name.startswith("engines/") and name.endswith(ENGINE_FLAG_PARTS):
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and " " not in node.value and (
+                        node.value.startswith("--") and len(node.value) > 3 or node.value.startswith(LAUNCH_SECTIONS)):
+                    found.add(node.value)
+    return found
+
+
+def own_options() -> set[str]:
+    """gplan's own command-line options (cli*.py), some of which share a Megatron flag's name."""
+    return {node.value for name, tree in sources() if name.startswith("cli") for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("--")}
+
+
+def flags_named(tree: ast.AST, flags: set[str]) -> set[str]:
+    return {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and node.value in flags}
+
+
+def test_no_module_outside_the_engine_folders_names_an_engine_flag():
+    flags = engine_flags() - own_options()
+    assert {"--tensor-model-parallel-size", "parallelism.data_parallel_shard_degree"} <= flags
+    found = [f"{name}: {sorted(hit)}" for name, tree in sources() if not name.startswith(("engines/", "cli"))
+             if (hit := flags_named(tree, flags))]
+    assert not found, "engine flags named outside engines/: " + "; ".join(found)
+
+
+def test_the_flag_check_sees_a_planted_flag_list():
+    flags = engine_flags() - own_options()
+    assert flags_named(ast.parse('OWNED = ("--pipeline-model-parallel-size", "--micro-batch-size")\n'), flags)
+    assert not flags_named(ast.parse('OPTIONS = ("--devices", "--cluster")\n'), flags)
+
+
+def _shape(node: ast.AST) -> str:
+    """An expression with each attribute read as its bare name (`c.ep`, `config.ep`, `ep` alike)."""
+    class Bare(ast.NodeTransformer):
+        def visit_Attribute(self, n):
+            return ast.Name(id=n.attr)
+    return ast.dump(Bare().visit(ast.parse(ast.unparse(node), mode="eval").body), annotate_fields=False)
+
+
+def rule_predicates() -> dict[str, str]:
+    """The divisibility tests of spec/parallel's rules (`model.num_experts % c.ep`), by shape -> rule."""
+    from gplan.spec.parallel import RULES
+
+    rules = {r.__name__ for r in RULES}
+    tree = ast.parse((PACKAGE / "spec" / "parallel.py").read_text())
+    found = {}
+    for fn in tree.body:
+        if isinstance(fn, ast.FunctionDef) and fn.name in rules:
+            for node in ast.walk(fn):
+                if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and len(
+                        {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}) >= 2:
+                    found.setdefault(_shape(node), fn.name)
+    return found
+
+
+def restated_predicates(tree: ast.AST, predicates: dict[str, str]) -> list[tuple[int, str]]:
+    return [(node.lineno, predicates[_shape(node)]) for node in ast.walk(tree)
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and _shape(node) in predicates]
+
+
+def test_no_module_restates_a_configuration_rule_predicate():
+    predicates = rule_predicates()
+    assert len(predicates) >= 8
+    found = [f"{name}:{line} restates {rule}" for name, tree in sources() if name != "spec/parallel.py"
+             for line, rule in restated_predicates(tree, predicates)]
+    assert not found, "; ".join(found)
+
+
+def test_the_predicate_check_sees_a_planted_restatement():
+    predicates = rule_predicates()
+    planted = ast.parse("def experts(model, ep):\n    return [e for e in ep if not model.num_experts % e]\n"
+                        "def fits(config, model):\n    return model.num_experts % config.ep == 0\n")
+    assert [rule for _, rule in restated_predicates(planted, predicates)] == ["_ep_divides"]
 
 
 #: A phrase of each configuration rule's refusal, which only its rule may word.

@@ -66,7 +66,7 @@ def launch(
     """Run a plan: torchrun with DeviceMesh, tensor/sequence parallel, pipelining, FSDP2 (or msrun with
     MindSpore's semi-automatic parallelism); report measured versus predicted."""
     from gplan import render
-    from gplan.backends.registry import default_backend
+    from gplan.backends.registry import backend as backend_named, default_backend
     from gplan.backends.launch import check_launch_flags, launch_plan
     from gplan.backends.protocol import LaunchOptions
     from gplan.planner.scale import scaled_plan
@@ -77,7 +77,7 @@ def launch(
         if not as_json:
             err.print(f"note: launching with the {backend} backend ({why}; choose with --backend)", highlight=False)
     check_launch_flags(steps, warmup_steps, data, checkpoint_dir, checkpoint_every, resume, device, trace_steps)
-    if trace_steps and backend != "torch":
+    if trace_steps and not backend_named(backend).writes_traces:
         raise UsageError(f"--profile: the {backend} backend writes no profiler trace yet",
                          hint="launch with --backend torch, or without --profile")
     options = LaunchOptions(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from dataclasses import dataclass, field
 
 from gplan.errors import InputError
 
@@ -61,24 +62,29 @@ def _unbracket(line: str) -> str:
     return "".join(out)
 
 
-DEFAULTS = {"--context-parallel-size": "1", "--tensor-model-parallel-size": "1", "--pipeline-model-parallel-size": "1",
-            "--expert-model-parallel-size": "1"}
-"""Megatron's defaults: a missing flag at its default is not added."""
-MULTI_VALUED = ("--recompute-modules",)
-"""Flags that take several values (argparse `nargs="*"`), replaced with all of them."""
+@dataclass(frozen=True)
+class FlagStyle:
+    """How an engine's launch line holds its layout flags (its write_back.py says)."""
+
+    defaults: dict[str, str] = field(default_factory=dict)
+    """Flags at these values are not added where the launch leaves them out."""
+    multi_valued: tuple[str, ...] = ()
+    """Flags that take several values (argparse `nargs="*"`), replaced with all of them."""
+    anchor: str = r"--\S+"
+    """The line (a regular expression of its flag) the missing flags are added after."""
 
 
-def rewrite_launch(text: str, flags: dict[str, str | None], keep: tuple[str, ...] = ()) -> str:
+def rewrite_launch(text: str, flags: dict[str, str | None], style: FlagStyle, keep: tuple[str, ...] = ()) -> str:
     """`text` with only the layout flags changed (an engine's `layout_flags`): each present flag's value
     replaced, or the flag removed with its value where the plan does not use it (but `keep` flags, which
-    are only ever set); each missing one added after the launch's --tensor-model-parallel-size line;
-    every other line — data, tokenizer, checkpoints, schedule, logging — kept as it was."""
+    are only ever set); each missing one added after the launch's anchor line (`style`); every other
+    line — data, tokenizer, checkpoints, schedule, logging — kept as it was."""
     missing = []
     for flag, new in flags.items():
-        values = r"(?:[ \t]+(?!--)[^\s\\)]+)*" if flag in MULTI_VALUED else r"(?:(?:=|[ \t]+)(?!--)([^\s\\)]+))?"
+        values = r"(?:[ \t]+(?!--)[^\s\\)]+)*" if flag in style.multi_valued else r"(?:(?:=|[ \t]+)(?!--)([^\s\\)]+))?"
         pattern = re.compile(rf"(?<![\w-]){re.escape(flag)}{values}")
         if pattern.search(text) is None:
-            if new is not None and DEFAULTS.get(flag) != new:
+            if new is not None and style.defaults.get(flag) != new:
                 missing.append(f"{flag} {new}".rstrip())
             continue
         if new is None and flag in keep:
@@ -88,7 +94,7 @@ def rewrite_launch(text: str, flags: dict[str, str | None], keep: tuple[str, ...
         else:
             text = pattern.sub(f"{flag} {new}".rstrip(), text, count=1)
     if missing:
-        anchor = re.search(r"^([ \t]*)(--tensor-model-parallel-size|--parallelism\.)\S*.*$", text, re.MULTILINE)
+        anchor = re.search(rf"^([ \t]*)({style.anchor})\S*.*$", text, re.MULTILINE)
         if anchor is None:
             raise InputError("the launch has no tensor-parallel line to add the layout flags beside",
                              hint="write the launch's layout flags one per line, or use gplan export")

@@ -103,7 +103,9 @@ def resume_options(plan: Plan, options, resume_from: Path, resume: bool, backend
     if resume:
         raise UsageError("--resume continues this plan's own checkpoints, --resume-from another run's",
                          hint="pass one of them")
-    if backend != "torch":
+    from gplan.backends.registry import backend as backend_named
+
+    if not backend_named(backend).loads_other_layouts:
         raise UsageError(f"--resume-from: the {backend} backend does not load checkpoints of another layout",
                          hint="launch with --backend torch")
     found = check_resume(plan, resume_from)

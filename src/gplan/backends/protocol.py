@@ -119,6 +119,10 @@ class ValidationReport:
 
 class Backend(Protocol):
     name: str
+    writes_traces: bool
+    """`gplan launch --profile`: its workers write profiler traces with gplan's phase marks."""
+    loads_other_layouts: bool
+    """`--resume-from`: it loads a checkpoint written under another layout (resharded on load)."""
 
     def render(self, plan: Plan, plan_path: Path, options: LaunchOptions) -> LaunchSpec: ...
 

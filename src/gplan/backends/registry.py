@@ -23,6 +23,10 @@ class ModuleBackend:
     launcher: str
     validator: str
     validator_needs_framework: bool
+    measurer: str
+    """`module:Class` of its layer and link measurer (`gplan profile`), imported on use."""
+    writes_traces: bool = False
+    loads_other_layouts: bool = False
 
     def _launcher(self):
         return importlib.import_module(self.launcher)
@@ -45,12 +49,15 @@ class ModuleBackend:
 
 BACKENDS: dict[str, Backend] = {
     "torch": ModuleBackend("torch", "gplan.backends.torch.launcher", "gplan.backends.torch.validate:validation_report",
-                           validator_needs_framework=True),
+                           validator_needs_framework=True, measurer="gplan.backends.torch.measure:TorchMeasurer",
+                           writes_traces=True, loads_other_layouts=True),
     "mindspore": ModuleBackend("mindspore", "gplan.backends.mindspore.launcher",
-                               "gplan.backends.mindspore.strategy:validation_report", validator_needs_framework=False),
+                               "gplan.backends.mindspore.strategy:validation_report", validator_needs_framework=False,
+                               measurer="gplan.backends.mindspore.measure:MindSporeMeasurer"),
 }
 """`gplan launch --backend` names. torch validates on a fake process group (torch needed); MindSpore
-checks its operator strategies, which are pure data."""
+checks its operator strategies, which are pure data. Only torch writes profiler traces and loads another
+layout's checkpoint (torch.distributed.checkpoint)."""
 
 
 def backend(name: str) -> Backend:
@@ -83,10 +90,5 @@ def measurer(name: str):
     if name not in BACKENDS:
         raise InputError(f"--backend {name!r}: gplan profiles with torch or mindspore", hint="use --backend torch")
     require_framework(name)
-    if name == "mindspore":
-        from gplan.backends.mindspore.measure import MindSporeMeasurer
-
-        return MindSporeMeasurer()
-    from gplan.backends.torch.measure import TorchMeasurer
-
-    return TorchMeasurer()
+    module, cls = BACKENDS[name].measurer.split(":")
+    return getattr(importlib.import_module(module), cls)()

@@ -202,7 +202,7 @@ def state_bytes_per_param(element_bytes: int, zero: int, shard_ranks: int, engin
     weights, gradients, m, v: 16 bytes; FSDP2 with a 16-bit param dtype shards fp32 weights, fp32
     gradients and m, v (16/d), and zero 1/2 (no resharding after the forward) also hold every 16-bit
     weight gathered from the forward to the backward.
-    deepspeed — DeepSpeed: 16-bit weights and gradients; fp16 (and ZeRO ≥ 2) keeps fp32 master, m, v and an fp32
+    zero_optimizers — DeepSpeed: 16-bit weights and gradients; fp16 (and ZeRO ≥ 2) keeps fp32 master, m, v and an fp32
     gradient partition per rank (`stage_1_and_2.py`: `single_partition_of_fp32_groups`) — 16/d bytes;
     bf16 with ZeRO-1 runs the BF16 optimizer, which accumulates gradients in full-size fp32 buffers
     (`bf16_optimizer.py`: `fp32_groups_gradients`) — 4 more bytes, unsharded."""
@@ -212,7 +212,7 @@ def state_bytes_per_param(element_bytes: int, zero: int, shard_ranks: int, engin
             return StateBytes(weights=4.0, grads=4.0, optimizer=8.0)
         gathered = e if zero < 3 and e < 4 else 0.0
         return StateBytes(weights=4.0 / d + gathered, grads=4.0 / d, optimizer=8.0 / d)
-    if rule == "deepspeed" and e < 4:
+    if rule == "zero_optimizers" and e < 4:
         if deepspeed_bf16_optimizer(bf16, zero):
             return StateBytes(weights=e, grads=e + 4.0, optimizer=12.0 / d)
         return StateBytes(weights=e / (d if zero >= 3 else 1), grads=e / (d if zero >= 2 else 1),
@@ -232,7 +232,7 @@ def reduced_grad_bytes(element_bytes: int, zero: int, engine: str | None = None,
     and ZeRO's reduce-scatter run in the model's dtype unless `communication_data_type` says otherwise), except
     that its BF16 optimizer (bf16 with ZeRO-1) reduces the fp32 buffers it accumulates into; the others
     their main gradients (`grad_bytes`: fp32 unless reduced in bf16)."""
-    if memory_accounting(engine).states == "deepspeed" and element_bytes < 4:
+    if memory_accounting(engine).states == "zero_optimizers" and element_bytes < 4:
         return 4 if deepspeed_bf16_optimizer(bf16, zero) else element_bytes
     return grad_bytes
 

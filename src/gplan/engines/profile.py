@@ -165,7 +165,7 @@ ALL_SCHEDULES = frozenset({"gpipe", "1f1b", "interleaved_1f1b"})
 ALL_ZERO = frozenset({0, 1, 2, 3})
 
 
-StateRule = Literal["mixed_precision", "fsdp", "deepspeed"]
+StateRule = Literal["mixed_precision", "fsdp", "zero_optimizers"]
 LossGrad = Literal["in_place", "fp32_grad", "fused"]
 AttentionKernel = Literal["fused", "fa2"]
 
@@ -178,7 +178,7 @@ class MemoryAccounting:
     """Weights, gradients and optimizer states per parameter (`state_bytes_per_param`): mixed_precision:
     16-bit weights, fp32 main gradients, fp32 master and Adam (Megatron-LM's distributed optimizer,
     MindSpore's optimizer parallel); fsdp: fp32 weights under autocast, FSDP2 sharding them (torch,
-    torchtitan, llm-foundry); deepspeed: DeepSpeed's ZeRO optimizers."""
+    torchtitan, llm-foundry); zero_optimizers: DeepSpeed's ZeRO optimizers (16-bit weights and gradients)."""
     fp32_logits: bool = True
     """Whether the loss keeps an fp32 copy of the logits beside the 16-bit ones (`head_activation_bytes`);
     a fused cross-entropy keeps none."""
@@ -206,6 +206,10 @@ class MemoryAccounting:
     `fragmentation`."""
 
 
+UNKNOWN_RESHARDING = Resharding("none", frozenset(), "not known: every degree kept")
+"""An engine (or a plan naming none) whose checkpoints' loading gplan does not know: nothing reshards."""
+
+
 @dataclass(frozen=True)
 class EngineProfile:
     """One engine, in one place: adding an engine is a file in engines with its ENGINE, and its tests."""
@@ -224,7 +228,7 @@ class EngineProfile:
     efficiency: str = "engine_efficiency"
     """Where its speed lives: the hardware catalogue's `engine_efficiency[name]` (fitted per hardware on
     its runs, prior 1: the compute efficiencies are Megatron-LM's)."""
-    resharding: Resharding = Resharding("none", frozenset(), "not known: every degree kept")
+    resharding: Resharding = UNKNOWN_RESHARDING
     """What its checkpoints can be loaded into (`gplan replan`, `gplan launch --resume-from`)."""
     attention_kernel: AttentionKernel = "fused"
     """The fused attention it runs on GPUs: "fused", the newest the device has (Transformer Engine picks cuDNN's,

@@ -17,6 +17,7 @@ from gplan.plan import Plan, layouts_of
 from gplan.planner.inputs import Inputs
 from gplan.planner.space import SearchLimits
 from gplan.engines import ENGINES
+from gplan.engines.profile import UNKNOWN_RESHARDING
 from gplan.engines.profile import LAYOUT_DEGREES, Resharding
 
 BATCH_TRIES = 8
@@ -47,8 +48,10 @@ def devices_left(plan: Plan, lost_nodes: int) -> int:
 
 
 def resharding_of(plan: Plan) -> Resharding:
-    engine = ENGINES.get(plan.target or plan.training.engine or "torch")
-    return engine.resharding if engine else ENGINES["torch"].resharding
+    """What the plan's checkpoints load into: its target's (else its engine's) rule; a plan naming neither
+    (built by hand) reshards nothing — gplan does not know what wrote its checkpoints."""
+    name = plan.target or plan.training.engine
+    return ENGINES[name].resharding if name in ENGINES else UNKNOWN_RESHARDING
 
 
 def pins(plan: Plan, optimizer_reshardable: bool = False) -> dict[str, str]:

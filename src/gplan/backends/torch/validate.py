@@ -103,10 +103,11 @@ def validation_report(plan: Plan) -> ValidationReport:
     """Every stage's built parameters and weight bytes against the plan, within TOLERANCE. The weight
     bytes are held only against a plan priced with the torch worker's own memory accounting
     (spec.engines: fsdp states); another engine's are shown beside what was built."""
+    from gplan.backends.torch import ENGINE
     from gplan.engines import ENGINES, memory_accounting
 
-    engine = plan.training.engine or "megatron"
-    own = memory_accounting(plan.training.engine) == ENGINES["torch"].memory
+    own = memory_accounting(plan.training.engine) == ENGINES[ENGINE].memory
+    engine = plan.training.engine or "an engine-less plan"
     checks = []
     for s in validate_plan(plan):
         where = f"stage {s.stage} (rank {s.rank})"

@@ -13,7 +13,7 @@ ENGINE = EngineProfile(
                               expert_tp="etp1", experts_with_pp=False, token_dropping=True,
                               expert_families=frozenset({"mixtral"})),
     memory=MemoryAccounting(
-        states="deepspeed",
+        states="zero_optimizers",
         # its default reduce_bucket_size (runtime/zero/config.py), the 16-bit gradient bucket of ZeRO 1/2
         reduce_bucket_elements=5e8,
         # ZeRO-3 keeps at most stage3_max_live_parameters gathered (runtime/zero/config.py default, 1e9)

@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 from gplan.engines.deepspeed.export import ds_config, megatron_deepspeed_args
+from gplan.engines.megatron.write_back import STYLE
 from gplan.errors import InputError
 from gplan.launch_text import rewrite_launch
 from gplan.plan import Plan, layouts_of
@@ -50,4 +51,4 @@ def deepspeed_files(plan: Plan, source: Path, target: Path, text: str) -> dict[P
     updated = {k: v for k, v in original.items() if k not in DS_KEYS}
     updated["zero_optimization"] = {**original.get("zero_optimization", {}), "stage": plan.parallel.zero}
     updated |= {k: fresh[k] for k in DS_KEYS if k in fresh and k != "zero_optimization"}
-    return {target: rewrite_launch(text, flags), target.parent / Path(name).name: json.dumps(updated, indent=2) + "\n"}
+    return {target: rewrite_launch(text, flags, STYLE), target.parent / Path(name).name: json.dumps(updated, indent=2) + "\n"}

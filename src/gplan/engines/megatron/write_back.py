@@ -8,8 +8,14 @@ from pathlib import Path
 
 from gplan.engines.megatron.export import KEEP_UNLESS_SET, layout_flags
 from gplan.errors import InputError
-from gplan.launch_text import rewrite_launch
+from gplan.launch_text import FlagStyle, rewrite_launch
 from gplan.plan import Plan, layouts_of
+
+STYLE = FlagStyle(defaults={"--context-parallel-size": "1", "--tensor-model-parallel-size": "1",
+                            "--pipeline-model-parallel-size": "1", "--expert-model-parallel-size": "1"},
+                  multi_valued=("--recompute-modules",), anchor="--tensor-model-parallel-size")
+"""Megatron's launch line: degrees at their default (1) are not added, --recompute-modules takes several
+values (nargs="*"), missing flags go after the tensor-parallel one."""
 
 
 def write_back(plan: Plan, source: Path, target: Path, text: str) -> dict[Path, str]:
@@ -17,4 +23,4 @@ def write_back(plan: Plan, source: Path, target: Path, text: str) -> dict[Path, 
         raise InputError(f"{source} is a Megatron-MoE-ModelZoo launch line: its layout lives in its variables, the "
                          "YAML map and runtime.conf, which gplan does not rewrite",
                          hint="export the best plan: gplan export PLAN --to megatron")
-    return {target: rewrite_launch(text, layout_flags(plan, layouts_of(plan)), KEEP_UNLESS_SET)}
+    return {target: rewrite_launch(text, layout_flags(plan, layouts_of(plan)), STYLE, KEEP_UNLESS_SET)}

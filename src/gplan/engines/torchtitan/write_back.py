@@ -9,7 +9,7 @@ from pathlib import Path
 
 from gplan.engines.torchtitan.export import layout_values
 from gplan.errors import InputError
-from gplan.launch_text import rewrite_launch, rewrite_toml
+from gplan.launch_text import FlagStyle, rewrite_launch, rewrite_toml
 from gplan.plan import Plan, layouts_of
 
 
@@ -24,7 +24,7 @@ def write_back(plan: Plan, source: Path, target: Path, text: str) -> dict[Path, 
     if mode != "none":
         raise InputError(f"the best plan recomputes every layer ({mode}), which torchtitan 0.3 sets in its "
                          "config function, not by an override", hint="export the best plan: gplan export PLAN --to torchtitan")
-    return {target: rewrite_launch(text, titan_flags(values))}
+    return {target: rewrite_launch(text, titan_flags(values), FlagStyle(anchor=r"--parallelism\."))}
 
 
 def titan_flags(values: dict[str, object]) -> dict[str, str | None]:
