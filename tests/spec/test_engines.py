@@ -62,5 +62,7 @@ def test_llm_foundry_is_a_target_its_plans_shard_data_parallel_alone(gplan, tmp_
 def test_each_engine_file_documents_its_source(name):
     import importlib
 
-    module = importlib.import_module(f"gplan.engines.{ {'torch': 'torch_worker', 'mindspore': 'mindspore_worker', 'llm-foundry': 'llm_foundry'}.get(name, name)}")
+    from gplan.engines import FOLDERS
+
+    module = importlib.import_module(f"gplan.engines.{FOLDERS[name]}")
     assert module.ENGINE is ENGINES[name] and len(module.__doc__ or "") > 80
