@@ -1,0 +1,77 @@
+"""`gplan export --to nemo-automodel`: the plan as a NeMo AutoModel recipe YAML and the command that runs it
+(`automodel recipe.yaml --nproc-per-node N`, torchrun across nodes). The `distributed` section is what
+`parse_distributed_section` (recipes/_dist_utils.py) reads; the batch is the step scheduler's
+(global_batch_size, and local_batch_size per data-parallel rank: one micro-batch, or with pipeline stages
+every micro-batch of the step, cut into pp_microbatch_size pieces). Checked by nemo_automodel's own parser
+and mesh builder where it is installed (tests/engines/test_nemo_automodel.py)."""
+
+from __future__ import annotations
+
+import yaml
+
+from gplan.backends.exporters import Export, ExportContext, stamp
+from gplan.backends.recipes import default_nodes
+from gplan.engines.nemo_automodel import HF_MODELS
+from gplan.plan import Plan
+
+VERSIONS = {"0.7": "NeMo AutoModel 0.7.0 (nemo_automodel recipes: parse_distributed_section, StepScheduler)"}
+SCHEDULE_NAMES = {"1f1b": "1f1b", "gpipe": "gpipe", "interleaved_1f1b": "interleaved1f1b"}
+"""gplan's schedules as PipelineConfig.pp_schedule names them."""
+
+
+def export(plan: Plan, context: ExportContext) -> Export:
+    name = f"automodel_{plan.model.name}.yaml"
+    nnodes, per_node = default_nodes(plan)
+    run = ["#!/bin/bash", stamp(plan, context.version), "set -euo pipefail",
+           'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
+           f"# {nnodes} node(s) of {per_node} GPUs: on several nodes run this on each with NNODES, NODE_RANK, "
+           "MASTER_ADDR set",
+           f'if [ "${{NNODES:-{nnodes}}}" -gt 1 ]; then',
+           f'  exec torchrun --nnodes "$NNODES" --nproc-per-node {per_node} --node-rank "$NODE_RANK" '
+           '--master-addr "$MASTER_ADDR" --master-port "${MASTER_PORT:-29500}" '
+           f'-m nemo_automodel.cli.app "$HERE/{name}"',
+           "fi",
+           f'exec automodel "$HERE/{name}" --nproc-per-node {per_node}']
+    return Export({name: stamp(plan, context.version) + "\n" + yaml.safe_dump(recipe(plan, context), sort_keys=False),
+                   "run_automodel.sh": "\n".join(run) + "\n"}, notes(plan))
+
+
+def recipe(plan: Plan, context: ExportContext) -> dict:
+    c, t = plan.parallel, plan.training
+    microbatches = c.num_microbatches
+    distributed: dict = {"strategy": "fsdp2", "dp_size": c.dp, "dp_replicate_size": 1, "tp_size": c.tp,
+                         "cp_size": c.cp, "pp_size": c.pp, "ep_size": c.ep, "sequence_parallel": bool(c.sp),
+                         "activation_checkpointing": all_recomputed(context)}
+    if c.zero < 3:  # zero 1 runs as zero 2: FSDP2 has no optimizer-only sharding
+        distributed["reshard_after_forward"] = False
+    if c.pp > 1:
+        distributed["pipeline"] = {"pp_schedule": SCHEDULE_NAMES[c.schedule], "pp_microbatch_size": c.mbs,
+                                   "layers_per_stage": plan.model.total_layers // (c.pp * c.vpp)}
+    distributed["mp_policy"] = {"param_dtype": "bfloat16" if t.precision == "bf16" else "float32",
+                                "reduce_dtype": "float32"}
+    repository = next((hf for hf, name in HF_MODELS.items() if name == plan.model.name), None)
+    return {
+        "recipe": "TrainFinetuneRecipeForNextTokenPrediction",
+        "step_scheduler": {"global_batch_size": t.gbs,
+                           "local_batch_size": c.mbs * microbatches if c.pp > 1 else c.mbs},
+        "model": {"_target_": "nemo_automodel.NeMoAutoModelForCausalLM.from_pretrained",
+                  "pretrained_model_name_or_path": repository or f"<the Hugging Face repository of {plan.model.name}>"},
+        "distributed": distributed,
+        "dataset": {"_target_": "nemo_automodel.components.datasets.llm.mock_iterable_dataset.MockIterableDataset",
+                    "seq_len": t.seq_length, "vocab_size": plan.model.vocab_size},
+    }
+
+
+def all_recomputed(context: ExportContext) -> bool:
+    """Its one switch: every layer checkpointed, or none (the split the engine runs says which)."""
+    options = {c.recompute for s in context.layouts for c in s.layers}
+    return options == {"full"}
+
+
+def notes(plan: Plan) -> list[str]:
+    found = ["the dataset is AutoModel's mock dataset at the plan's sequence length: put your own in its place, "
+             "keeping seq_len; the model loads its Hugging Face weights (from_pretrained): use from_config to "
+             "train from scratch"]
+    if plan.parallel.zero == 1:
+        found.append("zero 1 runs as zero 2 (FSDP2 has no optimizer-only sharding)")
+    return found

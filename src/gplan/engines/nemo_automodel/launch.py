@@ -1,0 +1,136 @@
+"""NeMo AutoModel's recipe YAML read (`automodel recipe.yaml`): its `distributed` section (strategy, sizes,
+pipeline, activation checkpointing, mixed precision) as `parse_distributed_section` reads it, the batch of
+its `step_scheduler`, the sequence of its packing or dataset, and its model — the Hugging Face repository or
+local config it names."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from gplan.engines.nemo_automodel import HF_MODELS
+from gplan.engines.nemo_automodel.flags import READ, key_class
+from gplan.errors import InputError
+from gplan.planner.launch import Launch, as_int, classified, exported_model, flatten
+from gplan.spec.model import ModelSpec
+
+SCHEDULES = {"1f1b": "1f1b", "gpipe": "gpipe", "interleaved1f1b": "interleaved_1f1b",
+             "interleaved_1f1b": "interleaved_1f1b"}
+"""PipelineConfig.pp_schedule (torch.distributed.pipelining's names, any case) -> gplan's schedule."""
+PRECISIONS = {"bfloat16": "bf16", "bf16": "bf16", "torch.bfloat16": "bf16", "float32": "fp32", "fp32": "fp32",
+              "torch.float32": "fp32"}
+
+
+def read_automodel_launch(path: Path, model: ModelSpec | None) -> Launch:
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise InputError(f"--from {path}: not a whole YAML file ({str(exc).splitlines()[0]})",
+                         hint="pass the recipe YAML as automodel reads it") from None
+    values = flatten({k: v for k, v in data.items() if isinstance(v, dict)})
+    model = recipe_model(path, data) if model is None else model
+    given, notes = layout(path, values, model)
+    if not values.get("fp8.enabled"):
+        values = {k: v for k, v in values.items() if not k.startswith("fp8.")}
+    unread, no_effect = classified(path, {k: v for k, v in values.items() if k not in READ}, key_class)
+    gbs = as_int(values.get("step_scheduler.global_batch_size"))
+    if not gbs:
+        raise InputError(f"--from {path}: no step_scheduler.global_batch_size", hint="add the recipe's global batch")
+    seq = as_int(values.get("packed_sequence.packed_sequence_size") or values.get("dataset.seq_len")
+                 or values.get("dataset.seq_length"))
+    dp = as_int(values.get("distributed.dp_size"))
+    world = dp * given["tp"] * given["cp"] * given["pp"] if dp and dp > 0 else None
+    return Launch(source=str(path), engine="nemo-automodel", given=given, gbs=gbs, seq_length=seq or None,
+                  precision=precision(path, values), stage_sizes=None, recompute_layers=None, world_size=world,
+                  unread=unread + notes, no_effect=no_effect, model=model)
+
+
+def layout(path: Path, values: dict[str, Any], model: ModelSpec) -> tuple[dict[str, Any], list[str]]:
+    """The ParallelConfig options of the `distributed` section (parse_distributed_section's defaults)."""
+    size = lambda key, default=1: as_int(values.get(f"distributed.{key}") or default)  # noqa: E731 - None: default
+    tp, pp, cp, ep = size("tp_size"), size("pp_size"), size("cp_size"), size("ep_size")
+    strategy = str(values.get("distributed.strategy", "fsdp2")).lower()
+    if strategy == "fsdp2":
+        zero = 2 if str(values.get("distributed.reshard_after_forward")).lower() == "false" else 3
+    elif strategy == "megatron_fsdp":
+        zero = as_int(values.get("distributed.zero_dp_strategy", 3))
+    elif strategy == "ddp":
+        raise InputError(f"--from {path}: distributed.strategy ddp (plain data parallel, no tp, pp, cp or ep) is "
+                         "not priced as NeMo AutoModel", hint="price its layout as gplan's torch worker: gplan "
+                         "estimate MODEL --target torch --zero 0")
+    else:
+        raise InputError(f"--from {path}: distributed.strategy {strategy!r}: NeMo AutoModel's are fsdp2, "
+                         "megatron_fsdp and ddp", hint="fix the recipe's distributed.strategy")
+    checkpointing = str(values.get("distributed.activation_checkpointing", False)).lower()
+    if checkpointing == "selective":
+        raise InputError(f"--from {path}: distributed.activation_checkpointing selective (torch's per-operator "
+                         "selective checkpointing) is not priced by gplan for NeMo AutoModel",
+                         hint="price it with activation_checkpointing true or false")
+    recompute = "full" if checkpointing in ("true", "full", "on", "yes", "enabled") else "none"
+    schedule = str(values.get("distributed.pipeline.pp_schedule", "1f1b")).lower()
+    if pp > 1 and schedule not in SCHEDULES:
+        raise InputError(f"--from {path}: distributed.pipeline.pp_schedule {schedule!r} is not priced by gplan",
+                         hint="use 1f1b, interleaved1f1b or gpipe")
+    per_stage = as_int(values.get("distributed.pipeline.layers_per_stage"))
+    vpp = model.total_layers // (pp * per_stage) if pp > 1 and per_stage else (2 if SCHEDULES.get(schedule) ==
+                                                                                 "interleaved_1f1b" and pp > 1 else 1)
+    local = as_int(values.get("step_scheduler.local_batch_size", 1))
+    micro = as_int(values.get("distributed.pipeline.pp_microbatch_size", 1))
+    replicate = as_int(values.get("distributed.dp_replicate_size") or 1)
+    given = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "etp": 1, "vpp": vpp, "zero": zero, "recompute": recompute,
+             "sp": bool(values.get("distributed.sequence_parallel", False)) and tp > 1,
+             "mbs": micro if pp > 1 else local}
+    if pp > 1:
+        given["schedule"] = SCHEDULES[schedule]
+    notes = [f"(dp_replicate_size {replicate}: HSDP, FSDP within {replicate} replicas, priced as FSDP over every "
+             "data-parallel rank)"] if replicate > 1 else []
+    return given, notes
+
+
+def precision(path: Path, values: dict[str, Any]) -> str:
+    if values.get("fp8.enabled"):
+        raise InputError(f"--from {path}: fp8.enabled: NeMo AutoModel's FP8 is not priced by gplan",
+                         hint="price the recipe in bf16 (fp8.enabled: false)")
+    named = str(values.get("distributed.mp_policy.param_dtype", "bfloat16"))
+    if named not in PRECISIONS:
+        raise InputError(f"--from {path}: mp_policy.param_dtype {named!r} is not priced by gplan",
+                         hint="use bfloat16 or float32")
+    return PRECISIONS[named]
+
+
+def recipe_model(path: Path, data: dict) -> ModelSpec:
+    """The model the recipe trains: gplan's own export names it; a local folder's config.json; else the bundled
+    model of the Hugging Face repository it names (HF_MODELS)."""
+    from gplan.profiles.catalogue import load_model
+
+    exported = exported_model(path)
+    if exported is not None:
+        return exported
+    named = str(((data.get("model") or {}).get("pretrained_model_name_or_path")) or "")
+    for folder in (path.parent / named, Path(named)):
+        if named and (folder / "config.json").is_file():
+            return load_model(str(folder / "config.json"))
+    found = {k.lower(): v for k, v in HF_MODELS.items()}.get(named.lower())
+    if found is None:
+        raise InputError(f"--from {path}: no MODEL given, and its model {named or '(none named)'} is not one gplan "
+                         "bundles", hint="name the model: gplan estimate MODEL --from FILE (a bundled name, "
+                         "model.yaml or the repository's config.json)")
+    return load_model(found)
+
+
+# ---- the reader's part (planner.launch_files) ---------------------------------------------------------
+
+PRECEDENCE = 3
+
+
+def claims(path: Path, text: str) -> bool:
+    """A YAML recipe with a top-level `distributed:` section beside `step_scheduler:` or AutoModel's targets."""
+    return path.suffix in (".yaml", ".yml") and bool(re.search(r"^distributed\s*:", text, re.MULTILINE)) and (
+        bool(re.search(r"^step_scheduler\s*:", text, re.MULTILINE)) or "nemo_automodel" in text)
+
+
+def read(path: Path, model: ModelSpec | None, text: str) -> Launch:
+    return read_automodel_launch(path, model)

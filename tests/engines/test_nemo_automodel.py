@@ -1,0 +1,159 @@
+"""NeMo AutoModel (engines/nemo_automodel/): an engine added as one folder. It is a target the search keeps to,
+its export is taken by nemo_automodel's own parser and mesh builder, and the export read back with `--from`
+(no MODEL) is the plan again."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from helpers import requires_engine
+
+from gplan.engines import ENGINE_NAMES, engine_part
+from gplan.spec.targets import TARGETS
+
+CASES = [("llama3-8b", 16), ("llama3-70b", 64), ("qwen3-30b-a3b", 16)]
+"""A dense model on data parallel alone, one large enough for tp, cp and pp, and a mixture of experts."""
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """Each case searched for NeMo AutoModel on H100 nodes and exported: (plan, recipe YAML, devices)."""
+    from typer.testing import CliRunner
+
+    from gplan.cli import app
+
+    runner, found = CliRunner(), {}
+    for model, devices in CASES:
+        root = tmp_path_factory.mktemp(model)
+        plan = root / "plan.json"
+        r = runner.invoke(app, ["search", model, "--devices", str(devices), "--cluster", "dgx-h100",
+                                "--target", "nemo-automodel", "--out", str(plan)])
+        assert r.exit_code == 0, r.stderr
+        r = runner.invoke(app, ["export", str(plan), "--to", "nemo-automodel", "-o", str(root / "out")])
+        assert r.exit_code == 0, r.stderr
+        found[model] = (json.loads(plan.read_text()), root / "out" / f"automodel_{model}.yaml", devices)
+    return found
+
+
+def test_it_is_an_engine_found_by_its_folder():
+    assert "nemo-automodel" in ENGINE_NAMES and "nemo-automodel" in TARGETS
+    assert engine_part("nemo-automodel", "launch") is not None and engine_part("nemo-automodel", "export") is not None
+
+
+def test_its_plans_keep_to_what_it_runs(exported):
+    for plan, _, _ in exported.values():
+        c = plan["parallel"]
+        assert plan["target"] == plan["training"]["engine"] == "nemo-automodel"
+        assert c["zero"] in (1, 2, 3) and c["etp"] == 1
+    assert exported["qwen3-30b-a3b"][0]["parallel"]["ep"] > 1  # experts parallel, folded into FSDP's ranks
+    assert exported["llama3-70b"][0]["parallel"]["pp"] * exported["llama3-70b"][0]["parallel"]["tp"] > 1
+
+
+def test_the_export_read_back_is_the_plan(gplan, exported):
+    for model, (plan, recipe, devices) in exported.items():
+        r = gplan("estimate", "--from", str(recipe), "--cluster", "dgx-h100", "--devices", str(devices), "--json")
+        assert r.code == 0, r.stderr
+        data = r.json()
+        assert data["engine"] == "nemo-automodel" and data["model_from_launch"].startswith(model)
+        for key in ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "sp", "mbs", "recompute"):
+            assert data["parallel"][key] == plan["parallel"][key], (model, key)
+        # FSDP2 has no optimizer-only sharding: zero 1 is written (and read back) as the zero 2 it runs as,
+        # which the FSDP accounting prices the same
+        assert data["parallel"]["zero"] == max(plan["parallel"]["zero"], 2)
+        assert data["step_time_s"] == pytest.approx(plan["prediction"]["step_time_s"], rel=1e-9)
+        assert data["num_microbatches"] == plan["parallel"]["num_microbatches"]
+
+
+CHECK = textwrap.dedent("""
+    import json, sys, yaml
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    from nemo_automodel.components.distributed.mesh_utils import _create_device_meshes
+    from nemo_automodel.components.training.step_scheduler import StepScheduler
+    from nemo_automodel.recipes._dist_utils import parse_distributed_section
+
+    recipe, world = yaml.safe_load(open(sys.argv[1])), int(sys.argv[2])
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
+    parsed = parse_distributed_section(dict(recipe["distributed"]))
+    mesh, moe = _create_device_meshes(parsed["strategy_config"], parsed["parallelism_sizes"], world_size=world)
+    dims = dict(zip([str(n).split(".")[-1].lower() for n in mesh.mesh_dim_names], mesh.mesh.shape))
+    s = recipe["step_scheduler"]
+    steps = StepScheduler(s["global_batch_size"], s["local_batch_size"], dims["dp_shard"] * dims["dp_replicate"],
+                          dataloader=None, max_steps=1, preemption_signal=None)
+    micro = recipe["distributed"].get("pipeline", {}).get("pp_microbatch_size")
+    print(json.dumps({"mesh": dims, "ep": dict(zip([str(n).split(".")[-1].lower() for n in moe.mesh_dim_names],
+                                                   moe.mesh.shape)) if moe is not None else None,
+                      "microbatches": steps.grad_acc_steps * (s["local_batch_size"] // micro if micro else 1),
+                      "checkpointing": parsed["activation_checkpointing"]}))
+""")
+
+
+@requires_engine("nemo_automodel", "dev")
+def test_its_own_code_takes_the_export(exported, tmp_path):
+    """nemo_automodel's parser reads the distributed section, its FSDP2 mesh builder lays out the ranks (on a
+    fake process group of the plan's size), and its step scheduler runs the plan's micro-batches."""
+    script = tmp_path / "check.py"
+    script.write_text(CHECK)
+    for model, (plan, recipe, devices) in exported.items():
+        done = subprocess.run([sys.executable, str(script), str(recipe), str(devices)], capture_output=True,
+                              text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        built, c = json.loads(done.stdout.strip().splitlines()[-1]), plan["parallel"]
+        assert built["mesh"] == {"pp": c["pp"], "dp_replicate": 1, "dp_shard": c["dp"], "cp": c["cp"], "tp": c["tp"]}
+        assert (built["ep"] or {}).get("ep", 1) == c["ep"], model
+        assert built["microbatches"] == c["num_microbatches"], model
+        assert built["checkpointing"] == (c["recompute"] != "none"), model
+
+
+def recipe_with(tmp_path: Path, exported, **distributed) -> Path:
+    import yaml
+
+    plan, recipe, _ = exported["llama3-8b"]
+    data = yaml.safe_load(recipe.read_text())
+    data["distributed"].update(distributed)
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize("change, fragment", [
+    ({"strategy": "ddp"}, "strategy ddp"),
+    ({"strategy": "zero_bubble"}, "fsdp2, megatron_fsdp and ddp"),
+    ({"offload_policy": {"pin_memory": True}}, "on the host"),
+    ({"enable_async_tensor_parallel": True}, "async tensor parallel"),
+    ({"some_new_layout_key": 4}, "distributed.some_new_layout_key"),
+    ({"activation_checkpointing": "selective"}, "selective"),
+])
+def test_a_recipe_it_cannot_price_is_refused_naming_the_key(gplan, tmp_path, exported, change, fragment):
+    r = gplan("estimate", "--from", str(recipe_with(tmp_path, exported, **change)), "--cluster", "dgx-h100",
+              "--devices", "16")
+    assert r.code == 3 and fragment in r.stderr and "hint:" in r.stderr, r.stderr
+
+
+def test_keys_at_their_default_and_other_sections_are_read_without_effect(gplan, tmp_path, exported):
+    path = recipe_with(tmp_path, exported, enable_async_tensor_parallel=False, defer_fsdp_grad_sync=True,
+                       enable_compile=True)
+    r = gplan("estimate", "--from", str(path), "--cluster", "dgx-h100", "--devices", "16", "--json")
+    assert r.code == 0, r.stderr
+    data = r.json()
+    assert "distributed.enable_compile" in data["no_effect"]
+    assert data["step_time_s"] == pytest.approx(exported["llama3-8b"][0]["prediction"]["step_time_s"], rel=1e-9)
+
+
+def test_a_recipe_naming_a_model_gplan_does_not_bundle_asks_for_it(gplan, tmp_path, exported):
+    import yaml
+
+    _, recipe, _ = exported["llama3-8b"]
+    data = yaml.safe_load(recipe.read_text())
+    data["model"]["pretrained_model_name_or_path"] = "someone/unknown-7b"
+    path = tmp_path / "unknown.yaml"
+    path.write_text(yaml.safe_dump(data))  # no gplan header: the model is the one the recipe names
+    r = gplan("estimate", "--from", str(path), "--cluster", "dgx-h100", "--devices", "16")
+    assert r.code == 3 and "someone/unknown-7b" in r.stderr and "MODEL" in r.stderr
+    r = gplan("estimate", "llama3-8b", "--from", str(path), "--cluster", "dgx-h100", "--devices", "16", "--json")
+    assert r.code == 0 and r.json()["engine"] == "nemo-automodel"
