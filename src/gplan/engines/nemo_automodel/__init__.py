@@ -25,6 +25,8 @@ ENGINE = EngineProfile(
         zero=frozenset({1, 2, 3}), zero_with_pp=frozenset({1, 2, 3}), encoder_decoder=False,
         selective=False, recompute_modules=frozenset(),
         experts=True, expert_tp="etp1", ep_within_fsdp=True, expert_zero=frozenset({1, 2, 3}),
+        # its DeepSeek-V3 model (components/models/deepseek_v3): latent attention, left at tp = cp = 1 here
+        latent_attention=True,
         precisions=frozenset({"bf16", "fp32"})),
     # FSDP2's MixedPrecisionPolicy (param bf16, reduce fp32) over fp32 master weights; the loss upcast in fp32
     memory=MemoryAccounting(states="fsdp", loss_grad="fp32_grad", quantized_gemm_inputs=False),
