@@ -8,7 +8,8 @@ from typing import Iterator
 from gplan.profiles.schema import ClusterSpec
 from gplan.spec.model import ModelSpec
 from gplan.errors import InputError
-from gplan.spec.parallel import (BATCH_RULES, canonical_modules, DEFAULT_RECOMPUTE_MODULES, DEGREE_RULES, EXPERT_RULES,
+from gplan.spec.parallel import (BATCH_RULES, canonical_modules, cp_splits, expert_grid_folds, expert_width_split,
+                                 experts_split, DEFAULT_RECOMPUTE_MODULES, DEGREE_RULES, EXPERT_RULES,
                                  PER_OP_MODULES, RECOMPUTE_MODULES,
                                  RECOMPUTE_OPTIONS, RECOMPUTE_RULES, SCHEDULES, SHARDING_RULES, ParallelConfig,
                                  keeps_rules)
@@ -191,7 +192,7 @@ def cp_options(training: TrainingSpec, limits: SearchLimits) -> list[int]:
     if limits.cp:
         return limits.cp
     out, cp = [1], 2
-    while training.seq_length // cp >= MIN_CP_CHUNK_TOKENS and training.seq_length % (2 * cp) == 0:
+    while training.seq_length // cp >= MIN_CP_CHUNK_TOKENS and cp_splits(training.seq_length, cp):
         out.append(cp)
         cp *= 2
     return out
@@ -234,7 +235,7 @@ def expert_options(model: ModelSpec, per_stage: int, limits: SearchLimits, tp: i
     pairs = ([(ep, tp if ep == 1 else 1) for ep in ep_pool] if follows
              else [(ep, etp) for etp in limits.etp or [1] for ep in ep_pool])
     for ep, etp in pairs:
-        if model.num_experts % ep == 0 and model.expert_ffn_size % etp == 0 and per_stage % (ep * etp) == 0:
+        if experts_split(model, ep) and expert_width_split(model, etp) and expert_grid_folds(per_stage, ep, etp):
             yield ep, etp
 
 

@@ -382,7 +382,10 @@ class ModelSpec(BaseModel):
     def tp_divides(self, tp: int) -> bool:
         """Megatron splits attention by heads and the MLP by columns: tp must divide the attention
         heads, the kv heads and the MLP width."""
-        return not (self.num_attention_heads % tp or self.kv_heads % tp or self.ffn_size % tp)
+        return self.tp_divides_heads(tp) and not self.ffn_size % tp
+
+    def tp_divides_heads(self, tp: int) -> bool:
+        return not (self.num_attention_heads % tp or self.kv_heads % tp)
 
     @property
     def mtp_kind(self) -> LayerKind:

@@ -255,6 +255,28 @@ class Violation:
 Rule = Callable[[ModelSpec, TrainingSpec, ParallelConfig, int], "Violation | None"]
 
 
+# ---- predicates the rules and the search space share (each written once, here) -------------------------
+
+def experts_split(model: ModelSpec, ep: int) -> bool:
+    """ep divides the routed experts (Megatron's validate_args)."""
+    return model.num_experts % ep == 0
+
+
+def expert_width_split(model: ModelSpec, etp: int) -> bool:
+    """etp divides the expert FFN width."""
+    return model.expert_ffn_size % etp == 0
+
+
+def expert_grid_folds(stage_ranks: int, ep: int, etp: int) -> bool:
+    """The expert grid etp·ep folds into a stage's dp·tp·cp ranks."""
+    return stage_ranks % (ep * etp) == 0
+
+
+def cp_splits(seq_length: int, cp: int) -> bool:
+    """The load-balanced causal split of context parallelism: 2·cp chunks of the sequence."""
+    return seq_length % (2 * cp) == 0
+
+
 def _world(model: ModelSpec, training: TrainingSpec, c: ParallelConfig, devices: int) -> Violation | None:
     if c.world_size != devices:
         return Violation("world_size", f"dp·tp·pp·cp = {c.dp}·{c.tp}·{c.pp}·{c.cp} = {c.world_size} ≠ {devices} devices",
@@ -266,7 +288,7 @@ def _tp(model: ModelSpec, training: TrainingSpec, c: ParallelConfig, devices: in
     """Megatron splits attention by heads and the MLP by columns (`ModelSpec.tp_divides`)."""
     if model.tp_divides(c.tp):
         return None
-    if model.num_attention_heads % c.tp or model.kv_heads % c.tp:
+    if not model.tp_divides_heads(c.tp):
         return Violation("tp", f"tp={c.tp} does not divide the model's heads ({model.num_attention_heads} attention, "
                                f"{model.kv_heads} kv)", "choose tp among the common divisors of the attention and kv "
                                "head counts")
@@ -283,14 +305,14 @@ def _dense_experts(model: ModelSpec, training: TrainingSpec, c: ParallelConfig, 
 
 def _ep_divides(model: ModelSpec, training: TrainingSpec, c: ParallelConfig, devices: int) -> Violation | None:
     """Megatron's validate_args: "Number of experts should be a multiple of expert model parallel_size"."""
-    if model.is_moe and model.num_experts % c.ep:
+    if model.is_moe and not experts_split(model, c.ep):
         return Violation("ep", f"ep={c.ep} does not divide the {model.num_experts} experts",
                          "choose ep dividing num_experts")
     return None
 
 
 def _etp_divides(model: ModelSpec, training: TrainingSpec, c: ParallelConfig, devices: int) -> Violation | None:
-    if model.is_moe and model.expert_ffn_size % c.etp:
+    if model.is_moe and not expert_width_split(model, c.etp):
         return Violation("etp", f"etp={c.etp} does not divide the expert FFN width {model.expert_ffn_size}",
                          "choose etp dividing moe_ffn_hidden_size")
     return None
@@ -298,7 +320,7 @@ def _etp_divides(model: ModelSpec, training: TrainingSpec, c: ParallelConfig, de
 
 def _expert_grid(model: ModelSpec, training: TrainingSpec, c: ParallelConfig, devices: int) -> Violation | None:
     """The expert grid etp·ep folds into a stage's dp·tp·cp ranks."""
-    if model.is_moe and (c.dp * c.tp * c.cp) % (c.ep * c.etp):
+    if model.is_moe and not expert_grid_folds(c.dp * c.tp * c.cp, c.ep, c.etp):
         return Violation("ep", f"the expert grid etp·ep = {c.etp}·{c.ep} does not fold into a stage's "
                                f"dp·tp·cp = {c.dp * c.tp * c.cp} ranks", "choose ep·etp dividing dp·tp·cp")
     return None
@@ -354,7 +376,7 @@ def _interleaved_microbatches(model: ModelSpec, training: TrainingSpec, c: Paral
 
 def _cp_chunks(model: ModelSpec, training: TrainingSpec, c: ParallelConfig, devices: int) -> Violation | None:
     """The load-balanced causal split of context parallelism: 2·cp chunks."""
-    if c.cp > 1 and training.seq_length % (2 * c.cp):
+    if c.cp > 1 and not cp_splits(training.seq_length, c.cp):
         return Violation("cp", f"seq_length {training.seq_length} does not split into 2·cp = {2 * c.cp} chunks (the "
                                "load-balanced causal split of context parallelism)",
                          "choose cp so that 2·cp divides the sequence length")
