@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 from gplan.spec.training import TrainingSpec
-from gplan.testing import SMALL_LLAMA, tiny_plan
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the tests' helpers: tests/helpers.py
+from helpers import SMALL_LLAMA, tiny_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 

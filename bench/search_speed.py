@@ -102,7 +102,8 @@ def _worst(plan) -> str:
 
 
 def ilp_vs_brute_force() -> str:
-    from gplan.testing import random_table  # the same generator the tests use
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from helpers import random_table  # the same generator the tests use
 
     rows = []
     for layers, pp in [(6, 2), (6, 3), (8, 3), (9, 3), (3 + 58, 16), (61, 32)]:
