@@ -97,7 +97,8 @@ def compare(case: Published) -> dict:
         inputs = replace(inputs, cluster=cluster)
         published = StepModel(inputs.model, inputs.training, cluster, config).predict(layouts)
     # uneven interleaved splits make a few ILPs hard: 60 s each, so that every search is proven
-    planned = best_plan(inputs, SearchLimits(target="megatron", allow_fewer_devices=False), top=1, time_limit_s=60)
+    inputs = replace(inputs, training=inputs.training.model_copy(update={"engine": "megatron"}))  # the target
+    planned = best_plan(inputs, SearchLimits(allow_fewer_devices=False), top=1, time_limit_s=60)
     return {"case": case, "published_s": published.step_time_s, "published_fits": published.fits,
             "memory_GiB": cluster.primary.hardware.memory_GiB, "search_s": planned.plan.prediction.step_time_s,
             "search": planned.plan.parallel.label(), "proven": planned.search.proven_optimal}
@@ -125,8 +126,9 @@ def bridge_moe(path: Path) -> list[dict]:
         published = step.predict(layouts)
         from gplan.planner.inputs import Inputs
 
-        inputs = Inputs(model=c.model, training=c.training, cluster=c.cluster, devices=c.config.world_size)
-        planned = best_plan(inputs, SearchLimits(target="megatron", allow_fewer_devices=False), top=1, time_limit_s=10)
+        training = c.training.model_copy(update={"engine": "megatron"})  # the target: Megatron, as published
+        inputs = Inputs(model=c.model, training=training, cluster=c.cluster, devices=c.config.world_size)
+        planned = best_plan(inputs, SearchLimits(allow_fewer_devices=False), top=1, time_limit_s=10)
         out.append({"row": c.row_id, "label": f"{c.model.name} {c.config.world_size}×{b.system} {c.training.precision}",
                     "published": c.config.label(), "published_s": published.step_time_s, "fits": published.fits,
                     "search": planned.plan.parallel.label(), "search_s": planned.plan.prediction.step_time_s,

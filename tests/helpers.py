@@ -107,9 +107,9 @@ def meta_405b_plan() -> Plan:
     from gplan.planner.inputs import resolve_inputs
     from gplan.planner.space import SearchLimits
 
-    limits = SearchLimits(target="megatron", tp=[8], pp=[16], vpp=[8], cp=[1], mbs=[1], allow_fewer_devices=False,
+    limits = SearchLimits(tp=[8], pp=[16], vpp=[8], cp=[1], mbs=[1], allow_fewer_devices=False,
                           recompute_modules=[("core_attn",)])  # Megatron's default: its uneven chunks the one difference
-    return plan(resolve_inputs("llama3-405b", 2048, "dgx-h100", gbs=2048), limits).plan
+    return plan(resolve_inputs("llama3-405b", 2048, "dgx-h100", gbs=2048, target="megatron"), limits).plan
 
 
 OPTIONS = ["none", "selective", "full"]

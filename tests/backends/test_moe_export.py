@@ -232,9 +232,9 @@ def test_a_torchtitan_search_pairs_each_ep_with_the_etp_torchtitan_runs():
     from gplan.profiles.catalogue import load_model
 
     qwen = load_model("qwen3-30b-a3b")
-    pairs = set(expert_options(qwen, 8, SearchLimits(target="torchtitan"), tp=2))
+    pairs = set(expert_options(qwen, 8, SearchLimits(), tp=2, engine="torchtitan"))
     assert pairs == {(1, 2), (2, 1), (4, 1), (8, 1)}
-    assert set(expert_options(qwen, 8, SearchLimits(target="megatron"), tp=2)) == {(1, 1), (2, 1), (4, 1), (8, 1)}
+    assert set(expert_options(qwen, 8, SearchLimits(), tp=2, engine="megatron")) == {(1, 1), (2, 1), (4, 1), (8, 1)}
 
 
 def test_deepspeed_runs_mixtral_shaped_experts_without_pipeline_stages():

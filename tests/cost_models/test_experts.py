@@ -244,7 +244,7 @@ def test_the_search_says_where_fsdp_with_expert_parallel_stands(target, said):
     from gplan.planner.space import limits_from_options
 
     inputs = resolve_inputs("qwen3-30b-a3b", 16, "dgx-h100", target=target)
-    limits = limits_from_options(None, None, None, None, None, None, None, "none,selective,full", None, False, target,
+    limits = limits_from_options(None, None, None, None, None, None, None, "none,selective,full", None, False,
                                  None, None, None)
     notes = best_plan(inputs, limits, top=3).search.notes
     if said is None:

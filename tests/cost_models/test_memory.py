@@ -194,9 +194,9 @@ def test_a_plan_is_priced_with_its_targets_memory_accounting(tmp_path):
     from gplan.planner.inputs import resolve_inputs
     from gplan.planner.space import SearchLimits
 
-    inputs = resolve_inputs("llama3-8b", 8, "dgx-a100-80g")
-    assert inputs.training.engine == "torch"  # the cluster's backend, as search's --target defaults
-    planned = best_plan(inputs, SearchLimits(target="megatron", zero=[1], tp=[2], pp=[1]))
+    assert resolve_inputs("llama3-8b", 8, "dgx-a100-80g").training.engine == "torch"  # the cluster's backend
+    inputs = resolve_inputs("llama3-8b", 8, "dgx-a100-80g", target="megatron")
+    planned = best_plan(inputs, SearchLimits(zero=[1], tp=[2], pp=[1]))
     assert planned.plan.training.engine == "megatron" == planned.plan.target
 
 

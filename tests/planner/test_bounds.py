@@ -105,7 +105,8 @@ def test_the_bounded_search_finds_the_unbounded_best_for_experts(seed):
     per-stage least layers, against every ILP solved with no bound (winners here take ep 2-4, some pp 2;
     some instances fit nowhere, and both searches must say so)."""
     model, training, cluster, devices = random_moe_instance(random.Random(seed))
-    limits = SearchLimits(mbs=[1], cp=[1], target="megatron", allow_fewer_devices=False)
+    training = training.model_copy(update={"engine": "megatron"})  # the target: the engine it is priced as
+    limits = SearchLimits(mbs=[1], cp=[1], allow_fewer_devices=False)
     assert_the_bounded_search_finds_the_unbounded_best(model, training, cluster, devices, limits)
 
 

@@ -46,7 +46,8 @@ def test_vpp_counts_the_embedding_and_the_loss_as_a_layer_each_where_the_target_
     meta = dict(tp=[8], pp=[16], cp=[1], mbs=[1], allow_fewer_devices=False)
 
     def pp16_vpps(target):
-        configs = candidates(inputs.model, inputs.training, inputs.cluster, 2048, SearchLimits(target=target, **meta))
+        training = inputs.training.model_copy(update={"engine": target})
+        configs = candidates(inputs.model, training, inputs.cluster, 2048, SearchLimits(**meta))
         return {c.vpp for c in configs}
 
     assert 8 in pp16_vpps("megatron")
@@ -81,7 +82,8 @@ def test_every_candidate_passes_the_plan_rules_and_its_targets(case, target):
     model, cluster, devices, gbs, seq = case
     inputs = resolve_inputs(model, devices, cluster, gbs=gbs, seq_length=seq)
     seen = 0
-    for config in candidates(inputs.model, inputs.training, inputs.cluster, devices, SearchLimits(target=target)):
+    training = inputs.training.model_copy(update={"engine": target})  # None: every configuration gplan prices
+    for config in candidates(inputs.model, training, inputs.cluster, devices, SearchLimits()):
         check_config(inputs.model, inputs.training, config, config.world_size)
         if target:
             m = config.microbatches_for(inputs.training.gbs)

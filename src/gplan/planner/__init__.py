@@ -5,7 +5,7 @@ the annotated plan. The CLI only parses, calls this and renders."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
@@ -26,8 +26,8 @@ class Planned:
 def plan(inputs: Inputs, limits: SearchLimits | None = None, top: int = 5, time_limit_s: float = 10.0,
          progress: Callable[[int, int, int, float | None], None] | None = None) -> Planned:
     """Search, then build the Plan of the best candidate; raises InfeasibleError when nothing fits.
-    The space is bounded by what the target runs: the inputs' engine (resolved once, with its default,
-    by `resolve_inputs`), or `limits.target` where that names another."""
+    The space is bounded by what the target runs: the inputs' engine, resolved once, with its default, by
+    `resolve_inputs` (or here, for inputs built by hand)."""
     from gplan.planner.build import make_plan
     from gplan.planner.inputs import with_target
     from gplan.planner.search import search, search_record
@@ -35,17 +35,13 @@ def plan(inputs: Inputs, limits: SearchLimits | None = None, top: int = 5, time_
     from gplan.spec.targets import check_recompute_modules
 
     limits = limits or SearchLimits()
-    if limits.target is None:
-        inputs = with_target(inputs)  # Inputs built by hand name no engine: the one resolution gives it
-        limits = replace(limits, target=inputs.training.engine)
-    if limits.target is not None and inputs.training.engine != limits.target:  # its engine prices its memory
-        inputs = replace(inputs, training=inputs.training.model_copy(update={"engine": limits.target}))
+    inputs = with_target(inputs)  # Inputs built by hand name no engine: the one resolution gives it
     for modules in limits.recompute_modules or []:
-        check_recompute_modules(inputs.model, limits.target, modules)
+        check_recompute_modules(inputs.model, inputs.training.engine, modules)
     result = search(inputs.model, inputs.training, inputs.cluster, inputs.devices, limits, top=top,
                     time_limit_s=time_limit_s, progress=progress)
     best = result.best
     winner = make_plan(inputs.model, inputs.training, best.cluster, best.config, best.layouts, best.solver,
                        devices_given=inputs.devices, profile=inputs.profile, search=search_record(result, limits),
-                       target=limits.target)
+                       target=inputs.training.engine)
     return Planned(winner, result)

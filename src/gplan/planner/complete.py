@@ -55,7 +55,7 @@ def complete(inputs: Inputs, given: dict[str, Any], stage_sizes: list[int] | Non
            {"recompute": ["none"]} if given.get("offload_layers") else {}),  # Megatron offloads without recompute
         **({"recompute_modules": [given["recompute_modules"]]} if "recompute_modules" in given else {}),
         schedule=[given["schedule"]] if "schedule" in given else None,
-        allow_fewer_devices=False, target=inputs.training.engine)
+        allow_fewer_devices=False)
     try:
         best = _search_best(inputs, limits, _world(degrees))
     except InfeasibleError as exc:

@@ -80,7 +80,7 @@ def replan(plan: Plan, devices: int, optimizer_reshardable: bool = False, time_l
                          "run gplan search on it")
     kept = pins(plan, optimizer_reshardable)
     limits = SearchLimits.from_record(plan.search.limits) if plan.search else SearchLimits()
-    limits = replace(limits, dp=None, target=plan.target or plan.training.engine)
+    limits = replace(limits, dp=None)
     c = plan.parallel
     for degree in kept:
         if degree in ("dp", "split"):
@@ -92,7 +92,8 @@ def replan(plan: Plan, devices: int, optimizer_reshardable: bool = False, time_l
     if "dp" in kept and devices != plan.world_size:
         raise InputError(f"{resharding_of(plan).format} keeps every degree ({kept['dp']}): the run cannot continue "
                          f"on {devices} devices", hint="resume on the plan's own devices, or restart from the weights")
-    inputs = Inputs(plan.model, plan.training, plan.cluster.sized(devices), devices, profile=plan.provenance.profile)
+    training = plan.training.model_copy(update={"engine": plan.target or plan.training.engine})  # its target
+    inputs = Inputs(plan.model, training, plan.cluster.sized(devices), devices, profile=plan.provenance.profile)
     planned, note = _search_with_batch(search_plan, inputs, limits, plan.training.gbs, time_limit_s)
     new = planned.plan
     if "split" in kept and new.parallel.pp == c.pp and _split(new) != _split(plan):

@@ -160,7 +160,7 @@ def _search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devi
         # through); the zero levels of one layout share them
         key = tuple(value for name, value in config.__dict__.items() if name != "zero")  # every field but zero
         if key not in zero_free:
-            times = pipeline_times(step, limits.recompute, uneven_interleaved=uneven_interleaved(limits))
+            times = pipeline_times(step, limits.recompute, uneven_interleaved=uneven_interleaved(training.engine))
             zero_free[key] = times, lower_bound_s(times)
         times, pipeline_bound = zero_free[key]
         scored.append(_Scored(pipeline_bound, result.candidates, step, times))
@@ -172,7 +172,7 @@ def _search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devi
     # seeds: the even splits of the first candidates by bound, so that the bound prunes from the start
     head = list(itertools.islice(ordered, SEED_WINDOW))
     for s in [s for s in head if s.uniform][:2 * top]:
-        _keep(found, s.step, s.uniform.layouts(s.table), SolverInfo(name="uniform", status="none"), target=limits.target)
+        _keep(found, s.step, s.uniform.layouts(s.table), SolverInfo(name="uniform", status="none"), target=training.engine)
     for index, s in enumerate(itertools.chain(head, ordered)):
         best_s = min((c.prediction.step_time_s for c in found.values()), default=math.inf)
         if progress:
@@ -211,16 +211,16 @@ def _search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devi
             continue
         if s.uniform:  # the ILP's split never loses to the even split of its own configuration
             _keep(found, s.step, s.uniform.layouts(s.table), SolverInfo(name="uniform", status="none"),
-                  target=limits.target)
+                  target=training.engine)
         if solved.split is None:
             continue
         info = SolverInfo(name=solved.solver, status=solved.status, gap=solved.gap, time_s=solved.time_s)
-        _keep(found, s.step, solved.split.layouts(s.table), info, replace=True, target=limits.target)
+        _keep(found, s.step, solved.split.layouts(s.table), info, replace=True, target=training.engine)
     result.time_s = time.perf_counter() - start
     if not found:
         raise _infeasible(model, training, cluster, devices, limits)
     result.ranked = sorted(found.values(), key=lambda c: c.prediction.step_time_s)[:top]
-    result.notes += fsdp_ep_notes(model, found, scored, result.ranked[0], limits.target)
+    result.notes += fsdp_ep_notes(model, found, scored, result.ranked[0], training.engine)
     return result
 
 
@@ -336,14 +336,15 @@ def _no_candidate(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec
                   limits: SearchLimits) -> InfeasibleError:
     """No configuration at all: the rules and limits leave none, or the target runs none of them (say
     which capability, and what avoids it)."""
-    refused = next(candidates(model, training, cluster, devices, replace(limits, target=None)), None) \
-        if limits.target else None
+    target = training.engine
+    unbound = training.model_copy(update={"engine": None})
+    refused = next(candidates(model, unbound, cluster, devices, limits), None) if target else None
     if refused is not None:  # there are configurations; the target runs none of them
         m = refused.microbatches_for(training.gbs)
-        why = config_refusals(TARGETS[limits.target], model, refused, m, training.precision)[0]
+        why = config_refusals(TARGETS[target], model, refused, m, training.precision)[0]
         runners = [name for name, t in TARGETS.items()
-                   if name != limits.target and not config_refusals(t, model, refused, m, training.precision)]
-        return InfeasibleError(f"no configuration of {devices} devices that {limits.target} runs as priced: "
+                   if name != target and not config_refusals(t, model, refused, m, training.precision)]
+        return InfeasibleError(f"no configuration of {devices} devices that {target} runs as priced: "
                                f"{why.detail}" + (f"; {', '.join(runners)} run{'s' if len(runners) == 1 else ''} it"
                                                   if runners else ""),
                                hint=why.avoid if "--target" in why.avoid or not runners

@@ -47,9 +47,6 @@ class SearchLimits:
     target that names modules — Megatron — the sets its recipes run, as far as the model has the modules)."""
     schedule: list[str] | None = None
     allow_fewer_devices: bool = True
-    target: str | None = None
-    """The backend or export target whose capabilities bound the space (spec.targets); None: every
-    configuration gplan can price."""
 
     def record(self) -> dict:
         """The limits as a plan keeps them (`SearchRecord.limits`): module sets written `layernorm+mlp`."""
@@ -63,7 +60,8 @@ class SearchLimits:
         modules = data.get("recompute_modules")
         if modules is not None:
             data = {**data, "recompute_modules": [module_set_list(m)[0] for m in modules]}
-        return cls(**data)
+        # plans before the target was held once kept it here too: it is the plan's engine
+        return cls(**{k: v for k, v in data.items() if k != "target"})
 
 
 def int_list(value: str | None, flag: str) -> list[int] | None:
@@ -95,7 +93,7 @@ def word_list(value: str | None, flag: str, allowed: tuple[str, ...]) -> list[st
 def limits_from_options(tp: str | None = None, pp: str | None = None, dp: str | None = None, cp: str | None = None,
                         mbs: str | None = None, vpp: str | None = None, zero: str | None = None,
                         recompute: str = ",".join(RECOMPUTE_OPTIONS), schedule: str | None = None,
-                        all_devices: bool = False, target: str | None = None, ep: str | None = None,
+                        all_devices: bool = False, ep: str | None = None,
                         etp: str | None = None, recompute_modules: str | None = None) -> SearchLimits:
     """SearchLimits from the command line's comma-separated lists (exit 3 with a hint when malformed)."""
     return SearchLimits(tp=int_list(tp, "--tp"), pp=int_list(pp, "--pp"), dp=int_list(dp, "--dp"),
@@ -103,7 +101,7 @@ def limits_from_options(tp: str | None = None, pp: str | None = None, dp: str | 
                         cp=int_list(cp, "--cp"), mbs=int_list(mbs, "--mbs"), vpp=int_list(vpp, "--vpp"),
                         zero=int_list(zero, "--zero"), recompute=word_list(recompute, "--recompute", RECOMPUTE_OPTIONS),
                         schedule=word_list(schedule, "--schedule", SCHEDULES),
-                        allow_fewer_devices=not all_devices, target=target_name(target),
+                        allow_fewer_devices=not all_devices,
                         ep=int_list(ep, "--ep"), etp=int_list(etp, "--etp"))
 
 
@@ -133,7 +131,8 @@ def searched_modules(model: ModelSpec) -> tuple[str, ...]:
     return canonical_modules(names)
 
 
-def module_options(model: ModelSpec, limits: SearchLimits, flash_attention: bool = True) -> list[tuple[str, ...]]:
+def module_options(model: ModelSpec, limits: SearchLimits, engine: str | None,
+                   flash_attention: bool = True) -> list[tuple[str, ...]]:
     """The recompute module sets to search: the user's; torchtitan's per-operator policy for torchtitan (the
     attention core alone it would run fully); for a target that names modules (Megatron) the one set
     `searched_modules` — alone under fused attention, where recomputing the attention core saves no memory and
@@ -142,7 +141,7 @@ def module_options(model: ModelSpec, limits: SearchLimits, flash_attention: bool
     where it is named). One set keeps the search as fast as before the modules."""
     if limits.recompute_modules is not None:
         return limits.recompute_modules
-    target = TARGETS[limits.target] if limits.target else None
+    target = TARGETS[engine] if engine else None
     if "selective" not in limits.recompute or target is None:
         return [DEFAULT_RECOMPUTE_MODULES]
     if not target.selective and set(PER_OP_MODULES) <= target.recompute_modules:
@@ -217,20 +216,21 @@ def vpp_options(layers: int, pp: int, limits: SearchLimits, uneven: bool = False
     return sorted(whole | accounted)
 
 
-def uneven_interleaved(limits: SearchLimits) -> bool:
+def uneven_interleaved(engine: str | None) -> bool:
     """Whether the search may give interleaved stages different layer counts: only for a target that
     runs them (a plan without a target launches on gplan's workers, which run equal chunks)."""
-    return bool(limits.target and TARGETS[limits.target].uneven_interleaved)
+    return bool(engine and TARGETS[engine].uneven_interleaved)
 
 
-def expert_options(model: ModelSpec, per_stage: int, limits: SearchLimits, tp: int = 1) -> Iterator[tuple[int, int]]:
+def expert_options(model: ModelSpec, per_stage: int, limits: SearchLimits, tp: int = 1,
+                   engine: str | None = None) -> Iterator[tuple[int, int]]:
     """(ep, etp) pairs: (1, 1) for dense models; else the user's lists or the defaults, each etp·ep
     folding into a stage's dp·tp·cp ranks and dividing the experts and their width. A target whose
     experts follow tp (torchtitan) has one etp per ep: tp at ep 1, else 1."""
     if not model.is_moe:
         yield 1, 1
         return
-    follows = bool(limits.target and TARGETS[limits.target].expert_tp == "follows_tp")
+    follows = bool(engine and TARGETS[engine].expert_tp == "follows_tp")
     ep_pool = limits.ep or [1 << i for i in range(model.num_experts.bit_length()) if (1 << i) <= per_stage]
     pairs = ([(ep, tp if ep == 1 else 1) for ep in ep_pool] if follows
              else [(ep, etp) for etp in limits.etp or [1] for ep in ep_pool])
@@ -241,7 +241,8 @@ def expert_options(model: ModelSpec, per_stage: int, limits: SearchLimits, tp: i
 
 def candidates(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devices: int,
                limits: SearchLimits) -> Iterator[ParallelConfig]:
-    """Every configuration the user's limits and the target allow that keeps the rules
+    """Every configuration the user's limits and the target (`training.engine`: the engine the run is priced
+    as is the one it is planned for, held once) allow that keeps the rules
     (`spec.parallel.RULES`, the one rule set): degrees whose product is a device count, then
     micro-batch, chunking, sharding and the expert grid generated, each configuration kept only when no
     rule refuses it."""
@@ -269,9 +270,9 @@ def _fits_groups(cluster: ClusterSpec, per_stage: int, pp: int) -> bool:
 
 def _per_degrees(model: ModelSpec, training: TrainingSpec, limits: SearchLimits, dp: int, tp: int, pp: int,
                  cp: int) -> Iterator[ParallelConfig]:
-    uneven = uneven_interleaved(limits)
-    module_sets = module_options(model, limits, training.flash_attention)
-    target = TARGETS[limits.target] if limits.target else None
+    uneven = uneven_interleaved(training.engine)
+    module_sets = module_options(model, limits, training.engine, training.flash_attention)
+    target = TARGETS[training.engine] if training.engine else None
     for mbs in limits.mbs or [1, 2, 4, 8]:
         for vpp in vpp_options(model.total_layers, pp, limits, uneven):
             if vpp > 1 and (pp == 1 or (model.total_layers % (pp * vpp) and not uneven)):
@@ -294,7 +295,7 @@ def _per_degrees(model: ModelSpec, training: TrainingSpec, limits: SearchLimits,
                 sharded = batch.model_copy(update={"zero": zero})
                 if not keeps_rules(model, training, sharded, SHARDING_RULES):
                     continue
-                for ep, etp in expert_options(model, dp * tp * cp, limits, tp):
+                for ep, etp in expert_options(model, dp * tp * cp, limits, tp, training.engine):
                     experts = sharded.model_copy(update={"ep": ep, "etp": etp})
                     if not keeps_rules(model, training, experts, EXPERT_RULES):
                         continue
