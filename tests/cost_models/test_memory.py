@@ -158,7 +158,7 @@ def test_context_parallel_ranks_keep_only_their_own_keys_and_values(llama8b, a10
 ])
 def test_state_bytes_follow_each_engine(engine, precision, zero, expected):
     element = 4 if precision == "fp32" else 2
-    states = memory.state_bytes_per_param(element, zero, 8, engine, bf16=precision == "bf16")
+    states = memory.state_bytes_per_param(element, zero, 8, ENGINES[engine] if engine else None, bf16=precision == "bf16")
     assert states.total == pytest.approx(expected)
 
 
@@ -177,9 +177,9 @@ def test_the_loss_backward_working_set_depends_on_the_engines_cross_entropy():
     m = ModelSpec(name="llama", num_layers=1, hidden_size=4096, num_attention_heads=32, vocab_size=128256)
     shard = Shard(batch=1, seq=8192, kv_seq=8192, tp=8, sp=True)
     logits = 8192 * 128256 / 8
-    assert memory.loss_working_bytes(m, shard, 2, "megatron") == 2 * logits   # gradient in the softmax buffer
-    assert memory.loss_working_bytes(m, shard, 2, "torch") == 6 * logits      # F.cross_entropy: fp32 grad + copy
-    assert memory.loss_working_bytes(m, shard, 2, "llm-foundry") == 0          # fused, in place
+    assert memory.loss_working_bytes(m, shard, 2, ENGINES["megatron"]) == 2 * logits   # gradient in the softmax buffer
+    assert memory.loss_working_bytes(m, shard, 2, ENGINES["torch"]) == 6 * logits      # F.cross_entropy: fp32 grad + copy
+    assert memory.loss_working_bytes(m, shard, 2, ENGINES["llm-foundry"]) == 0          # fused, in place
 
 
 def test_zero3_gathers_a_large_vocabulary_embedding_not_just_a_layer():
@@ -263,7 +263,7 @@ def test_each_engine_reduces_its_gradients_in_the_dtype_it_keeps_them():
         step = StepModel(load_model("llama3-8b"), training, load_cluster("dgx-a100-80g", 8),
                          ParallelConfig(dp=8, zero=zero))
         assert step.reduced_grad_bytes == memory.reduced_grad_bytes(
-            training.element_bytes, zero, engine, bf16=precision == "bf16", grad_bytes=training.grad_bytes)
+            training.element_bytes, zero, training.profile, bf16=precision == "bf16", grad_bytes=training.grad_bytes)
         return step.reduced_grad_bytes, step.state_bytes.grads
 
     assert reduced("deepspeed", "fp16", 1) == (2, 2.0)

@@ -85,8 +85,8 @@ def test_deepspeed_gathers_up_to_its_live_parameter_cap_and_reduces_through_its_
     """DeepSpeed's stage3_max_live_parameters (1e9) and reduce_bucket_size (5e8): a 70B layer (0.86e9) pair
     gathered is capped at 1e9 parameters; FSDP holds both layers and one layer's fp32 gradients."""
     layer = MODEL.layer_params_per_rank(MODEL.layer_kinds()[0], 1)
-    assert memory.zero3_gather_buffer_bytes([layer] * 4, 2, "deepspeed") == (1e9 + 5e8) * 2
-    assert memory.zero3_gather_buffer_bytes([layer] * 4, 2, "torchtitan") == 2 * layer * 2 + layer * 4
+    assert memory.zero3_gather_buffer_bytes([layer] * 4, 2, ENGINES["deepspeed"]) == (1e9 + 5e8) * 2
+    assert memory.zero3_gather_buffer_bytes([layer] * 4, 2, ENGINES["torchtitan"]) == 2 * layer * 2 + layer * 4
 
 
 def test_deepspeed_zero3_reserves_its_own_fragmentation_not_the_pipeline_engines():
@@ -99,8 +99,8 @@ def test_deepspeed_zero3_reserves_its_own_fragmentation_not_the_pipeline_engines
     zero1 = StepModel(MODEL, _step("deepspeed").training, load_cluster("dgx-a100-80g", 512),
                       CONFIG.model_copy(update={"zero": 1, "tp": 8, "dp": 64})).predict().stages[0].memory
     assert zero1.fragmentation_bytes == pytest.approx(zero1.allocated_bytes * accounting.fragmentation)
-    assert memory.fragmentation_fraction(0.0, "torchtitan", zero=3) == ENGINES["torchtitan"].memory.fragmentation
-    assert memory.fragmentation_fraction(0.1, "deepspeed", zero=3) == max(0.1, accounting.zero3_fragmentation)
+    assert memory.fragmentation_fraction(0.0, ENGINES["torchtitan"], zero=3) == ENGINES["torchtitan"].memory.fragmentation
+    assert memory.fragmentation_fraction(0.1, ENGINES["deepspeed"], zero=3) == max(0.1, accounting.zero3_fragmentation)
 
 
 def test_fsdp1_backward_post_exposes_each_units_backward_all_gather():
@@ -127,5 +127,5 @@ def test_fsdp1_backward_post_holds_one_gathered_unit_where_fsdp2_holds_two():
     """BACKWARD_POST frees a unit's weights before gathering the next (torch's BackwardPrefetch docs): one
     gathered layer beside one layer's fp32 gradients; FSDP2's prefetch holds two."""
     layer = MODEL.layer_params_per_rank(MODEL.layer_kinds()[0], 1)
-    assert memory.zero3_gather_buffer_bytes([layer] * 4, 2, "llm-foundry") == layer * 2 + layer * 4
-    assert memory.zero3_gather_buffer_bytes([layer] * 4, 2, "torchtitan") == 2 * layer * 2 + layer * 4
+    assert memory.zero3_gather_buffer_bytes([layer] * 4, 2, ENGINES["llm-foundry"]) == layer * 2 + layer * 4
+    assert memory.zero3_gather_buffer_bytes([layer] * 4, 2, ENGINES["torchtitan"]) == 2 * layer * 2 + layer * 4

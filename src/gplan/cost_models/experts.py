@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from gplan.cost_models.compute import GEMM_BACKWARD_FLOP_RATIO, Gemm, Shard, gemm_time_s, memory_time_s
 from gplan.profiles.schema import DeviceSpec
-from gplan.engines import ENGINES
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import ParallelConfig
 from gplan.spec.training import TrainingSpec
@@ -112,7 +111,7 @@ def host_time_s(model: ModelSpec, config: ParallelConfig, training: TrainingSpec
     """Exposed host seconds of one MoE layer's pass on one device: the dispatcher's sync and launches
     (`HOST_SYNC_S`) and, where the engine launches each expert's GEMMs (`Capabilities.per_expert_launches`),
     the local experts' (`EXPERT_LAUNCH_S`); none of it under a captured iteration."""
-    graphs, engine = training.cuda_graphs, ENGINES.get(training.engine or "")
+    graphs, engine = training.cuda_graphs, training.profile
     per_expert = graphs != "full_iteration" and (engine is None or engine.capabilities.per_expert_launches)
     return HOST_SYNC_S[graphs] + (EXPERT_LAUNCH_S * local_experts(model, config) if per_expert else 0.0)
 

@@ -12,7 +12,6 @@ from gplan.cost_models import compute, experts, memory, pipeline, recompute
 from gplan.errors import InputError
 from gplan.plan import Prediction, StageMemory, StagePrediction, StepBreakdown
 from gplan.profiles.schema import ClusterSpec, NodeGroup
-from gplan.engines import ENGINES
 from gplan.spec.model import LayerKind, ModelSpec
 from gplan.spec.parallel import ParallelConfig, StageLayout, empty_stage, uniform_layout
 from gplan.spec.targets import overlaps_param_gather, overlaps_tp_comm
@@ -95,7 +94,7 @@ class StepModel:
 
     def device(self, group: int):
         """The group's device as this run's engine runs it (its engine factor and attention kernel applied)."""
-        engine = ENGINES.get(self.training.engine or "")
+        engine = self.training.profile
         return self.group(group).hardware.for_engine(self.training.engine,
                                                       engine.attention_kernel if engine else "fused")
 
@@ -477,7 +476,7 @@ class StepModel:
             activations += in_flight * memory.embedding_activation_bytes(self.model, self.shard)
         if layout.head:
             head_held = self.num_microbatches if self.config.schedule == "gpipe" else 1
-            head = memory.head_activation_bytes(self.model, self.shard, self.training.element_bytes, self.training.engine)
+            head = memory.head_activation_bytes(self.model, self.shard, self.training.element_bytes, self.training.profile)
             activations += head_held * head
             if self.model.mtp_layers:  # each depth keeps a layer's activations per micro-batch in flight, and its logits
                 depth = in_flight * self.layer_activation_bytes(self.model.mtp_kind.name, "none") + head_held * head
@@ -487,21 +486,21 @@ class StepModel:
     @cached_property
     def state_bytes(self) -> memory.StateBytes:
         c, t = self.config, self.training
-        return memory.state_bytes_per_param(t.element_bytes, c.zero, memory.zero_shard_ranks(c), t.engine,
+        return memory.state_bytes_per_param(t.element_bytes, c.zero, memory.zero_shard_ranks(c), t.profile,
                                             bf16=t.precision == "bf16", grad_bytes=t.grad_bytes)
 
     @cached_property
     def reduced_grad_bytes(self) -> int:
         """Bytes per gradient element the data-parallel reduction moves (`memory.reduced_grad_bytes`)."""
         c, t = self.config, self.training
-        return memory.reduced_grad_bytes(t.element_bytes, c.zero, t.engine, bf16=t.precision == "bf16",
+        return memory.reduced_grad_bytes(t.element_bytes, c.zero, t.profile, bf16=t.precision == "bf16",
                                          grad_bytes=t.grad_bytes)
 
     @cached_property
     def expert_state_bytes(self) -> memory.StateBytes:
         """Per routed-expert parameter: sharded over the expert data-parallel ranks (edp), not dp·cp."""
         c, t = self.config, self.training
-        return memory.state_bytes_per_param(t.element_bytes, c.zero, c.edp, t.engine, bf16=t.precision == "bf16",
+        return memory.state_bytes_per_param(t.element_bytes, c.zero, c.edp, t.profile, bf16=t.precision == "bf16",
                                             grad_bytes=t.grad_bytes)
 
     def states(self, params: float, expert_params: float) -> tuple[float, float, float]:
@@ -539,7 +538,7 @@ class StepModel:
 
     def head_transient_bytes(self, layout: StageLayout) -> float:
         t = self.training
-        return memory.loss_working_bytes(self.model, self.shard, t.element_bytes, t.engine) if layout.head else 0.0
+        return memory.loss_working_bytes(self.model, self.shard, t.element_bytes, t.profile) if layout.head else 0.0
 
     def stage_transient_bytes(self, layout: StageLayout) -> float:
         """The largest working set of the stage's backward: its heaviest layer's, or the loss's."""
@@ -557,7 +556,7 @@ class StepModel:
         return units
 
     def fragmentation(self, group: int) -> float:
-        return memory.fragmentation_fraction(self.group(group).hardware.fragmentation, self.training.engine,
+        return memory.fragmentation_fraction(self.group(group).hardware.fragmentation, self.training.profile,
                                              self.config.zero)
 
     def communicator_bytes(self, group: int) -> float:
@@ -572,9 +571,9 @@ class StepModel:
     def stage_memory(self, index: int, layout: StageLayout, params: float, activations: float) -> StageMemory:
         c, t = self.config, self.training
         device = self.group(layout.node_group).hardware
-        buffers = memory.engine_buffer_bytes(t.engine, c.zero, t.element_bytes, params)
+        buffers = memory.engine_buffer_bytes(t.profile, c.zero, t.element_bytes, params)
         if c.zero >= 3 and memory.zero_shard_ranks(c) > 1:
-            buffers += memory.zero3_gather_buffer_bytes(self.unit_params(layout), t.element_bytes, t.engine)
+            buffers += memory.zero3_gather_buffer_bytes(self.unit_params(layout), t.element_bytes, t.profile)
         transient = self.stage_transient_bytes(layout)
         weights, grads, optimizer = self.states(params, self.stage_expert_params(layout))
         layer_params = sum(c.count * self.layer_params(c.kind) for c in layout.layers)
@@ -652,7 +651,7 @@ class StepModel:
         (`EngineProfile.zero3_comm_efficiency`, `zero3_overlap`); one that gathers tensor by tensor pays
         `per_tensor_gather_s` on each all-gather (DeepSpeed's ZeRO-3 as SC21 ran it)."""
         e, g = self.training.element_bytes, layout.node_group
-        engine = ENGINES.get(self.training.engine or "")
+        engine = self.training.profile
         slowdown = 1 / engine.zero3_comm_efficiency if engine else 1.0
         overlap = engine.zero3_overlap if engine else 1.0
         prefetches_backward = engine.zero3_backward_prefetch if engine else True

@@ -200,10 +200,10 @@ def _fixed_memory_bytes(step: StepModel, i: int, widest_layer_params: float) -> 
     widest layers (both at least what any split allocates)."""
     c, t = step.config, step.training
     empty = empty_stage(i == 0, i == c.pp - 1)
-    buffers = memory.engine_buffer_bytes(t.engine, c.zero, t.element_bytes, math.inf)
+    buffers = memory.engine_buffer_bytes(t.profile, c.zero, t.element_bytes, math.inf)
     if c.zero >= 3 and memory.zero_shard_ranks(c) > 1:
         units = step.unit_params(empty) + [widest_layer_params, widest_layer_params]
-        buffers = buffers + memory.zero3_gather_buffer_bytes(units, t.element_bytes, t.engine)
+        buffers = buffers + memory.zero3_gather_buffer_bytes(units, t.element_bytes, t.profile)
     return sum(step.states(step.stage_fixed_params(empty), step.stage_fixed_expert_params(empty))) + \
         step.stage_activation_bytes(i, empty) + buffers
 

@@ -7,7 +7,8 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from gplan.io import drop_defaults
-from gplan.engines import ENGINE_NAMES
+from gplan.engines import ENGINE_NAMES, ENGINES
+from gplan.engines.profile import EngineProfile
 
 Precision = Literal["bf16", "fp16", "fp32", "fp8", "fp8-rowwise", "mxfp8", "nvfp4"]
 """fp8: FP8 GEMMs with per-tensor current scaling (Transformer Engine's `tensorwise`, Megatron-Bridge's
@@ -58,6 +59,11 @@ class TrainingSpec(BaseModel):
     """The software that trains it (a search's --target): what it keeps per parameter and its own
     buffers (cost_models.memory). None — plans written before engines were priced — is Megatron-LM's
     accounting."""
+
+    @property
+    def profile(self) -> EngineProfile | None:
+        """The engine's profile, which the cost model reads (None: a run priced for no engine)."""
+        return ENGINES[self.engine] if self.engine else None
 
     expert_imbalance: float = Field(default=1.0, ge=1.0)
     """Mixture of experts: the busiest device's routed tokens over the balanced share (its expert GEMMs,
