@@ -473,6 +473,8 @@ def check_plan(plan: Plan, source: str = "plan") -> None:
     if inputs_digest(plan.model, plan.cluster, plan.training) != plan.digest:
         raise bad("digest", "does not match the plan's model, cluster and training (edited since it was written?)")
     c, t = plan.parallel, plan.training
+    if plan.target and t.engine and plan.target != t.engine:  # one engine: the one it is priced and planned for
+        raise bad("target", f"{plan.target}, but the plan is priced as {t.engine} runs it (training.engine)")
     placed = sum(r.count for r in plan.placement.stage_devices)
     if c.world_size != placed:  # an edited degree: say so first, not the stage slice it breaks downstream
         raise bad("parallel", f"dp·tp·pp·cp = {c.dp}·{c.tp}·{c.pp}·{c.cp} = {c.world_size} ≠ the {placed} devices "

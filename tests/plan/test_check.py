@@ -107,3 +107,16 @@ def test_refresh_rebuilds_stage_ranges_from_the_layer_counts(gplan, tmp_path):
     assert gplan("validate", str(path), "--refresh").code == 0
     fixed = json.loads(path.read_text())
     assert [(s["layer_start"], s["layer_end"]) for s in fixed["stages"]] == [(0, 16), (16, 32)]
+
+
+def test_a_plan_whose_target_is_not_its_engine_is_refused(gplan, tmp_path):
+    """One engine per plan: the target its search was bounded by is the engine it is priced as. A target
+    edited in the file (the digest covers the training, not the target) is refused, naming the field."""
+    out = tmp_path / "plan.json"
+    assert gplan("search", "llama3-8b", "--devices", "8", "--cluster", "dgx-a100-80g", "--out", str(out)).code == 0
+    data = json.loads(out.read_text())
+    assert data["target"] == data["training"]["engine"] == "torch"
+    data["target"] = "megatron"
+    out.write_text(json.dumps(data))
+    r = gplan("validate", str(out))
+    assert r.code == 3 and "target" in r.stderr and "training.engine" in r.stderr
