@@ -25,5 +25,6 @@ def lacked_switch_notes(plan: Plan, target: str) -> list[str]:
     if not lacked:
         return []
     flags = ", ".join(ENGINE_OPTIONS[o] for o in lacked)
-    return [f"the plan was priced with {flags} ({plan.training.engine or 'megatron'}'s); the {target} worker runs "
+    whose = f" ({plan.training.engine}'s)" if plan.training.engine else ""
+    return [f"the plan was priced with {flags}{whose}; the {target} worker runs "
             f"without: measured step and memory differ from the plan's (search with --target {target} to match)"]
