@@ -24,7 +24,7 @@ from gplan.cli_base import (ClusterOpt, DevicesOpt, FromOpt, GbsOpt, HardwareOpt
                             SeqOpt, TargetOpt, WideOpt, err, guarded, inputs_of, set_wide)
 from gplan.errors import EXIT_INTERRUPTED, InputError, UsageError
 from gplan.io import atomic_write_text
-from gplan.plan import read_plan
+from gplan.cli_base import read_plan
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="rich",
                   help="Plan and launch parallel training of large transformers.")
@@ -291,7 +291,8 @@ def _root(version: bool = o.VersionOpt) -> None:
 
 def main() -> None:
     gc.disable()
-    o.load_numpy_single_threaded()
+    if not {"--help", "-h", "--version"} & set(sys.argv[1:]):  # help and the version need no numpy
+        o.load_numpy_single_threaded()
     # what is loaded now lives as long as the process: out of the collector's reach, so that no later
     # collection rescans it (the search pauses the collector anyway; launch and profile run long)
     gc.freeze()

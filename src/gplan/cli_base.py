@@ -26,10 +26,15 @@ from rich.markup import escape
 
 from gplan import __version__
 from gplan.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, GplanError, UsageError
-from gplan.engines import ENGINE_NAMES, ENGINES, has_part
-from gplan.spec.parallel import RECOMPUTE_MODULES, RECOMPUTE_OPTIONS, SCHEDULES
-from gplan.spec.targets import LAUNCH_BACKENDS
-from gplan.spec.training import Precision
+from gplan.engines import ENGINE_NAMES, ENGINES, LAUNCH_BACKENDS, has_part
+from gplan.spec.names import RECOMPUTE_MODULES, RECOMPUTE_OPTIONS, SCHEDULES, Precision
+
+
+def read_plan(path):
+    """gplan.plan's reader, imported when a command reads a plan (not to write the help)."""
+    from gplan.plan import read_plan as read
+
+    return read(path)
 
 # A terminal's own width (or $COLUMNS); 150 in a log. Tables fit it without cutting a number (render.fit).
 err = Console(stderr=True, width=None if sys.stderr.isatty() or os.environ.get("COLUMNS", "").isdigit() else 150)
@@ -282,7 +287,7 @@ SeedOpt = typer.Option(0, "--seed", help="seed of the weights and the synthetic 
 
 
 def export_choices() -> str:
-    from gplan.backends.exporters import DEPLOYMENTS
+    from gplan.backends.deployments import DEPLOYMENTS
 
     return choices([n for n in ENGINES if has_part(n, "export")] + list(DEPLOYMENTS))
 

@@ -15,7 +15,7 @@ from rich.markup import escape
 from gplan import cli_base as o
 from gplan.cli_base import HardwareOpt, JsonOpt, PerNodeOpt, WideOpt, err, guarded, set_wide
 from gplan.errors import GplanError, InputError, UsageError
-from gplan.plan import read_plan
+from gplan.cli_base import read_plan
 
 COMMANDS = ("replan", "launch", "export", "profile", "calibrate")
 

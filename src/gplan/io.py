@@ -14,12 +14,10 @@ import os
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
-from pydantic import BaseModel, ValidationError
 
 from gplan.errors import InputError
 
-M = TypeVar("M", bound=BaseModel)
+M = TypeVar("M")
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -38,18 +36,19 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise InputError(f"cannot write {path}: {exc.strerror or exc}", hint="choose a writable path") from None
 
 
-#: libyaml's parser where PyYAML was built with it (the wheels are): the same safe subset, 10× faster on
-#: the bundled catalogues than the pure-Python one.
-_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
 def load_yaml(text: str) -> Any:
-    """`yaml.safe_load`, with libyaml's parser where available."""
-    return yaml.load(text, Loader=_SafeLoader)
+    """`yaml.safe_load`, with libyaml's parser where PyYAML was built with it (the wheels are): the same
+    safe subset, 10× faster on the bundled catalogues than the pure-Python one. (PyYAML and pydantic are
+    imported on use here: the command line's help needs neither.)"""
+    import yaml
+
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 def read_data_file(path: Path) -> Any:
     """Read YAML (or JSON, a subset) with a one-line error on a missing, unreadable or malformed file."""
+    import yaml
+
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: no such file", hint="check the path, or use a bundled name (gplan models)")
@@ -79,6 +78,8 @@ UNSUPPORTED_KEYS = {
 
 def validate_as(model_cls: type[M], data: Any, source: str) -> M:
     """Validate `data` as `model_cls`; turn the first pydantic error into one clear line."""
+    from pydantic import ValidationError
+
     if not isinstance(data, dict):
         raise InputError(f"{source}: expected a mapping of keys to values, got {type(data).__name__}",
                          hint="the file must be a YAML/JSON object")
@@ -88,7 +89,7 @@ def validate_as(model_cls: type[M], data: Any, source: str) -> M:
         raise _input_error(exc, model_cls, source) from exc
 
 
-def _input_error(exc: ValidationError, model_cls: type[BaseModel], source: str) -> InputError:
+def _input_error(exc, model_cls, source: str) -> InputError:
     # A typo'd key explains the "missing" error it causes: report it first.
     err = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]
     loc = ".".join(str(part) for part in err["loc"])

@@ -38,6 +38,8 @@ ENGINES: dict[str, EngineProfile] = {name: engine for name, (engine, _) in _FOUN
 FOLDERS: dict[str, str] = {name: folder for name, (_, folder) in _FOUND.items()}
 """Engine name -> its folder here (`llm-foundry` lives in `llm_foundry/`)."""
 ENGINE_NAMES: tuple[str, ...] = tuple(ENGINES)
+LAUNCH_BACKENDS: tuple[str, ...] = tuple(name for name, engine in ENGINES.items() if engine.launches)
+"""The targets `gplan launch` runs itself; the others are reached through `gplan export`."""
 """What `--target` takes, in the order lists show them."""
 DEFAULT_ACCOUNTING = MemoryAccounting()
 """A plan with no engine is priced as Megatron keeps memory."""

@@ -1,6 +1,3 @@
-"""Typed inputs: the model, the training options, the parallel configuration, and the file loaders."""
-
-from gplan.spec.model import LayerKind, ModelSpec
-from gplan.spec.training import Precision, TrainingSpec
-
-__all__ = ["LayerKind", "ModelSpec", "Precision", "TrainingSpec"]
+"""The inputs gplan plans from and the rules a configuration keeps: spec.model (ModelSpec), spec.training
+(TrainingSpec), spec.parallel (ParallelConfig and its RULES), spec.targets (what each engine runs), spec.names
+(the names they are written in), spec.loaders (model files and Hugging Face configs)."""

@@ -6,36 +6,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer, model_validator
 
 from gplan.errors import InputError
 from gplan.spec.model import ModelSpec
+from gplan.spec.names import (DEFAULT_RECOMPUTE_MODULES, PER_OP_MODULES, RECOMPUTE_MODULES,  # noqa: F401 - the names
+                              RECOMPUTE_OPTIONS, SCHEDULES, Recompute, Schedule)  # a configuration is written in
 from gplan.spec.training import TrainingSpec
-
-Recompute = Literal["none", "selective", "full"]
-Schedule = Literal["gpipe", "1f1b", "interleaved_1f1b"]
-RECOMPUTE_OPTIONS: tuple[Recompute, ...] = ("none", "selective", "full")
-
-RECOMPUTE_MODULES: dict[str, str] = {
-    "core_attn": "the attention core (scores, softmax, context)",
-    "mlp": "a dense layer's MLP",
-    "moe": "the whole MoE layer (router, dispatch, experts, combine)",
-    "moe_act": "the routed experts' activation function",
-    "shared_experts": "the shared experts' MLP",
-    "layernorm": "the two pre-norms (their outputs not kept)",
-    "mla_up_proj": "latent attention's up-projections and rotary embedding",
-    "op": "every operator but every other matmul, attention and the collectives (torchtitan's per-op policy)",
-}
-"""What `selective` layers may recompute, module by module: Megatron-core's `--recompute-modules`
-(TransformerConfig.__post_init__'s allowed set; core_attn its default), and torchtitan's per-operator
-selective AC (`op`, its `selective_ac_option = "op"`: a policy over the whole block, named alone). Each
-module's saved and recomputed bytes and time are priced in cost_models.recompute."""
-PER_OP_MODULES: tuple[str, ...] = ("op",)
-"""torchtitan's per-operator policy as a module set."""
-DEFAULT_RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn",)
-
 
 def canonical_modules(names) -> tuple[str, ...]:
     """Module names in the catalogue's order, each once: how a configuration keeps them (so that two
@@ -43,7 +22,7 @@ def canonical_modules(names) -> tuple[str, ...]:
     return tuple(n for n in RECOMPUTE_MODULES if n in names)
 
 
-SCHEDULES: tuple[Schedule, ...] = ("gpipe", "1f1b", "interleaved_1f1b")
+
 
 
 class ParallelConfig(BaseModel):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gplan.engines import ENGINES, has_part
+from gplan.engines import ENGINES, LAUNCH_BACKENDS, has_part  # noqa: F401 - LAUNCH_BACKENDS read from here too
 from gplan.engines.profile import Capabilities
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import DEFAULT_RECOMPUTE_MODULES, LayerCount, ParallelConfig, StageLayout, even_sizes
@@ -38,8 +38,6 @@ class Refusal:
         return f"search again with --target {target}{also}"
 
 
-#: The targets `gplan launch` runs itself; the others are reached through `gplan export`.
-LAUNCH_BACKENDS = tuple(name for name, engine in ENGINES.items() if engine.launches)
 
 
 def how_to_run(target: str) -> str:

@@ -9,13 +9,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from gplan.io import drop_defaults
 from gplan.engines import ENGINE_NAMES, ENGINES
 from gplan.engines.profile import EngineProfile
+from gplan.spec.names import Precision
 
-Precision = Literal["bf16", "fp16", "fp32", "fp8", "fp8-rowwise", "mxfp8", "nvfp4"]
-"""fp8: FP8 GEMMs with per-tensor current scaling (Transformer Engine's `tensorwise`, Megatron-Bridge's
-FP8-CS, torchao's `tensorwise`); fp8-rowwise: FP8 with a scale per row of each operand (torchao's
-`rowwise`, torchtitan's float8 recipe); mxfp8: FP8 with 32-element block scales (Blackwell); nvfp4: FP4
-with 16-element block scales (Blackwell). All keep BF16 activations, weights, attention, norms, softmax
-and the loss."""
+
 LOW_PRECISION = ("fp8", "fp8-rowwise", "mxfp8", "nvfp4")
 LOW_PRECISION_RECIPES = {"fp8": "tensorwise", "fp8-rowwise": "rowwise", "mxfp8": "mxfp8"}
 """The torchao recipe each precision runs in PyTorch (torchao.float8's recipe names; MXFP8Linear)."""

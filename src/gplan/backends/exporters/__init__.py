@@ -54,8 +54,7 @@ class Target:
     """`--target-version` choices -> what the header names; the first is the default."""
 
 
-DEPLOYMENTS = {"k8s": "kubernetes", "slurm": "slurm"}
-"""Export targets that are not engines: gplan's torch worker deployed by a scheduler."""
+from gplan.backends.deployments import DEPLOYMENTS  # noqa: E402,F401 - export targets that are not engines
 
 
 def targets() -> dict[str, Target]:
