@@ -157,3 +157,59 @@ def test_a_recipe_naming_a_model_gplan_does_not_bundle_asks_for_it(gplan, tmp_pa
     assert r.code == 3 and "someone/unknown-7b" in r.stderr and "MODEL" in r.stderr
     r = gplan("estimate", "llama3-8b", "--from", str(path), "--cluster", "dgx-h100", "--devices", "16", "--json")
     assert r.code == 0 and r.json()["engine"] == "nemo-automodel"
+
+
+RECIPE = """# my AutoModel run
+recipe: TrainFinetuneRecipeForNextTokenPrediction
+step_scheduler:
+  global_batch_size: 512   # the batch we train at
+  local_batch_size: 4
+  max_steps: 1000
+model:
+  _target_: nemo_automodel.NeMoAutoModelForCausalLM.from_pretrained
+  pretrained_model_name_or_path: meta-llama/Llama-3.1-8B
+distributed:
+  strategy: fsdp2
+  dp_size: null
+  tp_size: 4
+  cp_size: 1
+  sequence_parallel: true
+  activation_checkpointing: true
+dataset:
+  _target_: nemo_automodel.components.datasets.llm.mock_iterable_dataset.MockIterableDataset
+  seq_len: 8192
+optimizer:
+  _target_: torch.optim.AdamW
+  lr: 3.0e-4
+"""
+
+
+def test_the_best_plan_is_written_back_into_the_users_recipe(gplan, tmp_path):
+    """--out-launch: the recipe with its layout keys set as the best plan's export writes them, and every other
+    line (comments, model, data, optimizer) kept; read back, it is the best plan."""
+    import yaml
+
+    source, better, out = tmp_path / "recipe.yaml", tmp_path / "better.yaml", tmp_path / "plan.json"
+    source.write_text(RECIPE)
+    r = gplan("search", "--from", str(source), "--cluster", "dgx-h100", "--devices", "16", "--out", str(out),
+              "--out-launch", str(better))
+    assert r.code == 0, r.stderr
+    text = better.read_text()
+    assert "# my AutoModel run" in text and "# the batch we train at" in text and "lr: 3.0e-4" in text
+    assert yaml.safe_load(text)["model"] == yaml.safe_load(RECIPE)["model"]
+    plan = json.loads(out.read_text())
+    r = gplan("estimate", "--from", str(better), "--cluster", "dgx-h100", "--devices", "16", "--json")
+    assert r.code == 0, r.stderr
+    data = r.json()
+    assert data["step_time_s"] == pytest.approx(plan["prediction"]["step_time_s"], rel=1e-9)
+    assert {k: data["parallel"][k] for k in ("dp", "tp", "pp", "cp", "mbs")} == \
+        {k: plan["parallel"][k] for k in ("dp", "tp", "pp", "cp", "mbs")}
+
+
+def test_a_pipeline_section_the_best_plan_drops_is_refused_not_left_behind(gplan, tmp_path):
+    source, better = tmp_path / "recipe.yaml", tmp_path / "better.yaml"
+    source.write_text(RECIPE.replace("  tp_size: 4\n", "  tp_size: 1\n  pp_size: 2\n  pipeline:\n"
+                                     "    pp_schedule: 1f1b\n    pp_microbatch_size: 1\n"))
+    r = gplan("search", "--from", str(source), "--cluster", "dgx-h100", "--devices", "16", "--pp", "1",
+              "--out", str(tmp_path / "plan.json"), "--out-launch", str(better))
+    assert r.code == 3 and "distributed.pipeline" in r.stderr and not better.exists()
