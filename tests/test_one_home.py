@@ -6,7 +6,8 @@
   - the configuration rules: spec/parallel's RULES — no other module words one of their refusals or
     restates one of their predicates (a divisibility test of the same quantities);
   - the default target: spec/targets' `default_target`, asked by the one target resolution
-    (planner/inputs) and by `gplan launch` choosing a backend — nowhere else."""
+    (planner/inputs), by `gplan launch` choosing a backend and by replan asking which backend launched a
+    plan that names none — nowhere else."""
 
 from __future__ import annotations
 
@@ -212,4 +213,5 @@ def test_the_default_target_is_decided_in_one_place():
             if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "default_target":
                 asked.append(name)
     assert defined == ["spec/targets.py"]
-    assert set(asked) == {"planner/inputs.py", "backends/registry.py"}, asked
+    # the one target resolution, `gplan launch`'s backend, and replan asking what launched a plan naming none
+    assert set(asked) == {"planner/inputs.py", "backends/registry.py", "planner/replan.py"}, asked

@@ -49,8 +49,11 @@ def devices_left(plan: Plan, lost_nodes: int) -> int:
 
 def resharding_of(plan: Plan) -> Resharding:
     """What the plan's checkpoints load into: its target's (else its engine's) rule; a plan naming neither
-    (built by hand) reshards nothing — gplan does not know what wrote its checkpoints."""
-    name = plan.target or plan.training.engine
+    (built by hand) is launched on gplan's own worker for its hardware — the backend `gplan launch` picks
+    for it (spec.targets.default_target) — whose checkpoints are that worker's."""
+    from gplan.spec.targets import default_target
+
+    name = plan.target or plan.training.engine or default_target(plan.cluster.primary.hardware.kind)
     return ENGINES[name].resharding if name in ENGINES else UNKNOWN_RESHARDING
 
 
