@@ -107,11 +107,8 @@ def search(
     from gplan import render
     from gplan.plan import write_plan
     from gplan.planner import plan as make_best_plan
-    from gplan.backends.exporters.write_back import write_back
-    from gplan.planner.launch_files import launch_defaults, launch_versus, priced_launch
-    from gplan.html_report import report_page
-    from gplan.planner.replan import failure_table
     from gplan.planner.space import int_list, limits_from_options
+    # what --from, --out-launch, --report and --what-if-lost need is imported when they are given (start-up)
 
     o.model_or_launch(model, from_file)
     if top < 1:
@@ -123,6 +120,8 @@ def search(
         raise UsageError("--out-launch rewrites the launch of --from", hint="add --from train.sh")
     mine, options = None, o.engine_options(grad_reduce_in_bf16, fp8_param_gather, moe_a2a_overlap, cuda_graphs, moe_dispatcher)
     if from_file is not None:  # the launch's devices, batch, sequence, precision and engine, unless said otherwise
+        from gplan.planner.launch_files import launch_defaults, priced_launch
+
         mine = priced_launch(from_file, model, devices, cluster, hardware, devices_per_node, seq_length, memory_headroom,
                              profile, target, expert_imbalance)
         devices, gbs, target, seq_length, precision, options = launch_defaults(mine, gbs, target, seq_length, precision,
@@ -135,8 +134,15 @@ def search(
     with render.SearchProgress(err) as progress:
         planned = make_best_plan(inputs, limits, top=top, time_limit_s=time_limit, progress=progress)
     # prepared before anything is written: a launch it cannot rewrite writes nothing
-    rewritten = write_back(planned.plan, mine[0].engine, from_file, out_launch) if out_launch is not None else {}
-    page = report_page(planned.plan) if report is not None else None
+    rewritten, page = {}, None
+    if out_launch is not None:
+        from gplan.backends.exporters.write_back import write_back
+
+        rewritten = write_back(planned.plan, mine[0].engine, from_file, out_launch)
+    if report is not None:
+        from gplan.html_report import report_page
+
+        page = report_page(planned.plan)
     write_plan(planned.plan, out)
     if page is not None:
         atomic_write_text(report, page)
@@ -144,8 +150,15 @@ def search(
     for path, text in rewritten.items():
         atomic_write_text(path, text)
         err.print(f"[green]wrote[/] {path} (your launch, its layout the best plan's)", highlight=False)
-    versus = launch_versus(mine, planned) if mine else None
-    losses = failure_table(planned.plan, lost) if lost else None
+    versus, losses = None, None
+    if mine:
+        from gplan.planner.launch_files import launch_versus
+
+        versus = launch_versus(mine, planned)
+    if lost:
+        from gplan.planner.replan import failure_table
+
+        losses = failure_table(planned.plan, lost)
     if as_json:
         return render.search_json(out, planned.search) | ({"from": versus} if versus else {}) | (
             {"what_if_lost": [render.lost_row_json(row) for row in losses]} if losses else {}) | (
