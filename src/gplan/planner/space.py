@@ -292,15 +292,17 @@ def _per_degrees(model: ModelSpec, training: TrainingSpec, limits: SearchLimits,
             for zero in limits.zero or [0, 1, 2, 3]:
                 if zero > 0 and dp * cp == 1:
                     continue  # nothing to shard over
-                sharded = batch.model_copy(update={"zero": zero})
+                # a copy only where a field changes from the one before (the search makes ~10^4 of these)
+                sharded = batch.model_copy(update={"zero": zero}) if zero else batch
                 if not keeps_rules(model, training, sharded, SHARDING_RULES):
                     continue
                 for ep, etp in expert_options(model, dp * tp * cp, limits, tp, training.engine):
-                    experts = sharded.model_copy(update={"ep": ep, "etp": etp})
+                    experts = sharded.model_copy(update={"ep": ep, "etp": etp}) if (ep, etp) != (1, 1) else sharded
                     if not keeps_rules(model, training, experts, EXPERT_RULES):
                         continue
                     for modules in module_sets:
-                        config = experts.model_copy(update={"recompute_modules": modules})
+                        config = experts if modules == experts.recompute_modules else \
+                            experts.model_copy(update={"recompute_modules": modules})
                         if not keeps_rules(model, training, config, RECOMPUTE_RULES):
                             continue
                         if target and config_refusals(target, model, config, config.microbatches_for(training.gbs),
