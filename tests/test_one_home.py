@@ -85,6 +85,38 @@ def test_the_branch_check_sees_a_planted_branch():
     assert not engine_name_branches(ast.parse('BACKENDS = {"torch": 1}\nif kind == "gpu":\n    pass\n'))
 
 
+def engine_folder_imports(tree: ast.AST) -> set[str]:
+    """The engine folders a module imports by name (`gplan.engines.megatron…`), not through the registry."""
+    from gplan.engines import FOLDERS
+
+    folders, found = set(FOLDERS.values()), set()
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        for name in names:
+            parts = name.split(".")
+            if parts[:2] == ["gplan", "engines"] and len(parts) > 2 and parts[2] in folders:
+                found.add(parts[2])
+    return found
+
+
+def test_no_module_outside_the_engine_folders_imports_one_by_name():
+    """Adding an engine touches no code outside its folder: everything else finds engines through the
+    registry (ENGINES, engine_parts), never by importing one engine's folder."""
+    found = [f"{name}: {sorted(hit)}" for name, tree in sources() if not name.startswith("engines/")
+             if (hit := engine_folder_imports(tree))]
+    assert not found, "engine folders imported by name outside engines/: " + "; ".join(found)
+
+
+def test_the_folder_import_check_sees_a_planted_import():
+    assert engine_folder_imports(ast.parse("from gplan.engines.megatron.export import layout_flags\n")) == {"megatron"}
+    assert engine_folder_imports(ast.parse("from gplan.engines import torchtitan\n")) == {"torchtitan"}
+    assert not engine_folder_imports(ast.parse("from gplan.engines import ENGINES, engine_parts\n"))
+
+
 def engine_flags() -> set[str]:
     """Every flag or dotted config key an engine folder names where it reads or classifies launches."""
     found = set()
