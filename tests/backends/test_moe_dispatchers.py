@@ -59,7 +59,21 @@ def test_flex_trades_the_send_buffer_for_deepeps_fixed_one():
     send = experts.dispatch_bytes(QWEN, plain_step.shard, 2)  # no permuted copy in flight
     assert plain_step.layer_transient_bytes("moe_decoder", "none") - flex_step.layer_transient_bytes("moe_decoder", "none") == \
         pytest.approx(send)
-    assert flex.step_time_s == pytest.approx(plain.step_time_s)  # priced as the all-to-all (fitted on both)
+    # ep 16 spans two 8-GPU nodes: DeepEP sends a token once per destination node, the all-to-all each copy
+    assert flex.step_time_s < plain.step_time_s
+    inside = ParallelConfig(dp=8, ep=8, mbs=1, zero=1)  # one node: the same bytes, the same time
+    assert _step("flex", inside).predict().step_time_s == pytest.approx(_step("alltoall", inside).predict().step_time_s)
+
+
+def test_deepep_sends_a_token_once_per_destination_domain():
+    """The share of the all-to-all's cross-domain bytes DeepEP sends: D·(1 − (1 − 1/D)^k) / k for k experts
+    over D domains — none saved inside one domain, more the fewer the domains."""
+    assert experts.deepep_outside_share(QWEN, 8, 8) == 1.0
+    k = QWEN.top_k
+    for domains in (2, 4, 8):
+        share = experts.deepep_outside_share(QWEN, 8 * domains, 8)
+        assert share == pytest.approx(domains * (1 - (1 - 1 / domains) ** k) / k)
+    assert experts.deepep_outside_share(QWEN, 16, 8) < experts.deepep_outside_share(QWEN, 64, 8) < 1
 
 
 def test_the_allgather_dispatcher_sends_every_token_whatever_the_routing():

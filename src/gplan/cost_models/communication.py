@@ -116,15 +116,17 @@ def expert_axis_link(group: NodeGroup, config: ParallelConfig, axis: str) -> Lin
     return group.inter_node.model_copy(update={"bandwidth_GBps": bandwidth})
 
 
-def alltoall_time_s(size_bytes: float, n: int, members_inside: int, intra: LinkSpec, inter: LinkSpec) -> float:
+def alltoall_time_s(size_bytes: float, n: int, members_inside: int, intra: LinkSpec, inter: LinkSpec,
+                    outside_share: float = 1.0) -> float:
     """All-to-all of the S bytes each of n devices sends, 1/n of it to each member (itself included):
     the `m − 1` members inside its scale-up domain over its intra-domain links and the `n − m` outside
     through its own NIC, both at once, so the slower part bounds it — `max((m−1)/n · S/B_intra,
     (n−m)/n · S/B_inter)` — plus one latency of the link it crosses (the n − 1 sends are posted together,
-    NCCL's grouped send/recv). Balanced; an imbalance scales S."""
+    NCCL's grouped send/recv). Balanced; an imbalance scales S. `outside_share` scales what leaves the
+    domain (DeepEP sends a token once per destination domain: experts.deepep_outside_share)."""
     if n <= 1 or size_bytes <= 0:
         return 0.0
     m = min(members_inside, n)
     inside = (m - 1) / n * size_bytes / intra.bytes_per_s
-    outside = (n - m) / n * size_bytes / inter.bytes_per_s
+    outside = (n - m) / n * size_bytes * outside_share / inter.bytes_per_s
     return max(inside, outside) + (inter.latency_s if n > m else intra.latency_s)

@@ -32,20 +32,21 @@ GROUPED_GEMM_EFFICIENCY = 1.0
 """Routed experts' grouped GEMMs against a dense GEMM of one expert's shape. This and the constants below
 are fitted together on Megatron-Bridge's 84 MoE rows (`bench/accuracy.py --fit`: the mean absolute log
 error, each row with the overlap and graphs its settings state; README, "Mixture of experts")."""
-ALLTOALL_EFFICIENCY = 1.915
-"""Achieved over modelled all-to-all speed (fitted, as above): it lumps what the model leaves
-out — DeepEP's and HybridEP's per-node de-duplication of a token's copies — and NCCL all-to-all's own
-efficiency."""
-OVERLAPPED_ALLTOALL_EXPOSED = 0.95
+ALLTOALL_EFFICIENCY = 1.834
+"""Achieved over modelled all-to-all speed (fitted, as above): NCCL's all-to-all and DeepEP's kernels against
+the links' modelled bandwidth. DeepEP's per-domain de-duplication is modelled apart (`deepep_outside_share`);
+before it was, this lumped it in at 1.915."""
+OVERLAPPED_ALLTOALL_EXPOSED = 0.80
 """The share of the all-to-all left exposed under Megatron-core's `--overlap-moe-expert-parallel-comm`,
 which runs one micro-batch's dispatch and combine beside another's attention and MLP (its combined 1F1B
-schedule): fitted as above — the rows that run it gain little from it."""
-HOST_SYNC_S: dict[str, float] = {"none": 0.9e-3, "moe_router": 0.9e-3, "full_iteration": 0.0}
+schedule): fitted as above — a fifth of it hidden on the rows that run it (0.95 before the de-duplication
+was modelled apart, which had lumped the cross-node rows' savings into the all-to-all's speed)."""
+HOST_SYNC_S: dict[str, float] = {"none": 1.0e-3, "moe_router": 0.8e-3, "full_iteration": 0.0}
 """Exposed host time per MoE layer and pass (forward, backward, a replayed forward), by CUDA-graph
 capture (TrainingSpec.cuda_graphs): a dropless dispatcher reads the tokens per expert back to the host
 before it can size the grouped GEMMs (a device-to-host sync that drains the launch queue), then launches
 the router, permutation and dispatch kernels one by one; a captured iteration leaves none of it. Fitted as
-above: capturing the router and the permutation (`moe_router`) fitted no cheaper on the rows that ran it."""
+above: capturing the router and the permutation (`moe_router`) saves a fifth of it."""
 EXPERT_LAUNCH_S = 0.12e-3
 """Exposed host time per local expert, MoE layer and pass without a captured iteration: Transformer
 Engine's grouped linear launches each expert's GEMMs (and their FP8 casts) as separate kernels, so a
@@ -117,6 +118,20 @@ def host_time_s(model: ModelSpec, config: ParallelConfig, training: TrainingSpec
 
 
 # ---- communication volumes -----------------------------------------------------------------------
+
+def deepep_outside_share(model: ModelSpec, ep: int, members_inside: int) -> float:
+    """What DeepEP's normal kernels send out of the scale-up domain, as a share of an all-to-all's: a token
+    crosses once per destination domain over RDMA and is forwarded to its ranks there over NVLink (DeepEP's
+    internode dispatch: one RDMA copy carries the bitmask of the NVLink ranks it is for, `SourceMeta`,
+    csrc/kernels/internode.cu), where an all-to-all sends each of its k copies. With its k experts spread
+    evenly over D = ep / m domains, a token reaches (D − 1)·(1 − (1 − 1/D)^k) remote domains on average
+    against k·(D − 1)/D copies: the share is D·(1 − (1 − 1/D)^k) / k (top-8 over 8 domains: 0.66; over 4:
+    0.45). Uniform routing; DeepSeek-V3's node-limited routing (at most 4 nodes) would send fewer."""
+    domains = ep // max(1, min(members_inside, ep))
+    if domains <= 1 or model.top_k <= 1:
+        return 1.0
+    return domains * (1 - (1 - 1 / domains) ** model.top_k) / model.top_k
+
 
 def dispatch_bytes(model: ModelSpec, shard: Shard, element_bytes: int) -> float:
     """What one device sends in one all-to-all (dispatch, or combine back): k copies of each source token."""

@@ -171,7 +171,8 @@ class StepModel:
         `--overlap-moe-expert-parallel-comm` only its exposed share. Each pass adds the host time the
         layer exposes (experts.host_time_s). The all-gather dispatcher instead gathers every token of the
         ep × etp group and reduce-scatters as many back, whatever the routing, at the ring's own speed (the
-        fitted ALLTOALL_EFFICIENCY is the all-to-all's and DeepEP's); flex is priced as the all-to-all."""
+        fitted ALLTOALL_EFFICIENCY is the all-to-all's and DeepEP's); flex is priced as the all-to-all but for
+        what leaves the scale-up domain, which DeepEP sends once per destination domain (deepep_outside_share)."""
         if not self.kinds[kind].moe:
             return 0.0
         c, g, e = self.config, self.group(group), self.training.element_bytes
@@ -182,7 +183,8 @@ class StepModel:
         else:
             sent = experts.dispatch_bytes(self.model, self.shard, e) * self.training.expert_imbalance
             inside = comm.expert_members_per_domain(c, "ep", g.domain_devices)
-            a2a = comm.alltoall_time_s(sent, c.ep, inside, g.intra_node, g.inter_node)
+            share = experts.deepep_outside_share(self.model, c.ep, inside) if self.training.moe_dispatcher == "flex" else 1.0
+            a2a = comm.alltoall_time_s(sent, c.ep, inside, g.intra_node, g.inter_node, share)
             gathered = experts.etp_gather_bytes(self.model, self.shard, c, e) * self.training.expert_imbalance
             etp_s = comm.allgather_time_s(gathered, c.etp, comm.expert_axis_link(g, c, "etp"))
             efficiency = experts.ALLTOALL_EFFICIENCY
