@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import requires_engine
+from helpers import requires_engine, requires_program
 
 from gplan.engines import ENGINE_NAMES, engine_part
 from gplan.spec.targets import TARGETS
@@ -213,3 +213,12 @@ def test_a_pipeline_section_the_best_plan_drops_is_refused_not_left_behind(gplan
     r = gplan("search", "--from", str(source), "--cluster", "dgx-h100", "--devices", "16", "--pp", "1",
               "--out", str(tmp_path / "plan.json"), "--out-launch", str(better))
     assert r.code == 3 and "distributed.pipeline" in r.stderr and not better.exists()
+
+
+@requires_program("shellcheck", "dev")
+def test_its_run_script_passes_shellcheck(exported):
+    for _, recipe, _ in exported.values():
+        script = recipe.parent / "run_automodel.sh"
+        done = subprocess.run(["shellcheck", "--severity=style", str(script)], capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout
+        assert "-m nemo_automodel.cli.app" in script.read_text() and script.stat().st_mode & 0o111

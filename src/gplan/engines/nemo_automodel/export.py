@@ -1,5 +1,6 @@
-"""`gplan export --to nemo-automodel`: the plan as a NeMo AutoModel recipe YAML and the command that runs it
-(`automodel recipe.yaml --nproc-per-node N`, torchrun across nodes). The `distributed` section is what
+"""`gplan export --to nemo-automodel`: the plan as a NeMo AutoModel recipe YAML and the script that runs it
+on every node (AutoModel's CLI module under torchrun, `torchrun … -m nemo_automodel.cli.app recipe.yaml`, the
+launch line every gplan export script shares). The `distributed` section is what
 `parse_distributed_section` (recipes/_dist_utils.py) reads; the batch is the step scheduler's
 (global_batch_size, and local_batch_size per data-parallel rank: one micro-batch, or with pipeline stages
 every micro-batch of the step, cut into pp_microbatch_size pieces). Checked by nemo_automodel's own parser
@@ -10,7 +11,7 @@ from __future__ import annotations
 import yaml
 
 from gplan.backends.exporters import Export, ExportContext, stamp
-from gplan.backends.recipes import default_nodes
+from gplan.backends.recipes import default_nodes, script_node_variables, script_torchrun_line
 from gplan.engines.nemo_automodel import HF_MODELS
 from gplan.plan import Plan
 
@@ -22,16 +23,13 @@ SCHEDULE_NAMES = {"1f1b": "1f1b", "gpipe": "gpipe", "interleaved_1f1b": "interle
 def export(plan: Plan, context: ExportContext) -> Export:
     name = f"automodel_{plan.model.name}.yaml"
     nnodes, per_node = default_nodes(plan)
-    run = ["#!/bin/bash", stamp(plan, context.version), "set -euo pipefail",
-           'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
-           f"# {nnodes} node(s) of {per_node} GPUs: on several nodes run this on each with NNODES, NODE_RANK, "
-           "MASTER_ADDR set",
-           f'if [ "${{NNODES:-{nnodes}}}" -gt 1 ]; then',
-           f'  exec torchrun --nnodes "$NNODES" --nproc-per-node {per_node} --node-rank "$NODE_RANK" '
-           '--master-addr "$MASTER_ADDR" --master-port "${MASTER_PORT:-29500}" '
-           f'-m nemo_automodel.cli.app "$HERE/{name}"',
-           "fi",
-           f'exec automodel "$HERE/{name}" --nproc-per-node {per_node}']
+    run = ["#!/bin/bash", stamp(plan, context.version),
+           "# The same command on every node (NNODES, NODE_RANK, MASTER_ADDR set there); AutoModel's CLI entry",
+           "# point run under torchrun, as `automodel RECIPE` runs it on one node.",
+           *[f"# note: {n}" for n in context.notes + notes(plan)],
+           "set -euo pipefail", *script_node_variables(nnodes),
+           'HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)',
+           script_torchrun_line(per_node, ["-m", "nemo_automodel.cli.app", f"$HERE/{name}"])]
     return Export({name: stamp(plan, context.version) + "\n" + yaml.safe_dump(recipe(plan, context), sort_keys=False),
                    "run_automodel.sh": "\n".join(run) + "\n"}, notes(plan))
 
