@@ -60,8 +60,7 @@ def read_launch(path: Path, model: ModelSpec | None) -> Launch:
 def not_a_launch(path: Path, text: str) -> tuple[str, str]:
     """(what the file is, what gplan reads instead) for a file no reader claims: a Python recipe or config
     module, a DeepSpeed JSON alone, a MaxText or NeMo YAML, another file."""
-    reads = "gplan reads Megatron-LM scripts, argument files and YAML maps, torchtitan TOMLs and override lines, " \
-            "Megatron-DeepSpeed scripts, MindFormers YAMLs and the engines' logs"
+    reads = "gplan reads " + "; ".join(m.READS for m in engine_parts("launch").values()) + "; and the engines' logs"
     if path.suffix == ".py":
         return ("a Python file (a Megatron-Bridge or NeMo recipe, or a torchtitan 0.3 config module), not a launch",
                 "pass the script or command line that runs it; " + reads)

@@ -91,6 +91,8 @@ def read_deepspeed_launch(path: Path, model: ModelSpec | None, text: str) -> Lau
 
 # ---- the reader's part (planner.launch_files) ---------------------------------------------------------
 
+READS = "Megatron-DeepSpeed scripts"
+"""What this reader takes, as gplan says when a file is no launch it reads."""
 PRECEDENCE = 2
 
 

@@ -348,6 +348,8 @@ def megatron_split(model: ModelSpec, pp: int, layout: str | None, first: int | N
 
 # ---- the reader's part (planner.launch_files) ---------------------------------------------------------
 
+READS = "Megatron-LM scripts, argument files and YAML maps"
+"""What this reader takes, as gplan says when a file is no launch it reads."""
 PRECEDENCE = 9
 """Asked last: a script or argument list no other reader claims is Megatron-LM's."""
 

@@ -100,6 +100,8 @@ def _counts(item, pp: int) -> list[int] | bool:
 
 # ---- the reader's part (planner.launch_files) ---------------------------------------------------------
 
+READS = "MindFormers YAMLs"
+"""What this reader takes, as gplan says when a file is no launch it reads."""
 PRECEDENCE = 0
 
 

@@ -123,6 +123,8 @@ def recipe_model(path: Path, data: dict) -> ModelSpec:
 
 # ---- the reader's part (planner.launch_files) ---------------------------------------------------------
 
+READS = "NeMo AutoModel recipes"
+"""What this reader takes, as gplan says when a file is no launch it reads."""
 PRECEDENCE = 3
 
 

@@ -10,6 +10,8 @@ from gplan.errors import InputError
 from gplan.planner.launch import Launch
 from gplan.spec.model import ModelSpec
 
+READS = "gplan's own SLURM and Kubernetes exports"
+"""What this reader takes, as gplan says when a file is no launch it reads."""
 PRECEDENCE = -1
 """Asked first: a gplan export is read as the plan it runs, whatever else the script holds."""
 WORKER_LINE = re.compile(r"gplan\.backends\.torch\.worker\b.*?--plan\s+(\S+)")

@@ -294,6 +294,8 @@ def _titan_precision(values: dict) -> str:
 
 # ---- the reader's part (planner.launch_files) ---------------------------------------------------------
 
+READS = "torchtitan TOMLs and override lines"
+"""What this reader takes, as gplan says when a file is no launch it reads."""
 PRECEDENCE = 1
 
 
