@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gplan.cost_models.compute import Shard
-from gplan.engines import DEFAULT_ACCOUNTING
-from gplan.engines.profile import EngineProfile, MemoryAccounting
+from gplan.engines import accounting_of
+from gplan.engines.profile import EngineProfile
 from gplan.spec.model import LayerKind, ModelSpec
 from gplan.spec.parallel import ParallelConfig
 from gplan.spec.training import TrainingSpec
@@ -30,11 +30,6 @@ FLASH_LSE_BYTES = 4
 #: on Hadamard-transformed 16×1 blocks (NVIDIA, "Pretraining Large Language Models with NVFP4", 2025, §4).
 QUANTIZED_INPUT_BYTES = {"fp8": 1.0, "mxfp8": 1 + 1 / 32, "nvfp4": 0.5 + 1 / 16}
 
-
-
-def accounting_of(engine: EngineProfile | None) -> MemoryAccounting:
-    """How `engine` keeps memory; a run priced for no engine keeps it as Megatron does (DEFAULT_ACCOUNTING)."""
-    return engine.memory if engine is not None else DEFAULT_ACCOUNTING
 
 def gemm_input_bytes(training: TrainingSpec) -> float:
     """Bytes per element of a saved GEMM input: quantised where the engine keeps it so, else 16 bits."""

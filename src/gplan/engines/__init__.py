@@ -38,16 +38,20 @@ ENGINES: dict[str, EngineProfile] = {name: engine for name, (engine, _) in _FOUN
 FOLDERS: dict[str, str] = {name: folder for name, (_, folder) in _FOUND.items()}
 """Engine name -> its folder here (`llm-foundry` lives in `llm_foundry/`)."""
 ENGINE_NAMES: tuple[str, ...] = tuple(ENGINES)
+"""What `--target` takes, in the order lists show them."""
 LAUNCH_BACKENDS: tuple[str, ...] = tuple(name for name, engine in ENGINES.items() if engine.launches)
 """The targets `gplan launch` runs itself; the others are reached through `gplan export`."""
-"""What `--target` takes, in the order lists show them."""
 DEFAULT_ACCOUNTING = MemoryAccounting()
 """A plan with no engine is priced as Megatron keeps memory."""
 
 
+def accounting_of(profile: EngineProfile | None) -> MemoryAccounting:
+    """How an engine keeps memory; a run priced for no engine keeps it as Megatron does."""
+    return profile.memory if profile is not None else DEFAULT_ACCOUNTING
+
+
 def memory_accounting(engine: str | None) -> MemoryAccounting:
-    profile = ENGINES.get(engine or "")
-    return profile.memory if profile else DEFAULT_ACCOUNTING
+    return accounting_of(ENGINES.get(engine or ""))
 
 
 def has_part(engine: str, kind: str) -> bool:
