@@ -6,6 +6,7 @@ planner.launch_files' choice.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -273,3 +274,14 @@ def per_stage_layout(model: ModelSpec, sizes: list[int], full, selective) -> lis
         return ["full"] * n_full + ["selective"] * n_sel + ["none"] * (size - n_full - n_sel)
 
     return layouts_of_flags(model, [flags(i, size) for i, size in enumerate(sizes)])
+
+
+def with_speed(launch: Launch, speed, strict: bool) -> Launch:
+    """`launch` with a log's steady speed (`speed()`: measured_step_s or measured_device_tokens_per_s); a log
+    that logged no steady step is read without one, unless `strict` (calibrate), which refuses it."""
+    try:
+        return dataclasses.replace(launch, **speed())
+    except InputError:
+        if strict:
+            raise
+        return launch

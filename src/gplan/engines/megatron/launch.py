@@ -10,7 +10,6 @@ tests/backends/megatron_rules.py).
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from pathlib import Path
 from typing import Any, get_args
@@ -19,7 +18,7 @@ from gplan.engines.megatron import logs
 from gplan.engines.megatron.flags import LAYOUT_FLAGS, MODEL_FLAGS, MODEL_SWITCHES, megatron_class
 from gplan.errors import InputError
 from gplan.launch_text import arguments
-from gplan.planner.launch import WORLD, Launch, classified, exported_model, integer, number, optional_int, value, world_size
+from gplan.planner.launch import with_speed, WORLD, Launch, classified, exported_model, integer, number, optional_int, value, world_size
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import even_stage_sizes
 from gplan.spec.training import MoeDispatcher
@@ -368,11 +367,5 @@ def read(path: Path, model: ModelSpec | None, text: str) -> Launch:
 def read_log(path: Path, model: ModelSpec | None, text: str, strict: bool = False) -> Launch:
     """A Megatron-LM or Megatron-DeepSpeed log as a launch, with its steady step; `strict` (calibrate): a log
     with no steady step is refused, not read without one."""
-    if strict:
-        log = logs.read_megatron_log(path)
-        return dataclasses.replace(megatron_log_launch(log.args, path, model), measured_step_s=log.step_s)
     launch = megatron_log_launch(logs.arguments_block(text, path), path, model)
-    try:
-        return dataclasses.replace(launch, measured_step_s=logs.read_megatron_log(path).step_s)
-    except InputError:
-        return launch
+    return with_speed(launch, lambda: {"measured_step_s": logs.read_megatron_log(path).step_s}, strict)

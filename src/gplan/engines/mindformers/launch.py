@@ -4,14 +4,12 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 from pathlib import Path
 
 from gplan.engines.mindformers import logs
 from gplan.engines.mindformers.flags import MF_READ, mindformers_class
 from gplan.errors import InputError
-from gplan.planner.launch import Launch, classified, exported_model, flatten
+from gplan.planner.launch import with_speed, Launch, classified, exported_model, flatten
 from gplan.spec.model import ModelSpec
 
 def read_mindformers_launch(path: Path, model: ModelSpec | None) -> Launch:
@@ -118,12 +116,7 @@ def read_log(path: Path, model: ModelSpec | None, text: str, strict: bool = Fals
     """A MindFormers log as a launch: the training YAML beside it (its model from the YAML's model_config),
     with the log's steady step; `strict` (calibrate): a log with no steady step is refused."""
     yaml_path = logs.config_beside(path)
-    if strict:
-        step_s = logs.steady_step_s(path)
+    if strict:  # calibrate's model of the YAML, as it read it before --from read logs (logs.model_of)
         model = model if model is not None else logs.model_of(yaml_path)
-        return dataclasses.replace(read_mindformers_launch(yaml_path, model), measured_step_s=step_s)
     launch = read_mindformers_launch(yaml_path, model)
-    try:
-        return dataclasses.replace(launch, measured_step_s=logs.steady_step_s(path))
-    except InputError:
-        return launch
+    return with_speed(launch, lambda: {"measured_step_s": logs.steady_step_s(path)}, strict)

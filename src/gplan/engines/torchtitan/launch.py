@@ -16,7 +16,7 @@ from gplan.engines.torchtitan import logs
 from gplan.engines.torchtitan.flags import titan_class
 from gplan.errors import InputError
 from gplan.launch_text import arguments
-from gplan.planner.launch import Launch, as_int, beside, classified, exported_model, flatten, module_constant, value, world_size
+from gplan.planner.launch import with_speed, Launch, as_int, beside, classified, exported_model, flatten, module_constant, value, world_size
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import PER_OP_MODULES
 
@@ -315,9 +315,4 @@ def read_log(path: Path, model: ModelSpec | None, text: str, strict: bool = Fals
     if strict and launch.world_size is None:
         raise InputError(f"{path}: neither the log (a mesh line) nor its launch says how many devices ran",
                          hint="pass the log from its start, or set NGPU / --nproc_per_node in the launch")
-    try:
-        return dataclasses.replace(launch, measured_device_tokens_per_s=logs.read_steps(path, text)[0])
-    except InputError:
-        if strict:
-            raise
-        return launch
+    return with_speed(launch, lambda: {"measured_device_tokens_per_s": logs.read_steps(path, text)[0]}, strict)
