@@ -13,6 +13,7 @@ READ = frozenset({
     "distributed.activation_checkpointing", "distributed.reshard_after_forward", "distributed.zero_dp_strategy",
     "distributed.pipeline.pp_schedule", "distributed.pipeline.pp_microbatch_size",
     "distributed.pipeline.layers_per_stage", "distributed.pipeline.pp_batch_size",
+    "distributed.pipeline.round_virtual_stages_to_pp_multiple",
     "step_scheduler.global_batch_size", "step_scheduler.local_batch_size",
     "distributed.mp_policy.param_dtype", "distributed.mp_policy.reduce_dtype", "distributed.mp_policy._target_",
     "distributed._target_", "packed_sequence.packed_sequence_size", "dataset.seq_len", "dataset.seq_length",
@@ -27,7 +28,7 @@ DEFAULTS: dict[str, Any] = {
     "distributed.autocast_dtype": None, "distributed.tp_plan": None, "distributed.patch_is_packed_sequence": False,
     "distributed.pipeline.pp_schedule_csv": None, "distributed.pipeline.round_virtual_stages_to_pp_multiple": None,
     "distributed.pipeline.module_fqns_per_model_part": None, "distributed.pipeline.scale_grads_in_schedule": False,
-    "distributed.moe.reshard_after_forward": False, "distributed.moe.mp_policy": None,
+    "distributed.moe.reshard_after_forward": False, "distributed.moe.mp_policy": None, "distributed.moe": None,
 }
 """Field defaults of the keys gplan does not read."""
 

@@ -74,9 +74,7 @@ def layout(path: Path, values: dict[str, Any], model: ModelSpec) -> tuple[dict[s
     if pp > 1 and schedule not in SCHEDULES:
         raise InputError(f"--from {path}: distributed.pipeline.pp_schedule {schedule!r} is not priced by gplan",
                          hint="use 1f1b, interleaved1f1b or gpipe")
-    per_stage = as_int(values.get("distributed.pipeline.layers_per_stage"))
-    vpp = model.total_layers // (pp * per_stage) if pp > 1 and per_stage else (2 if SCHEDULES.get(schedule) ==
-                                                                                 "interleaved_1f1b" and pp > 1 else 1)
+    vpp = chunks_per_rank(path, values, model, pp, schedule)
     local = as_int(values.get("step_scheduler.local_batch_size", 1))
     micro = as_int(values.get("distributed.pipeline.pp_microbatch_size", 1))
     replicate = as_int(values.get("distributed.dp_replicate_size") or 1)
@@ -88,6 +86,24 @@ def layout(path: Path, values: dict[str, Any], model: ModelSpec) -> tuple[dict[s
     notes = [f"(dp_replicate_size {replicate}: HSDP, FSDP within {replicate} replicas, priced as FSDP over every "
              "data-parallel rank)"] if replicate > 1 else []
     return given, notes
+
+
+def chunks_per_rank(path: Path, values: dict[str, Any], model: ModelSpec, pp: int, schedule: str) -> int:
+    """Virtual stages per pipeline rank as AutoModel's pipelining cuts them: ceil(layers / layers_per_stage)
+    stages, rounded to a multiple of pp as `round_virtual_stages_to_pp_multiple` says (down or up); without a
+    `layers_per_stage`, one stage per rank, two for a looped schedule."""
+    if pp == 1:
+        return 1
+    per_stage = as_int(values.get("distributed.pipeline.layers_per_stage"))
+    if not per_stage:
+        return 2 if SCHEDULES.get(schedule) == "interleaved_1f1b" else 1
+    stages = -(-model.total_layers // per_stage)
+    rounding = values.get("distributed.pipeline.round_virtual_stages_to_pp_multiple")
+    if stages % pp and rounding not in ("down", "up"):
+        raise InputError(f"--from {path}: {stages} virtual stages of {per_stage} layers do not divide over pp {pp}",
+                         hint="set distributed.pipeline.round_virtual_stages_to_pp_multiple (down or up), as "
+                              "AutoModel needs too")
+    return max(1, (stages // pp) if rounding == "down" else -(-stages // pp))
 
 
 def precision(path: Path, values: dict[str, Any]) -> str:
@@ -109,7 +125,9 @@ def recipe_model(path: Path, data: dict) -> ModelSpec:
     exported = exported_model(path)
     if exported is not None:
         return exported
-    named = str(((data.get("model") or {}).get("pretrained_model_name_or_path")) or "")
+    section = data.get("model") or {}  # from_pretrained names it; from_config names it in its config
+    named = str(section.get("pretrained_model_name_or_path") or (section.get("config") or {}).get(
+        "pretrained_model_name_or_path") or "")
     for folder in (path.parent / named, Path(named)):
         if named and (folder / "config.json").is_file():
             return load_model(str(folder / "config.json"))
