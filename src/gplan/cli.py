@@ -26,7 +26,7 @@ from gplan.errors import EXIT_INTERRUPTED, InputError, UsageError
 from gplan.io import atomic_write_text
 from gplan.cli_base import read_plan
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="rich",
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Plan and launch parallel training of large transformers.")
 
 
@@ -304,7 +304,11 @@ def _root(version: bool = o.VersionOpt) -> None:
 
 def main() -> None:
     gc.disable()
-    if not {"--help", "-h", "--version"} & set(sys.argv[1:]):  # help and the version need no numpy
+    asked = o.help_asked(app, sys.argv[1:])
+    if asked is not None:
+        sys.stdout.write(asked + "\n")
+        return
+    if not {"--help", "--version"} & set(sys.argv[1:]):  # help and the version need no numpy
         o.load_numpy_single_threaded()
     # what is loaded now lives as long as the process: out of the collector's reach, so that no later
     # collection rescans it (the search pauses the collector anyway; launch and profile run long)

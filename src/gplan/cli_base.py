@@ -349,3 +349,23 @@ def load_numpy_single_threaded() -> None:
         import numpy  # noqa: F401
     finally:
         del os.environ["OPENBLAS_NUM_THREADS"]
+
+
+def help_asked(app: typer.Typer, argv: list[str]) -> str | None:
+    """The help text `argv` asks for (`gplan`, `gplan --help`, `gplan COMMAND --help …`), written by click's
+    own formatter from the command typer builds — without parsing the other arguments, which in typer ≥ 0.29
+    builds a pydantic adapter for each option's value (~0.1 s of a 0.2 s help). None: not a help request, or
+    one typer answers itself (an unknown command: its error names it)."""
+    if argv and "--help" not in argv:
+        return None
+    group = typer.main.get_command(app)
+    context = group.context_class(group, info_name="gplan")
+    command = group
+    for token in argv:
+        if token.startswith("-"):
+            break
+        found = command.get_command(context, token) if hasattr(command, "get_command") else None
+        if found is None:
+            return None
+        context, command = found.context_class(found, info_name=token, parent=context), found
+    return command.get_help(context)
