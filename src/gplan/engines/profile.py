@@ -223,6 +223,11 @@ class EngineProfile:
     capabilities: Capabilities
     """What it runs exactly as priced (spec.targets reads them)."""
     memory: MemoryAccounting
+    runs_in_short: str = ""
+    """What it runs, in a line (docs/design.md's engine table, written from here by
+    bench/engine_tables.py)"""
+    memory_in_short: str = ""
+    """How it keeps memory, in a line (the same table)."""
     launches: bool = False
     """Whether `gplan launch --backend NAME` runs it (gplan's own workers)."""
     efficiency: str = "engine_efficiency"

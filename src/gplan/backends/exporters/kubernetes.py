@@ -33,6 +33,20 @@ from gplan.plan import Plan
 VERSIONS = {"v1.9+v2.3": "Kubeflow training-operator v1.9 (kubeflow.org/v1 PyTorchJob) and Kubeflow Trainer v2.3 "
                          "(trainer.kubeflow.org/v1alpha1 TrainJob)"}
 
+TITLE = "Kubernetes (Kubeflow PyTorchJob and TrainJob)"
+"""How its users call it (docs/exporting.md's table)."""
+EXACT = (
+    "gplan's torch worker as `gplan launch` runs it, as a PyTorchJob and a TrainJob: the launch recipe's "
+    "environment, its notes (as the `gplan/notes` annotation), resources named and labelled by the layout "
+    "digest, the image you give; a plan whose stages need different hardware becomes one Indexed Job per node"
+    " group behind a headless Service (`nodeSelector` on the `gplan/hardware` label, node rank from the "
+    "completion index, torchrun's static rendezvous)")
+"""What its files run exactly as the plan priced it (docs/exporting.md's table, from bench/engine_tables.py)."""
+APPROXIMATED = (
+    "what the torch worker refuses is refused here too, and so is a plan priced on Ascend devices (the worker"
+    " would train on the host CPUs)")
+"""What it runs differently or refuses."""
+
 DEVICE_RESOURCE = {"gpu": "nvidia.com/gpu", "cpu": "cpu"}
 """What a pod asks for, per hardware kind the torch worker runs (torch.launcher.RUNS_ON; check_hardware refuses
 the rest): the NVIDIA device plugin's extended resource, or CPUs."""

@@ -17,6 +17,19 @@ from gplan.plan import Plan
 VERSIONS = {"slurm": "SLURM (sbatch, srun) with torchrun c10d rendezvous (a heterogeneous job, one component per "
                       "node group, with static rendezvous when stages need different hardware)"}
 
+TITLE = "SLURM"
+"""How its users call it (docs/exporting.md's table)."""
+EXACT = (
+    "gplan's torch worker as `gplan launch` runs it, in an sbatch script: the launch recipe's environment and"
+    " notes, the plan it names; a plan whose stages need different hardware becomes a heterogeneous job (one "
+    "component per node group, `--constraint` the group's hardware name, each task's node rank read from a "
+    "table by `SLURM_PROCID`, torchrun's static rendezvous)")
+"""What its files run exactly as the plan priced it (docs/exporting.md's table, from bench/engine_tables.py)."""
+APPROXIMATED = (
+    "what the torch worker refuses is refused here too, and so is a plan priced on Ascend devices (`gplan "
+    "launch --backend mindspore --slurm` writes MindSpore's batch script)")
+"""What it runs differently or refuses."""
+
 
 def export(plan: Plan, context: ExportContext) -> Export:
     if context.plan_path is None:

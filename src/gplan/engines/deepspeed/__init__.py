@@ -7,6 +7,8 @@ from gplan.engines.profile import ALL_ZERO, Capabilities, DCP_RESHARDS, EnginePr
 
 ENGINE = EngineProfile(
     name="deepspeed", title="DeepSpeed (Megatron-DeepSpeed)", order=4,
+    runs_in_short="1F1B, even split, ZeRO ≤ 1 with pp, Mixtral-shaped MoE without pp",
+    memory_in_short=("ZeRO optimizers, 5·10⁸-element bucket, 0.295 reserve (BLOOM fit; ZeRO-3: 0.074, SC21's outcomes)"),
     capabilities=Capabilities("deepspeed", frozenset({"1f1b"}), microbatches_at_least_stages=False, cp=False,
                               tied_embeddings_across_stages=True, recompute="every_layer", uneven_split=False,
                               zero=ALL_ZERO, zero_with_pp=frozenset({0, 1}), encoder_decoder=False, experts=True,

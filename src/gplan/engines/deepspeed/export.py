@@ -30,6 +30,17 @@ from gplan.spec.parallel import StageLayout
 VERSIONS = {"0.19": "DeepSpeed 0.19 (DeepSpeedConfig) with Megatron-DeepSpeed (megatron/arguments.py as on its "
                     "main branch, 2025)"}
 
+EXACT = (
+    "ZeRO stage in both `ds_config.json` and `--zero-stage` (3 builds under `deepspeed.zero.Init`); "
+    "micro-batch and accumulation; tp, pp, sp; full recompute through `--checkpoint-activations` + DeepSpeed "
+    "activation checkpointing, selective through Megatron's core-attention recompute; rope base, GQA, "
+    "vocabulary")
+"""What its files run exactly as the plan priced it (docs/exporting.md's table, from bench/engine_tables.py)."""
+APPROXIMATED = (
+    "even split only (uneven is re-priced evenly), ZeRO ≤ 1 with pp, no interleaving, no cp (refused); "
+    "Megatron-DeepSpeed has no synthetic data: the script requires `DATA_PATH`")
+"""What it runs differently (re-priced, noted) or refuses."""
+
 
 def export(plan: Plan, context: ExportContext) -> Export:
     notes: list[str] = []

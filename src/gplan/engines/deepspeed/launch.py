@@ -92,6 +92,14 @@ def read_deepspeed_launch(path: Path, model: ModelSpec | None, text: str) -> Lau
 # ---- the reader's part (planner.launch_files) ---------------------------------------------------------
 
 READS = "Megatron-DeepSpeed scripts"
+
+FROM_READS = (
+    "its Megatron-DeepSpeed script with the DeepSpeed config it names, or its log")
+"""What `--from` reads (docs/bring-your-own-runs.md's table, from bench/engine_tables.py)."""
+CALIBRATE_READS = (
+    "its log: the same arguments block and iteration lines as Megatron-LM's, the `DeepSpeedEngine "
+    "configuration` JSON (which decides), `MaxMemAllocated`")
+"""What `gplan calibrate` reads (— : nothing)."""
 """What this reader takes, as gplan says when a file is no launch it reads."""
 PRECEDENCE = 2
 

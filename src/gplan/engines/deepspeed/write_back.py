@@ -16,6 +16,11 @@ from gplan.launch_text import rewrite_launch
 from gplan.plan import Plan, layouts_of
 
 
+WRITES_BACK = (
+    "the script and its DeepSpeed config")
+"""What `--out-launch` writes (docs/bring-your-own-runs.md's table, from bench/engine_tables.py)."""
+
+
 def write_back(plan: Plan, source: Path, target: Path, text: str) -> dict[Path, str]:
     return deepspeed_files(plan, source, target, text)
 

@@ -8,6 +8,9 @@ from gplan.engines.profile import Capabilities, DCP_RESHARDS, EngineProfile, Mem
 
 ENGINE = EngineProfile(
     name="llm-foundry", title="llm-foundry", order=6,
+    runs_in_short=("data parallelism alone (FSDP full / grad-op / no shard), AC on every block; FSDP1's BACKWARD_POST "
+                   "(backward all-gathers exposed)"),
+    memory_in_short="fsdp states, fused loss (no fp32 logits)",
     capabilities=Capabilities("llm-foundry", frozenset({"1f1b"}), microbatches_at_least_stages=False, cp=False,
                               tied_embeddings_across_stages=False, recompute="every_layer", uneven_split=False,
                               zero=frozenset({0, 2, 3}), zero_with_pp=frozenset({0, 2, 3}), encoder_decoder=False,

@@ -6,6 +6,9 @@ from gplan.engines.profile import ALL_ZERO, Capabilities, DCP_RESHARDS, EnginePr
 
 ENGINE = EngineProfile(
     name="megatron", title="Megatron-LM", order=2,
+    runs_in_short=("1F1B / interleaved, cp, block recompute, uneven interleaving, MoE any etp, MLA, MTP, "
+                   "FP8/MXFP8/NVFP4, tp-comm overlap"),
+    memory_in_short="mixed-precision states (Megatron's 18 bytes)",
     capabilities=Capabilities("megatron", frozenset({"1f1b", "interleaved_1f1b"}), microbatches_at_least_stages=False,
                               cp=True, tied_embeddings_across_stages=True, recompute="block", uneven_split=True,
                               zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False, sliding_window=True,

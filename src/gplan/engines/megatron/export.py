@@ -28,6 +28,21 @@ from gplan.spec.targets import overlaps_param_gather, overlaps_tp_comm
 VERSIONS = {"core_r0.16": "Megatron-LM core_r0.16 (pretrain_gpt.py; megatron/training/arguments.py as on main "
                           "at 000c4ac, 2026)"}
 
+EXACT = (
+    "dp tp pp cp sp; uneven splits (`--decoder-first/last-pipeline-num-layers` or "
+    "`--pipeline-model-parallel-layout`); interleaving; zero 1 = distributed optimizer, zero 2/3 = "
+    "Megatron-FSDP `optim_grads`/`optim_grads_params` with `--ckpt-format fsdp_dtensor` and "
+    "CUDA_DEVICE_MAX_CONNECTIONS unset (set to 1 for tp/cp without FSDP before Blackwell); selective "
+    "recompute (Megatron's core attention); rope base (`--rotary-base`), `--kv-channels`, GQA; the vocabulary"
+    " (`--vocab-size V−1` for NullTokenizer's extra token, a `--make-vocab-size-divisible-by` that pads "
+    "nothing)")
+"""What its files run exactly as the plan priced it (docs/exporting.md's table, from bench/engine_tables.py)."""
+APPROXIMATED = (
+    "recompute is the first N layers of every chunk (`--recompute-method block`) or every layer selective: "
+    "per-stage counts are re-priced as N = the largest count; a vocabulary tp does not divide is padded "
+    "(noted); non-integer rope bases refused")
+"""What it runs differently (re-priced, noted) or refuses."""
+
 BLACKWELL = ("b200", "b300", "gb200", "gb300")
 """Hardware on which Megatron no longer needs CUDA_DEVICE_MAX_CONNECTIONS=1 for tp/cp (arch ≥ 10)."""
 

@@ -348,6 +348,13 @@ def megatron_split(model: ModelSpec, pp: int, layout: str | None, first: int | N
 # ---- the reader's part (planner.launch_files) ---------------------------------------------------------
 
 READS = "Megatron-LM scripts, argument files and YAML maps"
+
+FROM_READS = (
+    "a launch script or argument file (`pretrain_gpt.py`: Megatron-LM, NeMo, Megatron-Bridge), or its log")
+"""What `--from` reads (docs/bring-your-own-runs.md's table, from bench/engine_tables.py)."""
+CALIBRATE_READS = (
+    "its log: the arguments block (and the padded-vocabulary line), iteration and memory lines")
+"""What `gplan calibrate` reads (— : nothing)."""
 """What this reader takes, as gplan says when a file is no launch it reads."""
 PRECEDENCE = 9
 """Asked last: a script or argument list no other reader claims is Megatron-LM's."""

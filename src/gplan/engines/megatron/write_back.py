@@ -11,6 +11,11 @@ from gplan.errors import InputError
 from gplan.launch_text import FlagStyle, rewrite_launch
 from gplan.plan import Plan, layouts_of
 
+
+WRITES_BACK = (
+    "the script, layout flags changed")
+"""What `--out-launch` writes (docs/bring-your-own-runs.md's table, from bench/engine_tables.py)."""
+
 STYLE = FlagStyle(defaults={"--context-parallel-size": "1", "--tensor-model-parallel-size": "1",
                             "--pipeline-model-parallel-size": "1", "--expert-model-parallel-size": "1"},
                   multi_valued=("--recompute-modules",), anchor="--tensor-model-parallel-size")

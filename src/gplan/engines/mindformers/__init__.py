@@ -12,6 +12,8 @@ OPTIMIZER_PARALLEL_ZERO = frozenset({0, 1, 3})  # off; on; on with gradient_accu
 
 ENGINE = EngineProfile(
     name="mindformers", title="MindFormers", order=5,
+    runs_in_short="1F1B / interleaved, per-stage recompute counts, offsets, Qwen3/DeepSeek-V3 MoE, MTP",
+    memory_in_short="mixed-precision states",
     capabilities=Capabilities("mindformers", frozenset({"1f1b", "interleaved_1f1b"}),
                               microbatches_at_least_stages=True, cp=False, tied_embeddings_across_stages=False,
                               recompute="per_stage", uneven_split=True, zero=OPTIMIZER_PARALLEL_ZERO,

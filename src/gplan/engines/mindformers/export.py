@@ -32,6 +32,16 @@ from gplan.spec.targets import expert_family
 
 VERSIONS = {"2.1": "MindFormers 2.1 (LlamaConfig, TransformerOpParallelConfig) on MindSpore 2.10"}
 
+EXACT = (
+    "model shape (hidden, heads, kv heads, MLP, vocabulary, rope `theta`); dp/mp/pp, sp; per-stage offsets "
+    "and full/selective counts; micro-batches (`micro_batch_num` with pp, `gradient_accumulation_steps` "
+    "without)")
+"""What its files run exactly as the plan priced it (docs/exporting.md's table, from bench/engine_tables.py)."""
+APPROXIMATED = (
+    "its `select_recompute` recomputes its default operators, and optimizer parallel slices the weights as "
+    "zero 3 (noted); no `head_dim`; Llama family only")
+"""What it runs differently (re-priced, noted) or refuses."""
+
 COMPUTE_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 SEMI_AUTO_PARALLEL = 1

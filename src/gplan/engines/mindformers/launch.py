@@ -99,6 +99,13 @@ def _counts(item, pp: int) -> list[int] | bool:
 # ---- the reader's part (planner.launch_files) ---------------------------------------------------------
 
 READS = "MindFormers YAMLs"
+
+FROM_READS = (
+    "a training YAML, or its log with the YAML beside it")
+"""What `--from` reads (docs/bring-your-own-runs.md's table, from bench/engine_tables.py)."""
+CALIBRATE_READS = (
+    "its log with the YAML beside it")
+"""What `gplan calibrate` reads (— : nothing)."""
 """What this reader takes, as gplan says when a file is no launch it reads."""
 PRECEDENCE = 0
 

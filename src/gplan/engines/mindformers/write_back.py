@@ -11,6 +11,11 @@ from gplan.launch_text import rewrite_yaml
 from gplan.plan import Plan
 
 
+WRITES_BACK = (
+    "the YAML's layout keys, line by line (comments and every other key kept)")
+"""What `--out-launch` writes (docs/bring-your-own-runs.md's table, from bench/engine_tables.py)."""
+
+
 def write_back(plan: Plan, source: Path, target: Path, text: str) -> dict[Path, str]:
     return {target: rewrite_yaml(text, mindformers_values(plan, text))}
 

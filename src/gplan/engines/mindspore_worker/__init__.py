@@ -4,6 +4,8 @@ from gplan.engines.profile import ALL_ZERO, Capabilities, DCP_RESHARDS, EnginePr
 
 ENGINE = EngineProfile(
     name="mindspore", title="gplan's MindSpore worker (msrun, HCCL)", order=1, launches=True,
+    runs_in_short="1F1B / interleaved, Llama family, per-layer recompute",
+    memory_in_short="mixed-precision states",
     capabilities=Capabilities("mindspore", frozenset({"1f1b", "interleaved_1f1b"}), microbatches_at_least_stages=True,
                               cp=False, tied_embeddings_across_stages=False, recompute="per_layer", uneven_split=True,
                               zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False, llama_family_only=True),

@@ -12,6 +12,9 @@ from gplan.engines.profile import DCP_RESHARDS, Capabilities, EngineProfile, Mem
 
 ENGINE = EngineProfile(
     name="nemo-automodel", title="NeMo AutoModel", order=7,
+    runs_in_short=("every schedule, cp, FSDP2 (zero 2/3) with ep borrowed from dp·cp·tp, one AC switch for all layers, "
+                   "any Hugging Face model gplan bundles"),
+    memory_in_short="fsdp states, fp32 loss gradient",
     capabilities=Capabilities(
         "nemo-automodel",
         # PipelineConfig.pp_schedule: torch.distributed.pipelining's schedules by name (1f1b, interleaved1f1b, gpipe)

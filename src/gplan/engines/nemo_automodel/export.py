@@ -16,6 +16,18 @@ from gplan.engines.nemo_automodel import HF_MODELS
 from gplan.plan import Plan
 
 VERSIONS = {"0.7": "NeMo AutoModel 0.7.0 (nemo_automodel recipes: parse_distributed_section, StepScheduler)"}
+
+EXACT = (
+    "a recipe YAML and the script that runs it on every node (`torchrun … -m nemo_automodel.cli.app`): FSDP2 "
+    "over dp (zero 3, or 2 with `reshard_after_forward: false`), tp with sp, cp, ep borrowed from dp·cp·tp, "
+    "pipeline schedule and even stages (`layers_per_stage`), the batch as `global_batch_size` and "
+    "`local_batch_size`, activation checkpointing on or off; checked by its own `parse_distributed_section`, "
+    "FSDP2 mesh builder (on a fake process group of the plan's size) and step scheduler")
+"""What its files run exactly as the plan priced it (docs/exporting.md's table, from bench/engine_tables.py)."""
+APPROXIMATED = (
+    "zero 1 runs as zero 2 (noted); one checkpointing switch for every layer; the dataset is its mock dataset"
+    " at the plan's sequence and the model loads its Hugging Face weights (noted: put your own)")
+"""What it runs differently (re-priced, noted) or refuses."""
 SCHEDULE_NAMES = {"1f1b": "1f1b", "gpipe": "gpipe", "interleaved_1f1b": "interleaved1f1b"}
 """gplan's schedules as PipelineConfig.pp_schedule names them."""
 

@@ -142,6 +142,15 @@ def recipe_model(path: Path, data: dict) -> ModelSpec:
 # ---- the reader's part (planner.launch_files) ---------------------------------------------------------
 
 READS = "NeMo AutoModel recipes"
+
+FROM_READS = (
+    "a recipe YAML (`distributed`: strategy fsdp2 or megatron_fsdp, sizes, pipeline, activation "
+    "checkpointing, mixed precision; `step_scheduler`'s batch; `packed_sequence` or the dataset's `seq_len`; "
+    "the model its `pretrained_model_name_or_path` names)")
+"""What `--from` reads (docs/bring-your-own-runs.md's table, from bench/engine_tables.py)."""
+CALIBRATE_READS = (
+    "—")
+"""What `gplan calibrate` reads (— : nothing)."""
 """What this reader takes, as gplan says when a file is no launch it reads."""
 PRECEDENCE = 3
 

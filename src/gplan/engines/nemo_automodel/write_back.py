@@ -14,6 +14,11 @@ from gplan.errors import InputError
 from gplan.launch_text import rewrite_yaml
 from gplan.plan import Plan, layouts_of
 
+
+WRITES_BACK = (
+    "the recipe's `distributed` and batch keys, line by line (comments and every other key kept)")
+"""What `--out-launch` writes (docs/bring-your-own-runs.md's table, from bench/engine_tables.py)."""
+
 OWNED = ("step_scheduler", "distributed")
 """The recipe's sections whose layout keys the plan sets (the others are the user's)."""
 

@@ -7,6 +7,8 @@ from gplan.engines.profile import ALL_SCHEDULES, ALL_ZERO, Capabilities, DCP_RES
 
 ENGINE = EngineProfile(
     name="torch", title="gplan's torch worker (torchrun, NCCL)", order=0, launches=True,
+    runs_in_short="every schedule, cp (ring attention), per-layer recompute, MoE at tp 1, torchao FP8/MXFP8",
+    memory_in_short="fsdp states, fp32 loss gradient",
     capabilities=Capabilities("torch", ALL_SCHEDULES, microbatches_at_least_stages=True, cp=True,
                               tied_embeddings_across_stages=True, recompute="per_layer", uneven_split=True,
                               zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False, experts=True,

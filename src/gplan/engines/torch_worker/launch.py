@@ -11,6 +11,13 @@ from gplan.planner.launch import Launch
 from gplan.spec.model import ModelSpec
 
 READS = "gplan's own SLURM and Kubernetes exports"
+
+FROM_READS = (
+    "the plan a SLURM script names or a Kubernetes ConfigMap carries")
+"""What `--from` reads (docs/bring-your-own-runs.md's table, from bench/engine_tables.py)."""
+CALIBRATE_READS = (
+    "`run_report.json` of `gplan launch`")
+"""What `gplan calibrate` reads (— : nothing)."""
 """What this reader takes, as gplan says when a file is no launch it reads."""
 PRECEDENCE = -1
 """Asked first: a gplan export is read as the plan it runs, whatever else the script holds."""

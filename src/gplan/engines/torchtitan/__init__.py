@@ -8,6 +8,8 @@ from gplan.engines.profile import ALL_SCHEDULES, ALL_ZERO, Capabilities, DCP_RES
 
 ENGINE = EngineProfile(
     name="torchtitan", title="torchtitan", order=3,
+    runs_in_short="every schedule, cp, one AC policy for all layers, Llama/Qwen3/DeepSeek-V3, ep inside FSDP",
+    memory_in_short="fsdp states, fp32 loss gradient",
     capabilities=Capabilities("torchtitan", ALL_SCHEDULES, microbatches_at_least_stages=True, cp=True,
                               tied_embeddings_across_stages=False, recompute="every_layer", uneven_split=True,
                               zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False, llama_family_only=True,

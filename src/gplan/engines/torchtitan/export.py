@@ -36,6 +36,20 @@ VERSIONS = {
             "checked by torchtitan's parser here (only 0.3.0 installs)",
 }
 
+EXACT = (
+    "the model built by torchtitan's own llama3 layer builder with the plan's shape (parameters counted equal"
+    " in the tests); FSDP/HSDP/DDP degrees, tp/sp, cp, pp schedule; every pipeline chunk's modules "
+    "(`module_fqns_per_model_part`), so uneven and interleaved splits are exact; the batch as accumulation "
+    "steps of mbs (with pp: m·mbs split into micro-batches of mbs); CUDA graphs off with pp")
+"""What its files run exactly as the plan priced it (docs/exporting.md's table, from bench/engine_tables.py)."""
+APPROXIMATED = (
+    "one activation-checkpoint policy for every layer (full when any layer recomputes fully; `SelectiveAC`, "
+    "its per-op policy, where the plan's selective layers recompute the module `op`; a selective plan "
+    "recomputing the attention core, which torchtitan lacks, is re-priced as full); zero 1/2 run as FSDP "
+    "without resharding (noted); Llama family only; `main` option names come from torchtitan pull requests "
+    "4121/4326 and are not checked by its parser here")
+"""What it runs differently (re-priced, noted) or refuses."""
+
 SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved_1f1b": "Interleaved1F1B"}
 """gplan schedule -> torch.distributed.pipelining's schedule name (what torchtitan takes)."""
 

@@ -295,6 +295,15 @@ def _titan_precision(values: dict) -> str:
 # ---- the reader's part (planner.launch_files) ---------------------------------------------------------
 
 READS = "torchtitan TOMLs and override lines"
+
+FROM_READS = (
+    "a job TOML, a script of `--section.key` overrides (`run_train.sh`'s `CONFIG_FILE`/`NGPU` too), or its "
+    "log")
+"""What `--from` reads (docs/bring-your-own-runs.md's table, from bench/engine_tables.py)."""
+CALIBRATE_READS = (
+    "its log: the job config it prints (`--debug.print_config`), else the launch beside it (`run.log` + "
+    "`run.toml`/`run.sh`); the mesh line, step lines (every rank's)")
+"""What `gplan calibrate` reads (— : nothing)."""
 """What this reader takes, as gplan says when a file is no launch it reads."""
 PRECEDENCE = 1
 

@@ -13,6 +13,11 @@ from gplan.launch_text import FlagStyle, rewrite_launch, rewrite_toml
 from gplan.plan import Plan, layouts_of
 
 
+WRITES_BACK = (
+    "the TOML's keys, or the script's overrides")
+"""What `--out-launch` writes (docs/bring-your-own-runs.md's table, from bench/engine_tables.py)."""
+
+
 def write_back(plan: Plan, source: Path, target: Path, text: str) -> dict[Path, str]:
     values = layout_values(plan, layouts_of(plan))
     if source.suffix == ".toml":
