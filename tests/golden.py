@@ -33,7 +33,7 @@ def pick(plan: dict) -> dict:
     """What a search picked, to the digits that matter: the configuration, the split with its recompute,
     the stage node groups, and the prediction rounded (step to 0.1%, memory to 0.1 GiB)."""
     p = plan["prediction"]
-    return {"target": plan["target"], "parallel": plan["parallel"],
+    return {"target": plan["training"]["engine"], "parallel": plan["parallel"],
             "stages": [{"layers": s["layer_end"] - s["layer_start"], "node_group": s["node_group"],
                         "recompute": {c["recompute"]: c["count"] for c in s["layers"] if c["count"]}}
                        for s in plan["stages"]],

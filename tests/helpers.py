@@ -217,8 +217,8 @@ def ranked_plans(case: dict, top: int = 3) -> list[Plan]:
         planned = best_plan(inputs, SearchLimits(**case["limits"]), top=top)
     except InfeasibleError:
         return []
-    return [planned.plan] + [make_plan(inputs.model, inputs.training, c.cluster, c.config, c.layouts, c.solver,
-                                       target=planned.plan.target) for c in planned.search.ranked[1:]]
+    return [planned.plan] + [make_plan(inputs.model, planned.plan.training, c.cluster, c.config, c.layouts, c.solver)
+                             for c in planned.search.ranked[1:]]
 
 
 def cli_json(stdout: str, command: str | None = None):

@@ -296,9 +296,28 @@ class Plan(BaseModel):
     provenance: Provenance
     search: SearchRecord | None = None
     """Present when `gplan search` wrote the plan."""
-    target: str | None = None
-    """The backend or export target the search bounded its space by (spec.targets); None in plans
-    written before targets existed, or built by hand."""
+
+    @property
+    def target(self) -> str | None:
+        """The engine the plan is priced and planned for: its training's, held there once (None: a plan
+        priced for no engine — written before engines, or built by hand)."""
+        return self.training.engine
+
+    @model_validator(mode="before")
+    @classmethod
+    def _target_held_once(cls, data):
+        """Plans written before the target was held once carried a `target` beside `training.engine`: read as
+        the engine, which it must equal. A plan whose training names no engine keeps none — its old target
+        only bounded the search that found it; it was priced for no engine, and is re-priced so."""
+        if not isinstance(data, dict) or "target" not in data:
+            return data
+        data = dict(data)
+        target, training = data.pop("target"), data.get("training")
+        engine = training.get("engine") if isinstance(training, dict) else getattr(training, "engine", None)
+        if target and engine and target != engine:
+            raise ValueError(f"target {target}, but the plan is priced as {engine} runs it (training.engine): "
+                             "one engine, the one it is priced and planned for")
+        return data
 
     @model_validator(mode="before")
     @classmethod
@@ -473,8 +492,6 @@ def check_plan(plan: Plan, source: str = "plan") -> None:
     if inputs_digest(plan.model, plan.cluster, plan.training) != plan.digest:
         raise bad("digest", "does not match the plan's model, cluster and training (edited since it was written?)")
     c, t = plan.parallel, plan.training
-    if plan.target and t.engine and plan.target != t.engine:  # one engine: the one it is priced and planned for
-        raise bad("target", f"{plan.target}, but the plan is priced as {t.engine} runs it (training.engine)")
     placed = sum(r.count for r in plan.placement.stage_devices)
     if c.world_size != placed:  # an edited degree: say so first, not the stage slice it breaks downstream
         raise bad("parallel", f"dp·tp·pp·cp = {c.dp}·{c.tp}·{c.pp}·{c.cp} = {c.world_size} ≠ the {placed} devices "

@@ -868,7 +868,7 @@ def test_torchtitan_export_turns_the_recipe_on_with_its_own_converter(tmp_path, 
     monkeypatch.setattr(mx, "has_cuda_capability", lambda major, minor: True)
     training = TrainingSpec(gbs=16, seq_length=2048, precision=precision, engine="torchtitan")
     config = ParallelConfig(dp=8, zero=1)
-    plan = make_plan(LLAMA, training, load_cluster(cluster, 8), config, None, target="torchtitan")
+    plan = make_plan(LLAMA, training, load_cluster(cluster, 8), config, None)
     parsed = titan_parse(tmp_path, plan).model_spec.model
     kinds = {type(c).__qualname__.rsplit(".", 1)[0] for layer in parsed.layers
              for _, c, _, _ in layer.traverse(Linear.Config)}

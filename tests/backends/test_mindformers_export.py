@@ -203,8 +203,8 @@ def moe_plan(name: str):
     model, degrees, *stages = MOE_PLANS[name]
     config, spec = ParallelConfig(**degrees), load_model(model)
     layouts = stage_layouts(stages[0], spec) if stages else None
-    return make_plan(spec, TrainingSpec(gbs=256, seq_length=4096),
-                     load_cluster("atlas-800-910b", config.world_size), config, layouts, target="mindformers")
+    return make_plan(spec, TrainingSpec(gbs=256, seq_length=4096, engine="mindformers"),
+                     load_cluster("atlas-800-910b", config.world_size), config, layouts)
 
 
 @pytest.mark.parametrize("name", list(MOE_PLANS))

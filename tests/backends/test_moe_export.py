@@ -32,8 +32,7 @@ SIZES = [4, 5]  # uneven interleaved: 2+2 and 3+2 layers per chunk
 def moe_plan():
     training = TrainingSpec(gbs=32, seq_length=1024, engine="megatron")
     layouts = layout_from_sizes(MINI_DEEPSEEK, SIZES, ["none", "none"])
-    return make_plan(MINI_DEEPSEEK, training, load_cluster("dgx-h100", CONFIG.world_size), CONFIG, layouts,
-                     target="megatron")
+    return make_plan(MINI_DEEPSEEK, training, load_cluster("dgx-h100", CONFIG.world_size), CONFIG, layouts)
 
 
 def exported_args():
@@ -157,8 +156,7 @@ def titan_plan(model_name: str, config: ParallelConfig):
     from gplan.profiles.catalogue import load_model
 
     training = TrainingSpec(gbs=256, seq_length=4096, engine="torchtitan")
-    return make_plan(load_model(model_name), training, load_cluster("dgx-h100", config.world_size), config, None,
-                     target="torchtitan")
+    return make_plan(load_model(model_name), training, load_cluster("dgx-h100", config.world_size), config, None)
 
 
 TITAN_MOE = {
@@ -276,7 +274,7 @@ def test_qwen2_exports_qkv_bias_only():
                      ffn_hidden_size=704, ffn_kind="swiglu", vocab_size=1024, seq_length=256, norm="rmsnorm",
                      position_embedding="rope", qkv_bias=True)
     training = TrainingSpec(gbs=8, seq_length=256, engine="megatron")
-    plan = make_plan(qwen, training, load_cluster("dgx-h100", 8), ParallelConfig(dp=8), None, target="megatron")
+    plan = make_plan(qwen, training, load_cluster("dgx-h100", 8), ParallelConfig(dp=8), None)
     args = switch_args(plan)
     assert "--add-qkv-bias" in args and "--disable-bias-linear" in args
     for target in ("torchtitan", "mindspore", "mindformers"):
@@ -338,9 +336,9 @@ def test_mtp_is_priced_on_the_last_stage_and_exported_as_megatron_builds_it():
     training = TrainingSpec(gbs=32, seq_length=1024, engine="megatron")
     layouts = layout_from_sizes(MINI_DEEPSEEK, SIZES, ["none", "none"])
     cluster = load_cluster("dgx-h100", CONFIG.world_size)
-    plain = make_plan(MINI_DEEPSEEK, training, cluster, CONFIG, layouts, target="megatron").prediction
+    plain = make_plan(MINI_DEEPSEEK, training, cluster, CONFIG, layouts).prediction
     mtp_layouts = layout_from_sizes(mtp_model, SIZES, ["none", "none"])
-    priced = make_plan(mtp_model, training, cluster, CONFIG, mtp_layouts, target="megatron")
+    priced = make_plan(mtp_model, training, cluster, CONFIG, mtp_layouts)
     with_mtp = priced.prediction
     first, last = (with_mtp.stages[i].forward_s - plain.stages[i].forward_s for i in (0, -1))
     assert first == 0 and last > plain.stages[-1].forward_s / SIZES[-1]  # more than one layer's forward
@@ -375,8 +373,7 @@ def test_torchtitan_builds_a_deepep_plans_token_dispatcher(tmp_path):
 
     config = ParallelConfig(dp=8, ep=8, zero=1)
     training = TrainingSpec(gbs=256, seq_length=4096, engine="torchtitan", moe_dispatcher="flex")
-    plan = make_plan(load_model("qwen3-30b-a3b"), training, load_cluster("dgx-h100", 8), config, None,
-                     target="torchtitan")
+    plan = make_plan(load_model("qwen3-30b-a3b"), training, load_cluster("dgx-h100", 8), config, None)
     parsed = titan_parse(tmp_path, plan)
     found = [c for c in _walk(parsed.model_spec.model) if isinstance(c, DeepEPTokenDispatcher.Config)]
     assert len(found) == plan.model.num_layers - plan.model.first_dense_layers

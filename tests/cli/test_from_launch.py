@@ -26,7 +26,7 @@ def test_search_from_a_launch_shows_it_beside_the_best_plan_and_the_gain(gplan, 
     plan = json.loads(out.read_text())
     c = plan["parallel"]
     assert plan["training"]["gbs"] == 512 and plan["training"]["seq_length"] == 8192
-    assert c["dp"] * c["tp"] * c["pp"] * c["cp"] == 64 and plan["target"] == "megatron"
+    assert c["dp"] * c["tp"] * c["pp"] * c["cp"] == 64 and plan["training"]["engine"] == "megatron"
     assert versus["gain"] >= 0  # the search's best is at least as fast as the launch under the model
     assert versus["gain"] == pytest.approx(plan["prediction"]["tokens_per_s"] / versus["prediction"]["tokens_per_s"] - 1)
     for key, (mine, best) in versus["differences"].items():
@@ -184,7 +184,7 @@ def test_search_from_a_torchtitan_toml_shows_the_gain(gplan, tmp_path):
     assert r.code == 0, r.stderr
     versus = r.json()["from"]
     assert versus["engine"] == "torchtitan" and versus["gain"] >= 0
-    assert json.loads((tmp_path / "p.json").read_text())["target"] == "torchtitan"
+    assert json.loads((tmp_path / "p.json").read_text())["training"]["engine"] == "torchtitan"
 
 
 @pytest.mark.parametrize("args", [

@@ -105,7 +105,7 @@ def test_compare_names_long_files_by_letter_and_shows_each_target(gplan, narrow,
     assert_fits(text, 80)
     assert f"A  {names[0]}" in text and f"B  {names[1]}" in text
     target_row = next(line for line in text.splitlines() if line.startswith("│ target"))
-    targets = [json.loads(plans[kind][0].read_text())["target"] for kind in ("dense", "moe")]
+    targets = [json.loads(plans[kind][0].read_text())["training"]["engine"] for kind in ("dense", "moe")]
     assert [c.strip() for c in target_row.split("│")[2:-1]] == targets
     # names that fit stay the column headers
     text = gplan("compare", str(plans["dense"][0]), str(plans["moe"][0])).stderr

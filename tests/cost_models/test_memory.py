@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gplan.engines import ENGINES
+from gplan.engines import ENGINES, profile_of
 from gplan.cost_models import memory, pipeline
 from gplan.cost_models.compute import Shard
 from gplan.cost_models.step import StepModel
@@ -158,7 +158,7 @@ def test_context_parallel_ranks_keep_only_their_own_keys_and_values(llama8b, a10
 ])
 def test_state_bytes_follow_each_engine(engine, precision, zero, expected):
     element = 4 if precision == "fp32" else 2
-    states = memory.state_bytes_per_param(element, zero, 8, ENGINES[engine] if engine else None, bf16=precision == "bf16")
+    states = memory.state_bytes_per_param(element, zero, 8, profile_of(engine), bf16=precision == "bf16")
     assert states.total == pytest.approx(expected)
 
 

@@ -109,14 +109,17 @@ def test_refresh_rebuilds_stage_ranges_from_the_layer_counts(gplan, tmp_path):
     assert [(s["layer_start"], s["layer_end"]) for s in fixed["stages"]] == [(0, 16), (16, 32)]
 
 
-def test_a_plan_whose_target_is_not_its_engine_is_refused(gplan, tmp_path):
-    """One engine per plan: the target its search was bounded by is the engine it is priced as. A target
-    edited in the file (the digest covers the training, not the target) is refused, naming the field."""
+def test_the_target_is_held_once_in_the_plan_as_its_engine(gplan, tmp_path):
+    """One engine per plan, held once: the plan file names it in `training.engine` (covered by the digest)
+    and nowhere else. A plan written when a `target` stood beside it reads when the two agree and is
+    refused, naming both, when they do not."""
     out = tmp_path / "plan.json"
     assert gplan("search", "llama3-8b", "--devices", "8", "--cluster", "dgx-a100-80g", "--out", str(out)).code == 0
     data = json.loads(out.read_text())
-    assert data["target"] == data["training"]["engine"] == "torch"
-    data["target"] = "megatron"
-    out.write_text(json.dumps(data))
+    assert "target" not in data and data["training"]["engine"] == "torch"
+    assert gplan("validate", str(out)).code == 0
+    out.write_text(json.dumps(data | {"target": "torch"}))  # as plans were written before
+    assert gplan("validate", str(out)).code == 0
+    out.write_text(json.dumps(data | {"target": "megatron"}))
     r = gplan("validate", str(out))
-    assert r.code == 3 and "target" in r.stderr and "training.engine" in r.stderr
+    assert r.code == 3 and "target megatron" in r.stderr and "training.engine" in r.stderr

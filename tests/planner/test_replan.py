@@ -97,7 +97,7 @@ def test_replan_cli_writes_the_plan_and_says_what_is_resharded(searched, gplan, 
     assert r.code == 0 and out.is_file()
     assert "resharded over" in r.stderr and f"gplan launch {out} --resume-from RUN_DIR" in r.stderr.replace("\n", "")
     data = gplan("replan", str(searched["megatron"]), "--devices", "48", "-o", str(out), "--json").json()
-    assert data["kept"] and set(data["resharded"]) <= {"dp"} and json.loads(out.read_text())["target"] == "megatron"
+    assert data["kept"] and set(data["resharded"]) <= {"dp"} and json.loads(out.read_text())["training"]["engine"] == "megatron"
 
 
 @pytest.mark.parametrize("args, code, words", [

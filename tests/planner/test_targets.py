@@ -22,7 +22,7 @@ def test_the_pipeline_plan_of_issue_13_now_has_enough_microbatches(gplan, tmp_pa
     """`--pp 2 --vpp 1 --gbs 8` used to write one micro-batch, which torch's 1F1B refuses at step 1."""
     plan = searched(gplan, tmp_path, "tiny-llama", "--cluster", "local-cpu", "--devices", "2", "--pp", "2",
                     "--vpp", "1", "--gbs", "8")
-    assert plan["target"] == "torch"
+    assert plan["training"]["engine"] == "torch"
     assert plan["parallel"]["num_microbatches"] >= plan["parallel"]["pp"] == 2
 
 
@@ -57,12 +57,12 @@ def test_a_target_that_runs_nothing_asked_says_which_capability(gplan, tmp_path)
               "--out", str(tmp_path / "p.json"))
     assert r.code == 4 and "deepspeed does not run context parallelism" in r.stderr and "--cp 1" in r.stderr
     plan = searched(gplan, tmp_path, "llama3-8b", "--devices", "16", "--cp", "2")
-    assert plan["parallel"]["cp"] == 2 and plan["target"] == "torch"
+    assert plan["parallel"]["cp"] == 2 and plan["training"]["engine"] == "torch"
 
 
 def test_tied_embeddings_across_stages_run_in_torch_but_not_in_mindformers(gplan, tmp_path):
     plan = searched(gplan, tmp_path, "gpt-1.7b", "--devices", "16", "--pp", "2")
-    assert plan["parallel"]["pp"] == 2 and plan["target"] == "torch"
+    assert plan["parallel"]["pp"] == 2 and plan["training"]["engine"] == "torch"
     r = gplan("search", "gpt-1.7b", "--devices", "16", "--pp", "2", "--target", "deepspeed", "--zero", "3",
               "--out", str(tmp_path / "q.json"))
     assert r.code == 4 and "deepspeed runs zero [0, 1] with pipeline stages" in r.stderr

@@ -129,7 +129,7 @@ def test_a_moe_plan_validates_for_megatron_and_the_torch_launcher_refuses_it(gpl
               "--seq-length", "4096", "--out", str(out))
     assert r.code == 0, r.stderr
     plan = json.loads(out.read_text())
-    assert plan["target"] == "megatron" and plan["parallel"]["ep"] > 1
+    assert plan["training"]["engine"] == "megatron" and plan["parallel"]["ep"] > 1
     assert gplan("validate", str(out)).code == 0
     r = gplan("launch", str(out), "--dry-run")
     assert plan["parallel"]["zero"] >= 1 or plan["parallel"]["tp"] > 1  # Megatron's best is not the worker's

@@ -307,7 +307,7 @@ def plan_of_launch(launch, model, cluster: str | None, hardware: str | None, dev
                             precision=launch.precision, engine=launch.engine, **launch.engine_options)
     check_config(model, training, config, world)
     sized = spec.sized(devices)
-    return make_plan(model, training, sized, config, launch_layouts(launch, model, config, sized), target=launch.engine)
+    return make_plan(model, training, sized, config, launch_layouts(launch, model, config, sized))
 
 
 def read_any_run(path: Path, cluster: str | None, hardware: str | None, devices_per_node: int | None) -> Run:

@@ -113,7 +113,7 @@ def host_time_s(model: ModelSpec, config: ParallelConfig, training: TrainingSpec
     (`HOST_SYNC_S`) and, where the engine launches each expert's GEMMs (`Capabilities.per_expert_launches`),
     the local experts' (`EXPERT_LAUNCH_S`); none of it under a captured iteration."""
     graphs, engine = training.cuda_graphs, training.profile
-    per_expert = graphs != "full_iteration" and (engine is None or engine.capabilities.per_expert_launches)
+    per_expert = graphs != "full_iteration" and engine.capabilities.per_expert_launches
     return HOST_SYNC_S[graphs] + (EXPERT_LAUNCH_S * local_experts(model, config) if per_expert else 0.0)
 
 

@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gplan.cost_models.compute import Shard
-from gplan.engines import accounting_of
-from gplan.engines.profile import EngineProfile
+from gplan.engines.profile import NO_ENGINE, EngineProfile
 from gplan.spec.model import LayerKind, ModelSpec
 from gplan.spec.parallel import ParallelConfig
 from gplan.spec.training import TrainingSpec
@@ -33,7 +32,7 @@ QUANTIZED_INPUT_BYTES = {"fp8": 1.0, "mxfp8": 1 + 1 / 32, "nvfp4": 0.5 + 1 / 16}
 
 def gemm_input_bytes(training: TrainingSpec) -> float:
     """Bytes per element of a saved GEMM input: quantised where the engine keeps it so, else 16 bits."""
-    if accounting_of(training.profile).quantized_gemm_inputs and training.precision in QUANTIZED_INPUT_BYTES:
+    if training.profile.memory.quantized_gemm_inputs and training.precision in QUANTIZED_INPUT_BYTES:
         return QUANTIZED_INPUT_BYTES[training.precision]
     return training.element_bytes
 
@@ -107,13 +106,13 @@ def embedding_activation_bytes(model: ModelSpec, shard: Shard) -> float:
     return shard.seq * shard.batch * model.hidden_size / (shard.tp if shard.sp else 1) if model.dropout > 0 else 0.0
 
 
-def head_activation_bytes(model: ModelSpec, shard: Shard, element_bytes: int, engine: EngineProfile | None = None) -> float:
+def head_activation_bytes(model: ModelSpec, shard: Shard, element_bytes: int, engine: EngineProfile = NO_ENGINE) -> float:
     """Final norm input and logits-GEMM input (`2·e·s·b·h`), the 16-bit logits and their fp32 copy
     for the loss (`(e + 4)·s·b·V / t`, vocab-parallel) — only the 16-bit logits where the engine's fused
     cross-entropy keeps no fp32 copy (`MemoryAccounting.fp32_logits`: llm-foundry's)."""
     s, b = shard.seq, shard.batch
     hidden = 2 * element_bytes * s * b * model.hidden_size / (shard.tp if shard.sp else 1)
-    per_logit = element_bytes + (4 if accounting_of(engine).fp32_logits else 0)
+    per_logit = element_bytes + (4 if engine.memory.fp32_logits else 0)
     return hidden + per_logit * s * b * model.vocab_size / shard.tp
 
 
@@ -156,7 +155,7 @@ def gradient_working_bytes(model: ModelSpec, shard: Shard, element_bytes: int, k
     return hidden + mlp + regather
 
 
-def loss_working_bytes(model: ModelSpec, shard: Shard, element_bytes: int, engine: EngineProfile | None = None) -> float:
+def loss_working_bytes(model: ModelSpec, shard: Shard, element_bytes: int, engine: EngineProfile = NO_ENGINE) -> float:
     """The loss backward over the vocabulary (vocab-parallel), beside the 16-bit logits and fp32
     softmax the forward kept (head_activation_bytes), per logit: Megatron's vocab-parallel cross-entropy
     (Megatron-LM, Megatron-DeepSpeed, MindSpore's stack) writes the gradient into its softmax buffer and
@@ -164,7 +163,7 @@ def loss_working_bytes(model: ModelSpec, shard: Shard, element_bytes: int, engin
     worker, torchtitan) allocates the fp32 gradient and its 16-bit copy: `4 + e`; llm-foundry's fused
     cross-entropy (flash-attn's, `inplace_backward`) works in place: nothing."""
     per_logit = {"in_place": element_bytes, "fp32_grad": 4 + element_bytes,
-                 "fused": 0}[accounting_of(engine).loss_grad]
+                 "fused": 0}[engine.memory.loss_grad]
     return per_logit * shard.seq * shard.batch * model.vocab_size / shard.tp
 
 
@@ -189,7 +188,7 @@ def deepspeed_bf16_optimizer(bf16: bool, zero: int) -> bool:
     return bf16 and zero == 1
 
 
-def state_bytes_per_param(element_bytes: int, zero: int, shard_ranks: int, engine: EngineProfile | None = None,
+def state_bytes_per_param(element_bytes: int, zero: int, shard_ranks: int, engine: EngineProfile = NO_ENGINE,
                           bf16: bool = False, grad_bytes: int = GRAD_BYTES) -> StateBytes:
     """What one parameter costs each device, as the engine keeps it (`MemoryAccounting.states`; d = the
     sharding ranks).
@@ -207,7 +206,7 @@ def state_bytes_per_param(element_bytes: int, zero: int, shard_ranks: int, engin
     gradient partition per rank (`stage_1_and_2.py`: `single_partition_of_fp32_groups`) — 16/d bytes;
     bf16 with ZeRO-1 runs the BF16 optimizer, which accumulates gradients in full-size fp32 buffers
     (`bf16_optimizer.py`: `fp32_groups_gradients`) — 4 more bytes, unsharded."""
-    e, d, rule = element_bytes, shard_ranks, accounting_of(engine).states
+    e, d, rule = element_bytes, shard_ranks, engine.memory.states
     if rule == "fsdp":
         if zero == 0 or d == 1:
             return StateBytes(weights=4.0, grads=4.0, optimizer=8.0)
@@ -226,14 +225,14 @@ def state_bytes_per_param(element_bytes: int, zero: int, shard_ranks: int, engin
     )
 
 
-def reduced_grad_bytes(element_bytes: int, zero: int, engine: EngineProfile | None = None, bf16: bool = False,
+def reduced_grad_bytes(element_bytes: int, zero: int, engine: EngineProfile = NO_ENGINE, bf16: bool = False,
                        grad_bytes: int = GRAD_BYTES) -> int:
     """Bytes per gradient element the data-parallel reduction moves: the gradients as the engine keeps them
     (`state_bytes_per_param`). DeepSpeed reduces its 16-bit gradients (its engine's `allreduce_gradients`
     and ZeRO's reduce-scatter run in the model's dtype unless `communication_data_type` says otherwise), except
     that its BF16 optimizer (bf16 with ZeRO-1) reduces the fp32 buffers it accumulates into; the others
     their main gradients (`grad_bytes`: fp32 unless reduced in bf16)."""
-    if accounting_of(engine).states == "zero_optimizers" and element_bytes < 4:
+    if engine.memory.states == "zero_optimizers" and element_bytes < 4:
         return 4 if deepspeed_bf16_optimizer(bf16, zero) else element_bytes
     return grad_bytes
 
@@ -257,7 +256,7 @@ def layer_weight_copy_bytes(training: TrainingSpec, config: ParallelConfig) -> f
     return extra / zero_shard_ranks(config) if config.zero >= 3 else extra
 
 
-def zero3_gather_buffer_bytes(unit_params: list[float], element_bytes: int, engine: EngineProfile | None = None) -> float:
+def zero3_gather_buffer_bytes(unit_params: list[float], element_bytes: int, engine: EngineProfile = NO_ENGINE) -> float:
     """FSDP keeps the unit being computed and the prefetched next one gathered (16-bit weights), plus one
     unit's unsharded fp32 gradients before its reduce-scatter: the two largest units of the stage (layers,
     the embedding, the head — a 250k vocabulary's embedding is larger than a layer) and the largest one's
@@ -265,9 +264,9 @@ def zero3_gather_buffer_bytes(unit_params: list[float], element_bytes: int, engi
     gradients (`EngineProfile.zero3_backward_prefetch`; `torch.distributed.fsdp.BackwardPrefetch`).
     DeepSpeed's ZeRO-3 gathers submodule by submodule, at most `zero3_live_params` at once, and
     reduces through its 16-bit bucket (`MemoryAccounting.zero3_live_params`, `reduce_bucket_elements`)."""
-    gathered = 2 if engine is None or engine.zero3_backward_prefetch else 1
+    gathered = 2 if engine.zero3_backward_prefetch else 1
     largest = sorted(unit_params, reverse=True)[:gathered]
-    accounting = accounting_of(engine)
+    accounting = engine.memory
     if accounting.zero3_live_params:
         live = min(sum(largest), accounting.zero3_live_params)
         return (live + min(accounting.reduce_bucket_elements, largest[0] if largest else 0.0)) * element_bytes
@@ -279,10 +278,10 @@ def zero_shard_ranks(config: ParallelConfig) -> int:
     return config.dp * config.cp
 
 
-def engine_buffer_bytes(engine: EngineProfile | None, zero: int, element_bytes: int, stage_params: float) -> float:
+def engine_buffer_bytes(engine: EngineProfile, zero: int, element_bytes: int, stage_params: float) -> float:
     """Buffers an engine allocates besides the states: a ZeRO 1/2 reduce bucket (DeepSpeed's; at most the
     stage's own gradients)."""
-    bucket = accounting_of(engine).reduce_bucket_elements
+    bucket = engine.memory.reduce_bucket_elements
     if bucket and zero in (1, 2):
         return min(bucket, stage_params) * element_bytes
     return 0.0
@@ -301,11 +300,11 @@ def communicator_count(config: ParallelConfig, tied_pair: bool, experts: bool = 
     return sum(groups)
 
 
-def fragmentation_fraction(device_fraction: float, engine: EngineProfile | None, zero: int = 0) -> float:
+def fragmentation_fraction(device_fraction: float, engine: EngineProfile, zero: int = 0) -> float:
     """The device's allocator reserve, or the engine's where its measured peaks show more
     (`MemoryAccounting.fragmentation`: Megatron-DeepSpeed's pipeline engine, fitted on the BLOOM sweep;
     `zero3_fragmentation`: its ZeRO-3 engine, bracketed by SC21's runs; README)."""
-    accounting = accounting_of(engine)
+    accounting = engine.memory
     engine_fraction = accounting.fragmentation
     if zero >= 3 and accounting.zero3_fragmentation is not None:
         engine_fraction = accounting.zero3_fragmentation

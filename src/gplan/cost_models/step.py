@@ -94,9 +94,7 @@ class StepModel:
 
     def device(self, group: int):
         """The group's device as this run's engine runs it (its engine factor and attention kernel applied)."""
-        engine = self.training.profile
-        return self.group(group).hardware.for_engine(self.training.engine,
-                                                      engine.attention_kernel if engine else "fused")
+        return self.group(group).hardware.for_engine(self.training.engine, self.training.profile.attention_kernel)
 
     # ---- per layer ------------------------------------------------------------------------------
     def layer_time(self, kind: str, group: int) -> compute.LayerTime:
@@ -654,9 +652,9 @@ class StepModel:
         `per_tensor_gather_s` on each all-gather (DeepSpeed's ZeRO-3 as SC21 ran it)."""
         e, g = self.training.element_bytes, layout.node_group
         engine = self.training.profile
-        slowdown = 1 / engine.zero3_comm_efficiency if engine else 1.0
-        overlap = engine.zero3_overlap if engine else 1.0
-        prefetches_backward = engine.zero3_backward_prefetch if engine else True
+        slowdown = 1 / engine.zero3_comm_efficiency
+        overlap = engine.zero3_overlap
+        prefetches_backward = engine.zero3_backward_prefetch
         exposed = 0.0
         expert_link = comm.expert_axis_link(self.group(g), self.config, "edp")
         for c in layout.layers:
@@ -667,7 +665,7 @@ class StepModel:
                      (self.layer_expert_params(c.kind), self.config.edp, expert_link)]
             parts = [(p, n, lk) for p, n, lk in parts if p > 0 and n > 1]
             gather = sum(comm.allgather_time_s(p * e, n, lk) for p, n, lk in parts) * slowdown
-            if engine and engine.zero3_gathers_per_tensor:
+            if engine.zero3_gathers_per_tensor:
                 gather += self.per_tensor_gather_s(c.kind, ranks, link, engine)
             scatter = sum(comm.reduce_scatter_time_s(p * self.reduced_grad_bytes, n, lk) for p, n, lk in parts) * slowdown
             backward = lt.backward_s + self.layer_recompute_s(c.kind, c.recompute, g)

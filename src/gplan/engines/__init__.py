@@ -22,7 +22,7 @@ import pkgutil
 from pathlib import Path
 from types import ModuleType
 
-from gplan.engines.profile import EngineProfile, MemoryAccounting
+from gplan.engines.profile import NO_ENGINE, EngineProfile, MemoryAccounting
 
 
 def _discover() -> dict[str, tuple[EngineProfile, str]]:
@@ -41,17 +41,15 @@ ENGINE_NAMES: tuple[str, ...] = tuple(ENGINES)
 """What `--target` takes, in the order lists show them."""
 LAUNCH_BACKENDS: tuple[str, ...] = tuple(name for name, engine in ENGINES.items() if engine.launches)
 """The targets `gplan launch` runs itself; the others are reached through `gplan export`."""
-DEFAULT_ACCOUNTING = MemoryAccounting()
-"""A plan with no engine is priced as Megatron keeps memory."""
 
 
-def accounting_of(profile: EngineProfile | None) -> MemoryAccounting:
-    """How an engine keeps memory; a run priced for no engine keeps it as Megatron does."""
-    return profile.memory if profile is not None else DEFAULT_ACCOUNTING
+def profile_of(engine: str | None) -> EngineProfile:
+    """`engine`'s profile; NO_ENGINE for a run priced for none (its every field at the default)."""
+    return ENGINES[engine] if engine else NO_ENGINE
 
 
 def memory_accounting(engine: str | None) -> MemoryAccounting:
-    return accounting_of(ENGINES.get(engine or ""))
+    return profile_of(engine).memory
 
 
 def has_part(engine: str, kind: str) -> bool:

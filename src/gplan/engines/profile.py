@@ -262,3 +262,16 @@ class EngineProfile:
     gradient computation, so that the two overlap (FSDP2's explicit backward prefetch; FSDP1's
     BACKWARD_PRE), or only after it (FSDP1's BACKWARD_POST: the all-gather is exposed and only the
     reduce-scatter overlaps the next unit's computation — `torch.distributed.fsdp.BackwardPrefetch`)."""
+
+
+NO_ENGINE = EngineProfile(
+    name="", title="no engine (as published: Megatron's accounting)", order=-1,
+    runs_in_short="every configuration gplan prices", memory_in_short="mixed-precision states",
+    capabilities=Capabilities("", ALL_SCHEDULES, microbatches_at_least_stages=False, cp=True,
+                              tied_embeddings_across_stages=True, recompute="per_layer", uneven_split=True,
+                              zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=True),
+    memory=MemoryAccounting())
+"""The profile of a run priced for no engine (a TrainingSpec without `engine`: plans written before engines,
+inputs built by hand): every field at its default — Megatron's accounting, the fused attention, FSDP's shared
+ring collectives — so that the cost model always reads a profile. It is in no registry: spec.targets finds
+no target for it and refuses nothing."""

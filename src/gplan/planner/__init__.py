@@ -42,6 +42,5 @@ def plan(inputs: Inputs, limits: SearchLimits | None = None, top: int = 5, time_
                     time_limit_s=time_limit_s, progress=progress)
     best = result.best
     winner = make_plan(inputs.model, inputs.training, best.cluster, best.config, best.layouts, best.solver,
-                       devices_given=inputs.devices, profile=inputs.profile, search=search_record(result, limits),
-                       target=inputs.training.engine)
+                       devices_given=inputs.devices, profile=inputs.profile, search=search_record(result, limits))
     return Planned(winner, result)

@@ -15,7 +15,7 @@ from gplan.spec.training import TrainingSpec
 def make_plan(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, config: ParallelConfig,
               layouts: list[StageLayout] | None = None, solver: SolverInfo | None = None,
               devices_given: int | None = None, profile: str | None = None,
-              search: SearchRecord | None = None, target: str | None = None) -> Plan:
+              search: SearchRecord | None = None) -> Plan:
     layouts = layouts or uniform_layout(model, config.pp, config.recompute, config.vpp)
     prediction = StepModel(model, training, cluster, config).predict(layouts)
     placement = place(cluster, config, [s.node_group for s in layouts])
@@ -35,7 +35,7 @@ def make_plan(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, co
         stages=stages, placement=placement, prediction=prediction,
         provenance=Provenance(solver=solver or SolverInfo(name="none", status="none"),
                               devices_given=devices_given, profile=profile),
-        search=search, target=target,
+        search=search,
     )
 
 

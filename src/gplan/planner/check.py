@@ -26,7 +26,7 @@ def refreshed(plan: Plan) -> Plan:
     config = plan.parallel.to_config()
     return make_plan(plan.model, plan.training, plan.cluster, config, layouts_of(plan), plan.provenance.solver,
                      devices_given=plan.provenance.devices_given, profile=plan.provenance.profile,
-                     search=plan.search, target=plan.target)
+                     search=plan.search)
 
 
 @dataclass(frozen=True)

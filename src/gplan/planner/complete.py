@@ -232,5 +232,5 @@ def compare_plans(paths: list[str]) -> list[Entry]:
     names = [Path(item).name for item in paths]
     names = names if len(set(names)) == len(names) else list(paths)
     return [Entry(name, p.prediction, p.parallel, p.training.gbs, p.training.seq_length, layouts_of(p), [], {},
-                  target=p.target or p.training.engine)
+                  target=p.training.engine)
             for name, p in zip(names, plans)]

@@ -53,7 +53,7 @@ def resharding_of(plan: Plan) -> Resharding:
     for it (spec.targets.default_target) — whose checkpoints are that worker's."""
     from gplan.spec.targets import default_target
 
-    name = plan.target or plan.training.engine or default_target(plan.cluster.primary.hardware.kind)
+    name = plan.training.engine or default_target(plan.cluster.primary.hardware.kind)
     return ENGINES[name].resharding if name in ENGINES else UNKNOWN_RESHARDING
 
 
@@ -95,8 +95,7 @@ def replan(plan: Plan, devices: int, optimizer_reshardable: bool = False, time_l
     if "dp" in kept and devices != plan.world_size:
         raise InputError(f"{resharding_of(plan).format} keeps every degree ({kept['dp']}): the run cannot continue "
                          f"on {devices} devices", hint="resume on the plan's own devices, or restart from the weights")
-    training = plan.training.model_copy(update={"engine": plan.target or plan.training.engine})  # its target
-    inputs = Inputs(plan.model, training, plan.cluster.sized(devices), devices, profile=plan.provenance.profile)
+    inputs = Inputs(plan.model, plan.training, plan.cluster.sized(devices), devices, profile=plan.provenance.profile)
     planned, note = _search_with_batch(search_plan, inputs, limits, plan.training.gbs, time_limit_s)
     new = planned.plan
     if "split" in kept and new.parallel.pp == c.pp and _split(new) != _split(plan):
@@ -133,7 +132,7 @@ def _with_split(new: Plan, old: Plan) -> Plan:
     from gplan.planner.build import make_plan
 
     return make_plan(new.model, new.training, new.cluster, new.parallel.to_config(), layouts_of(old),
-                     devices_given=new.provenance.devices_given, target=new.target)
+                     devices_given=new.provenance.devices_given)
 
 
 def layout_changes(old: Plan, new: Plan) -> dict[str, tuple]:

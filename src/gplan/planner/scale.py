@@ -25,8 +25,7 @@ def scaled_plan(plan: Plan, layers: int | None = None, hidden: int | None = None
     check_config(model, training, config, config.world_size)
     layouts = _scaled_layouts(plan, model.num_layers)
     return make_plan(model, training, plan.cluster, config, layouts, plan.provenance.solver,
-                     devices_given=plan.world_size, profile=plan.provenance.profile,
-                     target=plan.target)
+                     devices_given=plan.world_size, profile=plan.provenance.profile)
 
 
 def _scaled_model(plan: Plan, layers: int | None, hidden: int | None, seq_length: int | None):

@@ -7,7 +7,7 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from gplan.io import drop_defaults
-from gplan.engines import ENGINE_NAMES, ENGINES
+from gplan.engines import ENGINE_NAMES, profile_of
 from gplan.engines.profile import EngineProfile
 from gplan.spec.names import Precision
 
@@ -57,9 +57,10 @@ class TrainingSpec(BaseModel):
     accounting."""
 
     @property
-    def profile(self) -> EngineProfile | None:
-        """The engine's profile, which the cost model reads (None: a run priced for no engine)."""
-        return ENGINES[self.engine] if self.engine else None
+    def profile(self) -> EngineProfile:
+        """The engine's profile, which the cost model reads (`engines.profile.NO_ENGINE` for a run priced
+        for none: `engine` None stops at the inputs)."""
+        return profile_of(self.engine)
 
     expert_imbalance: float = Field(default=1.0, ge=1.0)
     """Mixture of experts: the busiest device's routed tokens over the balanced share (its expert GEMMs,
