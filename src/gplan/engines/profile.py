@@ -266,7 +266,6 @@ class EngineProfile:
 
 NO_ENGINE = EngineProfile(
     name="", title="no engine (as published: Megatron's accounting)", order=-1,
-    runs_in_short="every configuration gplan prices", memory_in_short="mixed-precision states",
     capabilities=Capabilities("", ALL_SCHEDULES, microbatches_at_least_stages=False, cp=True,
                               tied_embeddings_across_stages=True, recompute="per_layer", uneven_split=True,
                               zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=True),

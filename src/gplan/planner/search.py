@@ -229,10 +229,9 @@ def fsdp_ep_notes(model: ModelSpec, found: dict, scored: list, best: Candidate, 
     win a mixture of experts' search: its best plan found and how much slower (or that it ties), or the
     pipeline bound its layouts never got under; nothing where the winner is one, or the target runs none.
     On an FSDP engine (`MemoryAccounting.states == "fsdp"`) every zero ≥ 1 is FSDP."""
-    from gplan.engines import ENGINES
+    from gplan.engines import profile_of
 
-    engine = ENGINES.get(target or "")
-    least = 1 if engine is not None and engine.memory.states == "fsdp" else 2
+    least = 1 if profile_of(target).memory.states == "fsdp" else 2
 
     def fsdp_ep(config: ParallelConfig) -> bool:
         return config.zero >= least and config.ep > 1
