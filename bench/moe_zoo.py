@@ -3,7 +3,9 @@ and GB300 (bench/data/moe_zoo_runs.csv, its README's step times; the GB rows' fr
 rows' FLOP convention), priced by gplan as Megatron-LM runs them — the configuration each row states,
 nothing fitted on them. FSDP + EP (Megatron-FSDP) rows are their own family. MXFP8 rows gather FP8
 parameters, as the model zoo's PR=mxfp8 sets; their bf16 Adam moments are not priced (a few % of memory,
-no step time).
+no step time). A row's gradient reduction (`grad_reduce`) is its recipe's: fp32, Megatron's default for bf16, except
+the Megatron-FSDP row, whose flags the model zoo does not publish — priced with Megatron-LM's own Megatron-FSDP + EP
+example script (the same ep, micro-batch and batch), which reduces in bf16; the table marks it.
 
     python bench/moe_zoo.py [--readme]
 """
@@ -25,10 +27,16 @@ BEGIN, END = "<!-- moe-zoo:begin -->", "<!-- moe-zoo:end -->"
 
 
 def predicted_step_s(row: dict) -> float:
+    return prediction(row)[0]
+
+
+def prediction(row: dict) -> tuple[float, float, float]:
+    """(step seconds, the largest stage's peak GiB, the device's GiB) of a row as stated."""
     inputs = resolve_inputs(row["model"], int(row["gpus"]), row["cluster"], gbs=int(row["gbs"]),
                             seq_length=int(row["seq_length"]), precision=row["precision"], target="megatron",
                             moe_dispatcher=row["dispatcher"], moe_a2a_overlap=row["a2a_overlap"] == "true",
-                            cuda_graphs=row["cuda_graphs"], fp8_param_gather=row["precision"] == "mxfp8")
+                            cuda_graphs=row["cuda_graphs"], fp8_param_gather=row["precision"] == "mxfp8",
+                            grad_reduce_in_bf16=row["grad_reduce"] == "bf16")
     modules = tuple(row["modules"].split("+")) if row["modules"] else None
     config = ParallelConfig(dp=int(row["dp"]), tp=int(row["tp"]), pp=int(row["pp"]), vpp=int(row["vpp"]),
                             cp=int(row["cp"]), ep=int(row["ep"]), etp=1, sp=int(row["tp"]) > 1, zero=int(row["zero"]),
@@ -37,25 +45,30 @@ def predicted_step_s(row: dict) -> float:
                             schedule="interleaved_1f1b" if int(row["vpp"]) > 1 else "1f1b")
     m = inputs.model
     layouts = layout_from_sizes(m, even_stage_sizes(m.total_layers, config.pp, config.vpp), [config.recompute] * config.pp)
-    return predict(m, inputs.training, inputs.cluster, config, layouts).step_time_s
+    p = predict(m, inputs.training, inputs.cluster, config, layouts)
+    device_GiB = inputs.cluster.node_groups[0].hardware.memory_bytes / 2**30
+    return p.step_time_s, max(st.memory_bytes for st in p.stages) / 2**30, device_GiB
 
 
 def table() -> str:
     rows = list(csv.DictReader(RUNS.open()))
-    lines = ["| run | family | measured s | predicted s | error |", "|---|---|---:|---:|---:|"]
+    lines = ["| run | family | measured s | predicted s | error | predicted peak GiB (device) |",
+             "|---|---|---:|---:|---:|---:|"]
     errors: dict[str, list[float]] = {}
     for r in rows:
         family = "FSDP + EP" if int(r["zero"]) >= 2 else "EP, distributed optimizer"
-        got = predicted_step_s(r)
+        got, peak_GiB, device_GiB = prediction(r)
         err = got / float(r["step_s"]) - 1
         errors.setdefault(family, []).append(abs(err))
-        config = (f"tp{r['tp']} pp{r['pp']} vpp{r['vpp']} ep{r['ep']} dp{r['dp']} zero{r['zero']} mbs{r['mbs']} "
-                  f"{r['dispatcher']}{' +a2a overlap' if r['a2a_overlap'] == 'true' else ''}")
+        config = (f"{'' if r['seq_length'] == '4096' else 'seq ' + r['seq_length'] + ' '}tp{r['tp']}"
+                  f"{'' if r['cp'] == '1' else ' cp' + r['cp']} pp{r['pp']} vpp{r['vpp']} ep{r['ep']} dp{r['dp']} zero{r['zero']} mbs{r['mbs']} "
+                  f"{r['dispatcher']}{' +a2a overlap' if r['a2a_overlap'] == 'true' else ''}"
+                  f"{' bf16 grads (assumed)' if r['grad_reduce'] == 'bf16' else ''}")
         device = r["cluster"].removeprefix("dgx-").split("-")[0].upper()
         extras = "".join(f" {x}" for x in (r["precision"].upper() if r["precision"] != "bf16" else "",
                                            "graphs" if r["cuda_graphs"] != "none" else "") if x)
         lines.append(f"| {r['model']} {r['gpus']}×{device} {config}{extras} | {family} | {float(r['step_s']):.1f} | {got:.1f} | "
-                     f"{err:+.1%} |")
+                     f"{err:+.1%} | {peak_GiB:.0f} ({device_GiB:.0f}) |")
     lines += ["", " ".join(f"{f}: median |error| {statistics.median(e):.1%} ({len(e)} rows)." for f, e in errors.items())]
     return "\n".join(lines)
 

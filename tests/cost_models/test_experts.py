@@ -17,10 +17,11 @@ from gplan.spec.training import TrainingSpec
 SEQ = 4096
 
 
-def step_model(name: str, devices: int, precision: str = "bf16", imbalance: float = 1.0, **degrees) -> StepModel:
+def step_model(name: str, devices: int, precision: str = "bf16", imbalance: float = 1.0, graphs: str = "none",
+               **degrees) -> StepModel:
     config = ParallelConfig(**{"zero": 1, **degrees})
     training = TrainingSpec(gbs=config.dp * config.mbs * 8, seq_length=SEQ, precision=precision,
-                            engine="megatron", expert_imbalance=imbalance)
+                            engine="megatron", expert_imbalance=imbalance, cuda_graphs=graphs)
     cluster = load_cluster("dgx-h100").sized(devices)
     return StepModel(load_model(name), training, cluster, config)
 
@@ -144,8 +145,9 @@ def test_fsdp_with_expert_parallel_shards_the_experts_over_their_own_data_parall
     """FSDP + EP (torchtitan's default, Megatron-FSDP): routed experts' weights, gradients and optimizer state
     live on 1/edp of the ranks (dp·cp/ep), the rest on 1/(dp·cp); zero 3 gathers each part over its own group,
     so the expert gather of an ep-16 layout moves 1/16 of what ep 1 moves (the same bytes per expert rank)."""
-    sharded, alone = step_model("qwen3-30b-a3b", 16, dp=16, ep=16, zero=zero), step_model("qwen3-30b-a3b", 16, dp=16,
-                                                                                            zero=zero)
+    # a captured iteration: no host time, whose wait (128 local experts' launches at ep 1) would hide every gather
+    sharded = step_model("qwen3-30b-a3b", 16, graphs="full_iteration", dp=16, ep=16, zero=zero)
+    alone = step_model("qwen3-30b-a3b", 16, graphs="full_iteration", dp=16, zero=zero)
     assert sharded.config.edp == 1 and alone.config.edp == 16
     kind = "moe_decoder"
     routed, rest = sharded.layer_expert_params(kind), sharded.layer_params(kind) - sharded.layer_expert_params(kind)
@@ -157,6 +159,26 @@ def test_fsdp_with_expert_parallel_shards_the_experts_over_their_own_data_parall
     # zero 3: an ep-16 rank holds its experts whole (edp 1): nothing of them to gather, so less exposed than ep 1's
     if zero == 3:
         assert sharded.predict().breakdown.dp_comm < alone.predict().breakdown.dp_comm
+
+
+def test_fsdp_gathers_on_the_nics_hide_behind_the_token_exchange_on_nvlink_too():
+    """A layer's FSDP collectives hide behind all of its neighbour's time when they ride another link: with ep
+    inside a node and the data-parallel ranks across nodes the window is the layer's compute plus its exchange
+    (one pass of it forward, the rest backward); with every rank inside one node, compute alone."""
+    across = step_model("qwen3-30b-a3b", 64, dp=64, ep=8, zero=3, recompute="full")
+    inside = step_model("qwen3-30b-a3b", 8, dp=8, ep=8, zero=3, recompute="full")
+    kind, g = "moe_decoder", 0
+    for s, widened in ((across, True), (inside, False)):
+        lt = s.layer_time(kind, g)
+        compute_only = (lt.forward_s, lt.backward_s + s.layer_recompute_s(kind, "full", g))
+        fsdp_links = [comm.axis_link(s.group(g), s.config, "dp"), comm.expert_axis_link(s.group(g), s.config, "edp")]
+        forward, backward = s.zero3_windows_s(kind, "full", g, fsdp_links)
+        exchange = s.layer_ep_comm_s(kind, "full", g)
+        if widened:
+            assert (forward, backward) == pytest.approx((compute_only[0] + exchange / 3, compute_only[1] + 2 * exchange / 3))
+        else:
+            assert (forward, backward) == compute_only
+    assert exchange > 0
 
 
 @pytest.mark.parametrize("target, runs", [("megatron", True), ("torchtitan", True), ("deepspeed", False),

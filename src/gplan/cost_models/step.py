@@ -658,7 +658,6 @@ class StepModel:
         exposed = 0.0
         expert_link = comm.expert_axis_link(self.group(g), self.config, "edp")
         for c in layout.layers:
-            lt = self.layer_time(c.kind, g)
             # a layer's routed experts gather over their own data-parallel ranks (edp: dp·cp/ep·… with ep),
             # the rest over dp·cp, one after the other (Megatron-FSDP's expt_dp group, torchtitan's edp mesh)
             parts = [(self.layer_params(c.kind) - self.layer_expert_params(c.kind), ranks, link),
@@ -668,17 +667,37 @@ class StepModel:
             if engine.zero3_gathers_per_tensor:
                 gather += self.per_tensor_gather_s(c.kind, ranks, link, engine)
             scatter = sum(comm.reduce_scatter_time_s(p * self.reduced_grad_bytes, n, lk) for p, n, lk in parts) * slowdown
-            backward = lt.backward_s + self.layer_recompute_s(c.kind, c.recompute, g)
+            forward, backward = self.zero3_windows_s(c.kind, c.recompute, g, [lk for _, _, lk in parts])
             if prefetches_backward:
                 backward_exposed = max(0.0, gather + scatter - overlap * backward)
             else:  # the all-gather waits for the gradients before it; the reduce-scatter hides behind the next unit
                 backward_exposed = gather + max(0.0, scatter - overlap * backward)
-            exposed += c.count * (max(0.0, gather - overlap * lt.forward_s) + backward_exposed)
+            exposed += c.count * (max(0.0, gather - overlap * forward) + backward_exposed)
         fixed = self.stage_fixed_params(empty_stage(layout.embedding, layout.head))
         if fixed:
             exposed += (2 * comm.allgather_time_s(fixed * e, ranks, link) +
                         comm.reduce_scatter_time_s(fixed * self.reduced_grad_bytes, ranks, link)) * slowdown
         return self.num_microbatches * exposed
+
+    def zero3_windows_s(self, kind: str, recompute: str, group: int, fsdp_links: list) -> tuple[float, float]:
+        """How long one layer's forward, and its backward with the replay, run — the window its neighbour's
+        gathers and reduce-scatters hide behind. Its compute always; its own tp collectives and token exchange
+        too when they stay inside the scale-up domain while every FSDP collective of the layer leaves it: the
+        gathers then ride the NICs while the exchange rides NVLink, and the prefetched gather, issued on its
+        own stream before the layer starts, runs through all of the layer, not its GEMMs alone (Megatron-FSDP
+        and FSDP2 issue the next unit's all-gather before the current unit's compute). The exchange's passes
+        split as they run: one forward, the backward's and a replay's after it."""
+        lt, g = self.layer_time(kind, group), self.group(group)
+        forward, backward = lt.forward_s, lt.backward_s + self.layer_recompute_s(kind, recompute, group)
+        if not fsdp_links or any(lk == g.intra_node for lk in fsdp_links):
+            return forward, backward
+        passes = 3 if self.replays_moe_layer(recompute) else 2
+        inside = 0.0
+        if self.config.tp > 1 and comm.axis_link(g, self.config, "tp") == g.intra_node:
+            inside += self.layer_tp_comm_s(kind, recompute, group)
+        if self.kinds[kind].moe and comm.expert_members_per_domain(self.config, "ep", g.domain_devices) == self.config.ep:
+            inside += self.layer_ep_comm_s(kind, recompute, group)
+        return forward + inside / passes, backward + inside * (passes - 1) / passes
 
     def per_tensor_gather_s(self, kind: str, ranks: int, link, engine) -> float:
         """What gathering a unit tensor by tensor adds to one collective of its bytes: every further call's ring
