@@ -1,6 +1,7 @@
 """MoE runs kept apart from every fit: NVIDIA's Megatron-MoE-ModelZoo Qwen3-235B-A22B tables on 256 H100, GB200
-and GB300 (bench/data/moe_zoo_runs.csv, its README's step times; the GB rows' from their TFLOP/s in the H100
-rows' FLOP convention), priced by gplan as Megatron-LM runs them — the configuration each row states,
+and GB300 (bench/data/moe_zoo_runs.csv, its README's step times; the GB and long-context rows' from their TFLOP/s
+in the H100 rows' FLOP convention) and Megatron-LM's DeepSeek-V3 run on 256 GB200 (its optimization guide's
+TFLOP/s, its reproduction guide's launch), priced by gplan as Megatron-LM runs them — the configuration each row states,
 nothing fitted on them. FSDP + EP (Megatron-FSDP) rows are their own family. MXFP8 rows gather FP8
 parameters, as the model zoo's PR=mxfp8 sets; their bf16 Adam moments are not priced (a few % of memory,
 no step time). A row's gradient reduction (`grad_reduce`) is its recipe's: fp32, Megatron's default for bf16, except
@@ -55,11 +56,13 @@ def table() -> str:
     lines = ["| run | family | measured s | predicted s | error | predicted peak GiB (device) |",
              "|---|---|---:|---:|---:|---:|"]
     errors: dict[str, list[float]] = {}
+    by_source: dict[str, list[float]] = {}
     for r in rows:
         family = "FSDP + EP" if int(r["zero"]) >= 2 else "EP, distributed optimizer"
         got, peak_GiB, device_GiB = prediction(r)
         err = got / float(r["step_s"]) - 1
         errors.setdefault(family, []).append(abs(err))
+        by_source.setdefault(r["source"], []).append(abs(err))
         config = (f"{'' if r['seq_length'] == '4096' else 'seq ' + r['seq_length'] + ' '}tp{r['tp']}"
                   f"{'' if r['cp'] == '1' else ' cp' + r['cp']} pp{r['pp']} vpp{r['vpp']} ep{r['ep']} dp{r['dp']} zero{r['zero']} mbs{r['mbs']} "
                   f"{r['dispatcher']}{' +a2a overlap' if r['a2a_overlap'] == 'true' else ''}"
@@ -69,7 +72,8 @@ def table() -> str:
                                            "graphs" if r["cuda_graphs"] != "none" else "") if x)
         lines.append(f"| {r['model']} {r['gpus']}×{device} {config}{extras} | {family} | {float(r['step_s']):.1f} | {got:.1f} | "
                      f"{err:+.1%} | {peak_GiB:.0f} ({device_GiB:.0f}) |")
-    lines += ["", " ".join(f"{f}: median |error| {statistics.median(e):.1%} ({len(e)} rows)." for f, e in errors.items())]
+    lines += ["", " ".join(f"{f}: median |error| {statistics.median(e):.1%} ({len(e)} rows)." for f, e in errors.items()),
+              "", "By source: " + "; ".join(f"{name} {statistics.median(e):.1%} ({len(e)})" for name, e in by_source.items()) + "."]
     return "\n".join(lines)
 
 
