@@ -248,3 +248,15 @@ def test_recompute_modules_none_is_the_empty_set(gplan):
               "--recompute", "selective", "--recompute-modules", "none", "--json")
     assert r.code == 0, r.stderr
     assert r.json()["parallel"]["recompute_modules"] == []
+
+
+def test_estimate_prices_the_etp_given_even_where_its_target_pairs_etp_with_ep(gplan):
+    """torchtitan's experts follow tp (etp 1 with ep): an estimate given --etp 2 prices etp 2, as given, and
+    names torchtitan's rule — it used to price etp 1 silently."""
+    r = gplan("estimate", "qwen3-30b-a3b", "--cluster", "dgx-h100", "--devices", "16", "--dp", "16", "--ep", "4",
+              "--etp", "2", "--zero", "3", "--target", "torchtitan", "--gbs", "256", "--json")
+    assert r.code == 0, r.stderr
+    p = r.json()
+    assert (p["parallel"]["ep"], p["parallel"]["etp"]) == (4, 2)
+    assert not p["target_runs_it"] and "etp must be 1 at ep=4" in p["target_refusals"][0]
+    assert "megatron" in p["targets_that_run_it"]

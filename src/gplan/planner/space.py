@@ -226,11 +226,12 @@ def expert_options(model: ModelSpec, per_stage: int, limits: SearchLimits, tp: i
                    engine: str | None = None) -> Iterator[tuple[int, int]]:
     """(ep, etp) pairs: (1, 1) for dense models; else the user's lists or the defaults, each etp·ep
     folding into a stage's dp·tp·cp ranks and dividing the experts and their width. A target whose
-    experts follow tp (torchtitan) has one etp per ep: tp at ep 1, else 1."""
+    experts follow tp (torchtitan) has one etp per ep, tp at ep 1, else 1, unless the user lists etp: an
+    estimate prices the user's etp as given and its target's check names the rule it breaks."""
     if not model.is_moe:
         yield 1, 1
         return
-    follows = bool(engine and TARGETS[engine].expert_tp == "follows_tp")
+    follows = bool(engine and TARGETS[engine].expert_tp == "follows_tp") and not limits.etp
     ep_pool = limits.ep or [1 << i for i in range(model.num_experts.bit_length()) if (1 << i) <= per_stage]
     pairs = ([(ep, tp if ep == 1 else 1) for ep in ep_pool] if follows
              else [(ep, etp) for etp in limits.etp or [1] for ep in ep_pool])
