@@ -649,7 +649,7 @@ def zero3_report(cases: list[Case]) -> str:
 
 def write_readme(table: str) -> None:
     """The full tables into docs/accuracy.md, the by-engine-and-family headline into the README."""
-    from readme_section import first_block, write_section
+    from readme_section import write_section
 
     write_section(BEGIN, END, table)
     write_section(HEADLINE_BEGIN, HEADLINE_END, headline(table))

@@ -1007,7 +1007,7 @@ def resume_steps(r, target: str) -> str:
     lines.append(f"{'2' if r.changed and rule.conversion else '1'}. Launch the files here ({target}) pointing them at "
                  "the old run's checkpoint directory, which the engine loads resharded.")
     if rule.optimizer_pins and not set(rule.optimizer_pins) & set(r.changed):
-        lines.append(f"   Only dp changed: the default optimizer format loads as it is.")
+        lines.append("   Only dp changed: the default optimizer format loads as it is.")
     elif rule.optimizer_pins:
         lines.append(f"   The optimizer state reshards over {', '.join(set(rule.optimizer_pins) & set(r.changed))} only "
                      f"if the run saved with `{rule.unpinned_by}`.")

@@ -4,7 +4,6 @@ workers' torch.profiler traces are read back and cut into the terms the cost mod
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner

@@ -39,8 +39,6 @@ def tokens_of(rank: int):
 
 def reference(world: int) -> dict:
     """One process, every expert, the mean of the ranks' losses (each the mean over its own tokens)."""
-    import torch
-
     moe = make_moe()
     loss = sum(moe(tokens_of(r)).pow(2).mean() for r in range(world)) / world
     loss.backward()
@@ -49,7 +47,6 @@ def reference(world: int) -> dict:
 
 
 def _worker(rank: int, world: int, ep: int, etp: int, port: int, results) -> None:
-    import torch
     import torch.distributed as dist
 
     from gplan.backends.torch.apply_dp import average_expert_gradients

@@ -5,7 +5,6 @@ in one line naming what gplan cannot price."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest

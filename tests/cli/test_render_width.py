@@ -115,8 +115,6 @@ def test_compare_names_long_files_by_letter_and_shows_each_target(gplan, narrow,
 def test_search_folds_ties_and_says_what_differs(gplan, tmp_path):
     """Llama 3 8B on one H100 node: zero 1 and zero 2 (and dp × cp swaps) price the same; the table shows
     one row per distinct result and names the folded variants."""
-    from gplan.render import fold_ties  # noqa: F401  (the function the table folds with)
-
     result = gplan("search", "llama3-8b", "--cluster", "dgx-h100", "--devices", "8", "--out", str(tmp_path / "p.json"),
                    "--json")
     ranked = result.json()["ranked"]

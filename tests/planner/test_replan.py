@@ -8,7 +8,7 @@ import json
 import pytest
 
 from gplan.plan import read_plan
-from gplan.planner.replan import failure_table, pins, replan
+from gplan.planner.replan import pins, replan
 from gplan.engines import ENGINES
 from gplan.engines.profile import LAYOUT_DEGREES
 

@@ -4,7 +4,6 @@ and active parameter counts against the published ones (to the precision they ar
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 

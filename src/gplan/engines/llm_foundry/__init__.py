@@ -4,7 +4,7 @@ context parallelism; `activation_checkpointing` recomputes every block; its MPT 
 or RoPE, with or without biases). gplan prices its published runs (S21) and its plans; it neither
 launches nor exports to it."""
 
-from gplan.engines.profile import Capabilities, DCP_RESHARDS, EngineProfile, MemoryAccounting, Resharding
+from gplan.engines.profile import Capabilities, EngineProfile, MemoryAccounting, Resharding
 
 ENGINE = EngineProfile(
     name="llm-foundry", title="llm-foundry", order=6,

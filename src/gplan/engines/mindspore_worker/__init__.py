@@ -1,6 +1,6 @@
 """gplan's own MindSpore worker (backends/mindspore): the Llama family; MindSpore's Pipeline cell runs 1F1B."""
 
-from gplan.engines.profile import ALL_ZERO, Capabilities, DCP_RESHARDS, EngineProfile, MemoryAccounting, Resharding
+from gplan.engines.profile import ALL_ZERO, Capabilities, EngineProfile, MemoryAccounting, Resharding
 
 ENGINE = EngineProfile(
     name="mindspore", title="gplan's MindSpore worker (msrun, HCCL)", order=1, launches=True,
