@@ -27,14 +27,16 @@ RUNS = ROOT / "bench" / "data" / "moe_zoo_runs.csv"
 BEGIN, END = "<!-- moe-zoo:begin -->", "<!-- moe-zoo:end -->"
 
 
-def predicted_step_s(row: dict) -> float:
-    return prediction(row)[0]
+def predicted_step_s(row: dict, imbalance: float = 1.0) -> float:
+    return prediction(row, imbalance)[0]
 
 
-def prediction(row: dict) -> tuple[float, float, float]:
-    """(step seconds, the largest stage's peak GiB, the device's GiB) of a row as stated."""
+def prediction(row: dict, imbalance: float = 1.0) -> tuple[float, float, float]:
+    """(step seconds, the largest stage's peak GiB, the device's GiB) of a row as stated (forced balance,
+    unless `imbalance` says otherwise)."""
     inputs = resolve_inputs(row["model"], int(row["gpus"]), row["cluster"], gbs=int(row["gbs"]),
                             seq_length=int(row["seq_length"]), precision=row["precision"], target="megatron",
+                            expert_imbalance=imbalance,
                             moe_dispatcher=row["dispatcher"], moe_a2a_overlap=row["a2a_overlap"] == "true",
                             cuda_graphs=row["cuda_graphs"], fp8_param_gather=row["precision"] == "mxfp8",
                             grad_reduce_in_bf16=row["grad_reduce"] == "bf16")
@@ -74,7 +76,22 @@ def table() -> str:
                      f"{err:+.1%} | {peak_GiB:.0f} ({device_GiB:.0f}) |")
     lines += ["", " ".join(f"{f}: median |error| {statistics.median(e):.1%} ({len(e)} rows)." for f, e in errors.items()),
               "", "By source: " + "; ".join(f"{name} {statistics.median(e):.1%} ({len(e)})" for name, e in by_source.items()) + "."]
-    return "\n".join(lines)
+    return "\n".join(lines + [""] + dropless_lines(rows))
+
+
+def dropless_lines(rows: list[dict]) -> list[str]:
+    """The rows measured both force-balanced and dropless (real routing): the slowdown dropless costs, and
+    the `--expert-imbalance` at which gplan prices the same slowdown over its own forced-balance prediction
+    (bisection) — a published value to state for dropless runs of that kind."""
+    lines = ["| run | dropless / forced balance, measured | `--expert-imbalance` that prices it |", "|---|---:|---:|"]
+    for r in (r for r in rows if r["dropless_step_s"]):
+        slowdown = float(r["dropless_step_s"]) / float(r["step_s"])
+        balanced, low, high = predicted_step_s(r), 1.0, 4.0
+        for _ in range(24):
+            middle = (low + high) / 2
+            low, high = (middle, high) if predicted_step_s(r, middle) / balanced < slowdown else (low, middle)
+        lines.append(f"| {r['model']} seq {r['seq_length']} ep{r['ep']} | {slowdown:.3f} | {(low + high) / 2:.2f} |")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -139,7 +139,8 @@ PrecisionOpt = typer.Option(None, "--precision", help=f"{choices(PRECISIONS)} (d
                             "low-precision recipes keep BF16 weights, attention and the loss")
 HeadroomOpt = typer.Option(0.1, "--memory-headroom", help="fraction of device memory kept free")
 ImbalanceOpt = typer.Option(1.0, "--expert-imbalance", help="mixtures of experts: the busiest device's routed tokens "
-                            "over the balanced share (1.0: balanced, what the published runs force)")
+                            "over the balanced share (1.0: balanced, what the published runs force; ~1.8 priced the model "
+                            "zoo's dropless Qwen3-235B runs at ep 8, docs/moe.md)")
 JsonOpt = typer.Option(False, "--json", help="print one JSON document on stdout (gplan, command, ok, data)")
 WideOpt = typer.Option(False, "--wide", help="show every table column, however wide the terminal")
 ProfileOpt = typer.Option(None, "--profile", help="a measured profile (gplan profile / gplan calibrate) instead of --cluster")
