@@ -691,13 +691,13 @@ class StepModel:
         forward, backward = lt.forward_s, lt.backward_s + self.layer_recompute_s(kind, recompute, group)
         if not fsdp_links or any(lk == g.intra_node for lk in fsdp_links):
             return forward, backward
-        passes = 3 if self.replays_moe_layer(recompute) else 2
-        inside = 0.0
+        inside = []  # (seconds per layer, passes they run in)
         if self.config.tp > 1 and comm.axis_link(g, self.config, "tp") == g.intra_node:
-            inside += self.layer_tp_comm_s(kind, recompute, group)
+            inside.append((self.layer_tp_comm_s(kind, recompute, group), 3 if recompute == "full" else 2))
         if self.kinds[kind].moe and comm.expert_members_per_domain(self.config, "ep", g.domain_devices) == self.config.ep:
-            inside += self.layer_ep_comm_s(kind, recompute, group)
-        return forward + inside / passes, backward + inside * (passes - 1) / passes
+            inside.append((self.layer_ep_comm_s(kind, recompute, group), 3 if self.replays_moe_layer(recompute) else 2))
+        return (forward + sum(s / n for s, n in inside),
+                backward + sum(s * (n - 1) / n for s, n in inside))
 
     def per_tensor_gather_s(self, kind: str, ranks: int, link, engine) -> float:
         """What gathering a unit tensor by tensor adds to one collective of its bytes: every further call's ring
