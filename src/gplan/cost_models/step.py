@@ -128,7 +128,7 @@ class StepModel:
         if self.config.tp == 1:
             return 0.0
         per_pass = 3 if self.kinds[kind].cross_attention else 2
-        passes = 3 if recompute == "full" else 2
+        passes = self.tp_passes(recompute)
         # torchtitan's per-op policy keeps the reduce-scatters' outputs and replays the all-gathers: half a pass
         gathers = 0.5 if recompute == "selective" and self.config.per_op else 0.0
         if not self.tp_overlapped:
@@ -186,7 +186,7 @@ class StepModel:
             gathered = experts.etp_gather_bytes(self.model, self.shard, c, e) * self.training.expert_imbalance
             etp_s = comm.allgather_time_s(gathered, c.etp, comm.expert_axis_link(g, c, "etp"))
             efficiency = experts.ALLTOALL_EFFICIENCY
-        passes = 3 if self.replays_moe_layer(recompute) else 2
+        passes = self.ep_passes(recompute)
         exposed = experts.OVERLAPPED_ALLTOALL_EXPOSED if self.training.moe_a2a_overlap else 1.0
         host_s = experts.host_time_s(self.model, c, self.training)
         return passes * (2 * (a2a + etp_s) * exposed / efficiency + host_s)
@@ -195,6 +195,16 @@ class StepModel:
         """The modules a layer recomputing with `option` replays: the configuration's for selective, none else
         (a memo key: configurations that differ only in their modules share every other value)."""
         return self.config.recompute_modules if option == "selective" else ()
+
+    @staticmethod
+    def tp_passes(option: str) -> int:
+        """Passes a layer's tp collectives run in: forward and backward, and the forward again under full recompute."""
+        return 3 if option == "full" else 2
+
+    def ep_passes(self, option: str) -> int:
+        """Passes an MoE layer's token exchange runs in: forward and backward, and the forward again where the
+        layer is replayed (`replays_moe_layer`)."""
+        return 3 if self.replays_moe_layer(option) else 2
 
     def replays_moe_layer(self, option: str) -> bool:
         """Whether the backward replays the MoE layer's forward, its token traffic included: full recompute,
@@ -693,9 +703,9 @@ class StepModel:
             return forward, backward
         inside = []  # (seconds per layer, passes they run in)
         if self.config.tp > 1 and comm.axis_link(g, self.config, "tp") == g.intra_node:
-            inside.append((self.layer_tp_comm_s(kind, recompute, group), 3 if recompute == "full" else 2))
-        if self.kinds[kind].moe and comm.expert_members_per_domain(self.config, "ep", g.domain_devices) == self.config.ep:
-            inside.append((self.layer_ep_comm_s(kind, recompute, group), 3 if self.replays_moe_layer(recompute) else 2))
+            inside.append((self.layer_tp_comm_s(kind, recompute, group), self.tp_passes(recompute)))
+        if self.kinds[kind].moe and comm.expert_axis_link(g, self.config, "ep") == g.intra_node:
+            inside.append((self.layer_ep_comm_s(kind, recompute, group), self.ep_passes(recompute)))
         return (forward + sum(s / n for s, n in inside),
                 backward + sum(s * (n - 1) / n for s, n in inside))
 
