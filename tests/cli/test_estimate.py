@@ -162,22 +162,17 @@ META_405B = ["--cluster", "dgx-h100", "--devices", "2048", "--dp", "16", "--tp",
              "--gbs", "2048"]
 
 
-def test_estimate_says_when_its_target_would_not_run_the_configuration(gplan):
-    """An estimate prices a what-if, but one its target cannot run as written — Meta's Llama 3.1 405B layout
-    (126 layers over pp 16 × vpp 8: chunks of unequal size) on torch — is named so, with the targets that
-    would run it; the same configuration for Megatron-LM carries no such note."""
+def test_estimate_refuses_what_its_named_target_would_not_run(gplan):
+    """Meta's Llama 3.1 405B layout (126 layers over pp 16 × vpp 8: chunks of unequal size) named for torch
+    is refused with torch's rule, once, and the targets that would run it; for Megatron-LM it is priced."""
     r = gplan("estimate", "llama3-405b", *META_405B, "--target", "torch", "--json")
-    assert r.code == 0, r.stderr
-    p = r.json()
-    assert p["target"] == "torch" and not p["target_runs_it"]
-    assert len(p["target_refusals"]) == 1 and "equal size" in p["target_refusals"][0]  # one cause, said once
-    assert "megatron" in p["targets_that_run_it"] and "torch" not in p["targets_that_run_it"]
-    human = gplan("estimate", "llama3-405b", *META_405B, "--target", "torch")
-    assert human.code == 0 and "note: torch would not run this as written" in human.stderr
+    assert r.code == 3
+    error = r.json()["error"]
+    assert error["message"].count("equal size") == 1 and "--target megatron" in error["hint"]  # one cause, said once
     runs = gplan("estimate", "llama3-405b", *META_405B, "--target", "megatron", "--json")
-    assert runs.json()["target_runs_it"] and runs.json()["target_refusals"] == []
+    assert runs.code == 0 and runs.json()["target_runs_it"] and runs.json()["target_refusals"] == []
+    assert runs.json()["step_time_s"] > 0 and runs.json()["stages"][0]["num_layers"] == 7
     assert "would not run" not in gplan("estimate", "llama3-405b", *META_405B, "--target", "megatron").stderr
-    assert p["step_time_s"] > 0 and p["stages"][0]["num_layers"] == 7  # priced all the same
 
 
 def test_compare_names_the_configurations_its_target_would_not_run(gplan):
@@ -250,13 +245,22 @@ def test_recompute_modules_none_is_the_empty_set(gplan):
     assert r.json()["parallel"]["recompute_modules"] == []
 
 
-def test_estimate_prices_the_etp_given_even_where_its_target_pairs_etp_with_ep(gplan):
-    """torchtitan's experts follow tp (etp 1 with ep): an estimate given --etp 2 prices etp 2, as given, and
-    names torchtitan's rule — it used to price etp 1 silently."""
-    r = gplan("estimate", "qwen3-30b-a3b", "--cluster", "dgx-h100", "--devices", "16", "--dp", "16", "--ep", "4",
-              "--etp", "2", "--zero", "3", "--target", "torchtitan", "--gbs", "256", "--json")
-    assert r.code == 0, r.stderr
-    p = r.json()
-    assert (p["parallel"]["ep"], p["parallel"]["etp"]) == (4, 2)
-    assert not p["target_runs_it"] and "etp must be 1 at ep=4" in p["target_refusals"][0]
-    assert "megatron" in p["targets_that_run_it"]
+def test_an_fsdp_ep_layout_its_named_target_cannot_run_is_refused_with_the_engines_rule(gplan):
+    """torchtitan's experts follow tp (etp 1 with ep): `--etp 2` with FSDP + EP named for torchtitan is bad
+    input — one line naming torchtitan's rule, exit 3, the engine that runs it in the hint; `compare` still
+    prices it as a what-if, etp 2 as given (it used to price etp 1 silently)."""
+    layout = ["qwen3-30b-a3b", "--cluster", "dgx-h100", "--devices", "16", "--gbs", "256", "--target", "torchtitan"]
+    r = gplan("estimate", *layout, "--dp", "16", "--ep", "4", "--etp", "2", "--zero", "3", "--json")
+    assert r.code == 3 and "etp must be 1" in r.json()["error"]["message"]
+    human = gplan("estimate", *layout, "--dp", "16", "--ep", "4", "--etp", "2", "--zero", "3")
+    assert human.code == 3 and "Traceback" not in human.stderr
+    assert "error: torchtitan would not run this configuration" in human.stderr and "etp must be 1 at ep=4" in human.stderr
+    assert "hint: --target megatron runs it as written" in human.stderr
+    ep_off_the_shards = gplan("estimate", *layout[:4], "24", *layout[5:], "--dp", "24", "--ep", "16", "--zero", "3")
+    assert ep_off_the_shards.code == 3 and "does not fold into" in ep_off_the_shards.stderr
+    what_if = gplan("compare", *layout, "--config", "dp=16,ep=4,etp=2,zero=3", "--json")
+    assert what_if.code == 0, what_if.stderr
+    (p,) = what_if.json()
+    assert p["configuration"]["ep etp"] == "4 2" and "etp must be 1 at ep=4" in p["target_refusals"][0]
+    runs = gplan("estimate", *layout, "--dp", "16", "--ep", "4", "--zero", "3", "--json")
+    assert runs.code == 0 and runs.json()["target_runs_it"] and runs.json()["parallel"]["zero"] == 3

@@ -55,7 +55,7 @@ def test_llm_foundry_is_a_target_its_plans_shard_data_parallel_alone(gplan, tmp_
         assert (c["tp"], c["pp"], c["cp"]) == (1, 1, 1) and c["zero"] in (0, 2, 3)
     r = gplan("estimate", "llama3-8b", "--devices", "64", "--cluster", "dgx-a100-80g", "--target", "llm-foundry",
               "--tp", "2")
-    assert r.code == 0 and "llm-foundry would not run this as written" in r.stderr and "tensor parallelism" in r.stderr
+    assert r.code == 3 and "llm-foundry would not run this configuration" in r.stderr and "tensor parallelism" in r.stderr
 
 
 @pytest.mark.parametrize("name", ENGINE_NAMES)

@@ -178,16 +178,29 @@ class Estimate:
     """The targets that would."""
 
 
-def estimate(inputs: Inputs, given: dict[str, Any], stages: str | None = None) -> Estimate:
+def estimate(inputs: Inputs, given: dict[str, Any], stages: str | None = None, what_if: bool = False) -> Estimate:
     """The user's own values checked against the rules first (nothing is chosen for a configuration
-    that cannot run), then completed as the search would, the `--stages` split kept."""
+    that cannot run), then completed as the search would, the `--stages` split kept.
+
+    A configuration the named target would not run as written is refused with that engine's rule
+    (a user who names torchtitan is told what torchtitan would stop on, not handed a number for a
+    launch that never starts); `what_if` prices it anyway with the refusal attached, as `compare` does."""
     from gplan.spec.parallel import check_config
 
     first = config_of(given, inputs.devices)
     check_config(inputs.model, inputs.training, first, inputs.devices)
     done = complete(inputs, given, stage_sizes_option(inputs.model, first, stages))
     refused, runners = target_refusals(inputs, done.config, done.layouts)
+    if refused and not what_if:
+        raise target_refusal_error(inputs.training.engine, refused[0].detail, runners)
     return Estimate(inputs, done, refused, runners)
+
+
+def target_refusal_error(engine: str, detail: str, runners: list[str]) -> InputError:
+    runs = f"--target {runners[0]} runs it as written; " if runners else ""
+    return InputError(f"{engine} would not run this configuration: {detail}",
+                      f"{runs}change the layout to one {engine} runs, or price it anyway with `gplan compare "
+                      f"--target {engine} --config ...` (a what-if, the refusal noted)")
 
 
 @dataclass(frozen=True)
@@ -215,7 +228,7 @@ def compare_configs(inputs: Inputs, texts: list[str]) -> list[Entry]:
 
     entries = []
     for text in texts:
-        e = estimate(inputs, parse_config_values(text))
+        e = estimate(inputs, parse_config_values(text), what_if=True)
         entries.append(Entry(text, e.done.prediction, e.done.config, inputs.training.gbs, inputs.training.seq_length,
                              e.done.layouts, [r.detail for r in e.refused], e.done.chosen, e.done,
                              target=inputs.training.engine))
