@@ -73,6 +73,9 @@ PLANS = {
                                             model=GPT),
     "mixtral_dp8_tp2_ep8": lambda: plan_of(ParallelConfig(dp=8, tp=2, ep=8, sp=True, zero=1),
                                            model=load_model("mixtral-8x7b"), cluster="dgx-h100"),
+    # DeepSpeed-MoE at ZeRO-2 (its engine partitions the experts' gradients over their data-parallel group)
+    "mixtral_dp8_ep8_zero2": lambda: plan_of(ParallelConfig(dp=8, ep=8, zero=2),
+                                             model=load_model("mixtral-8x7b"), cluster="dgx-h100"),
     # priced for Megatron: tp's collectives overlapped with the GEMMs (--tp-comm-overlap) ...
     "megatron_fp8_tp2_sp": lambda: plan_of(ParallelConfig(dp=4, tp=2, sp=True, zero=1), cluster="dgx-h100",
                                            training=MEGATRON_FP8),
@@ -425,7 +428,8 @@ print(json.dumps({"stage": config.zero_optimization_stage, "train_batch_size": c
                   "checkpointing": config.activation_checkpointing_config.partition_activations}))
 """
 
-DEEPSPEED_PLANS = ["dp_only", "zero3_full_recompute", "uneven_first_last", "gpt_tp_pp_zero1_full", "mixtral_dp8_tp2_ep8"]
+DEEPSPEED_PLANS = ["dp_only", "zero3_full_recompute", "uneven_first_last", "gpt_tp_pp_zero1_full", "mixtral_dp8_tp2_ep8",
+                   "mixtral_dp8_ep8_zero2"]
 
 
 @requires_engine("deepspeed", "dev")

@@ -244,6 +244,8 @@ def test_deepspeed_runs_mixtral_shaped_experts_without_pipeline_stages():
         return {r.capability for r in config_refusals(ds, model, config, 8, "bf16")}
 
     assert refused(mixtral, ParallelConfig(dp=8, tp=2, ep=8, sp=True, zero=1)) == set()
+    assert refused(mixtral, ParallelConfig(dp=8, ep=8, zero=2)) == set()  # its ZeRO-2 optimizer takes MoE layers
+    assert refused(mixtral, ParallelConfig(dp=8, ep=8, zero=3)) == {"expert_zero"}  # "MoE not supported with Stage 3"
     assert refused(mixtral, ParallelConfig(dp=8, pp=2, ep=8, zero=1)) == {"experts"}  # no pp with MoE
     assert refused(mixtral, ParallelConfig(dp=8, tp=2, ep=4, etp=2, sp=True, zero=1)) == {"expert_tp"}
     assert refused(load_model("qwen3-30b-a3b"), ParallelConfig(dp=8, ep=8, zero=1)) == {"experts"}  # QK norm

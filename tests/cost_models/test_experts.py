@@ -184,8 +184,8 @@ def test_fsdp_gathers_on_the_nics_hide_behind_the_token_exchange_on_nvlink_too()
 @pytest.mark.parametrize("target, runs", [("megatron", True), ("torchtitan", True), ("deepspeed", False),
                                           ("mindformers", False)])
 def test_which_engines_run_zero_3_with_experts(target, runs):
-    """Megatron-FSDP and torchtitan shard experts with FSDP; DeepSpeed-MoE and MindFormers stop at zero 1 here:
-    the refusal names the engine's rule."""
+    """Megatron-FSDP and torchtitan shard experts with FSDP; DeepSpeed-MoE stops at zero 2 (its engine asserts
+    "MoE not supported with Stage 3") and MindFormers at zero 1: the refusal names the engine's rule."""
     from gplan.engines import ENGINES
     from gplan.spec.targets import config_refusals
 

@@ -1,19 +1,23 @@
 """Megatron-DeepSpeed: its pipeline engine takes ZeRO ≤ 1; its partition method (type:transformer) splits
 the layers evenly; its pipeline engine checkpoints every layer (--checkpoint-activations), selective is
 Megatron's core-attention recompute on every layer. Experts: DeepSpeed-MoE layers in Megatron-DeepSpeed's
-GPT (every layer, Mixtral-shaped), without pp."""
+GPT (every layer, Mixtral-shaped), without pp, with ZeRO ≤ 2."""
 
 from gplan.engines.profile import ALL_ZERO, Capabilities, DCP_RESHARDS, EngineProfile, MemoryAccounting, Resharding
 
 ENGINE = EngineProfile(
     name="deepspeed", title="DeepSpeed (Megatron-DeepSpeed)", order=4,
-    runs_in_short="1F1B, even split, ZeRO ≤ 1 with pp, Mixtral-shaped MoE without pp",
+    runs_in_short="1F1B, even split, ZeRO ≤ 1 with pp, Mixtral-shaped MoE without pp, ZeRO ≤ 2",
     memory_in_short=("ZeRO optimizers, 5·10⁸-element bucket, 0.295 reserve (BLOOM fit; ZeRO-3: 0.074, SC21's outcomes)"),
     capabilities=Capabilities("deepspeed", frozenset({"1f1b"}), microbatches_at_least_stages=False, cp=False,
                               tied_embeddings_across_stages=True, recompute="every_layer", uneven_split=False,
                               zero=ALL_ZERO, zero_with_pp=frozenset({0, 1}), encoder_decoder=False, experts=True,
                               expert_tp="etp1", experts_with_pp=False, token_dropping=True,
-                              expert_families=frozenset({"mixtral"})),
+                              expert_families=frozenset({"mixtral"}),
+                              # DeepSpeed's engine builds its ZeRO-1/2 optimizer with `has_moe_layers` (experts'
+                              # states partitioned over the expert data-parallel group) and asserts "MoE not
+                              # supported with Stage 3" (runtime/engine.py, _configure_zero_optimizer)
+                              expert_zero=frozenset({0, 1, 2})),
     memory=MemoryAccounting(
         states="zero_optimizers",
         # its default reduce_bucket_size (runtime/zero/config.py), the 16-bit gradient bucket of ZeRO 1/2
