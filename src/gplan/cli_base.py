@@ -158,7 +158,8 @@ ModulesOpt = typer.Option(None, "--recompute-modules", help=f"what a selective l
                           "(default: the attention core; a search for Megatron tries the sets its recipes run, one "
                           "for torchtitan its per-op AC; gplan's torch worker runs op too)")
 BF16GradsOpt = typer.Option(False, "--grad-reduce-in-bf16", help="keep and reduce the main gradients in bf16, not fp32 "
-                            "(Megatron-LM's flag; Megatron-Bridge's performance recipes run it)")
+                            "(Megatron-LM's flag; Megatron-Bridge's performance recipes run it); for torchtitan, FSDP's reduce-scatter "
+                            "in bf16 (its training.mixed_precision_reduce)")
 Fp8ParamsOpt = typer.Option(False, "--fp8-param-gather", help="keep the layers' weights only in the low-precision "
                             "format (Megatron-LM's flag; Megatron-Bridge's FP8 and MXFP8 recipes run it)")
 

@@ -395,3 +395,28 @@ def _walk(config, seen=None):
     for child in children:
         if dataclasses.is_dataclass(child) or isinstance(child, (list, tuple)):
             yield from _walk(child, seen)
+
+
+def test_a_plan_reducing_in_bf16_exports_torchtitans_reduce_dtype_for_main_and_reads_back(tmp_path, gplan):
+    """A torchtitan plan with the gradients reduce-scattered in bf16 (torchtitan main's
+    training.mixed_precision_reduce = "bfloat16", which its own MoE recipes set): the export for 0.3.0, whose
+    config takes float32 only, refuses it naming the rule (exit 3, nothing written); for main it writes the
+    option, and --from of that export gives it back at the same step."""
+    import json
+
+    from gplan.profiles.catalogue import load_model
+
+    config = ParallelConfig(dp=8, ep=8, zero=3)
+    training = TrainingSpec(gbs=64, seq_length=4096, engine="torchtitan", grad_reduce_in_bf16=True)
+    plan = make_plan(load_model("qwen3-30b-a3b"), training, load_cluster("dgx-h100", 8), config, None)
+    plan_path, out = tmp_path / "plan.json", tmp_path / "tt"
+    plan_path.write_text(plan.model_dump_json())
+    refused = gplan("export", str(plan_path), "--to", "torchtitan", "--out-dir", str(out))
+    assert refused.code == 3 and "float32 only" in refused.stderr and "--target-version main" in refused.stderr
+    assert not out.exists()
+    r = gplan("export", str(plan_path), "--to", "torchtitan", "--target-version", "main", "--out-dir", str(out))
+    assert r.code == 0, r.stderr
+    assert "--training.mixed_precision_reduce bfloat16" in (out / "torchtitan_train.sh").read_text()
+    back = gplan("estimate", "--from", str(out / "torchtitan_train.sh"), "--cluster", "dgx-h100", "--json").json()
+    assert back["engine_options"]["grad_reduce_in_bf16"] is True
+    assert back["step_time_s"] == pytest.approx(json.loads(plan_path.read_text())["prediction"]["step_time_s"], rel=1e-6)

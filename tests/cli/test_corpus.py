@@ -469,6 +469,36 @@ def test_torchtitans_token_exchange_is_read_and_priced(gplan, tmp_path, backend,
     assert (more > 0) if dispatcher == "flex" else more == 0
 
 
+@pytest.mark.parametrize("reduce, bf16", [("bfloat16", True), ("float32", False)])
+def test_torchtitans_gradient_reduce_dtype_is_read_and_priced(gplan, tmp_path, reduce, bf16):
+    """torchtitan's training.mixed_precision_reduce (FSDP2's reduce dtype), which its own MoE recipes set to
+    bfloat16: read as --grad-reduce-in-bf16 — half the reduce-scatter's bytes, the same sharded fp32 gradients."""
+    base = (CORPUS / "torchtitan" / "deepseek_v3_16b.toml").read_text()
+    assert "mixed_precision_reduce" not in base
+    toml, plain_toml = tmp_path / "ds.toml", tmp_path / "plain.toml"
+    toml.write_text(base.replace("[training]", f'[training]\nmixed_precision_reduce = "{reduce}"', 1))
+    plain_toml.write_text(base)
+    args = ("--cluster", "dgx-h100", "--devices", "16", "--json")
+    read = gplan("estimate", "--from", str(toml), *args).json()
+    plain = gplan("estimate", "--from", str(plain_toml), *args).json()
+    assert read["parallel"]["zero"] == 3 and read["parallel"]["dp"] == 16
+    assert read["engine_options"].get("grad_reduce_in_bf16", False) is bf16
+    assert read["memory_bytes_per_device_max"] == plain["memory_bytes_per_device_max"]
+    if bf16:
+        assert read["breakdown"]["dp_comm"] < plain["breakdown"]["dp_comm"]
+    else:
+        assert read["step_time_s"] == plain["step_time_s"]
+
+
+def test_a_gradient_reduce_dtype_gplan_does_not_price_is_refused_naming_it(gplan, tmp_path):
+    toml = tmp_path / "ds.toml"
+    toml.write_text((CORPUS / "torchtitan" / "deepseek_v3_16b.toml").read_text().replace(
+        "[training]", '[training]\nmixed_precision_reduce = "float16"', 1))
+    r = gplan("estimate", "--from", str(toml), "--cluster", "dgx-h100", "--devices", "8")
+    assert r.code == 3 and "mixed_precision_reduce 'float16'" in r.stderr and "hint:" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
 @pytest.mark.parametrize("backend, says", [("minimal_async_ep", "is not priced"), ("nccl", "torchtitan's are standard")])
 def test_a_token_exchange_gplan_does_not_price_is_refused_naming_it(gplan, tmp_path, backend, says):
     toml = tmp_path / "ds.toml"

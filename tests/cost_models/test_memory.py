@@ -271,3 +271,7 @@ def test_each_engine_reduces_its_gradients_in_the_dtype_it_keeps_them():
     assert reduced("deepspeed", "bf16", 1) == (4, 6.0)  # the BF16 optimizer's fp32 buffers beside the bf16 grads
     assert reduced("megatron", "bf16", 1)[0] == 4
     assert reduced("megatron", "bf16", 1, grad_reduce_in_bf16=True)[0] == 2
+    # torchtitan: FSDP2's reduce dtype, its sharded gradients fp32 either way; without FSDP (DDP) fp32
+    assert reduced("torchtitan", "bf16", 3, grad_reduce_in_bf16=True) == (2, 4.0 / 8)
+    assert reduced("torchtitan", "bf16", 3) == (4, 4.0 / 8)
+    assert reduced("torchtitan", "bf16", 0, grad_reduce_in_bf16=True)[0] == 4

@@ -231,9 +231,12 @@ def reduced_grad_bytes(element_bytes: int, zero: int, engine: EngineProfile = NO
     (`state_bytes_per_param`). DeepSpeed reduces its 16-bit gradients (its engine's `allreduce_gradients`
     and ZeRO's reduce-scatter run in the model's dtype unless `communication_data_type` says otherwise), except
     that its BF16 optimizer (bf16 with ZeRO-1) reduces the fp32 buffers it accumulates into; the others
-    their main gradients (`grad_bytes`: fp32 unless reduced in bf16)."""
+    their main gradients (`grad_bytes`: fp32 unless reduced in bf16) — on an FSDP engine the reduce dtype is FSDP2's
+    (its MixedPrecisionPolicy), so without FSDP (zero 0: DDP over fp32 weights) the gradients go in fp32."""
     if engine.memory.states == "zero_optimizers" and element_bytes < 4:
         return 4 if deepspeed_bf16_optimizer(bf16, zero) else element_bytes
+    if engine.memory.states == "fsdp" and zero == 0:
+        return GRAD_BYTES
     return grad_bytes
 
 

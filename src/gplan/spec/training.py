@@ -77,7 +77,8 @@ class TrainingSpec(BaseModel):
     grad_reduce_in_bf16: bool = False
     """Main gradients kept and reduced in 16 bits, not fp32 (Megatron-LM's --grad-reduce-in-bf16; every
     Megatron-Bridge performance recipe sets `grad_reduce_in_fp32 = False`, scripts/performance/configs):
-    2 bytes per parameter instead of 4, and half the gradient traffic. Megatron-LM only."""
+    2 bytes per parameter instead of 4, and half the gradient traffic. Megatron-LM, and torchtitan's FSDP
+    (`training.mixed_precision_reduce = "bfloat16"`: the reduce-scatter in bf16, the sharded gradients still fp32)."""
     fp8_param_gather: bool = False
     """Low-precision recipes: the layers' weights kept only in their quantised form, all-gathered in it by the
     distributed optimizer — no 16-bit copy beside it (Megatron-LM's --fp8-param-gather; Megatron-Bridge's

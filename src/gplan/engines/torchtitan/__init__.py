@@ -24,6 +24,9 @@ ENGINE = EngineProfile(
                               # (0.3.0 make_token_dispatcher_config; ≤ 0.2 parallelism.expert_parallel_comm_backend),
                               # priced as Megatron's flex dispatcher
                               moe_dispatcher=frozenset({"alltoall", "flex"}),
+                              # FSDP2's reduce dtype (`training.mixed_precision_reduce`: its MixedPrecisionPolicy's
+                              # reduce_dtype, torchtitan/distributed/utils.py): the reduce-scatter in bf16
+                              grad_reduce_in_bf16=True,
                               # 0.3.0's converters: Float8LinearConverter (recipes rowwise and
                               # rowwise_with_gw_hp only: an fp8 plan runs rowwise there, and is priced
                               # so) and MXFP8LinearConverter (components/quantization/float8.py, mx.py)

@@ -120,6 +120,12 @@ def overrides(plan: Plan, main: bool = False) -> tuple[list[str], list[str]]:
         "--parallelism.context_parallel_degree", str(c.cp),
         "--parallelism.pipeline_parallel_degree", str(c.pp),
     ]
+    if t.grad_reduce_in_bf16 and not main:
+        raise InputError("torchtitan 0.3.0 reduces FSDP's gradients in float32 only (its TrainingConfig's "
+                         "mixed_precision_reduce takes \"float32\"); the plan reduces them in bf16",
+                         hint="export for torchtitan main (--target-version main), or plan without --grad-reduce-in-bf16")
+    if t.grad_reduce_in_bf16:
+        args += ["--training.mixed_precision_reduce", "bfloat16"]
     if t.precision == "fp8":
         notes.append("torchtitan 0.3's float8 converter scales rowwise (its only float8 recipes): the plan's fp8 "
                      "(tensorwise) runs as fp8-rowwise here")

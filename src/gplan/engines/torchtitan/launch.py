@@ -32,6 +32,9 @@ TITAN_KEYS = {
     "model.converters", "float8.recipe_name", "quantize.linear.float8.recipe_name", "model.name", "model.flavor",
     "training.disable_cuda_graphs", "activation_checkpoint.selective_ac_option",
     "parallelism.expert_tensor_parallel_degree", "model.hf_assets_path", "parallelism.expert_parallel_comm_backend",
+    "training.mixed_precision_reduce", *(f"training.{k}" for k in ("max_context_length", "num_tokens_per_train_step",
+                                                                   "num_tokens_per_dp_rank",
+                                                                   "num_tokens_per_microbatch_per_dp_rank")),
 }
 
 
@@ -42,6 +45,7 @@ def read_torchtitan_launch(path: Path, model: ModelSpec | None) -> Launch:
     its model the one named, else torchtitan's `model.name` + `model.flavor` (or the config.json of its
     `model.hf_assets_path`)."""
     values, args, variables = titan_values(path)
+    values = titan_token_batch(path, values)
     model = titan_model(path, values) if model is None else model
     _check_titan_model(path, values, model)
     module = path.parent / "gplan_torchtitan.py"
@@ -72,6 +76,8 @@ def read_torchtitan_launch(path: Path, model: ModelSpec | None) -> Launch:
     comm = values.get("parallelism.expert_parallel_comm_backend",
                       module_constant(module, "MOE_COMM_BACKEND") if module.is_file() else None)
     options = {"moe_dispatcher": titan_dispatcher(path, comm)} if model.is_moe else {}
+    if titan_reduces_in_bf16(path, values):
+        options["grad_reduce_in_bf16"] = True
     return Launch(source=str(path), engine="torchtitan", given=given, gbs=gbs or 0,
                   seq_length=as_int(values.get("training.seq_len")), precision=_titan_precision(values),
                   stage_sizes=sizes, recompute_layers=None, world_size=world_size(args, variables),
@@ -95,6 +101,44 @@ def titan_dispatcher(path: Path, comm: str | None) -> str:
     raise InputError(f"--from {path}: moe_comm_backend {comm!r}: torchtitan's are standard, deepep, hybridep and "
                      "minimal_async_ep", hint="fix the launch's expert_parallel_comm_backend")
 
+
+
+TITAN_REDUCE_DTYPES = {"float32": False, "bfloat16": True}
+"""torchtitan's `training.mixed_precision_reduce` -> TrainingSpec.grad_reduce_in_bf16: the dtype FSDP2 reduce-scatters
+the gradients in (its MixedPrecisionPolicy's reduce_dtype); the sharded gradients stay fp32 either way."""
+
+
+def titan_reduces_in_bf16(path: Path, values: dict[str, Any]) -> bool:
+    reduce = str(values.get("training.mixed_precision_reduce", "float32"))
+    if reduce not in TITAN_REDUCE_DTYPES:
+        raise InputError(f"--from {path}: training.mixed_precision_reduce {reduce!r}: gplan prices gradients reduced "
+                         "in float32 or bfloat16", hint="set training.mixed_precision_reduce to float32 or bfloat16")
+    return TITAN_REDUCE_DTYPES[reduce]
+
+
+TITAN_TOKEN_BATCH = {"training.num_tokens_per_train_step": "training.global_batch_size",
+                     "training.num_tokens_per_dp_rank": "training.local_batch_size",
+                     "training.num_tokens_per_microbatch_per_dp_rank": "parallelism.pipeline_parallel_microbatch_size"}
+"""torchtitan main's batch in tokens (pull requests 4121 and 4326; what gplan's export for main writes) -> the
+sequences of 0.3's options, each count over `training.max_context_length` (the sequence length)."""
+
+
+def titan_token_batch(path: Path, values: dict[str, Any]) -> dict[str, Any]:
+    """`values` with torchtitan main's token counts turned into sequences of `max_context_length` tokens."""
+    if "training.max_context_length" not in values:
+        return values
+    values = dict(values)
+    seq = as_int(values.pop("training.max_context_length"))
+    values["training.seq_len"] = seq
+    for tokens_key, key in TITAN_TOKEN_BATCH.items():
+        if tokens_key in values:
+            tokens = as_int(values.pop(tokens_key))
+            if not seq or tokens is None or tokens % seq:
+                raise InputError(f"--from {path}: {tokens_key} {tokens} is not a whole number of "
+                                 f"{seq}-token sequences (training.max_context_length)",
+                                 hint="gplan prices whole sequences: make it a multiple of max_context_length")
+            values[key] = tokens // seq
+    return values
 
 
 def titan_values(path: Path) -> tuple[dict[str, Any], dict, dict]:
