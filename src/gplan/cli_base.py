@@ -160,6 +160,8 @@ ModulesOpt = typer.Option(None, "--recompute-modules", help=f"what a selective l
 BF16GradsOpt = typer.Option(False, "--grad-reduce-in-bf16", help="keep and reduce the main gradients in bf16, not fp32 "
                             "(Megatron-LM's flag; Megatron-Bridge's performance recipes run it); for torchtitan, FSDP's reduce-scatter "
                             "in bf16 (its training.mixed_precision_reduce)")
+PureBf16Opt = typer.Option(False, "--pure-bf16", help="keep the weights, gradients and optimizer states in bf16, "
+                           "no fp32 master copy (torchtitan's training.dtype = \"bfloat16\")")
 Fp8ParamsOpt = typer.Option(False, "--fp8-param-gather", help="keep the layers' weights only in the low-precision "
                             "format (Megatron-LM's flag; Megatron-Bridge's FP8 and MXFP8 recipes run it)")
 
@@ -193,9 +195,9 @@ def inputs_of(model: str, devices, cluster, hardware, devices_per_node, gbs, seq
 
 
 def engine_options(grad_reduce_in_bf16: bool, fp8_param_gather: bool, moe_a2a_overlap: bool, cuda_graphs: str,
-                   moe_dispatcher: str) -> dict:
+                   moe_dispatcher: str, pure_bf16: bool = False) -> dict:
     """The engine switches of estimate and search, by TrainingSpec field."""
-    return {"grad_reduce_in_bf16": grad_reduce_in_bf16, "fp8_param_gather": fp8_param_gather,
+    return {"grad_reduce_in_bf16": grad_reduce_in_bf16, "fp8_param_gather": fp8_param_gather, "pure_bf16": pure_bf16,
             "moe_a2a_overlap": moe_a2a_overlap, "cuda_graphs": cuda_graphs, "moe_dispatcher": moe_dispatcher}
 
 # ---- estimate -----------------------------------------------------------------------------------------

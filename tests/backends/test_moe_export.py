@@ -420,3 +420,38 @@ def test_a_plan_reducing_in_bf16_exports_torchtitans_reduce_dtype_for_main_and_r
     back = gplan("estimate", "--from", str(out / "torchtitan_train.sh"), "--cluster", "dgx-h100", "--json").json()
     assert back["engine_options"]["grad_reduce_in_bf16"] is True
     assert back["step_time_s"] == pytest.approx(json.loads(plan_path.read_text())["prediction"]["step_time_s"], rel=1e-6)
+
+
+@requires_engine("torchtitan", "dev")
+def test_a_full_bf16_plan_exports_torchtitans_training_dtype_and_reads_back(tmp_path, gplan):
+    """A plan trained in full bf16 (--pure-bf16): its export for torchtitan 0.3.0 sets training.dtype, which
+    torchtitan's own ConfigManager takes; --from of the export gives it back at the same step and memory."""
+    import json
+
+    from test_exporters import titan_parse
+
+    from gplan.profiles.catalogue import load_model
+
+    training = TrainingSpec(gbs=64, seq_length=4096, engine="torchtitan", pure_bf16=True)
+    plan = make_plan(load_model("qwen3-30b-a3b"), training, load_cluster("dgx-h100", 8), ParallelConfig(dp=8, ep=8, zero=3),
+                     None)
+    (tmp_path / "parsed").mkdir()
+    assert titan_parse(tmp_path / "parsed", plan).training.dtype == "bfloat16"
+    plan_path, out = tmp_path / "plan.json", tmp_path / "tt"
+    plan_path.write_text(plan.model_dump_json())
+    assert gplan("export", str(plan_path), "--to", "torchtitan", "--out-dir", str(out)).code == 0
+    back = gplan("estimate", "--from", str(out / "torchtitan_train.sh"), "--cluster", "dgx-h100", "--json").json()
+    written = json.loads(plan_path.read_text())["prediction"]
+    assert back["engine_options"]["pure_bf16"] is True
+    assert back["step_time_s"] == pytest.approx(written["step_time_s"], rel=1e-6)
+    assert back["memory_bytes_per_device_max"] == pytest.approx(written["memory_bytes_per_device_max"], rel=1e-6)
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--target", "megatron"], "capability pure_bf16"),
+    (["--target", "torchtitan", "--precision", "fp32"], "the run trains in fp32"),
+])
+def test_pure_bf16_where_it_cannot_run_is_refused_with_a_hint(gplan, argv, says):
+    r = gplan("estimate", "llama3-8b", "--cluster", "dgx-h100", "--devices", "8", "--pure-bf16", *argv)
+    assert r.code == 3 and says in r.stderr and "hint:" in r.stderr
+    assert "Traceback" not in r.stderr

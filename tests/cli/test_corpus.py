@@ -490,6 +490,34 @@ def test_torchtitans_gradient_reduce_dtype_is_read_and_priced(gplan, tmp_path, r
         assert read["step_time_s"] == plain["step_time_s"]
 
 
+def test_torchtitans_full_bf16_training_is_read_and_priced(gplan, tmp_path):
+    """torchtitan's training.dtype = "bfloat16" (full-bf16 training, no fp32 copy: its 8×B200 long-context
+    TOMLs run it): read as --pure-bf16 — the states at half their bytes, the same layout."""
+    base = (CORPUS / "torchtitan" / "deepseek_v3_16b.toml").read_text()
+    toml, plain_toml = tmp_path / "ds.toml", tmp_path / "plain.toml"
+    toml.write_text(base.replace("[training]", '[training]\ndtype = "bfloat16"', 1))
+    plain_toml.write_text(base)
+    args = ("--cluster", "dgx-h100", "--devices", "16", "--json")
+    read = gplan("estimate", "--from", str(toml), *args).json()
+    plain = gplan("estimate", "--from", str(plain_toml), *args).json()
+    assert read["engine_options"]["pure_bf16"] is True and read["parallel"] == plain["parallel"]
+    full, mixed = read["stages"][0]["memory"], plain["stages"][0]["memory"]
+    for term in ("grads_bytes", "optimizer_bytes"):  # bf16 over fp32, sharded alike
+        assert full[term] == pytest.approx(mixed[term] / 2, rel=1e-6)
+    assert full["weights_bytes"] < mixed["weights_bytes"]
+    assert read["memory_bytes_per_device_max"] < plain["memory_bytes_per_device_max"]
+
+
+@pytest.mark.parametrize("key", ["mixed_precision_reduce", "dtype"])
+def test_a_training_dtype_gplan_does_not_price_is_refused_naming_it(gplan, tmp_path, key):
+    toml = tmp_path / "ds.toml"
+    toml.write_text((CORPUS / "torchtitan" / "deepseek_v3_16b.toml").read_text().replace(
+        "[training]", f'[training]\n{key} = "float16"', 1))
+    r = gplan("estimate", "--from", str(toml), "--cluster", "dgx-h100", "--devices", "8")
+    assert r.code == 3 and f"training.{key} 'float16'" in r.stderr and "hint:" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
 def test_a_gradient_reduce_dtype_gplan_does_not_price_is_refused_naming_it(gplan, tmp_path):
     toml = tmp_path / "ds.toml"
     toml.write_text((CORPUS / "torchtitan" / "deepseek_v3_16b.toml").read_text().replace(

@@ -263,7 +263,8 @@ def test_each_engine_reduces_its_gradients_in_the_dtype_it_keeps_them():
         step = StepModel(load_model("llama3-8b"), training, load_cluster("dgx-a100-80g", 8),
                          ParallelConfig(dp=8, zero=zero))
         assert step.reduced_grad_bytes == memory.reduced_grad_bytes(
-            training.element_bytes, zero, training.profile, bf16=precision == "bf16", grad_bytes=training.grad_bytes)
+            training.element_bytes, zero, training.profile, bf16=precision == "bf16", grad_bytes=training.grad_bytes,
+            pure_bf16=training.pure_bf16)
         return step.reduced_grad_bytes, step.state_bytes.grads
 
     assert reduced("deepspeed", "fp16", 1) == (2, 2.0)
@@ -275,3 +276,22 @@ def test_each_engine_reduces_its_gradients_in_the_dtype_it_keeps_them():
     assert reduced("torchtitan", "bf16", 3, grad_reduce_in_bf16=True) == (2, 4.0 / 8)
     assert reduced("torchtitan", "bf16", 3) == (4, 4.0 / 8)
     assert reduced("torchtitan", "bf16", 0, grad_reduce_in_bf16=True)[0] == 4
+    # full-bf16 training: bf16 gradients, DDP reduces them as kept; FSDP as its reduce dtype says
+    assert reduced("torchtitan", "bf16", 0, pure_bf16=True) == (2, 2.0)
+    assert reduced("torchtitan", "bf16", 3, pure_bf16=True) == (4, 2.0 / 8)
+
+
+def test_full_bf16_training_keeps_every_state_in_bf16_without_an_fp32_copy():
+    """torchtitan's training.dtype = "bfloat16": weights, gradients, m and v in bf16 — 8 bytes per parameter, not
+    16 — sharded as FSDP shards them, the gathered weights of zero 1/2 as before."""
+    from gplan.engines import profile_of
+
+    titan = profile_of("torchtitan")
+    full = memory.state_bytes_per_param(2, 3, 8, titan, bf16=True, pure_bf16=True)
+    mixed = memory.state_bytes_per_param(2, 3, 8, titan, bf16=True)
+    assert (full.weights, full.grads, full.optimizer) == (2 / 8, 2 / 8, 4 / 8)
+    assert (mixed.weights, mixed.grads, mixed.optimizer) == (4 / 8, 4 / 8, 8 / 8)
+    unsharded = memory.state_bytes_per_param(2, 0, 8, titan, bf16=True, pure_bf16=True)
+    assert (unsharded.weights, unsharded.grads, unsharded.optimizer) == (2, 2, 4)
+    kept = memory.state_bytes_per_param(2, 2, 8, titan, bf16=True, pure_bf16=True)
+    assert kept.weights == 2 / 8 + 2  # the bf16 weights gathered in the forward, held to the backward

@@ -329,8 +329,11 @@ def embedding_time(model: ModelSpec, training: TrainingSpec, shard: Shard, devic
 #: Adam with fp32 master weights moves per parameter: fp32 grad (4) read, master weight (4 + 4),
 #: m and v (8 + 8) read and written, the 16-bit copy (2) written, plus the grad-norm read (4).
 ADAM_BYTES_PER_PARAM = 34
+#: In full-bf16 training (TrainingSpec.pure_bf16) everything is bf16 and there is no master copy: grad (2)
+#: read, weight (2 + 2), m and v (4 + 4), the grad-norm read (2).
+PURE_BF16_ADAM_BYTES_PER_PARAM = 16
 
 
-def optimizer_time_s(device: DeviceSpec, local_params: float) -> float:
+def optimizer_time_s(device: DeviceSpec, local_params: float, bytes_per_param: float = ADAM_BYTES_PER_PARAM) -> float:
     """Adam is bandwidth-bound: bytes per parameter × local (sharded) parameters / HBM bandwidth."""
-    return memory_time_s(device, ADAM_BYTES_PER_PARAM * local_params)
+    return memory_time_s(device, bytes_per_param * local_params)

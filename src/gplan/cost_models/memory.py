@@ -189,7 +189,7 @@ def deepspeed_bf16_optimizer(bf16: bool, zero: int) -> bool:
 
 
 def state_bytes_per_param(element_bytes: int, zero: int, shard_ranks: int, engine: EngineProfile = NO_ENGINE,
-                          bf16: bool = False, grad_bytes: int = GRAD_BYTES) -> StateBytes:
+                          bf16: bool = False, grad_bytes: int = GRAD_BYTES, pure_bf16: bool = False) -> StateBytes:
     """What one parameter costs each device, as the engine keeps it (`MemoryAccounting.states`; d = the
     sharding ranks).
 
@@ -201,17 +201,19 @@ def state_bytes_per_param(element_bytes: int, zero: int, shard_ranks: int, engin
     fsdp — torch (gplan's worker), torchtitan and llm-foundry: without FSDP the weights stay fp32 under autocast — fp32
     weights, gradients, m, v: 16 bytes; FSDP2 with a 16-bit param dtype shards fp32 weights, fp32
     gradients and m, v (16/d), and zero 1/2 (no resharding after the forward) also hold every 16-bit
-    weight gathered from the forward to the backward.
+    weight gathered from the forward to the backward; full-bf16 training (`pure_bf16`, torchtitan's
+    `training.dtype = "bfloat16"`) keeps all of it in bf16, no fp32 copy: 2 + 2 + 4 bytes, sharded alike.
     zero_optimizers — DeepSpeed: 16-bit weights and gradients; fp16 (and ZeRO ≥ 2) keeps fp32 master, m, v and an fp32
     gradient partition per rank (`stage_1_and_2.py`: `single_partition_of_fp32_groups`) — 16/d bytes;
     bf16 with ZeRO-1 runs the BF16 optimizer, which accumulates gradients in full-size fp32 buffers
     (`bf16_optimizer.py`: `fp32_groups_gradients`) — 4 more bytes, unsharded."""
     e, d, rule = element_bytes, shard_ranks, engine.memory.states
     if rule == "fsdp":
+        kept = float(e) if pure_bf16 else 4.0  # the dtype weights and gradients are kept in; m and v alike
         if zero == 0 or d == 1:
-            return StateBytes(weights=4.0, grads=4.0, optimizer=8.0)
+            return StateBytes(weights=kept, grads=kept, optimizer=2 * kept)
         gathered = e if zero < 3 and e < 4 else 0.0
-        return StateBytes(weights=4.0 / d + gathered, grads=4.0 / d, optimizer=8.0 / d)
+        return StateBytes(weights=kept / d + gathered, grads=kept / d, optimizer=2 * kept / d)
     if rule == "zero_optimizers" and e < 4:
         if deepspeed_bf16_optimizer(bf16, zero):
             return StateBytes(weights=e, grads=e + 4.0, optimizer=12.0 / d)
@@ -226,17 +228,18 @@ def state_bytes_per_param(element_bytes: int, zero: int, shard_ranks: int, engin
 
 
 def reduced_grad_bytes(element_bytes: int, zero: int, engine: EngineProfile = NO_ENGINE, bf16: bool = False,
-                       grad_bytes: int = GRAD_BYTES) -> int:
+                       grad_bytes: int = GRAD_BYTES, pure_bf16: bool = False) -> int:
     """Bytes per gradient element the data-parallel reduction moves: the gradients as the engine keeps them
     (`state_bytes_per_param`). DeepSpeed reduces its 16-bit gradients (its engine's `allreduce_gradients`
     and ZeRO's reduce-scatter run in the model's dtype unless `communication_data_type` says otherwise), except
     that its BF16 optimizer (bf16 with ZeRO-1) reduces the fp32 buffers it accumulates into; the others
     their main gradients (`grad_bytes`: fp32 unless reduced in bf16) — on an FSDP engine the reduce dtype is FSDP2's
-    (its MixedPrecisionPolicy), so without FSDP (zero 0: DDP over fp32 weights) the gradients go in fp32."""
+    (its MixedPrecisionPolicy), so without FSDP (zero 0: DDP) the gradients go in the dtype they are kept in:
+    fp32, or bf16 in full-bf16 training."""
     if engine.memory.states == "zero_optimizers" and element_bytes < 4:
         return 4 if deepspeed_bf16_optimizer(bf16, zero) else element_bytes
     if engine.memory.states == "fsdp" and zero == 0:
-        return GRAD_BYTES
+        return element_bytes if pure_bf16 else GRAD_BYTES
     return grad_bytes
 
 

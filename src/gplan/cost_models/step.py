@@ -497,21 +497,21 @@ class StepModel:
     def state_bytes(self) -> memory.StateBytes:
         c, t = self.config, self.training
         return memory.state_bytes_per_param(t.element_bytes, c.zero, memory.zero_shard_ranks(c), t.profile,
-                                            bf16=t.precision == "bf16", grad_bytes=t.grad_bytes)
+                                            bf16=t.precision == "bf16", grad_bytes=t.grad_bytes, pure_bf16=t.pure_bf16)
 
     @cached_property
     def reduced_grad_bytes(self) -> int:
         """Bytes per gradient element the data-parallel reduction moves (`memory.reduced_grad_bytes`)."""
         c, t = self.config, self.training
         return memory.reduced_grad_bytes(t.element_bytes, c.zero, t.profile, bf16=t.precision == "bf16",
-                                         grad_bytes=t.grad_bytes)
+                                         grad_bytes=t.grad_bytes, pure_bf16=t.pure_bf16)
 
     @cached_property
     def expert_state_bytes(self) -> memory.StateBytes:
         """Per routed-expert parameter: sharded over the expert data-parallel ranks (edp), not dp·cp."""
         c, t = self.config, self.training
         return memory.state_bytes_per_param(t.element_bytes, c.zero, c.edp, t.profile, bf16=t.precision == "bf16",
-                                            grad_bytes=t.grad_bytes)
+                                            grad_bytes=t.grad_bytes, pure_bf16=t.pure_bf16)
 
     def states(self, params: float, expert_params: float) -> tuple[float, float, float]:
         """(weights, grads, optimizer) bytes of `params` on one device, `expert_params` of them routed experts."""
@@ -718,7 +718,9 @@ class StepModel:
 
     def optimizer_s(self, stage: StagePrediction) -> float:
         return compute.optimizer_time_s(self.device(stage.node_group),
-                                        self.optimizer_local_params(stage.params, stage.expert_params))
+                                        self.optimizer_local_params(stage.params, stage.expert_params),
+                                        compute.PURE_BF16_ADAM_BYTES_PER_PARAM if self.training.pure_bf16
+                                        else compute.ADAM_BYTES_PER_PARAM)
 
     def optimizer_local_params(self, params: float, expert_params: float = 0.0) -> float:
         """Parameters one device's optimizer updates: all of them, or with zero ≥ 1 its shard — over dp·cp,

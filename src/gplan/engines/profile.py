@@ -108,6 +108,9 @@ class Capabilities:
     causes NaN grad norm", the same file — so gplan's export does too)."""
     grad_reduce_in_bf16: bool = False
     """Main gradients kept and reduced in 16 bits (Megatron-LM's --grad-reduce-in-bf16)."""
+    pure_bf16: bool = False
+    """Parameters, gradients and optimizer states in bf16 without an fp32 master copy (torchtitan's
+    `training.dtype = "bfloat16"`)."""
     activation_offload: bool = False
     """Layers' activations offloaded to host memory between forward and backward (Megatron-core's
     `cpu_offloading`, `cpu_offloading_num_layers`)."""

@@ -126,7 +126,7 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
                    gbs: int | None = None, seq_length: int | None = None, precision: str | None = None,
                    memory_headroom: float = 0.1, profile: str | None = None, target: str | None = None,
                    expert_imbalance: float = 1.0, grad_reduce_in_bf16: bool = False,
-                   fp8_param_gather: bool = False, moe_a2a_overlap: bool = False,
+                   fp8_param_gather: bool = False, moe_a2a_overlap: bool = False, pure_bf16: bool = False,
                    cuda_graphs: str = "none", moe_dispatcher: str = "alltoall") -> Inputs:
     """`target` (a backend or export target) is the engine whose memory accounting prices the run;
     default: the backend of the cluster's hardware, as `gplan search` defaults its --target."""
@@ -160,6 +160,7 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
         training = TrainingSpec(gbs=gbs, seq_length=seq, precision=precision, memory_headroom=memory_headroom,
                                 expert_imbalance=expert_imbalance, engine=resolve_target(target, spec, precision, model),
                                 grad_reduce_in_bf16=grad_reduce_in_bf16, fp8_param_gather=fp8_param_gather,
+                                pure_bf16=pure_bf16,
                                 moe_a2a_overlap=moe_a2a_overlap, cuda_graphs=cuda_graphs,
                                 moe_dispatcher=moe_dispatcher)
     except ValidationError as exc:
@@ -194,6 +195,9 @@ def check_engine_options(training: TrainingSpec, model: ModelSpec) -> None:
         # "overlap_moe_expert_parallel_comm is supported with alltoall/flex token dispatcher"
         raise InputError("--moe-a2a-overlap overlaps the all-to-all or flex dispatcher's traffic, not the all-gather's",
                          hint="use --moe-dispatcher alltoall or flex, or leave --moe-a2a-overlap out")
+    if training.pure_bf16 and training.precision != "bf16":
+        raise InputError(f"--pure-bf16 keeps everything in bf16; the run trains in {training.precision}",
+                         hint="use --precision bf16, or leave --pure-bf16 out")
     if training.fp8_param_gather and training.precision not in LOW_PRECISION:
         raise InputError(f"--fp8-param-gather keeps the weights in a low-precision format; {training.precision} has none",
                          hint="use --precision fp8 or mxfp8, or leave --fp8-param-gather out")

@@ -79,6 +79,10 @@ class TrainingSpec(BaseModel):
     Megatron-Bridge performance recipe sets `grad_reduce_in_fp32 = False`, scripts/performance/configs):
     2 bytes per parameter instead of 4, and half the gradient traffic. Megatron-LM, and torchtitan's FSDP
     (`training.mixed_precision_reduce = "bfloat16"`: the reduce-scatter in bf16, the sharded gradients still fp32)."""
+    pure_bf16: bool = False
+    """Parameters, gradients and optimizer states all kept in bf16, no fp32 master copy (torchtitan's
+    `training.dtype = "bfloat16"`, "full bf16 training": torchtitan/config/configs.py TrainingConfig.dtype):
+    8 bytes of states per parameter, not 16. torchtitan only."""
     fp8_param_gather: bool = False
     """Low-precision recipes: the layers' weights kept only in their quantised form, all-gathered in it by the
     distributed optimizer — no 16-bit copy beside it (Megatron-LM's --fp8-param-gather; Megatron-Bridge's
@@ -104,7 +108,7 @@ class TrainingSpec(BaseModel):
 
     #: Fields added after schema v1 plans were first written, left out of the digest at their default.
     DIGEST_OPTIONAL: ClassVar[dict[str, object]] = {"engine": None, "expert_imbalance": 1.0, "tp_comm_overlap": True,
-                                                    "grad_reduce_in_bf16": False, "fp8_param_gather": False,
+                                                    "grad_reduce_in_bf16": False, "fp8_param_gather": False, "pure_bf16": False,
                                                     "moe_a2a_overlap": False, "cuda_graphs": "none",
                                                     "moe_dispatcher": "alltoall"}
 

@@ -27,6 +27,9 @@ ENGINE = EngineProfile(
                               # FSDP2's reduce dtype (`training.mixed_precision_reduce`: its MixedPrecisionPolicy's
                               # reduce_dtype, torchtitan/distributed/utils.py): the reduce-scatter in bf16
                               grad_reduce_in_bf16=True,
+                              # its full-bf16 training (`training.dtype = "bfloat16"`: model and optimizer
+                              # states in bf16, train.py casts the model before parallelizing)
+                              pure_bf16=True,
                               # 0.3.0's converters: Float8LinearConverter (recipes rowwise and
                               # rowwise_with_gw_hp only: an fp8 plan runs rowwise there, and is priced
                               # so) and MXFP8LinearConverter (components/quantization/float8.py, mx.py)

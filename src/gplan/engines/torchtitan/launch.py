@@ -32,7 +32,7 @@ TITAN_KEYS = {
     "model.converters", "float8.recipe_name", "quantize.linear.float8.recipe_name", "model.name", "model.flavor",
     "training.disable_cuda_graphs", "activation_checkpoint.selective_ac_option",
     "parallelism.expert_tensor_parallel_degree", "model.hf_assets_path", "parallelism.expert_parallel_comm_backend",
-    "training.mixed_precision_reduce", *(f"training.{k}" for k in ("max_context_length", "num_tokens_per_train_step",
+    "training.mixed_precision_reduce", "training.dtype", *(f"training.{k}" for k in ("max_context_length", "num_tokens_per_train_step",
                                                                    "num_tokens_per_dp_rank",
                                                                    "num_tokens_per_microbatch_per_dp_rank")),
 }
@@ -78,6 +78,8 @@ def read_torchtitan_launch(path: Path, model: ModelSpec | None) -> Launch:
     options = {"moe_dispatcher": titan_dispatcher(path, comm)} if model.is_moe else {}
     if titan_reduces_in_bf16(path, values):
         options["grad_reduce_in_bf16"] = True
+    if titan_dtype(path, values, "training.dtype", TITAN_TRAINING_DTYPES):
+        options["pure_bf16"] = True
     return Launch(source=str(path), engine="torchtitan", given=given, gbs=gbs or 0,
                   seq_length=as_int(values.get("training.seq_len")), precision=_titan_precision(values),
                   stage_sizes=sizes, recompute_layers=None, world_size=world_size(args, variables),
@@ -105,15 +107,23 @@ def titan_dispatcher(path: Path, comm: str | None) -> str:
 
 TITAN_REDUCE_DTYPES = {"float32": False, "bfloat16": True}
 """torchtitan's `training.mixed_precision_reduce` -> TrainingSpec.grad_reduce_in_bf16: the dtype FSDP2 reduce-scatters
-the gradients in (its MixedPrecisionPolicy's reduce_dtype); the sharded gradients stay fp32 either way."""
+the gradients in (its MixedPrecisionPolicy's reduce_dtype); the sharded gradients stay in their own dtype."""
+TITAN_TRAINING_DTYPES = {"float32": False, "bfloat16": True}
+"""torchtitan's `training.dtype` -> TrainingSpec.pure_bf16: the dtype the model and its optimizer states are kept in
+(float32, its default: mixed precision over fp32 weights; bfloat16: full-bf16 training, no fp32 copy)."""
 
 
 def titan_reduces_in_bf16(path: Path, values: dict[str, Any]) -> bool:
-    reduce = str(values.get("training.mixed_precision_reduce", "float32"))
-    if reduce not in TITAN_REDUCE_DTYPES:
-        raise InputError(f"--from {path}: training.mixed_precision_reduce {reduce!r}: gplan prices gradients reduced "
-                         "in float32 or bfloat16", hint="set training.mixed_precision_reduce to float32 or bfloat16")
-    return TITAN_REDUCE_DTYPES[reduce]
+    return titan_dtype(path, values, "training.mixed_precision_reduce", TITAN_REDUCE_DTYPES)
+
+
+def titan_dtype(path: Path, values: dict[str, Any], key: str, known: dict[str, bool]) -> bool:
+    """Whether the dtype `key` names is bfloat16 (float32, torchtitan's default, if absent); another refused."""
+    dtype = str(values.get(key, "float32"))
+    if dtype not in known:
+        raise InputError(f"--from {path}: {key} {dtype!r}: gplan prices float32 or bfloat16",
+                         hint=f"set {key} to float32 or bfloat16")
+    return known[dtype]
 
 
 TITAN_TOKEN_BATCH = {"training.num_tokens_per_train_step": "training.global_batch_size",
