@@ -508,6 +508,42 @@ def test_torchtitans_full_bf16_training_is_read_and_priced(gplan, tmp_path):
     assert read["memory_bytes_per_device_max"] < plain["memory_bytes_per_device_max"]
 
 
+def test_torchtitans_optimizer_in_the_backward_is_read_priced_and_bounds_the_search(gplan, tmp_path):
+    """torchtitan ≤ 0.2's optimizer.early_step_in_backward (its 8×B200 long-context TOMLs set it): read as
+    --optimizer-in-backward — no gradients held; its search keeps torchtitan's rule (no pp, no ep, no
+    accumulation); an export for 0.3.0, which dropped it, is refused naming that (exit 3, nothing written)."""
+    base = (CORPUS / "torchtitan" / "deepseek_v3_16b.toml").read_text()
+    assert "early_step_in_backward" not in base
+    toml, plain_toml = tmp_path / "ds.toml", tmp_path / "plain.toml"
+    toml.write_text(base.replace("[optimizer]", "[optimizer]\nearly_step_in_backward = true", 1))
+    plain_toml.write_text(base)
+    args = ("--cluster", "dgx-h100", "--devices", "16", "--json")
+    read = gplan("estimate", "--from", str(toml), *args).json()
+    plain = gplan("estimate", "--from", str(plain_toml), *args).json()
+    assert read["engine_options"]["optimizer_in_backward"] is True
+    assert read["stages"][0]["memory"]["grads_bytes"] == 0 < plain["stages"][0]["memory"]["grads_bytes"]
+    assert read["memory_bytes_per_device_max"] < plain["memory_bytes_per_device_max"]
+    plan_path = tmp_path / "plan.json"
+    found = gplan("search", "--from", str(toml), "--cluster", "dgx-h100", "--devices", "16", "--top", "3",
+                  "--out", str(plan_path), "--json")
+    assert found.code == 0, found.stderr
+    for ranked in found.json()["ranked"]:
+        c = ranked["parallel"]
+        assert c["pp"] == 1 and c["ep"] == 1 and c["dp"] * c["mbs"] == json.loads(plan_path.read_text())["training"]["gbs"]
+    refused = gplan("export", str(plan_path), "--to", "torchtitan", "--out-dir", str(tmp_path / "tt"))
+    assert refused.code == 3 and "early_step_in_backward" in refused.stderr and not (tmp_path / "tt").exists()
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--pp", "2", "--dp", "4"], "pp=2"), (["--dp", "8", "--ep", "8"], "ep=8"),
+    (["--dp", "8", "--gbs", "64", "--mbs", "1"], "8 micro-batches"),
+])
+def test_the_optimizer_in_the_backward_where_torchtitan_refuses_it_is_refused(gplan, argv, says):
+    r = gplan("estimate", "qwen3-30b-a3b", "--cluster", "dgx-h100", "--devices", "8", "--target", "torchtitan",
+              "--optimizer-in-backward", *argv)
+    assert r.code == 3 and says in r.stderr and "--optimizer-in-backward" in r.stderr and "hint:" in r.stderr
+
+
 @pytest.mark.parametrize("key", ["mixed_precision_reduce", "dtype"])
 def test_a_training_dtype_gplan_does_not_price_is_refused_naming_it(gplan, tmp_path, key):
     toml = tmp_path / "ds.toml"

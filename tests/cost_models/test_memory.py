@@ -295,3 +295,15 @@ def test_full_bf16_training_keeps_every_state_in_bf16_without_an_fp32_copy():
     assert (unsharded.weights, unsharded.grads, unsharded.optimizer) == (2, 2, 4)
     kept = memory.state_bytes_per_param(2, 2, 8, titan, bf16=True, pure_bf16=True)
     assert kept.weights == 2 / 8 + 2  # the bf16 weights gathered in the forward, held to the backward
+
+
+def test_the_optimizer_in_the_backward_holds_no_gradients():
+    """torchtitan ≤ 0.2's optimizer.early_step_in_backward steps each parameter as its gradient arrives and frees
+    it: the states keep weights and Adam's moments, no gradients."""
+    from gplan.engines import profile_of
+
+    titan = profile_of("torchtitan")
+    freed = memory.state_bytes_per_param(2, 3, 8, titan, bf16=True, optimizer_in_backward=True)
+    held = memory.state_bytes_per_param(2, 3, 8, titan, bf16=True)
+    assert freed.grads == 0 and held.grads == 4 / 8
+    assert (freed.weights, freed.optimizer) == (held.weights, held.optimizer)

@@ -189,7 +189,8 @@ def deepspeed_bf16_optimizer(bf16: bool, zero: int) -> bool:
 
 
 def state_bytes_per_param(element_bytes: int, zero: int, shard_ranks: int, engine: EngineProfile = NO_ENGINE,
-                          bf16: bool = False, grad_bytes: int = GRAD_BYTES, pure_bf16: bool = False) -> StateBytes:
+                          bf16: bool = False, grad_bytes: int = GRAD_BYTES, pure_bf16: bool = False,
+                          optimizer_in_backward: bool = False) -> StateBytes:
     """What one parameter costs each device, as the engine keeps it (`MemoryAccounting.states`; d = the
     sharding ranks).
 
@@ -202,7 +203,8 @@ def state_bytes_per_param(element_bytes: int, zero: int, shard_ranks: int, engin
     weights, gradients, m, v: 16 bytes; FSDP2 with a 16-bit param dtype shards fp32 weights, fp32
     gradients and m, v (16/d), and zero 1/2 (no resharding after the forward) also hold every 16-bit
     weight gathered from the forward to the backward; full-bf16 training (`pure_bf16`, torchtitan's
-    `training.dtype = "bfloat16"`) keeps all of it in bf16, no fp32 copy: 2 + 2 + 4 bytes, sharded alike.
+    `training.dtype = "bfloat16"`) keeps all of it in bf16, no fp32 copy: 2 + 2 + 4 bytes, sharded alike; with the
+    optimizer stepped in the backward (`optimizer_in_backward`) each gradient is freed at its step: none held.
     zero_optimizers — DeepSpeed: 16-bit weights and gradients; fp16 (and ZeRO ≥ 2) keeps fp32 master, m, v and an fp32
     gradient partition per rank (`stage_1_and_2.py`: `single_partition_of_fp32_groups`) — 16/d bytes;
     bf16 with ZeRO-1 runs the BF16 optimizer, which accumulates gradients in full-size fp32 buffers
@@ -210,10 +212,11 @@ def state_bytes_per_param(element_bytes: int, zero: int, shard_ranks: int, engin
     e, d, rule = element_bytes, shard_ranks, engine.memory.states
     if rule == "fsdp":
         kept = float(e) if pure_bf16 else 4.0  # the dtype weights and gradients are kept in; m and v alike
+        grads = 0.0 if optimizer_in_backward else kept
         if zero == 0 or d == 1:
-            return StateBytes(weights=kept, grads=kept, optimizer=2 * kept)
+            return StateBytes(weights=kept, grads=grads, optimizer=2 * kept)
         gathered = e if zero < 3 and e < 4 else 0.0
-        return StateBytes(weights=kept / d + gathered, grads=kept / d, optimizer=2 * kept / d)
+        return StateBytes(weights=kept / d + gathered, grads=grads / d, optimizer=2 * kept / d)
     if rule == "zero_optimizers" and e < 4:
         if deepspeed_bf16_optimizer(bf16, zero):
             return StateBytes(weights=e, grads=e + 4.0, optimizer=12.0 / d)

@@ -497,7 +497,8 @@ class StepModel:
     def state_bytes(self) -> memory.StateBytes:
         c, t = self.config, self.training
         return memory.state_bytes_per_param(t.element_bytes, c.zero, memory.zero_shard_ranks(c), t.profile,
-                                            bf16=t.precision == "bf16", grad_bytes=t.grad_bytes, pure_bf16=t.pure_bf16)
+                                            bf16=t.precision == "bf16", grad_bytes=t.grad_bytes, pure_bf16=t.pure_bf16,
+                                            optimizer_in_backward=t.optimizer_in_backward)
 
     @cached_property
     def reduced_grad_bytes(self) -> int:
@@ -511,7 +512,8 @@ class StepModel:
         """Per routed-expert parameter: sharded over the expert data-parallel ranks (edp), not dp·cp."""
         c, t = self.config, self.training
         return memory.state_bytes_per_param(t.element_bytes, c.zero, c.edp, t.profile, bf16=t.precision == "bf16",
-                                            grad_bytes=t.grad_bytes, pure_bf16=t.pure_bf16)
+                                            grad_bytes=t.grad_bytes, pure_bf16=t.pure_bf16,
+                                            optimizer_in_backward=t.optimizer_in_backward)
 
     def states(self, params: float, expert_params: float) -> tuple[float, float, float]:
         """(weights, grads, optimizer) bytes of `params` on one device, `expert_params` of them routed experts."""

@@ -111,6 +111,9 @@ class Capabilities:
     pure_bf16: bool = False
     """Parameters, gradients and optimizer states in bf16 without an fp32 master copy (torchtitan's
     `training.dtype = "bfloat16"`)."""
+    optimizer_in_backward: bool = False
+    """The optimizer stepped per parameter in the backward, its gradient freed (torchtitan ≤ 0.2's
+    `optimizer.early_step_in_backward`)."""
     activation_offload: bool = False
     """Layers' activations offloaded to host memory between forward and backward (Megatron-core's
     `cpu_offloading`, `cpu_offloading_num_layers`)."""

@@ -127,6 +127,7 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
                    memory_headroom: float = 0.1, profile: str | None = None, target: str | None = None,
                    expert_imbalance: float = 1.0, grad_reduce_in_bf16: bool = False,
                    fp8_param_gather: bool = False, moe_a2a_overlap: bool = False, pure_bf16: bool = False,
+                   optimizer_in_backward: bool = False,
                    cuda_graphs: str = "none", moe_dispatcher: str = "alltoall") -> Inputs:
     """`target` (a backend or export target) is the engine whose memory accounting prices the run;
     default: the backend of the cluster's hardware, as `gplan search` defaults its --target."""
@@ -160,7 +161,7 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
         training = TrainingSpec(gbs=gbs, seq_length=seq, precision=precision, memory_headroom=memory_headroom,
                                 expert_imbalance=expert_imbalance, engine=resolve_target(target, spec, precision, model),
                                 grad_reduce_in_bf16=grad_reduce_in_bf16, fp8_param_gather=fp8_param_gather,
-                                pure_bf16=pure_bf16,
+                                pure_bf16=pure_bf16, optimizer_in_backward=optimizer_in_backward,
                                 moe_a2a_overlap=moe_a2a_overlap, cuda_graphs=cuda_graphs,
                                 moe_dispatcher=moe_dispatcher)
     except ValidationError as exc:

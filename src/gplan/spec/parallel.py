@@ -409,6 +409,24 @@ def _offload(model: ModelSpec, training: TrainingSpec, c: ParallelConfig, device
     return None
 
 
+def _optimizer_in_backward(model: ModelSpec, training: TrainingSpec | None, c: ParallelConfig,
+                           devices: int) -> Violation | None:
+    """torchtitan ≤ 0.2's build_optimizers: "Optimizers in backward is not supported with Expert Parallel" and
+    "... with Pipeline Parallel"; and it steps in every backward, so no gradient accumulation."""
+    if training is None or not training.optimizer_in_backward:
+        return None
+    hint = "leave --optimizer-in-backward out"
+    for degree, value in (("pp", c.pp), ("ep", c.ep)):
+        if value > 1:
+            return Violation("optimizer_in_backward", f"--optimizer-in-backward with {degree}={value}: torchtitan steps "
+                             "in the backward without pipeline stages or expert parallel only", f"use {degree}=1, or {hint}")
+    if c.microbatches_for(training.gbs) > 1:
+        return Violation("optimizer_in_backward", f"--optimizer-in-backward steps after every backward: the "
+                         f"{c.microbatches_for(training.gbs)} micro-batches of a step would each step",
+                         f"use a batch of dp·mbs sequences, or {hint}")
+    return None
+
+
 def _a2a_overlap(model: ModelSpec, training: TrainingSpec | None, c: ParallelConfig, devices: int) -> Violation | None:
     """Megatron-core's TransformerConfig.__post_init__ for `overlap_moe_expert_parallel_comm`: "only supported
     with expert model parallelism", vpp "must be specified when pipeline_model_parallel_size > 1", "disable
@@ -432,7 +450,7 @@ def _a2a_overlap(model: ModelSpec, training: TrainingSpec | None, c: ParallelCon
 
 RULES: tuple[Rule, ...] = (_world, _tp, _dense_experts, _ep_divides, _etp_divides, _expert_grid, _moe_sp,
                            _ep_fp16, _pp_layers, _vpp_chunks, _batch, _interleaved_microbatches, _cp_chunks, _seq_split,
-                           _modules_exist, _op_alone, _offload, _a2a_overlap)
+                           _modules_exist, _op_alone, _offload, _a2a_overlap, _optimizer_in_backward)
 """The rules every configuration keeps, in the order they are reported: the one rule set that
 `check_config`, the search space (planner.space), `--stages` and the plan check read."""
 DEGREE_RULES: tuple[Rule, ...] = (_world, _tp, _pp_layers, _cp_chunks, _seq_split)
@@ -447,8 +465,9 @@ EXPERT_RULES: tuple[Rule, ...] = (_dense_experts, _ep_divides, _etp_divides, _ex
 """The rules that read ep and etp. The search asks each group at the loop that sets what it reads, so a
 degree tuple, a batch split or a sharding level that breaks a rule is left before its options are built;
 the five groups are RULES, each rule once (tests/spec: test_rule_groups_are_the_rules)."""
-RECOMPUTE_RULES: tuple[Rule, ...] = (_modules_exist, _op_alone, _offload, _a2a_overlap)
-"""The rules that read the recompute modules, activation offloading and the MoE all-to-all overlap."""
+RECOMPUTE_RULES: tuple[Rule, ...] = (_modules_exist, _op_alone, _offload, _a2a_overlap, _optimizer_in_backward)
+"""The rules that read the recompute modules, activation offloading, the MoE all-to-all overlap and the optimizer
+in the backward (asked last: they read the whole configuration)."""
 
 
 def config_violations(model: ModelSpec, training: TrainingSpec, config: ParallelConfig,

@@ -83,6 +83,12 @@ class TrainingSpec(BaseModel):
     """Parameters, gradients and optimizer states all kept in bf16, no fp32 master copy (torchtitan's
     `training.dtype = "bfloat16"`, "full bf16 training": torchtitan/config/configs.py TrainingConfig.dtype):
     8 bytes of states per parameter, not 16. torchtitan only."""
+    optimizer_in_backward: bool = False
+    """The optimizer steps each parameter as soon as its gradient is reduced, and frees that gradient (torchtitan
+    ≤ 0.2's `optimizer.early_step_in_backward`: OptimizersInBackwardContainer, a post-accumulate-grad hook per
+    parameter; gone from 0.3.0): no gradient is kept across the backward. It steps in every backward, so it
+    runs without gradient accumulation, pipeline stages or expert parallel (torchtitan's build_optimizers
+    refuses the last two). torchtitan only."""
     fp8_param_gather: bool = False
     """Low-precision recipes: the layers' weights kept only in their quantised form, all-gathered in it by the
     distributed optimizer — no 16-bit copy beside it (Megatron-LM's --fp8-param-gather; Megatron-Bridge's
@@ -109,6 +115,7 @@ class TrainingSpec(BaseModel):
     #: Fields added after schema v1 plans were first written, left out of the digest at their default.
     DIGEST_OPTIONAL: ClassVar[dict[str, object]] = {"engine": None, "expert_imbalance": 1.0, "tp_comm_overlap": True,
                                                     "grad_reduce_in_bf16": False, "fp8_param_gather": False, "pure_bf16": False,
+                                                    "optimizer_in_backward": False,
                                                     "moe_a2a_overlap": False, "cuda_graphs": "none",
                                                     "moe_dispatcher": "alltoall"}
 

@@ -30,6 +30,8 @@ ENGINE = EngineProfile(
                               # its full-bf16 training (`training.dtype = "bfloat16"`: model and optimizer
                               # states in bf16, train.py casts the model before parallelizing)
                               pure_bf16=True,
+                              # ≤ 0.2's optimizer.early_step_in_backward (OptimizersInBackwardContainer)
+                              optimizer_in_backward=True,
                               # 0.3.0's converters: Float8LinearConverter (recipes rowwise and
                               # rowwise_with_gw_hp only: an fp8 plan runs rowwise there, and is priced
                               # so) and MXFP8LinearConverter (components/quantization/float8.py, mx.py)

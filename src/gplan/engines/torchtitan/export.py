@@ -120,6 +120,10 @@ def overrides(plan: Plan, main: bool = False) -> tuple[list[str], list[str]]:
         "--parallelism.context_parallel_degree", str(c.cp),
         "--parallelism.pipeline_parallel_degree", str(c.pp),
     ]
+    if t.optimizer_in_backward:
+        raise InputError("torchtitan 0.3.0 has no optimizer in the backward (≤ 0.2's optimizer.early_step_in_backward "
+                         "is gone); the plan frees each gradient at its step", hint="plan without --optimizer-in-backward, "
+                         "or keep your torchtitan ≤ 0.2 TOML and rewrite it with gplan search --from TOML --out-launch")
     if t.grad_reduce_in_bf16 and not main:
         raise InputError("torchtitan 0.3.0 reduces FSDP's gradients in float32 only (its TrainingConfig's "
                          "mixed_precision_reduce takes \"float32\"); the plan reduces them in bf16",

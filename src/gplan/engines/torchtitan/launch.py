@@ -32,7 +32,7 @@ TITAN_KEYS = {
     "model.converters", "float8.recipe_name", "quantize.linear.float8.recipe_name", "model.name", "model.flavor",
     "training.disable_cuda_graphs", "activation_checkpoint.selective_ac_option",
     "parallelism.expert_tensor_parallel_degree", "model.hf_assets_path", "parallelism.expert_parallel_comm_backend",
-    "training.mixed_precision_reduce", "training.dtype", *(f"training.{k}" for k in ("max_context_length", "num_tokens_per_train_step",
+    "training.mixed_precision_reduce", "training.dtype", "optimizer.early_step_in_backward", *(f"training.{k}" for k in ("max_context_length", "num_tokens_per_train_step",
                                                                    "num_tokens_per_dp_rank",
                                                                    "num_tokens_per_microbatch_per_dp_rank")),
 }
@@ -80,6 +80,8 @@ def read_torchtitan_launch(path: Path, model: ModelSpec | None) -> Launch:
         options["grad_reduce_in_bf16"] = True
     if titan_dtype(path, values, "training.dtype", TITAN_TRAINING_DTYPES):
         options["pure_bf16"] = True
+    if str(values.get("optimizer.early_step_in_backward", False)).lower() == "true":  # ≤ 0.2
+        options["optimizer_in_backward"] = True
     return Launch(source=str(path), engine="torchtitan", given=given, gbs=gbs or 0,
                   seq_length=as_int(values.get("training.seq_len")), precision=_titan_precision(values),
                   stage_sizes=sizes, recompute_layers=None, world_size=world_size(args, variables),
