@@ -455,3 +455,23 @@ def test_pure_bf16_where_it_cannot_run_is_refused_with_a_hint(gplan, argv, says)
     r = gplan("estimate", "llama3-8b", "--cluster", "dgx-h100", "--devices", "8", "--pure-bf16", *argv)
     assert r.code == 3 and says in r.stderr and "hint:" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+@requires_engine("torchtitan", "dev")
+def test_torchtitan_runs_latent_attention_with_tp_and_cp(tmp_path, gplan):
+    """torchtitan 0.3.0 shards DeepSeek-V3's latent attention over tp (its sharding.py: up-projections colwise,
+    wo rowwise) and runs cp around its inner attention (parallelize.py, apply_cp_to_forward): such a layout is
+    priced for --target torchtitan, and its export is taken by torchtitan's own parser with those degrees."""
+    from test_exporters import titan_parse
+
+    from gplan.profiles.catalogue import load_model
+
+    r = gplan("estimate", "deepseek-v3-16b", "--cluster", "dgx-h100", "--devices", "16", "--tp", "2", "--cp", "2",
+              "--dp", "4", "--ep", "8", "--zero", "3", "--target", "torchtitan", "--json")
+    assert r.code == 0, r.stderr
+    assert r.json()["target_runs_it"] is True
+    config = ParallelConfig(dp=4, tp=2, cp=2, ep=8, sp=True, zero=3)
+    training = TrainingSpec(gbs=32, seq_length=4096, engine="torchtitan")
+    plan = make_plan(load_model("deepseek-v3-16b"), training, load_cluster("dgx-h100", 16), config, None)
+    parsed = titan_parse(tmp_path, plan).parallelism
+    assert (parsed.tensor_parallel_degree, parsed.context_parallel_degree, parsed.expert_parallel_degree) == (2, 2, 8)

@@ -11,20 +11,22 @@ from gplan.profiles.catalogue import load_model
 from gplan.spec.loaders import model_from_hf_config
 from gplan.spec.model import ModelSpec
 
-#: (bundled name, total B, active B, the active count's convention: with the input embedding or not)
+#: (bundled name, total B, active B, the active count's convention: with the input embedding or not, the
+#: precision the total is published at)
 PUBLISHED = [
-    ("mixtral-8x7b", 46.7, 12.9, True),      # Mistral AI, "Mixtral of experts" (2023-12-11)
-    ("mixtral-8x22b", 141.0, 39.0, True),    # Mistral AI, "Cheaper, Better, Faster, Stronger" (2024-04-17)
-    ("qwen3-30b-a3b", 30.5, 3.3, True),      # Qwen/Qwen3-30B-A3B model card
-    ("qwen3-235b-a22b", 235.0, 22.0, True),  # Qwen/Qwen3-235B-A22B model card
-    ("deepseek-v3", 671.0, 37.0, False),     # DeepSeek-AI 2024, arXiv 2412.19437, abstract
+    ("mixtral-8x7b", 46.7, 12.9, True, 0.02),      # Mistral AI, "Mixtral of experts" (2023-12-11)
+    ("mixtral-8x22b", 141.0, 39.0, True, 0.02),    # Mistral AI, "Cheaper, Better, Faster, Stronger" (2024-04-17)
+    ("qwen3-30b-a3b", 30.5, 3.3, True, 0.02),      # Qwen/Qwen3-30B-A3B model card
+    ("qwen3-235b-a22b", 235.0, 22.0, True, 0.02),  # Qwen/Qwen3-235B-A22B model card
+    ("deepseek-v3", 671.0, 37.0, False, 0.02),     # DeepSeek-AI 2024, arXiv 2412.19437, abstract
+    ("kimi-k2", 1000.0, 32.0, False, 0.05),        # moonshotai/Kimi-K2-Instruct model card: "1T", one figure
 ]
 
 
-@pytest.mark.parametrize("name, total_b, active_b, with_lookup", PUBLISHED, ids=[p[0] for p in PUBLISHED])
-def test_bundled_moe_models_have_their_published_sizes(name, total_b, active_b, with_lookup):
+@pytest.mark.parametrize("name, total_b, active_b, with_lookup, total_rel", PUBLISHED, ids=[p[0] for p in PUBLISHED])
+def test_bundled_moe_models_have_their_published_sizes(name, total_b, active_b, with_lookup, total_rel):
     model = load_model(name)
-    assert model.total_params() / 1e9 == pytest.approx(total_b, rel=0.02)
+    assert model.total_params() / 1e9 == pytest.approx(total_b, rel=total_rel)
     assert model.active_params(input_embedding=with_lookup) / 1e9 == pytest.approx(active_b, rel=0.02)
 
 
@@ -56,6 +58,15 @@ HF = {
                     "moe_layer_freq": 1, "scoring_func": "sigmoid", "q_lora_rank": 1536, "kv_lora_rank": 512,
                     "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "hidden_act": "silu",
                     "vocab_size": 129280, "max_position_embeddings": 163840, "num_nextn_predict_layers": 1},
+    # model_type kimi_k2 on DeepseekV3ForCausalLM: DeepSeek-V3's schema, one expert group
+    "kimi-k2": {"model_type": "kimi_k2", "architectures": ["DeepseekV3ForCausalLM"], "num_hidden_layers": 61,
+                "hidden_size": 7168, "num_attention_heads": 64, "num_key_value_heads": 64, "intermediate_size": 18432,
+                "moe_intermediate_size": 2048, "n_routed_experts": 384, "n_shared_experts": 1,
+                "num_experts_per_tok": 8, "first_k_dense_replace": 1, "moe_layer_freq": 1, "n_group": 1,
+                "topk_group": 1, "scoring_func": "sigmoid", "routed_scaling_factor": 2.827, "q_lora_rank": 1536,
+                "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+                "hidden_act": "silu", "vocab_size": 163840, "max_position_embeddings": 131072, "rope_theta": 50000.0,
+                "num_nextn_predict_layers": 0},
 }
 
 

@@ -17,7 +17,8 @@ from gplan.spec.model import ModelSpec
 # ---- Hugging Face config.json ------------------------------------------------------------------
 
 _LLAMA_LIKE = {"llama", "mistral", "qwen2", "qwen3"}
-_MOE = {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss"}
+_MOE = {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "kimi_k2", "gpt_oss"}
+#: Kimi K2's config.json (model_type kimi_k2) is DeepSeek-V3's, run by DeepseekV3ForCausalLM (its `architectures`)
 _SUPPORTED_HF = sorted(_LLAMA_LIKE | _MOE | {"gpt2", "gpt_neox"})
 #: HF configs give the longest supported context, not a training length; cap the default there.
 _DEFAULT_SEQ_CAP = 8192

@@ -2,7 +2,9 @@
 its per-operator selective AC (`SelectiveAC`, the recompute module `op`); its llama3
 module (swiglu, RMSNorm, RoPE); FSDP2 has no optimizer-only sharding, so zero 1 runs as zero 2 there (the
 export says so). Stages are exact: the export lists every chunk's modules. Experts: its qwen3 and
-deepseek_v3 models (MoE layers with ep; MLA left at tp = cp = 1 here, not checked)."""
+deepseek_v3 models (MoE layers with ep). Latent attention with tp and cp as 0.3.0 runs it
+(models/deepseek_v3/parallelize.py: cp wraps the inner attention, `apply_cp_to_forward`; sharding.py: the
+down-projections replicated, the up-projections colwise and the output rowwise over tp — Megatron's MLA split)."""
 
 from gplan.engines.profile import ALL_SCHEDULES, ALL_ZERO, Capabilities, DCP_RESHARDS, EngineProfile, MemoryAccounting, Resharding
 
@@ -14,7 +16,7 @@ ENGINE = EngineProfile(
                               tied_embeddings_across_stages=False, recompute="every_layer", uneven_split=True,
                               zero=ALL_ZERO, zero_with_pp=ALL_ZERO, encoder_decoder=False, llama_family_only=True,
                               tied_embeddings=True, selective=False, recompute_modules=frozenset({"op"}), experts=True,
-                              per_expert_launches=False, latent_attention=True,
+                              per_expert_launches=False, latent_attention=True, latent_attention_split=True,
                               expert_tp="follows_tp", ep_within_fsdp=True,
                               # FSDP over the experts too, on the dp_shard·cp ranks left by ep (0.3's
                               # parallelize_*: apply_fsdp with the edp mesh for the routed experts)
