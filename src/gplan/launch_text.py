@@ -13,38 +13,154 @@ from gplan.errors import InputError
 
 def arguments(text: str) -> tuple[dict[str, list[str]], dict[str, str]]:
     """Every `--flag [value]` of the text (line continuations joined, comments dropped, bash arrays
-    flattened) and the script's plain variable assignments (and a command's environment prefix,
-    `NGPU=8 CONFIG_FILE=… ./run_train.sh`, as torchtitan's own launcher is run). A flag given twice keeps its last value, as
-    argparse does."""
+    flattened, an array element `"--flag value"` split as its unquoted expansion splits it) and the script's
+    variable assignments (and a command's environment prefix, `NGPU=8 CONFIG_FILE=… ./run_train.sh`, as
+    torchtitan's own launcher is run), the values with the script's variables and arithmetic expanded; the
+    branch of an `if [[ "$X" == "y" ]]` that the script's own variables rule out is skipped. A flag given
+    twice keeps its last value, as argparse does."""
     joined = re.sub(r"\\\n", " ", text)
-    variables, tokens = {}, []
+    variables, tokens, branches = {}, [], Branches()
     for line in joined.splitlines():
         line = line.split(" #", 1)[0] if not line.lstrip().startswith("#") else ""
-        assign = re.match(r"\s*(?:export\s+)?([A-Z_][A-Z0-9_]*)=([^\s()]+)\s*$", line)
-        if assign:  # NAME=8, or NAME=${NAME:-8} (its default)
-            text = assign.group(2).strip("\"'")
-            default = re.fullmatch(r"\$\{\w+:-([^}]*)\}", text)
-            variables[assign.group(1)] = default.group(1) if default else text
+        if branches.reads(line, variables) or not branches.taken:
+            continue
+        arithmetic = re.match(r"\s*(?:export\s+)?([A-Za-z_]\w*)=(\$\(\(.*\)\))\s*$", line)
+        assign = arithmetic or re.match(r"\s*(?:export\s+)?([A-Za-z_]\w*)=([^\s()]+)\s*$", line)
+        if assign:  # NAME=8, NAME=${NAME:-8} (its default, or its value before), NAME=$((A*B))
+            variables[assign.group(1)] = expand(assign.group(2).strip("\"'"), variables)
+            continue
         try:
             words = shlex.split(_unbracket(line))
         except ValueError:
             continue
         while len(words) > 1 and re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", words[0]):  # `NGPU=4 CONFIG_FILE=x ./run_train.sh`
             name, _, env_value = words.pop(0).partition("=")
-            variables[name] = env_value
-        tokens += words
+            env_value = expand(env_value, variables)
+            if "$" not in env_value:  # not a command substitution's remains (`HERE=$(cd … && pwd)`)
+                variables[name] = env_value
+        # an array's opener (`ARGS=(`, `ARGS+=(`) and its expansion (`${ARGS[@]}`, read where it was filled) are
+        # no values
+        words = [w for w in words if not re.fullmatch(r"[A-Za-z_]\w*\+?=|\$\{\w+\[[@*]\]\}", w)]
+        tokens.append([part for word in words for part in (word.split() if word.startswith("--") else [word])])
     found: dict[str, list[str]] = {}
-    for i, token in enumerate(tokens):
-        if not token.startswith("--") or len(token) < 3:
-            continue
-        name, sep, inline = token.partition("=")
-        values = [inline] if sep else []
-        for nxt in tokens[i + 1:]:
-            if nxt.startswith("--") or sep:
-                break
-            values.append(nxt)
-        found[name] = values
+    for line_tokens in tokens:  # a flag's values are on its own (joined) line: the next line's command is not one
+        for i, token in enumerate(line_tokens):
+            if not token.startswith("--") or len(token) < 3:
+                continue
+            name, sep, inline = token.partition("=")
+            values = [inline] if sep else []
+            for nxt in line_tokens[i + 1:]:
+                if nxt.startswith("--") or sep:
+                    break
+                values.append(nxt)
+            found[name] = [expand(v, variables) for v in values]
     return found, variables
+
+
+class Branches:
+    """The `if` / `elif` / `else` / `fi` blocks a script is inside, each known taken, known not, or unknown
+    (read, as before: a condition gplan cannot decide)."""
+
+    def __init__(self):
+        self.stack: list[list] = []  # per block: [this branch taken (True/False/None), an earlier branch taken]
+
+    @property
+    def taken(self) -> bool:
+        return all(state is not False for state, _ in self.stack)
+
+    def reads(self, line: str, variables: dict[str, str]) -> bool:
+        """Whether `line` opens, switches or closes a block (updating the stack)."""
+        words = line.strip()
+        head = re.match(r"(if|elif)\s+(.*?)(?:;\s*then)?\s*$", words)
+        if head and head.group(1) == "if":
+            self.stack.append([condition(head.group(2), variables), False])
+        elif head and self.stack:
+            block = self.stack[-1]
+            block[1] = block[1] or block[0] is True
+            block[0] = False if block[1] else condition(head.group(2), variables)
+        elif re.fullmatch(r"else", words) and self.stack:
+            block = self.stack[-1]
+            block[1] = block[1] or block[0] is True
+            block[0] = False if block[1] else (None if block[0] is None else not block[0])
+        elif re.fullmatch(r"fi", words) and self.stack:
+            self.stack.pop()
+        else:
+            return False
+        return True
+
+
+def condition(text: str, variables: dict[str, str]) -> bool | None:
+    """A test of `[[ "$A" == "b" ]]`, `!=`, `-z`, `-n` clauses joined by `||` and `&&` (left to right, as bash
+    runs a list), with the script's variables; None where any part is something else or names an unset
+    variable."""
+    parts = re.split(r"\s*(\|\||&&)\s*", text.strip())
+    result = None
+    for i in range(0, len(parts), 2):
+        clause = re.fullmatch(r"\[\[?\s*(.*?)\s*\]\]?", parts[i])
+        value = test(clause.group(1), variables) if clause else None
+        if value is None:
+            return None
+        result = value if i == 0 else (result or value) if parts[i - 1] == "||" else (result and value)
+    return result
+
+
+def test(clause: str, variables: dict[str, str]) -> bool | None:
+    words = [expand(w, variables) for w in shlex.split(clause)] if clause else []
+    if any("$" in w for w in words):
+        return None
+    if len(words) == 3 and words[1] in ("==", "=", "!="):
+        return (words[0] == words[2]) == (words[1] != "!=")
+    if len(words) == 2 and words[0] in ("-z", "-n"):
+        return (words[1] == "") == (words[0] == "-z")
+    return None
+
+
+_VARIABLE = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}|\$(\w+)")
+_ARITHMETIC = re.compile(r"\$\(\((.*?)\)\)")
+
+
+def expand(text: str, variables: dict[str, str]) -> str:
+    """`text` with the script's variables substituted as bash would (`$NAME`, `${NAME}`, `${NAME:-default}`) and
+    its integer arithmetic evaluated (`$(($GPUS_PER_NODE*$NUM_NODES))`); a variable the script does not set is
+    left as written (so a value that needs it is refused naming it)."""
+    def variable(match: re.Match) -> str:
+        name = match.group(1) or match.group(3)
+        if name in variables:
+            return variables[name]
+        return match.group(2).strip("\"'") if match.group(2) is not None else match.group(0)
+
+    def arithmetic(match: re.Match) -> str:
+        expression = _VARIABLE.sub(variable, match.group(1))
+        expression = re.sub(r"\b[A-Za-z_]\w*\b", lambda n: variables.get(n.group(0), n.group(0)), expression)
+        result = integer_arithmetic(expression)
+        return match.group(0) if result is None else str(result)
+
+    return _VARIABLE.sub(variable, _ARITHMETIC.sub(arithmetic, text))
+
+
+def integer_arithmetic(expression: str) -> int | None:
+    """Bash's integer arithmetic of `expression` (+ - * / %, parentheses, integers; / truncates), or None when it
+    holds anything else."""
+    import ast
+
+    if not re.fullmatch(r"[\d\s+\-*/%()]+", expression):
+        return None
+    operators = {ast.Add: int.__add__, ast.Sub: int.__sub__, ast.Mult: int.__mul__, ast.Mod: int.__mod__,
+                 ast.FloorDiv: lambda a, b: int(a / b)}
+
+    def value(node) -> int:
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -value(node.operand)
+        if isinstance(node, ast.BinOp) and type(node.op) in operators:
+            return operators[type(node.op)](value(node.left), value(node.right))
+        raise ValueError(node)
+
+    try:
+        return value(ast.parse(expression.strip().replace("/", "//"), mode="eval").body)
+    except (SyntaxError, ValueError, ZeroDivisionError):
+        return None
 
 
 def _unbracket(line: str) -> str:

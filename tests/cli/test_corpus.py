@@ -585,3 +585,30 @@ def test_a_deepep_plan_exported_to_torchtitan_reads_back_with_deepep(gplan, tmp_
     plan = json.loads(plan_path.read_text())
     assert back["engine_options"]["moe_dispatcher"] == "flex"
     assert back["step_time_s"] == pytest.approx(plan["prediction"]["step_time_s"], rel=1e-6)
+
+
+def test_a_megatron_example_with_variables_arrays_and_branches_is_read_as_it_runs():
+    """Megatron-LM's example scripts hold sizes in variables (`$(($NUM_LAYERS-1))` among them), flags in arrays
+    (`"--vocab-size 102400"` one element, split where the array is expanded) and blocks behind `if` tests of
+    their own variables: read as bash runs it — the fp8 and mock-data blocks its DTYPE and DATA_ARG rule out
+    left out — and its model built from its flags, latent attention included."""
+    launch = read_launch(CORPUS / "megatron_deepseek2_lite_h100.sh", None)
+    m = launch.model
+    assert launch.precision == "bf16" and launch.world_size == 8
+    assert (m.num_layers, m.first_dense_layers, m.num_experts, m.top_k, m.vocab_size) == (16, 1, 64, 6, 102400)
+    assert (m.q_lora_rank, m.kv_lora_rank, m.kv_channels, m.qk_rope_head_dim, m.v_head_dim) == (None, 512, 128, 64, 128)
+    assert m.is_mla and m.num_kv_heads == m.num_attention_heads == 16
+
+
+def test_script_variables_arithmetic_and_branches_are_expanded_as_bash_would():
+    from gplan.launch_text import arguments
+
+    text = ('N=${N:-4}\nM=$(( N * 2 + 1 ))\nMODE=fast\nif [[ "$MODE" == "slow" ]]; then\n  A=(--x 1)\nelif [[ -z "$MODE" ]]; '
+            'then\n  A=(--x 2)\nelse\n  A=(--x 3)\nfi\nif [[ "$UNSET" == 1 ]]; then\n  B=(--y 7)\nfi\n'
+            'run ${A[@]} ${B[@]} --n $N --m ${M} --k ${K:-5} --q $Q "--split 9,1"\n')
+    args, variables = arguments(text)
+    assert (variables["N"], variables["M"]) == ("4", "9")
+    assert args["--x"] == ["3"]  # the branch its own MODE takes
+    assert args["--y"] == ["7"]  # a test of a variable the script does not set: read, as gplan cannot decide it
+    assert (args["--n"], args["--m"], args["--k"], args["--split"]) == (["4"], ["9"], ["5"], ["9,1"])
+    assert args["--q"] == ["$Q"]  # unset, no default: left as written, refused where it is needed

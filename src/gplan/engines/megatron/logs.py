@@ -150,6 +150,8 @@ def model_from_args(args: dict, name: str) -> ModelSpec:
         "qk_norm": bool(a("qk_layernorm", False)), "mtp_layers": a("mtp_num_layers") or 0,
         "dropout": float(a("hidden_dropout") or 0.0),
     }
+    if a("multi_latent_attention"):
+        fields |= latent_attention(args)
     if experts(args):
         fields |= {"num_experts": experts(args), "top_k": a("moe_router_topk"),
                    "moe_ffn_hidden_size": a("moe_ffn_hidden_size"), "first_dense_layers": first_dense,
@@ -157,6 +159,25 @@ def model_from_args(args: dict, name: str) -> ModelSpec:
                    "num_shared_experts": 1 if a("moe_shared_expert_intermediate_size") else 0,
                    "router": a("moe_router_score_function") or "softmax"}
     return ModelSpec.model_validate({k: v for k, v in fields.items() if v is not None})
+
+
+def latent_attention(args: dict) -> dict:
+    """The MLA fields of `--multi-latent-attention`, each flag the launch leaves out at Megatron's default
+    (`engines.megatron.arguments`, its `_add_mla_args`: kv LoRA 32, qk 128 + rope 64, v 128, no q LoRA): the
+    query-key width is `--qk-head-dim` (`--kv-channels` is not read by MLA), every head its own key and value."""
+    from gplan.engines.megatron.arguments import arguments
+
+    defaults = arguments()
+
+    def given(flag: str) -> int | None:
+        value = args.get(flag[2:].replace("-", "_"))
+        if value is None:
+            value = defaults[flag][1]
+        return int(value) if value is not None else None
+
+    return {"q_lora_rank": given("--q-lora-rank"), "kv_lora_rank": given("--kv-lora-rank"),
+            "head_dim": given("--qk-head-dim"), "qk_rope_head_dim": given("--qk-pos-emb-head-dim"),
+            "v_head_dim": given("--v-head-dim"), "num_kv_heads": args.get("num_attention_heads")}
 
 
 def experts(args: dict) -> int | None:
