@@ -18,10 +18,12 @@ def arguments(text: str) -> tuple[dict[str, list[str]], dict[str, str]]:
     torchtitan's own launcher is run), the values with the script's variables and arithmetic expanded; the
     branch of an `if [[ "$X" == "y" ]]` that the script's own variables rule out is skipped. A flag given
     twice keeps its last value, as argparse does."""
-    joined = re.sub(r"\\\n", " ", text)
+    # comments first: a backslash ending a comment continues nothing (bash ends a comment at its newline)
+    uncommented = "\n".join(line.split(" #", 1)[0] if not line.lstrip().startswith("#") else ""
+                            for line in text.splitlines())
+    joined = re.sub(r"\\\n", " ", uncommented)
     variables, tokens, branches = {}, [], Branches()
     for line in joined.splitlines():
-        line = line.split(" #", 1)[0] if not line.lstrip().startswith("#") else ""
         if branches.reads(line, variables) or not branches.taken:
             continue
         arithmetic = re.match(r"\s*(?:export\s+)?([A-Za-z_]\w*)=(\$\(\(.*\)\))\s*$", line)

@@ -612,3 +612,6 @@ def test_script_variables_arithmetic_and_branches_are_expanded_as_bash_would():
     assert args["--y"] == ["7"]  # a test of a variable the script does not set: read, as gplan cannot decide it
     assert (args["--n"], args["--m"], args["--k"], args["--split"]) == (["4"], ["9"], ["5"], ["9,1"])
     assert args["--q"] == ["$Q"]  # unset, no default: left as written, refused where it is needed
+    # a comment's trailing backslash continues nothing: the flag after it is read, the commented one is not
+    args, _ = arguments("ARGS=(\n  # --log-interval 1 \\\n  --eval-iters 10 \\\n  --no-load-rng\n)\n")
+    assert args == {"--eval-iters": ["10"], "--no-load-rng": []}
