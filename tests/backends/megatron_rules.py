@@ -55,7 +55,7 @@ ARGUMENTS: dict[str, tuple[object, tuple | None]] = {
     # _add_moe_args
     "--num-experts": (int, None), "--moe-router-topk": (int, None), "--moe-ffn-hidden-size": (int, None),
     "--moe-shared-expert-intermediate-size": (int, None), "--moe-layer-freq": (str, None),  # moe_freq_type
-    "--moe-grouped-gemm": (None, None),
+    "--moe-grouped-gemm": (None, None), "--moe-use-legacy-grouped-gemm": (None, None),
     "--moe-token-dispatcher-type": (str, ("allgather", "alltoall", "flex")), "--moe-enable-deepep": (None, None),
     "--moe-router-score-function": (str, ("softmax", "sigmoid")), "--moe-router-enable-expert-bias": (None, None),
     "--moe-expert-capacity-factor": (float, None), "--moe-token-drop-policy": (str, ("probs", "position")),

@@ -61,6 +61,9 @@ def test_a_full_iteration_graph_is_cheaper_and_exported_with_megatrons_nan_check
      "has no experts", "leave --moe-a2a-overlap out"),
     ([*MOE, "--target", "megatron", "--cuda-graphs", "layers"], "--cuda-graphs", "gplan --help"),
     ([*MOE, "--target", "megatron", "--moe-a2a-overlap", "--ep", "1"], "ep is 1", "leave --moe-a2a-overlap out"),
+    ([*MOE, "--target", "torchtitan", "--legacy-grouped-gemm"], "capability legacy_grouped_gemm", "--target megatron"),
+    (["llama3-8b", "--cluster", "dgx-h100", "--devices", "8", "--target", "megatron", "--legacy-grouped-gemm"],
+     "has no experts", "leave --legacy-grouped-gemm out"),
 ])
 def test_bad_engine_options_exit_3_with_a_hint(gplan, argv, says, hint):
     r = gplan("estimate", *argv)
@@ -108,3 +111,38 @@ def test_a_launch_on_a_worker_without_the_switches_says_it_runs_without_them(gpl
     assert r.code == 0, r.stderr
     said = " ".join(r.stderr.split())
     assert "priced with --grad-reduce-in-bf16 (megatron's); the torch worker runs without" in said
+
+
+def test_megatrons_legacy_grouped_gemm_pays_no_launch_per_local_expert():
+    """Megatron-core's legacy GroupedMLP runs each matrix of all local experts as one grouped_gemm kernel: the
+    dispatcher's sync is kept, Transformer Engine's launch per local expert is not paid."""
+    from gplan.cost_models import experts
+    from gplan.profiles.catalogue import load_model
+    from gplan.spec.parallel import ParallelConfig
+    from gplan.spec.training import TrainingSpec
+
+    model, config = load_model("qwen3-30b-a3b"), ParallelConfig(dp=8, ep=2)
+    te = TrainingSpec(gbs=64, seq_length=4096, engine="megatron")
+    legacy = te.model_copy(update={"legacy_grouped_gemm": True})
+    assert experts.host_time_s(model, config, legacy) == experts.HOST_SYNC_S["none"]
+    assert experts.host_time_s(model, config, te) == pytest.approx(
+        experts.HOST_SYNC_S["none"] + experts.EXPERT_LAUNCH_S * 64)
+
+
+def test_a_legacy_grouped_gemm_plan_exports_megatrons_flag_and_reads_back(gplan, tmp_path):
+    """--legacy-grouped-gemm: faster than the same plan with Transformer Engine's grouped linear (64 local
+    experts' launches saved), exported as --moe-use-legacy-grouped-gemm (Megatron's parser takes it), read back."""
+    import json
+
+    plan_path, out = tmp_path / "plan.json", tmp_path / "meg"
+    base = [*MOE, "--target", "megatron", "--tp", "1", "--pp", "1", "--ep", "2", "--json"]
+    legacy = gplan("search", *base, "--legacy-grouped-gemm", "--out", str(plan_path))
+    assert legacy.code == 0, legacy.stderr
+    assert gplan("search", *base, "--out", str(tmp_path / "te.json")).code == 0
+    step = json.loads(plan_path.read_text())["prediction"]["step_time_s"]
+    assert step < json.loads((tmp_path / "te.json").read_text())["prediction"]["step_time_s"]
+    _, args = _exported(gplan, plan_path, out)
+    assert args.moe_use_legacy_grouped_gemm and args.moe_grouped_gemm
+    back = gplan("estimate", "--from", str(out / "megatron_pretrain_gpt.sh"), "--cluster", "dgx-h100", "--json").json()
+    assert back["engine_options"]["legacy_grouped_gemm"] is True
+    assert back["step_time_s"] == pytest.approx(step, rel=1e-6)

@@ -111,6 +111,8 @@ class Capabilities:
     pure_bf16: bool = False
     """Parameters, gradients and optimizer states in bf16 without an fp32 master copy (torchtitan's
     `training.dtype = "bfloat16"`)."""
+    legacy_grouped_gemm: bool = False
+    """The experts' GEMMs as one grouped kernel (Megatron's legacy GroupedMLP)."""
     optimizer_in_backward: bool = False
     """The optimizer stepped per parameter in the backward, its gradient freed (torchtitan ≤ 0.2's
     `optimizer.early_step_in_backward`)."""

@@ -127,7 +127,7 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
                    memory_headroom: float = 0.1, profile: str | None = None, target: str | None = None,
                    expert_imbalance: float = 1.0, grad_reduce_in_bf16: bool = False,
                    fp8_param_gather: bool = False, moe_a2a_overlap: bool = False, pure_bf16: bool = False,
-                   optimizer_in_backward: bool = False,
+                   optimizer_in_backward: bool = False, legacy_grouped_gemm: bool = False,
                    cuda_graphs: str = "none", moe_dispatcher: str = "alltoall") -> Inputs:
     """`target` (a backend or export target) is the engine whose memory accounting prices the run;
     default: the backend of the cluster's hardware, as `gplan search` defaults its --target."""
@@ -162,6 +162,7 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
                                 expert_imbalance=expert_imbalance, engine=resolve_target(target, spec, precision, model),
                                 grad_reduce_in_bf16=grad_reduce_in_bf16, fp8_param_gather=fp8_param_gather,
                                 pure_bf16=pure_bf16, optimizer_in_backward=optimizer_in_backward,
+                                legacy_grouped_gemm=legacy_grouped_gemm,
                                 moe_a2a_overlap=moe_a2a_overlap, cuda_graphs=cuda_graphs,
                                 moe_dispatcher=moe_dispatcher)
     except ValidationError as exc:
@@ -188,9 +189,10 @@ def check_engine_options(training: TrainingSpec, model: ModelSpec) -> None:
         shown = f"{flag} {value}" if isinstance(value, str) else flag
         raise InputError(f"{shown}: {training.engine} has no such option (capability {option})",
                          hint=f"--target {' or '.join(runners)}, or leave {flag} out")
-    for option, flag in (("moe_a2a_overlap", "--moe-a2a-overlap"), ("moe_dispatcher", "--moe-dispatcher")):
+    for option, flag in (("moe_a2a_overlap", "--moe-a2a-overlap"), ("moe_dispatcher", "--moe-dispatcher"),
+                         ("legacy_grouped_gemm", "--legacy-grouped-gemm")):
         if getattr(training, option) != switch_default(option) and not model.is_moe:
-            raise InputError(f"{flag} sets how the experts' tokens travel: {model.name} has no experts",
+            raise InputError(f"{flag} is about the routed experts (their tokens or GEMMs): {model.name} has no experts",
                              hint=f"leave {flag} out")
     if training.moe_a2a_overlap and training.moe_dispatcher == "allgather":  # Megatron-core's TransformerConfig:
         # "overlap_moe_expert_parallel_comm is supported with alltoall/flex token dispatcher"

@@ -85,6 +85,7 @@ def overlaps_param_gather(engine: str | None, precision: str) -> bool:
 
 ENGINE_OPTIONS = {"grad_reduce_in_bf16": "--grad-reduce-in-bf16", "fp8_param_gather": "--fp8-param-gather",
                   "pure_bf16": "--pure-bf16", "optimizer_in_backward": "--optimizer-in-backward",
+                  "legacy_grouped_gemm": "--legacy-grouped-gemm",
                   "moe_a2a_overlap": "--moe-a2a-overlap", "cuda_graphs": "--cuda-graphs",
                   "moe_dispatcher": "--moe-dispatcher"}
 """TrainingSpec's engine switches, each a capability of the same name, and its flag."""

@@ -89,6 +89,11 @@ class TrainingSpec(BaseModel):
     parameter; gone from 0.3.0): no gradient is kept across the backward. It steps in every backward, so it
     runs without gradient accumulation, pipeline stages or expert parallel (torchtitan's build_optimizers
     refuses the last two). torchtitan only."""
+    legacy_grouped_gemm: bool = False
+    """Mixture of experts: the routed experts' GEMMs run as one grouped kernel per matrix (Megatron-core's legacy
+    GroupedMLP, `grouped_gemm`'s gmm: `--moe-use-legacy-grouped-gemm`, or `--transformer-impl local` with
+    `--moe-grouped-gemm`), not Transformer Engine's grouped linear that launches each local expert's GEMMs
+    (experts.EXPERT_LAUNCH_S): no launch per local expert, the dispatcher's sync kept. Megatron-LM only."""
     fp8_param_gather: bool = False
     """Low-precision recipes: the layers' weights kept only in their quantised form, all-gathered in it by the
     distributed optimizer — no 16-bit copy beside it (Megatron-LM's --fp8-param-gather; Megatron-Bridge's
@@ -115,7 +120,7 @@ class TrainingSpec(BaseModel):
     #: Fields added after schema v1 plans were first written, left out of the digest at their default.
     DIGEST_OPTIONAL: ClassVar[dict[str, object]] = {"engine": None, "expert_imbalance": 1.0, "tp_comm_overlap": True,
                                                     "grad_reduce_in_bf16": False, "fp8_param_gather": False, "pure_bf16": False,
-                                                    "optimizer_in_backward": False,
+                                                    "optimizer_in_backward": False, "legacy_grouped_gemm": False,
                                                     "moe_a2a_overlap": False, "cuda_graphs": "none",
                                                     "moe_dispatcher": "alltoall"}
 

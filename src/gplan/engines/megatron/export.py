@@ -124,6 +124,7 @@ def model_args(plan: Plan, notes: list[str]) -> list[str]:
     if t.precision in LOW_PRECISION_ARGS:
         args += ["--bf16", *LOW_PRECISION_ARGS[t.precision]]
     args += ["--grad-reduce-in-bf16"] * t.grad_reduce_in_bf16 + ["--fp8-param-gather"] * t.fp8_param_gather
+    args += ["--moe-use-legacy-grouped-gemm"] * t.legacy_grouped_gemm
     args += ["--overlap-moe-expert-parallel-comm"] * t.moe_a2a_overlap + CUDA_GRAPH_ARGS[t.cuda_graphs]
     return args + vocab_args(plan, notes)
 

@@ -29,7 +29,7 @@ LAYOUT_FLAGS = {
     "--moe-token-dispatcher-type", "--moe-enable-deepep", "--moe-flex-dispatcher-backend",
     "--use-custom-fsdp", "--num-virtual-stages-per-pipeline-rank", "--account-for-embedding-in-pipeline-split",
     "--account-for-loss-in-pipeline-split", "--combined-1f1b", "--fp4-format", "--recompute-activations",
-    "--checkpoint-activations",
+    "--checkpoint-activations", "--moe-use-legacy-grouped-gemm",
 }
 #: Model flags whose presence gplan reads through the named model (checked as switches).
 MODEL_SWITCHES = {
@@ -68,8 +68,6 @@ MEGATRON_NO_EFFECT = {
     "--moe-per-layer-logging": "logging", "--moe-input-jitter-eps": "router noise",
     "--moe-hybridep-num-sms": "HybridEP's SM count (its dispatcher is read as flex)",
     "--moe-deepep-num-sms": "DeepEP's SM count (its dispatcher is read as flex)",
-    "--moe-use-legacy-grouped-gemm": "an older grouped-GEMM module (the same GEMMs; its one grouped kernel is priced "
-    "with Transformer Engine's launch per local expert, which it does not pay)",
     "--moe-apply-probs-on-input": "where the routing weights multiply (elementwise)",
     "--moe-upcycling-granularity": "read with --moe-use-upcycling only",
     "--moe-pad-experts-for-cuda-graph-inference": "inference only", "--cache-mla-latents": "inference only",
@@ -79,8 +77,9 @@ MEGATRON_NO_EFFECT = {
     "--no-create-attention-mask-in-dataloader": "data loading",
     "--cross-entropy-loss-fusion": "a fused loss kernel", "--cross-entropy-fusion-impl": "a fused loss kernel",
     "--use-mcore-models": "the default model implementation", "--use-flash-attn": "the attention kernel "
-    "gplan prices", "--transformer-impl": "Megatron's own layers, priced as Transformer Engine's (the same GEMMs; "
-    "its fused kernels and, with experts, its launch per local expert are what gplan's efficiencies hold)",
+    "gplan prices", "--transformer-impl": "Megatron's own layers, priced as Transformer Engine's (the same GEMMs, its "
+    "fused kernels in gplan's efficiencies; with --moe-grouped-gemm the experts' one grouped kernel is read: "
+    "--legacy-grouped-gemm)",
     "--attention-backend": "the attention kernel (gplan prices the engine's fused one)",
     "--enable-experimental": "unlocks flags that are classified on their own",
     "--manual-gc": "Python garbage collection", "--manual-gc-interval": "Python garbage collection",

@@ -78,11 +78,20 @@ def read_megatron_launch(path: Path, model: ModelSpec | None, text: str) -> Laun
                   world_size=world_size(args, variables), unread=unread, no_effect=no_effect, model=model,
                   engine_options={"grad_reduce_in_bf16": "--grad-reduce-in-bf16" in args,
                                   "fp8_param_gather": "--fp8-param-gather" in args,
+                                  "legacy_grouped_gemm": legacy_grouped_gemm(args, model),
                                   "moe_a2a_overlap": a2a_overlap,
                                   "cuda_graphs": cuda_graphs_of(value(args, "--cuda-graph-impl"),
                                                                 args.get("--cuda-graph-scope")),
                                   "moe_dispatcher": dispatcher_of(value(args, "--moe-token-dispatcher-type"), model)})
 
+
+
+def legacy_grouped_gemm(args: dict, model: ModelSpec) -> bool:
+    """Whether Megatron-core builds its legacy GroupedMLP (grouped_gemm's one kernel for all local experts):
+    asked for (`--moe-use-legacy-grouped-gemm`), or the grouped GEMM of its local layers (`--transformer-impl local`
+    with `--moe-grouped-gemm`; core's get_gpt_layer_local_spec)."""
+    local = value(args, "--transformer-impl") == "local" and "--moe-grouped-gemm" in args
+    return model.is_moe and ("--moe-use-legacy-grouped-gemm" in args or local)
 
 
 def model_of_flags(args: dict, path: Path) -> ModelSpec:
