@@ -42,6 +42,8 @@ def megatron_log_launch(args: dict, path: Path, model: ModelSpec | None) -> Laun
     block = values["recompute"] == "full" and args.get("recompute_method") == "block"
     engine_options = {"grad_reduce_in_bf16": bool(args.get("grad_reduce_in_bf16")),
                       "fp8_param_gather": bool(args.get("fp8_param_gather")),
+                      "legacy_grouped_gemm": model.is_moe and bool(args.get("moe_use_legacy_grouped_gemm") or (
+                          args.get("transformer_impl") == "local" and args.get("moe_grouped_gemm"))),
                       "moe_a2a_overlap": bool(args.get("overlap_moe_expert_parallel_comm")),
                       "cuda_graphs": cuda_graphs_of(args.get("cuda_graph_impl"), args.get("cuda_graph_scope")),
                       "moe_dispatcher": dispatcher_of(args.get("moe_token_dispatcher_type"), model)}
