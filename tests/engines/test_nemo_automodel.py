@@ -222,3 +222,67 @@ def test_its_run_script_passes_shellcheck(exported):
         done = subprocess.run(["shellcheck", "--severity=style", str(script)], capture_output=True, text=True)
         assert done.returncode == 0, done.stdout
         assert "-m nemo_automodel.cli.app" in script.read_text() and script.stat().st_mode & 0o111
+
+
+def test_its_interleaved_cut_is_the_one_its_own_code_makes():
+    """AutoModel cuts virtual stages from one layers_per_stage count, rounded to a multiple of pp, the first
+    L mod stages one layer longer: gplan's cut (spec.targets.layers_per_stage_cut) gives exactly pp·vpp stages by
+    AutoModel's own calculate_virtual_stages wherever any count does, and each rank's layers are those of
+    AutoModel's generate_hf_model_fqn_per_model_part (61 layers on pp 8 × 3: the Kimi K2 and DeepSeek-V3 recipes)."""
+    pytest.importorskip("nemo_automodel", reason="needs NeMo AutoModel (dev extras)")
+    from nemo_automodel.components.distributed.pipelining.functional import (
+        calculate_virtual_stages, generate_hf_model_fqn_per_model_part, stage_ids_this_rank)
+
+    from gplan.engines.nemo_automodel.launch import rank_layers
+    from gplan.spec.targets import layers_per_stage_cut
+
+    def reaches(layers, pp, vpp):
+        for per_stage in range(1, layers + 1):
+            for rounding in (None, "down", "up"):
+                try:
+                    if calculate_virtual_stages(layers, per_stage, pp, False, rounding)[0] == pp * vpp:
+                        return True
+                except ValueError:
+                    pass
+        return False
+
+    for layers, pp, vpp in [(61, 8, 3), (61, 4, 2), (94, 8, 4), (80, 8, 3), (27, 4, 3), (126, 16, 2), (63, 8, 3)]:
+        cut = layers_per_stage_cut(layers, pp, vpp)
+        if cut is None:
+            assert not reaches(layers, pp, vpp), (layers, pp, vpp)
+            continue
+        assert calculate_virtual_stages(layers, cut[0], pp, False, cut[1])[0] == pp * vpp
+        stages = generate_hf_model_fqn_per_model_part(pp * vpp, layers)
+        held = [sum(sum(1 for m in stages[j] if ".layers." in m) for j in stage_ids_this_rank(r, pp, pp * vpp, "loop"))
+                for r in range(pp)]
+        assert rank_layers(layers, pp, vpp) == held, (layers, pp, vpp)
+
+
+def test_a_recipe_interleaving_unequal_stages_is_priced_and_exported_as_it_cuts_them(gplan, tmp_path):
+    """Kimi K2's benchmark recipe (61 layers, pp 8, stages of 2 rounded down to 24): priced, not refused; a plan
+    with 61 layers on pp 8 × vpp 3 exports the layers_per_stage and rounding that cut it so, and reads back."""
+    import yaml
+
+    recipe = Path(__file__).parents[1] / "data" / "corpus" / "nemo_automodel" / "kimi_k2_benchmark_32nodes.yaml"
+    r = gplan("estimate", "--from", str(recipe), "--cluster", "dgx-h100", "--devices", "256", "--json")
+    assert r.code == 0, r.stderr
+    assert [s["num_layers"] for s in r.json()["stages"]] == [8, 8, 8, 8, 8, 7, 7, 7]
+    plan_path, out = tmp_path / "plan.json", tmp_path / "out"
+    r = gplan("search", "deepseek-v3", "--devices", "256", "--cluster", "dgx-h100", "--target", "nemo-automodel",
+              "--pp", "8", "--vpp", "3", "--gbs", "512", "--out", str(plan_path))
+    assert r.code == 0, r.stderr
+    assert gplan("export", str(plan_path), "--to", "nemo-automodel", "-o", str(out)).code == 0
+    pipeline = yaml.safe_load(next(out.glob("*.yaml")).read_text().split("\n", 1)[1])["distributed"]["pipeline"]
+    assert (pipeline["layers_per_stage"], pipeline.get("round_virtual_stages_to_pp_multiple")) in [(2, "down"), (3, "up")]
+    back = gplan("estimate", "--from", str(next(out.glob("*.yaml"))), "--cluster", "dgx-h100", "--devices", "256",
+                 "--json").json()
+    assert back["step_time_s"] == pytest.approx(json.loads(plan_path.read_text())["prediction"]["step_time_s"], rel=1e-6)
+
+
+def test_a_vpp_no_layers_per_stage_count_reaches_is_refused_with_the_rule(gplan):
+    from gplan.spec.targets import layers_per_stage_cut
+
+    assert layers_per_stage_cut(32, 8, 3) is None  # 32 layers: 32, 16 or 11 stages — never 24
+    r = gplan("estimate", "llama3-8b", "--devices", "64", "--cluster", "dgx-h100", "--target", "nemo-automodel",
+              "--pp", "8", "--vpp", "3", "--dp", "8", "--zero", "3")
+    assert r.code == 3 and "layers-per-stage" in r.stderr and "hint:" in r.stderr

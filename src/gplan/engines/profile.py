@@ -93,6 +93,11 @@ class Capabilities:
     """Expert capacity (a model's capacity_factor: tokens over it dropped); the others run dropless."""
     expert_families: frozenset[str] | None = None
     """The mixture-of-experts shapes its model code builds (`expert_family`); None: any."""
+    interleaved_by_layers_per_stage: bool = False
+    """Its interleaved chunks are cut from one layers-per-stage count n: ceil(L / n) virtual stages, rounded down or
+    up to a multiple of pp, the first L mod stages one layer longer (NeMo AutoModel's calculate_virtual_stages and
+    generate_hf_model_fqn_per_model_part) — so every rank holds an even share of L, and only the pp·vpp a count
+    n reaches run (`spec.targets.layers_per_stage_cut`)."""
     uneven_interleaved: bool = False
     """Interleaved chunks of different sizes (Megatron's `--pipeline-model-parallel-layout`), so that
     pp·vpp need not divide the layers."""

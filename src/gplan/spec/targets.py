@@ -202,6 +202,10 @@ def config_refusals(target: Capabilities, model: ModelSpec, config: ParallelConf
     if c.vpp > 1 and model.total_layers % (c.pp * c.vpp) and not target.uneven_interleaved:
         found.append(Refusal("uneven_interleaved", f"{t} runs interleaved chunks of equal size; {model.total_layers} "
                              f"layers do not split into pp·vpp = {c.pp * c.vpp}", "--vpp dividing L/pp"))
+    if (c.vpp > 1 and target.interleaved_by_layers_per_stage
+            and layers_per_stage_cut(model.total_layers, c.pp, c.vpp) is None):
+        found.append(Refusal("uneven_interleaved", f"{t} cuts virtual stages from one layers-per-stage count; none "
+                             f"cuts {model.total_layers} layers into pp·vpp = {c.pp * c.vpp}", "another --vpp"))
     if model.tie_embeddings and c.pp > 1 and not target.tied_embeddings_across_stages:
         found.append(Refusal("tied_embeddings", f"{t} does not tie the embedding and head across pipeline stages",
                              "--pp 1, or untie the embeddings (tie_embeddings: false)"))
@@ -318,6 +322,25 @@ def _counts(model: ModelSpec, start: int, size: int, options: list[str]) -> list
     for kind, option in zip(sequence, options):
         counts[(kind, option)] = counts.get((kind, option), 0) + 1
     return [LayerCount(kind=k, recompute=o, count=n) for (k, o), n in counts.items()]
+
+
+def layers_per_stage_cut(layers: int, pp: int, vpp: int) -> tuple[int, str | None] | None:
+    """(layers per stage n, rounding) that cut `layers` into exactly pp·vpp virtual stages where an engine takes
+    ceil(layers / n) stages rounded `down` or `up` to a multiple of pp (None: no rounding needed), or None where
+    no n does (`Capabilities.interleaved_by_layers_per_stage`)."""
+    stages = pp * vpp
+    if layers % stages == 0:
+        return layers // stages, None
+    for per_stage in (layers // stages, layers // stages + 1):
+        if per_stage < 1:
+            continue
+        cut = -(-layers // per_stage)
+        if cut == stages:
+            return per_stage, None
+        for rounding, rounded in (("down", cut - cut % pp), ("up", cut + (-cut) % pp)):
+            if rounded == stages:
+                return per_stage, rounding
+    return None
 
 
 def split_refusals(target: Capabilities, model: ModelSpec, config: ParallelConfig,

@@ -22,6 +22,8 @@ ENGINE = EngineProfile(
         tied_embeddings_across_stages=False,
         # distributed.activation_checkpointing: true checkpoints every transformer block
         recompute="every_layer", uneven_split=False,
+        # pipelining/functional.py: virtual stages cut from one layers_per_stage, their sizes differing by one
+        uneven_interleaved=True, interleaved_by_layers_per_stage=True,
         # FSDP2 reshards after the forward unless reshard_after_forward is false (zero 3 / 2); it has no
         # optimizer-only sharding, so zero 1 runs as zero 2 (the export says so); its ddp strategy (no tp, pp, cp
         # or ep: mesh_utils.py) is not planned for here
@@ -54,6 +56,8 @@ HF_MODELS = {
     "deepseek-ai/DeepSeek-V3": "deepseek-v3", "deepseek-ai/DeepSeek-V3-Base": "deepseek-v3",
     "deepseek-ai/DeepSeek-V2": "deepseek-v2-236b", "deepseek-ai/DeepSeek-V2-Lite": "deepseek-v3-16b",
     "openai/gpt-oss-20b": "gpt-oss-20b", "openai/gpt-oss-120b": "gpt-oss-120b",
+    "moonshotai/Kimi-K2-Base": "kimi-k2", "moonshotai/Kimi-K2-Instruct": "kimi-k2",
+    "moonshotai/Kimi-K2-Instruct-0905": "kimi-k2", "moonshotai/Kimi-K2-Thinking": "kimi-k2",
 }
 """Hugging Face repositories AutoModel recipes name (`model.pretrained_model_name_or_path`) -> the bundled
 model of the same config.json (the bundled models' sources, profiles/data/models.yaml); instruct and base

@@ -14,13 +14,15 @@ from gplan.backends.exporters import Export, ExportContext, stamp
 from gplan.backends.recipes import default_nodes, script_node_variables, script_torchrun_line
 from gplan.engines.nemo_automodel import HF_MODELS
 from gplan.plan import Plan
+from gplan.spec.targets import layers_per_stage_cut
 
 VERSIONS = {"0.7": "NeMo AutoModel 0.7.0 (nemo_automodel recipes: parse_distributed_section, StepScheduler)"}
 
 EXACT = (
     "a recipe YAML and the script that runs it on every node (`torchrun … -m nemo_automodel.cli.app`): FSDP2 "
     "over dp (zero 3, or 2 with `reshard_after_forward: false`), tp with sp, cp, ep borrowed from dp·cp·tp, "
-    "pipeline schedule and even stages (`layers_per_stage`), the batch as `global_batch_size` and "
+    "pipeline schedule and its virtual stages (`layers_per_stage`, rounded to a multiple of pp where they differ "
+    "by a layer, as AutoModel cuts them), the batch as `global_batch_size` and "
     "`local_batch_size`, activation checkpointing on or off; checked by its own `parse_distributed_section`, "
     "FSDP2 mesh builder (on a fake process group of the plan's size) and step scheduler")
 """What its files run exactly as the plan priced it (docs/exporting.md's table, from bench/engine_tables.py)."""
@@ -55,8 +57,11 @@ def recipe(plan: Plan, context: ExportContext) -> dict:
     if c.zero < 3:  # zero 1 runs as zero 2: FSDP2 has no optimizer-only sharding
         distributed["reshard_after_forward"] = False
     if c.pp > 1:
+        per_stage, rounding = layers_per_stage_cut(plan.model.total_layers, c.pp, c.vpp)  # the target check refuses None
         distributed["pipeline"] = {"pp_schedule": SCHEDULE_NAMES[c.schedule], "pp_microbatch_size": c.mbs,
-                                   "layers_per_stage": plan.model.total_layers // (c.pp * c.vpp)}
+                                   "layers_per_stage": per_stage}
+        if rounding:
+            distributed["pipeline"]["round_virtual_stages_to_pp_multiple"] = rounding
     distributed["mp_policy"] = {"param_dtype": "bfloat16" if t.precision == "bf16" else "float32",
                                 "reduce_dtype": "float32"}
     repository = next((hf for hf, name in HF_MODELS.items() if name == plan.model.name), None)

@@ -44,7 +44,8 @@ def read_automodel_launch(path: Path, model: ModelSpec | None) -> Launch:
     dp = as_int(values.get("distributed.dp_size"))
     world = dp * given["tp"] * given["cp"] * given["pp"] if dp and dp > 0 else None
     return Launch(source=str(path), engine="nemo-automodel", given=given, gbs=gbs, seq_length=seq or None,
-                  precision=precision(path, values), stage_sizes=None, recompute_layers=None, world_size=world,
+                  precision=precision(path, values), recompute_layers=None, world_size=world,
+                  stage_sizes=rank_layers(model.total_layers, given["pp"], given["vpp"]) if given["pp"] > 1 else None,
                   unread=unread + notes, no_effect=no_effect, model=model)
 
 
@@ -104,6 +105,14 @@ def chunks_per_rank(path: Path, values: dict[str, Any], model: ModelSpec, pp: in
                          hint="set distributed.pipeline.round_virtual_stages_to_pp_multiple (down or up), as "
                               "AutoModel needs too")
     return max(1, (stages // pp) if rounding == "down" else -(-stages // pp))
+
+
+def rank_layers(layers: int, pp: int, vpp: int) -> list[int]:
+    """The layers each pipeline rank holds as AutoModel cuts them: pp·vpp virtual stages, the first `layers mod`
+    of them one layer longer (pipelining/functional.py generate_hf_model_fqn_per_model_part), stage j on rank j mod pp."""
+    stages = pp * vpp
+    sizes = [layers // stages + (1 if j < layers % stages else 0) for j in range(stages)]
+    return [sum(sizes[r::pp]) for r in range(pp)]
 
 
 def precision(path: Path, values: dict[str, Any]) -> str:
