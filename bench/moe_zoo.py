@@ -76,7 +76,47 @@ def table() -> str:
                      f"{err:+.1%} | {peak_GiB:.0f} ({device_GiB:.0f}) |")
     lines += ["", " ".join(f"{f}: median |error| {statistics.median(e):.1%} ({len(e)} rows)." for f, e in errors.items()),
               "", "By source: " + "; ".join(f"{name} {statistics.median(e):.1%} ({len(e)})" for name, e in by_source.items()) + "."]
-    return "\n".join(lines + [""] + dropless_lines(rows))
+    return "\n".join(lines + [""] + dropless_lines(rows) + [""] + automodel_lines())
+
+
+AUTOMODEL_RUNS = ROOT / "bench" / "data" / "automodel_moe_runs.csv"
+
+
+def automodel_lines() -> list[str]:
+    """NeMo AutoModel's published MoE pre-training steps on H100 (its performance summary; FSDP2 with ep
+    borrowed from the sharded ranks, DeepEP, every block checkpointed), priced as AutoModel runs them: its
+    split (`spec.targets.runs_as`), its experts' grouped kernel, the flex dispatcher. A row gplan's AutoModel
+    profile refuses is listed with the refusal, not priced as another engine."""
+    from gplan.spec.targets import TARGETS, refusals, runs_as
+
+    lines = ["| NeMo AutoModel run (FSDP + EP) | measured s | predicted s | error | predicted peak GiB (device) |",
+             "|---|---:|---:|---:|---:|"]
+    errors, over = [], []
+    for r in csv.DictReader(AUTOMODEL_RUNS.open()):
+        inputs = resolve_inputs(r["model"], int(r["gpus"]), "dgx-h100", gbs=int(r["gbs"]),
+                                seq_length=int(r["seq_length"]), target="nemo-automodel", moe_dispatcher=r["dispatcher"])
+        config = ParallelConfig(dp=int(r["dp"]), tp=int(r["tp"]), pp=int(r["pp"]), vpp=int(r["vpp"]), ep=int(r["ep"]),
+                                etp=1, zero=int(r["zero"]), mbs=int(r["mbs"]), recompute=r["recompute"],
+                                schedule="interleaved_1f1b" if int(r["vpp"]) > 1 else "1f1b")
+        m, target = inputs.model, TARGETS["nemo-automodel"]
+        layouts = runs_as(target, m, config, layout_from_sizes(
+            m, even_stage_sizes(m.total_layers, config.pp, config.vpp), [config.recompute] * config.pp))
+        label = (f"{r['model']} {r['gpus']}×H100 pp{r['pp']} vpp{r['vpp']} ep{r['ep']} dp{r['dp']} zero{r['zero']} "
+                 f"mbs{r['mbs']}")
+        refused = refusals(target, m, config, config.microbatches_for(int(r["gbs"])), layouts, "bf16")
+        if refused:
+            lines.append(f"| {label} | {float(r['step_s']):.2f} | not priced: {refused[0].detail} | | |")
+            continue
+        p = predict(m, inputs.training, inputs.cluster, config, layouts)
+        err = p.step_time_s / float(r["step_s"]) - 1
+        errors.append(abs(err))
+        device, peak = inputs.cluster.node_groups[0].hardware.memory_bytes / 2**30, max(s.memory_bytes for s in p.stages) / 2**30
+        if peak > device:  # a run that completed, priced above its device's memory: an error, as a missed OOM
+            over.append(r["model"])
+        lines.append(f"| {label} | {float(r['step_s']):.2f} | {p.step_time_s:.2f} | {err:+.1%} | {peak:.0f} ({device:.0f}) |")
+    return lines + ["", f"NeMo AutoModel, FSDP + EP: median |error| {statistics.median(errors):.1%} ({len(errors)} rows "
+                        f"priced); completed runs priced above their device's memory: {len(over)}"
+                        f"{' (' + ', '.join(over) + ')' if over else ''}."]
 
 
 def dropless_lines(rows: list[dict]) -> list[str]:

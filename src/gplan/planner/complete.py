@@ -102,9 +102,23 @@ def _with_defaults(inputs: Inputs, given: dict[str, Any], degrees: dict[str, int
     values = {**degrees, "sp": degrees["tp"] > 1, **{k: v for k, v in given.items() if k not in degrees}}
     config = config_from_options(**values)
     layouts = (layout_from_sizes(inputs.model, stage_sizes, [config.recompute] * config.pp)
-               if stage_sizes is not None else None)
+               if stage_sizes is not None else engine_default_layouts(inputs, config))
     prediction = step.predict(inputs.model, inputs.training, inputs.cluster, config, layouts)
     return Completed(config, layouts, prediction, chosen_text(config, layouts, given, stage_sizes), False, why)
+
+
+def engine_default_layouts(inputs: Inputs, config):
+    """The even split as the pricing engine cuts it (`spec.targets.runs_as`: Megatron's accounting for the
+    embedding and loss where it runs uneven chunks, an even share per rank where it splits only evenly); None
+    without an engine (the cost model's own even split)."""
+    from gplan.spec.parallel import uniform_layout
+    from gplan.spec.targets import TARGETS, runs_as
+
+    engine = inputs.training.engine
+    if not engine or config.pp == 1:
+        return None
+    return runs_as(TARGETS[engine], inputs.model, config,
+                   uniform_layout(inputs.model, config.pp, config.recompute, config.vpp))
 
 
 def chosen_text(config: ParallelConfig, layouts, given: dict[str, Any], stage_sizes) -> dict[str, str]:
@@ -146,7 +160,8 @@ def target_refusals(inputs, config, layouts) -> tuple[list, list[str]]:
     from gplan.spec.parallel import uniform_layout
     from gplan.spec.targets import TARGETS, refusals
 
-    layouts = layouts or uniform_layout(inputs.model, config.pp, config.recompute, config.vpp)
+    layouts = layouts or engine_default_layouts(inputs, config) or uniform_layout(inputs.model, config.pp,
+                                                                                   config.recompute, config.vpp)
     m = config.microbatches_for(inputs.training.gbs)
 
     def refused(name: str) -> list:

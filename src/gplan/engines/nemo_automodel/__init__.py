@@ -30,6 +30,10 @@ ENGINE = EngineProfile(
         zero=frozenset({1, 2, 3}), zero_with_pp=frozenset({1, 2, 3}), encoder_decoder=False,
         selective=False, recompute_modules=frozenset(),
         experts=True, expert_tp="etp1", ep_within_fsdp=True, expert_zero=frozenset({1, 2, 3}),
+        # model.backend.dispatcher: torch (DTensor all-gather / reduce-scatter), deepep, hybridep, uccl_ep (flex)
+        moe_dispatcher=frozenset({"alltoall", "allgather", "flex"}),
+        # model.backend.experts defaults to torch._grouped_mm on CUDA (torch_mm; gmm its alias): one kernel
+        per_expert_launches=False,
         # its DeepSeek-V3 model (components/models/deepseek_v3): latent attention, left at tp = cp = 1 here
         latent_attention=True,
         precisions=frozenset({"bf16", "fp32"})),

@@ -48,6 +48,10 @@ def export(plan: Plan, context: ExportContext) -> Export:
                    "run_automodel.sh": "\n".join(run) + "\n"}, notes(plan))
 
 
+EXPORTED_DISPATCHERS = {"allgather": "torch", "flex": "deepep"}
+"""TrainingSpec.moe_dispatcher -> AutoModel's `model.backend.dispatcher` (its torch dispatcher is the all-gather)."""
+
+
 def recipe(plan: Plan, context: ExportContext) -> dict:
     c, t = plan.parallel, plan.training
     microbatches = c.num_microbatches
@@ -65,12 +69,15 @@ def recipe(plan: Plan, context: ExportContext) -> dict:
     distributed["mp_policy"] = {"param_dtype": "bfloat16" if t.precision == "bf16" else "float32",
                                 "reduce_dtype": "float32"}
     repository = next((hf for hf, name in HF_MODELS.items() if name == plan.model.name), None)
+    model = {"_target_": "nemo_automodel.NeMoAutoModelForCausalLM.from_pretrained",
+             "pretrained_model_name_or_path": repository or f"<the Hugging Face repository of {plan.model.name}>"}
+    if plan.model.is_moe and t.moe_dispatcher in EXPORTED_DISPATCHERS:  # the all-to-all: AutoModel's own choice
+        model["backend"] = {"dispatcher": EXPORTED_DISPATCHERS[t.moe_dispatcher]}
     return {
         "recipe": "TrainFinetuneRecipeForNextTokenPrediction",
         "step_scheduler": {"global_batch_size": t.gbs,
                            "local_batch_size": c.mbs * microbatches if c.pp > 1 else c.mbs},
-        "model": {"_target_": "nemo_automodel.NeMoAutoModelForCausalLM.from_pretrained",
-                  "pretrained_model_name_or_path": repository or f"<the Hugging Face repository of {plan.model.name}>"},
+        "model": model,
         "distributed": distributed,
         "dataset": {"_target_": "nemo_automodel.components.datasets.llm.mock_iterable_dataset.MockIterableDataset",
                     "seq_len": t.seq_length, "vocab_size": plan.model.vocab_size},

@@ -17,6 +17,7 @@ READ = frozenset({
     "step_scheduler.global_batch_size", "step_scheduler.local_batch_size",
     "distributed.mp_policy.param_dtype", "distributed.mp_policy.reduce_dtype", "distributed.mp_policy._target_",
     "distributed._target_", "packed_sequence.packed_sequence_size", "dataset.seq_len", "dataset.seq_length",
+    "model.backend.dispatcher",
 })
 """Keys the reader reads: the layout, the batch, the sequence and the precision."""
 
@@ -47,6 +48,8 @@ NO_EFFECT = {
     "distributed.moe.ignore_router_for_ac": "the router left out of checkpointing",
     "distributed.moe.wrap_outer_model": "how FSDP wraps the model around its experts",
     "distributed.moe.lm_head_precision": "the head's dtype under expert parallelism",
+    "model.backend.experts": "the experts' GEMM kernel: priced as its CUDA default torch._grouped_mm (torch_mm; "
+    "gmm its alias), one kernel for all local experts — te's GroupedLinear and torch's loop launch per expert",
 }
 NOT_PRICED = {
     "distributed.offload_policy": "FSDP's parameters and optimizer on the host (CPUOffloadPolicy)",

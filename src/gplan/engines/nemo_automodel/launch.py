@@ -46,7 +46,8 @@ def read_automodel_launch(path: Path, model: ModelSpec | None) -> Launch:
     return Launch(source=str(path), engine="nemo-automodel", given=given, gbs=gbs, seq_length=seq or None,
                   precision=precision(path, values), recompute_layers=None, world_size=world,
                   stage_sizes=rank_layers(model.total_layers, given["pp"], given["vpp"]) if given["pp"] > 1 else None,
-                  unread=unread + notes, no_effect=no_effect, model=model)
+                  unread=unread + notes, no_effect=no_effect, model=model,
+                  engine_options={"moe_dispatcher": dispatcher(path, values)} if model.is_moe else {})
 
 
 def layout(path: Path, values: dict[str, Any], model: ModelSpec) -> tuple[dict[str, Any], list[str]]:
@@ -105,6 +106,23 @@ def chunks_per_rank(path: Path, values: dict[str, Any], model: ModelSpec, pp: in
                          hint="set distributed.pipeline.round_virtual_stages_to_pp_multiple (down or up), as "
                               "AutoModel needs too")
     return max(1, (stages // pp) if rounding == "down" else -(-stages // pp))
+
+
+DISPATCHERS = {"torch": "allgather", "deepep": "flex", "hybridep": "flex", "uccl_ep": "flex"}
+"""AutoModel's `model.backend.dispatcher` (components/models/common/utils.py BackendConfig) -> TrainingSpec.moe_dispatcher:
+its torch dispatcher all-gathers the tokens over ep and reduce-scatters them back (DTensor), DeepEP, HybridEP and
+UCCL-EP send each token once per destination as Megatron's flex dispatcher does. Unstated: the all-to-all, gplan's
+default (AutoModel takes DeepEP where it is installed, its torch dispatcher elsewhere)."""
+
+
+def dispatcher(path: Path, values: dict[str, Any]) -> str:
+    named = values.get("model.backend.dispatcher")
+    if named is None:
+        return "alltoall"
+    if str(named) not in DISPATCHERS:
+        raise InputError(f"--from {path}: model.backend.dispatcher {named!r} (its fused exchange) is not priced by "
+                         "gplan", hint="use torch, deepep, hybridep or uccl_ep")
+    return DISPATCHERS[str(named)]
 
 
 def rank_layers(layers: int, pp: int, vpp: int) -> list[int]:
