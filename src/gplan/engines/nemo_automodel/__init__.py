@@ -39,8 +39,10 @@ ENGINE = EngineProfile(
         precisions=frozenset({"bf16", "fp32"})),
     # FSDP2's MixedPrecisionPolicy (param bf16, reduce fp32) over fp32 master weights; the loss upcast in fp32
     memory=MemoryAccounting(states="fsdp", loss_grad="fp32_grad", quantized_gemm_inputs=False),
-    # Hugging Face models' attention through F.scaled_dot_product_attention (its flash backend: FlashAttention-2)
-    attention_kernel="fa2",
+    # its BackendConfig's attention (components/models/common/utils.py): Transformer Engine's fused attention
+    # (attn "te", the cuDNN kernel Megatron runs) wherever TE is installed on CUDA — its default, and what its
+    # benchmark recipes state; torch's SDPA (FlashAttention-2) only without TE
+    attention_kernel="fused",
     resharding=Resharding(
         "torch.distributed.checkpoint (DCP)", DCP_RESHARDS,
         "NeMo AutoModel saves DCP state dicts keyed by parameter name (components/checkpoint), which load under "
