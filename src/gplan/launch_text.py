@@ -99,14 +99,15 @@ def condition(text: str, variables: dict[str, str]) -> bool | None:
     result = None
     for i in range(0, len(parts), 2):
         clause = re.fullmatch(r"\[\[?\s*(.*?)\s*\]\]?", parts[i])
-        value = test(clause.group(1), variables) if clause else None
+        value = clause_holds(clause.group(1), variables) if clause else None
         if value is None:
             return None
         result = value if i == 0 else (result or value) if parts[i - 1] == "||" else (result and value)
     return result
 
 
-def test(clause: str, variables: dict[str, str]) -> bool | None:
+def clause_holds(clause: str, variables: dict[str, str]) -> bool | None:
+    """One `[[ … ]]` clause: a string comparison or an emptiness test; None for anything else."""
     words = [expand(w, variables) for w in shlex.split(clause)] if clause else []
     if any("$" in w for w in words):
         return None

@@ -5,6 +5,7 @@ in one line naming what gplan cannot price."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -469,18 +470,24 @@ def test_torchtitans_token_exchange_is_read_and_priced(gplan, tmp_path, backend,
     assert (more > 0) if dispatcher == "flex" else more == 0
 
 
+def estimated_with(gplan, tmp_path, section: str, line: str, devices: int = 16) -> tuple[dict, dict]:
+    """`gplan estimate --from` of torchtitan's DeepSeek-V3 16B TOML with `line` added under `[section]`, and of the
+    TOML as it is: (read, plain)."""
+    base = (CORPUS / "torchtitan" / "deepseek_v3_16b.toml").read_text()
+    assert not re.search(rf"^{line.split(' =')[0]}\s*=", base, re.M)  # the key is the TOML's default
+    toml, plain_toml = tmp_path / "ds.toml", tmp_path / "plain.toml"
+    toml.write_text(base.replace(f"[{section}]", f"[{section}]\n{line}", 1))
+    plain_toml.write_text(base)
+    args = ("--cluster", "dgx-h100", "--devices", str(devices), "--json")
+    return (gplan("estimate", "--from", str(toml), *args).json(),
+            gplan("estimate", "--from", str(plain_toml), *args).json())
+
+
 @pytest.mark.parametrize("reduce, bf16", [("bfloat16", True), ("float32", False)])
 def test_torchtitans_gradient_reduce_dtype_is_read_and_priced(gplan, tmp_path, reduce, bf16):
     """torchtitan's training.mixed_precision_reduce (FSDP2's reduce dtype), which its own MoE recipes set to
     bfloat16: read as --grad-reduce-in-bf16 — half the reduce-scatter's bytes, the same sharded fp32 gradients."""
-    base = (CORPUS / "torchtitan" / "deepseek_v3_16b.toml").read_text()
-    assert "mixed_precision_reduce" not in base
-    toml, plain_toml = tmp_path / "ds.toml", tmp_path / "plain.toml"
-    toml.write_text(base.replace("[training]", f'[training]\nmixed_precision_reduce = "{reduce}"', 1))
-    plain_toml.write_text(base)
-    args = ("--cluster", "dgx-h100", "--devices", "16", "--json")
-    read = gplan("estimate", "--from", str(toml), *args).json()
-    plain = gplan("estimate", "--from", str(plain_toml), *args).json()
+    read, plain = estimated_with(gplan, tmp_path, "training", f'mixed_precision_reduce = "{reduce}"')
     assert read["parallel"]["zero"] == 3 and read["parallel"]["dp"] == 16
     assert read["engine_options"].get("grad_reduce_in_bf16", False) is bf16
     assert read["memory_bytes_per_device_max"] == plain["memory_bytes_per_device_max"]
@@ -493,13 +500,7 @@ def test_torchtitans_gradient_reduce_dtype_is_read_and_priced(gplan, tmp_path, r
 def test_torchtitans_full_bf16_training_is_read_and_priced(gplan, tmp_path):
     """torchtitan's training.dtype = "bfloat16" (full-bf16 training, no fp32 copy: its 8×B200 long-context
     TOMLs run it): read as --pure-bf16 — the states at half their bytes, the same layout."""
-    base = (CORPUS / "torchtitan" / "deepseek_v3_16b.toml").read_text()
-    toml, plain_toml = tmp_path / "ds.toml", tmp_path / "plain.toml"
-    toml.write_text(base.replace("[training]", '[training]\ndtype = "bfloat16"', 1))
-    plain_toml.write_text(base)
-    args = ("--cluster", "dgx-h100", "--devices", "16", "--json")
-    read = gplan("estimate", "--from", str(toml), *args).json()
-    plain = gplan("estimate", "--from", str(plain_toml), *args).json()
+    read, plain = estimated_with(gplan, tmp_path, "training", 'dtype = "bfloat16"')
     assert read["engine_options"]["pure_bf16"] is True and read["parallel"] == plain["parallel"]
     full, mixed = read["stages"][0]["memory"], plain["stages"][0]["memory"]
     for term in ("grads_bytes", "optimizer_bytes"):  # bf16 over fp32, sharded alike
@@ -512,14 +513,8 @@ def test_torchtitans_optimizer_in_the_backward_is_read_priced_and_bounds_the_sea
     """torchtitan ≤ 0.2's optimizer.early_step_in_backward (its 8×B200 long-context TOMLs set it): read as
     --optimizer-in-backward — no gradients held; its search keeps torchtitan's rule (no pp, no ep, no
     accumulation); an export for 0.3.0, which dropped it, is refused naming that (exit 3, nothing written)."""
-    base = (CORPUS / "torchtitan" / "deepseek_v3_16b.toml").read_text()
-    assert "early_step_in_backward" not in base
-    toml, plain_toml = tmp_path / "ds.toml", tmp_path / "plain.toml"
-    toml.write_text(base.replace("[optimizer]", "[optimizer]\nearly_step_in_backward = true", 1))
-    plain_toml.write_text(base)
-    args = ("--cluster", "dgx-h100", "--devices", "16", "--json")
-    read = gplan("estimate", "--from", str(toml), *args).json()
-    plain = gplan("estimate", "--from", str(plain_toml), *args).json()
+    read, plain = estimated_with(gplan, tmp_path, "optimizer", "early_step_in_backward = true")
+    toml = tmp_path / "ds.toml"
     assert read["engine_options"]["optimizer_in_backward"] is True
     assert read["stages"][0]["memory"]["grads_bytes"] == 0 < plain["stages"][0]["memory"]["grads_bytes"]
     assert read["memory_bytes_per_device_max"] < plain["memory_bytes_per_device_max"]

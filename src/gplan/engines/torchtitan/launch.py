@@ -76,7 +76,7 @@ def read_torchtitan_launch(path: Path, model: ModelSpec | None) -> Launch:
     comm = values.get("parallelism.expert_parallel_comm_backend",
                       module_constant(module, "MOE_COMM_BACKEND") if module.is_file() else None)
     options = {"moe_dispatcher": titan_dispatcher(path, comm)} if model.is_moe else {}
-    if titan_reduces_in_bf16(path, values):
+    if titan_dtype(path, values, "training.mixed_precision_reduce", TITAN_REDUCE_DTYPES):
         options["grad_reduce_in_bf16"] = True
     if titan_dtype(path, values, "training.dtype", TITAN_TRAINING_DTYPES):
         options["pure_bf16"] = True
@@ -113,10 +113,6 @@ the gradients in (its MixedPrecisionPolicy's reduce_dtype); the sharded gradient
 TITAN_TRAINING_DTYPES = {"float32": False, "bfloat16": True}
 """torchtitan's `training.dtype` -> TrainingSpec.pure_bf16: the dtype the model and its optimizer states are kept in
 (float32, its default: mixed precision over fp32 weights; bfloat16: full-bf16 training, no fp32 copy)."""
-
-
-def titan_reduces_in_bf16(path: Path, values: dict[str, Any]) -> bool:
-    return titan_dtype(path, values, "training.mixed_precision_reduce", TITAN_REDUCE_DTYPES)
 
 
 def titan_dtype(path: Path, values: dict[str, Any], key: str, known: dict[str, bool]) -> bool:
