@@ -85,8 +85,10 @@ AUTOMODEL_RUNS = ROOT / "bench" / "data" / "automodel_moe_runs.csv"
 def automodel_lines() -> list[str]:
     """NeMo AutoModel's published MoE pre-training steps on H100 (its performance summary; FSDP2 with ep
     borrowed from the sharded ranks, DeepEP, every block checkpointed), priced as AutoModel runs them: its
-    split (`spec.targets.runs_as`), its experts' grouped kernel, the flex dispatcher. A row gplan's AutoModel
-    profile refuses is listed with the refusal, not priced as another engine."""
+    split (`spec.targets.runs_as`), its experts' grouped kernel, the flex dispatcher, the model in the dtype it is
+    built in (`model_dtype`: no recipe sets `model.torch_dtype`, so AutoModel's default bfloat16 — Adam's states
+    too, no fp32 copy). A row gplan's AutoModel profile refuses is listed with the refusal, not priced as another
+    engine."""
     from gplan.spec.targets import TARGETS, refusals, runs_as
 
     lines = ["| NeMo AutoModel run (FSDP + EP) | measured s | predicted s | error | predicted peak GiB (device) |",
@@ -94,7 +96,8 @@ def automodel_lines() -> list[str]:
     errors, over = [], []
     for r in csv.DictReader(AUTOMODEL_RUNS.open()):
         inputs = resolve_inputs(r["model"], int(r["gpus"]), "dgx-h100", gbs=int(r["gbs"]),
-                                seq_length=int(r["seq_length"]), target="nemo-automodel", moe_dispatcher=r["dispatcher"])
+                                seq_length=int(r["seq_length"]), target="nemo-automodel", moe_dispatcher=r["dispatcher"],
+                                pure_bf16=r["model_dtype"] == "bf16")
         config = ParallelConfig(dp=int(r["dp"]), tp=int(r["tp"]), pp=int(r["pp"]), vpp=int(r["vpp"]), ep=int(r["ep"]),
                                 etp=1, zero=int(r["zero"]), mbs=int(r["mbs"]), recompute=r["recompute"],
                                 schedule="interleaved_1f1b" if int(r["vpp"]) > 1 else "1f1b")

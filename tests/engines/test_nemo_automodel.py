@@ -89,7 +89,9 @@ CHECK = textwrap.dedent("""
     print(json.dumps({"mesh": dims, "ep": dict(zip([str(n).split(".")[-1].lower() for n in moe.mesh_dim_names],
                                                    moe.mesh.shape)) if moe is not None else None,
                       "microbatches": steps.grad_acc_steps * (s["local_batch_size"] // micro if micro else 1),
-                      "checkpointing": parsed["activation_checkpointing"]}))
+                      "checkpointing": parsed["activation_checkpointing"],
+                      "reshard": parsed["strategy_config"].reshard_after_forward,
+                      "reduce": str(parsed["strategy_config"].mp_policy.reduce_dtype)}))
 """)
 
 
@@ -108,6 +110,8 @@ def test_its_own_code_takes_the_export(exported, tmp_path):
         assert (built["ep"] or {}).get("ep", 1) == c["ep"], model
         assert built["microbatches"] == c["num_microbatches"], model
         assert built["checkpointing"] == (c["recompute"] != "none"), model
+        # stated, not left to its default (which keeps the weights gathered wherever ep > 1 or pp > 1)
+        assert built["reshard"] == (c["zero"] == 3) and built["reduce"] == "torch.float32", model
 
 
 def recipe_with(tmp_path: Path, exported, **distributed) -> Path:
@@ -286,3 +290,78 @@ def test_a_vpp_no_layers_per_stage_count_reaches_is_refused_with_the_rule(gplan)
     r = gplan("estimate", "llama3-8b", "--devices", "64", "--cluster", "dgx-h100", "--target", "nemo-automodel",
               "--pp", "8", "--vpp", "3", "--dp", "8", "--zero", "3")
     assert r.code == 3 and "layers-per-stage" in r.stderr and "hint:" in r.stderr
+
+
+LEGACY = Path(__file__).parents[1] / "data" / "corpus" / "nemo_automodel"
+
+
+def test_a_recipe_of_its_earlier_layout_is_read_as_that_release_ran_it(gplan):
+    """AutoModel's own benchmark recipes, as its performance summary ran them, keep the pipeline in `autopipeline:`,
+    the MoE parallelizer's checkpointing and resharding in `parallelizer:`, the strategy as a manager class and
+    DeepEP as `enable_deepep`: read as that release ran them (the run checkpointed, on DeepEP), with a note that
+    0.7 ignores them — not read as 0.7 would run them unchanged (nothing checkpointed: over the device)."""
+    r = gplan("estimate", "--from", str(LEGACY / "qwen3_moe_30b_benchmark_legacy.yaml"), "--cluster", "dgx-h100",
+              "--devices", "8", "--json")
+    assert r.code == 0, r.stderr
+    data = r.json()
+    assert data["parallel"]["recompute"] == "full" and data["parallel"]["zero"] == 2
+    assert data["engine_options"]["moe_dispatcher"] == "flex" and data["fits"]
+    note = next(n for n in data["not_read"] if "0.7 ignores" in n)
+    assert all(old in note for old in ("autopipeline", "parallelizer", "enable_deepep", "FSDP2Manager"))
+    assert not any(k.startswith(("parallelizer.", "autopipeline.")) for k in data["not_read"] + list(data["no_effect"]))
+
+
+@pytest.mark.parametrize("distributed, moe, zero", [
+    ({"pp_size": 1, "ep_size": 1}, {}, 3),                        # every layer but the last resharded
+    ({"pp_size": 2, "ep_size": 1}, {}, 2),                        # pipeline stages keep their weights
+    ({"pp_size": 1, "ep_size": 8}, {}, 2),                        # the MoE parallelizer's default
+    ({"pp_size": 1, "ep_size": 8}, {"reshard_after_forward": True}, 3),
+    ({"pp_size": 1, "ep_size": 8, "reshard_after_forward": True}, {"reshard_after_forward": False}, 3),
+    ({"pp_size": 2, "ep_size": 1, "reshard_after_forward": True}, {}, 3),
+])
+def test_its_resharding_default_follows_the_layout_as_its_parallelizers_decide(distributed, moe, zero):
+    """0.7's model_parallelizer: `distributed.reshard_after_forward` where set; else with ep > 1 the MoE
+    parallelizer's own (false by default); else false with pipeline stages, true without."""
+    from gplan.engines.nemo_automodel.launch import reshards_after_forward
+
+    values = {f"distributed.{k}": v for k, v in distributed.items()} | {f"distributed.moe.{k}": v for k, v in moe.items()}
+    assert reshards_after_forward(values, distributed["pp_size"], distributed["ep_size"]) == (zero == 3)
+
+
+def moe_recipe(tmp_path: Path, **changes) -> Path:
+    import yaml
+
+    data = yaml.safe_load((LEGACY / "qwen3_moe_30b_benchmark_legacy.yaml").read_text())
+    for dotted, value in changes.items():
+        section, key = dotted.split("__")
+        data.setdefault(section, {})[key] = value
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_the_models_own_dtype_decides_its_states_and_the_reduce_dtype_its_gradient_traffic(gplan, tmp_path):
+    """AutoModel builds the model in `model.torch_dtype` ("auto": bfloat16) and Adam's states follow it: left out, the
+    run keeps no fp32 copy (8 bytes a parameter, not 16); float32 keeps fp32 weights under FSDP2's bf16 compute.
+    `mp_policy.reduce_dtype: bfloat16` halves the gradients' reduce-scatter; float16 storage is refused."""
+    def estimate(**changes):
+        r = gplan("estimate", "--from", str(moe_recipe(tmp_path, **changes)), "--cluster", "dgx-h100", "--devices",
+                  "8", "--json")
+        return r
+
+    default, fp32 = estimate().json(), estimate(model__torch_dtype="float32").json()
+    assert default["engine_options"].get("pure_bf16") and not fp32["engine_options"].get("pure_bf16")
+    states = lambda d: sum(d["stages"][0]["memory"][k] for k in ("weights_bytes", "grads_bytes", "optimizer_bytes"))  # noqa: E731
+    assert states(fp32) / states(default) == pytest.approx(2.0, rel=0.1)
+    reduced = estimate(distributed__mp_policy={"param_dtype": "bfloat16", "reduce_dtype": "bfloat16"}).json()
+    assert reduced["engine_options"].get("grad_reduce_in_bf16")
+    r = estimate(model__torch_dtype="float16")
+    assert r.code == 3 and "model.torch_dtype" in r.stderr and "hint:" in r.stderr
+
+
+def test_gpt_oss_is_priced_as_its_own_model_runs_it(gplan):
+    """Its gpt-oss model (components/models/gpt_oss) runs the sliding-window layers, the sinks and the clamped
+    gated unit: priced for AutoModel, not refused."""
+    r = gplan("estimate", "gpt-oss-20b", "--devices", "8", "--cluster", "dgx-h100", "--target", "nemo-automodel",
+              "--ep", "8", "--json")
+    assert r.code == 0, r.stderr

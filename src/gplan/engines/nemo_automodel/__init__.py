@@ -36,8 +36,16 @@ ENGINE = EngineProfile(
         per_expert_launches=False,
         # its DeepSeek-V3 model (components/models/deepseek_v3): latent attention, left at tp = cp = 1 here
         latent_attention=True,
-        precisions=frozenset({"bf16", "fp32"})),
-    # FSDP2's MixedPrecisionPolicy (param bf16, reduce fp32) over fp32 master weights; the loss upcast in fp32
+        # its gpt-oss model (components/models/gpt_oss): the sliding-window layers of config.layer_types, learned
+        # sinks (FlexAttention's sink_weights, TE's softmax_offset) and the clamped gated unit (activation_limit)
+        sliding_window=True, attention_sinks=True, clamped_glu=True,
+        precisions=frozenset({"bf16", "fp32"}),
+        # mp_policy.reduce_dtype: the dtype FSDP2 reduce-scatters the gradients in (float32 by default)
+        grad_reduce_in_bf16=True,
+        # model.torch_dtype: the parameters' (and so Adam's) dtype — "auto", its default, builds them in bfloat16
+        pure_bf16=True),
+    # FSDP2's MixedPrecisionPolicy (param bf16, reduce fp32) over the model's own dtype (fp32 weights with
+    # model.torch_dtype float32; its default bfloat16 is TrainingSpec.pure_bf16); the loss upcast in fp32
     memory=MemoryAccounting(states="fsdp", loss_grad="fp32_grad", quantized_gemm_inputs=False),
     # its BackendConfig's attention (components/models/common/utils.py): Transformer Engine's fused attention
     # (attn "te", the cuDNN kernel Megatron runs) wherever TE is installed on CUDA — its default, and what its

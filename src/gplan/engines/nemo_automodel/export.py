@@ -20,7 +20,8 @@ VERSIONS = {"0.7": "NeMo AutoModel 0.7.0 (nemo_automodel recipes: parse_distribu
 
 EXACT = (
     "a recipe YAML and the script that runs it on every node (`torchrun … -m nemo_automodel.cli.app`): FSDP2 "
-    "over dp (zero 3, or 2 with `reshard_after_forward: false`), tp with sp, cp, ep borrowed from dp·cp·tp, "
+    "over dp (zero 3, or 2: `reshard_after_forward` true or false), the model's dtype (`torch_dtype`: float32, or "
+    "bfloat16 for full-bf16 training), the gradients' reduce dtype, tp with sp, cp, ep borrowed from dp·cp·tp, "
     "pipeline schedule and its virtual stages (`layers_per_stage`, rounded to a multiple of pp where they differ "
     "by a layer, as AutoModel cuts them), the batch as `global_batch_size` and "
     "`local_batch_size`, activation checkpointing on or off; checked by its own `parse_distributed_section`, "
@@ -58,8 +59,9 @@ def recipe(plan: Plan, context: ExportContext) -> dict:
     distributed: dict = {"strategy": "fsdp2", "dp_size": c.dp, "dp_replicate_size": 1, "tp_size": c.tp,
                          "cp_size": c.cp, "pp_size": c.pp, "ep_size": c.ep, "sequence_parallel": bool(c.sp),
                          "activation_checkpointing": all_recomputed(context)}
-    if c.zero < 3:  # zero 1 runs as zero 2: FSDP2 has no optimizer-only sharding
-        distributed["reshard_after_forward"] = False
+    # always stated: unset, it follows the layout (false with ep > 1 or pipeline stages; launch.reshards_after_forward);
+    # zero 1 runs as zero 2 (FSDP2 has no optimizer-only sharding)
+    distributed["reshard_after_forward"] = c.zero == 3
     if c.pp > 1:
         per_stage, rounding = layers_per_stage_cut(plan.model.total_layers, c.pp, c.vpp)  # the target check refuses None
         distributed["pipeline"] = {"pp_schedule": SCHEDULE_NAMES[c.schedule], "pp_microbatch_size": c.mbs,
@@ -67,10 +69,12 @@ def recipe(plan: Plan, context: ExportContext) -> dict:
         if rounding:
             distributed["pipeline"]["round_virtual_stages_to_pp_multiple"] = rounding
     distributed["mp_policy"] = {"param_dtype": "bfloat16" if t.precision == "bf16" else "float32",
-                                "reduce_dtype": "float32"}
+                                "reduce_dtype": "bfloat16" if t.grad_reduce_in_bf16 else "float32"}
     repository = next((hf for hf, name in HF_MODELS.items() if name == plan.model.name), None)
     model = {"_target_": "nemo_automodel.NeMoAutoModelForCausalLM.from_pretrained",
-             "pretrained_model_name_or_path": repository or f"<the Hugging Face repository of {plan.model.name}>"}
+             "pretrained_model_name_or_path": repository or f"<the Hugging Face repository of {plan.model.name}>",
+             # the parameters' dtype, and so the optimizer's: its "auto" default is bfloat16 (no fp32 copy)
+             "torch_dtype": "bfloat16" if t.pure_bf16 else "float32"}
     if plan.model.is_moe and t.moe_dispatcher in EXPORTED_DISPATCHERS:  # the all-to-all: AutoModel's own choice
         model["backend"] = {"dispatcher": EXPORTED_DISPATCHERS[t.moe_dispatcher]}
     return {

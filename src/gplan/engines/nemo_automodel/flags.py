@@ -11,13 +11,14 @@ READ = frozenset({
     "distributed.strategy", "distributed.dp_size", "distributed.dp_replicate_size", "distributed.tp_size",
     "distributed.cp_size", "distributed.pp_size", "distributed.ep_size", "distributed.sequence_parallel",
     "distributed.activation_checkpointing", "distributed.reshard_after_forward", "distributed.zero_dp_strategy",
+    "distributed.moe.reshard_after_forward",
     "distributed.pipeline.pp_schedule", "distributed.pipeline.pp_microbatch_size",
     "distributed.pipeline.layers_per_stage", "distributed.pipeline.pp_batch_size",
     "distributed.pipeline.round_virtual_stages_to_pp_multiple",
     "step_scheduler.global_batch_size", "step_scheduler.local_batch_size",
     "distributed.mp_policy.param_dtype", "distributed.mp_policy.reduce_dtype", "distributed.mp_policy._target_",
     "distributed._target_", "packed_sequence.packed_sequence_size", "dataset.seq_len", "dataset.seq_length",
-    "model.backend.dispatcher",
+    "model.backend.dispatcher", "model.torch_dtype", "model.dtype",
 })
 """Keys the reader reads: the layout, the batch, the sequence and the precision."""
 
@@ -29,7 +30,7 @@ DEFAULTS: dict[str, Any] = {
     "distributed.autocast_dtype": None, "distributed.tp_plan": None, "distributed.patch_is_packed_sequence": False,
     "distributed.pipeline.pp_schedule_csv": None, "distributed.pipeline.round_virtual_stages_to_pp_multiple": None,
     "distributed.pipeline.module_fqns_per_model_part": None, "distributed.pipeline.scale_grads_in_schedule": False,
-    "distributed.moe.reshard_after_forward": False, "distributed.moe.mp_policy": None, "distributed.moe": None,
+    "distributed.moe.mp_policy": None, "distributed.moe": None,
 }
 """Field defaults of the keys gplan does not read."""
 

@@ -30,9 +30,10 @@ def read_automodel_launch(path: Path, model: ModelSpec | None) -> Launch:
     except yaml.YAMLError as exc:
         raise InputError(f"--from {path}: not a whole YAML file ({str(exc).splitlines()[0]})",
                          hint="pass the recipe YAML as automodel reads it") from None
-    values = flatten({k: v for k, v in data.items() if isinstance(v, dict)})
+    values, notes = current_keys(flatten({k: v for k, v in data.items() if isinstance(v, dict)}))
     model = recipe_model(path, data) if model is None else model
-    given, notes = layout(path, values, model)
+    given, layout_notes = layout(path, values, model)
+    notes += layout_notes
     if not values.get("fp8.enabled"):
         values = {k: v for k, v in values.items() if not k.startswith("fp8.")}
     unread, no_effect = classified(path, {k: v for k, v in values.items() if k not in READ}, key_class)
@@ -43,11 +44,16 @@ def read_automodel_launch(path: Path, model: ModelSpec | None) -> Launch:
                  or values.get("dataset.seq_length"))
     dp = as_int(values.get("distributed.dp_size"))
     world = dp * given["tp"] * given["cp"] * given["pp"] if dp and dp > 0 else None
+    options = {"moe_dispatcher": dispatcher(path, values)} if model.is_moe else {}
+    trained_in = precision(path, values)
+    if storage_dtype(path, values, trained_in) == "bf16":
+        options["pure_bf16"] = True
+    if str(values.get("distributed.mp_policy.reduce_dtype", "float32")).removeprefix("torch.") in ("bfloat16", "bf16"):
+        options["grad_reduce_in_bf16"] = True
     return Launch(source=str(path), engine="nemo-automodel", given=given, gbs=gbs, seq_length=seq or None,
-                  precision=precision(path, values), recompute_layers=None, world_size=world,
+                  precision=trained_in, recompute_layers=None, world_size=world,
                   stage_sizes=rank_layers(model.total_layers, given["pp"], given["vpp"]) if given["pp"] > 1 else None,
-                  unread=unread + notes, no_effect=no_effect, model=model,
-                  engine_options={"moe_dispatcher": dispatcher(path, values)} if model.is_moe else {})
+                  unread=unread + notes, no_effect=no_effect, model=model, engine_options=options)
 
 
 def layout(path: Path, values: dict[str, Any], model: ModelSpec) -> tuple[dict[str, Any], list[str]]:
@@ -56,7 +62,7 @@ def layout(path: Path, values: dict[str, Any], model: ModelSpec) -> tuple[dict[s
     tp, pp, cp, ep = size("tp_size"), size("pp_size"), size("cp_size"), size("ep_size")
     strategy = str(values.get("distributed.strategy", "fsdp2")).lower()
     if strategy == "fsdp2":
-        zero = 2 if str(values.get("distributed.reshard_after_forward")).lower() == "false" else 3
+        zero = 3 if reshards_after_forward(values, pp, ep) else 2
     elif strategy == "megatron_fsdp":
         zero = as_int(values.get("distributed.zero_dp_strategy", 3))
     elif strategy == "ddp":
@@ -88,6 +94,66 @@ def layout(path: Path, values: dict[str, Any], model: ModelSpec) -> tuple[dict[s
     notes = [f"(dp_replicate_size {replicate}: HSDP, FSDP within {replicate} replicas, priced as FSDP over every "
              "data-parallel rank)"] if replicate > 1 else []
     return given, notes
+
+
+LEGACY_KEYS = {"autopipeline.": "distributed.pipeline.",
+               "parallelizer.activation_checkpointing": "distributed.activation_checkpointing",
+               "parallelizer.reshard_after_forward": "distributed.moe.reshard_after_forward",
+               "parallelizer.wrap_outer_model": "distributed.moe.wrap_outer_model",
+               "parallelizer.ignore_router_for_ac": "distributed.moe.ignore_router_for_ac",
+               "parallelizer.lm_head_precision": "distributed.moe.lm_head_precision"}
+"""Keys of the recipes AutoModel's own benchmark configs and its performance summary ran
+(examples/benchmark/configs, 2025: `distributed._target_: ...FSDP2Manager`, the pipeline in an
+`autopipeline:` section, the MoE parallelizer's arguments in a `parallelizer:` section) -> the names
+`parse_distributed_section` reads in 0.7 (which ignores the old sections)."""
+LEGACY_MANAGERS = {"FSDP2Manager": "fsdp2", "MegatronFSDPManager": "megatron_fsdp", "NVFSDPManager": "megatron_fsdp",
+                   "DDPManager": "ddp"}
+"""`distributed._target_` of those recipes -> 0.7's `distributed.strategy` (nvFSDP is Megatron-FSDP's old name)."""
+LEGACY_DISPATCH = {"true": "deepep", "false": "torch"}
+"""`model.backend.enable_deepep` of those recipes -> 0.7's `model.backend.dispatcher` (0.7's BackendConfig: "enable_deepep=True
+was equivalent to experts=gmm + dispatcher=deepep, and enable_deepep=False to dispatcher=torch"; it now ignores it)."""
+
+
+def current_keys(values: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """A recipe in AutoModel's earlier layout read as the release that wrote it ran it, its keys renamed to 0.7's
+    (said in a note: 0.7 itself would ignore them); a recipe in 0.7's layout unchanged."""
+    renamed, old = {}, []
+    for key, value in values.items():
+        new = next((v + key[len(k):] for k, v in LEGACY_KEYS.items() if key == k or (k.endswith(".") and
+                                                                                 key.startswith(k))), None)
+        if key.startswith(("autopipeline.", "parallelizer.")):
+            old.append(key.split(".")[0])
+            if new is None or new.endswith("._target_"):
+                continue  # the section's own class: its keys say the rest
+        renamed[new or key] = value
+    manager = str(values.get("distributed._target_", "")).rsplit(".", 1)[-1]
+    if manager in LEGACY_MANAGERS and "distributed.strategy" not in values:
+        renamed["distributed.strategy"] = LEGACY_MANAGERS[manager]
+        old.append(f"distributed._target_ {manager}")
+    deepep = values.get("model.backend.enable_deepep")
+    if deepep is not None:
+        renamed.pop("model.backend.enable_deepep")
+        renamed.setdefault("model.backend.dispatcher", LEGACY_DISPATCH[str(deepep).lower()])
+        old.append("model.backend.enable_deepep")
+    if not old:
+        return values, []
+    return renamed, [f"(read as the earlier AutoModel release it was written for ran it — "
+                     f"{', '.join(sorted(set(old)))}; NeMo AutoModel 0.7 ignores these: move them to "
+                     "distributed.pipeline, distributed.activation_checkpointing, distributed.moe, "
+                     "distributed.strategy and model.backend.dispatcher)"]
+
+
+def reshards_after_forward(values: dict[str, Any], pp: int, ep: int) -> bool:
+    """Whether FSDP2 reshards each layer after its forward (zero 3; else the weights stay gathered to the backward,
+    zero 2), as 0.7 decides (components/distributed/model_parallelizer.py, parallelizer.py): `distributed.
+    reshard_after_forward` where set; else with ep > 1 its MoE parallelizer's `distributed.moe.reshard_after_forward`
+    (default false); else false with pipeline stages and true without (every layer but the last)."""
+    named = values.get("distributed.reshard_after_forward")
+    if named is None and ep > 1:
+        named = values.get("distributed.moe.reshard_after_forward", False)
+    if named is None:
+        return pp == 1
+    return str(named).lower() == "true"
 
 
 def chunks_per_rank(path: Path, values: dict[str, Any], model: ModelSpec, pp: int, schedule: str) -> int:
@@ -144,6 +210,25 @@ def precision(path: Path, values: dict[str, Any]) -> str:
     return PRECISIONS[named]
 
 
+STORAGE_DTYPES = {"auto": "bf16", **PRECISIONS}
+"""`model.torch_dtype` (or `model.dtype`), the dtype AutoModel builds the parameters in: "auto", its default, is
+bfloat16 (_transformers/auto_model.py; its own models take the config's torch_dtype, bfloat16 for every model gplan
+maps, HF_MODELS). Adam's states follow the parameters, so a bfloat16 model trains with no fp32 copy anywhere
+(TrainingSpec.pure_bf16; AutoModel's FSDP2Config: "pair with model.torch_dtype: float32 for fp32 optimizer state")."""
+
+
+def storage_dtype(path: Path, values: dict[str, Any], trained_in: str) -> str:
+    named = str(values.get("model.dtype") or values.get("model.torch_dtype") or "auto")
+    if named not in STORAGE_DTYPES:
+        raise InputError(f"--from {path}: model.torch_dtype {named!r} is not priced by gplan",
+                         hint="use bfloat16 (AutoModel's default) or float32")
+    stored = STORAGE_DTYPES[named]
+    if trained_in == "fp32" and stored == "bf16":
+        raise InputError(f"--from {path}: mp_policy.param_dtype float32 over a bfloat16 model (model.torch_dtype "
+                         f"{named}) is not priced by gplan", hint="set model.torch_dtype: float32 beside it")
+    return stored
+
+
 def recipe_model(path: Path, data: dict) -> ModelSpec:
     """The model the recipe trains: gplan's own export names it; a local folder's config.json; else the bundled
     model of the Hugging Face repository it names (HF_MODELS)."""
@@ -172,8 +257,9 @@ READS = "NeMo AutoModel recipes"
 
 FROM_READS = (
     "a recipe YAML (`distributed`: strategy fsdp2 or megatron_fsdp, sizes, pipeline, activation "
-    "checkpointing, mixed precision; `step_scheduler`'s batch; `packed_sequence` or the dataset's `seq_len`; "
-    "the model its `pretrained_model_name_or_path` names)")
+    "checkpointing, resharding, mixed precision; `step_scheduler`'s batch; `packed_sequence` or the dataset's "
+    "`seq_len`; the model its `pretrained_model_name_or_path` names and its `torch_dtype`; the MoE dispatcher; "
+    "the earlier `autopipeline:` / `parallelizer:` / `enable_deepep` layout of its 2025 benchmark recipes)")
 """What `--from` reads (docs/bring-your-own-runs.md's table, from bench/engine_tables.py)."""
 CALIBRATE_READS = (
     "—")
