@@ -311,6 +311,22 @@ def test_a_recipe_of_its_earlier_layout_is_read_as_that_release_ran_it(gplan):
     assert not any(k.startswith(("parallelizer.", "autopipeline.")) for k in data["not_read"] + list(data["no_effect"]))
 
 
+def test_a_recipe_of_its_earlier_layout_written_back_reads_back_as_the_best_plan(gplan, tmp_path):
+    """The best plan written into such a recipe sets 0.7's keys beside the old sections; read back, 0.7's keys are
+    the ones read (as 0.7 reads them), and the recipe is the best plan."""
+    better, out = tmp_path / "better.yaml", tmp_path / "plan.json"
+    r = gplan("search", "--from", str(LEGACY / "qwen3_moe_30b_benchmark_legacy.yaml"), "--cluster", "dgx-h100",
+              "--devices", "8", "--out", str(out), "--out-launch", str(better))
+    assert r.code == 0, r.stderr
+    text, plan = better.read_text(), json.loads(out.read_text())
+    assert "parallelizer:" in text and "activation_checkpointing: true" in text  # the user's lines stay
+    data = gplan("estimate", "--from", str(better), "--cluster", "dgx-h100", "--devices", "8", "--json").json()
+    assert data["step_time_s"] == pytest.approx(plan["prediction"]["step_time_s"], rel=1e-9)
+    assert {k: data["parallel"][k] for k in ("dp", "tp", "pp", "ep", "mbs", "recompute")} == \
+        {k: plan["parallel"][k] for k in ("dp", "tp", "pp", "ep", "mbs", "recompute")}
+    assert data["parallel"]["zero"] == max(plan["parallel"]["zero"], 2)  # zero 1 runs as zero 2
+
+
 @pytest.mark.parametrize("distributed, moe, zero", [
     ({"pp_size": 1, "ep_size": 1}, {}, 3),                        # every layer but the last resharded
     ({"pp_size": 2, "ep_size": 1}, {}, 2),                        # pipeline stages keep their weights

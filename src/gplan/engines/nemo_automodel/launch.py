@@ -123,8 +123,9 @@ def current_keys(values: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
                                                                                  key.startswith(k))), None)
         if key.startswith(("autopipeline.", "parallelizer.")):
             old.append(key.split(".")[0])
-            if new is None or new.endswith("._target_"):
-                continue  # the section's own class: its keys say the rest
+            if new is None or new.endswith("._target_") or new in values or (
+                    key.startswith("autopipeline.") and any(k.startswith("distributed.pipeline.") for k in values)):
+                continue  # the section's own class (its keys say the rest), or what 0.7's layout sets itself
         renamed[new or key] = value
     manager = str(values.get("distributed._target_", "")).rsplit(".", 1)[-1]
     if manager in LEGACY_MANAGERS and "distributed.strategy" not in values:

@@ -39,6 +39,4 @@ def write_back(plan: Plan, source: Path, target: Path, text: str) -> dict[Path, 
                 values |= {f"{section}.{key}.{k}": v for k, v in value.items()}
             else:
                 values[f"{section}.{key}"] = value
-    if plan.parallel.zero == 3:  # the export leaves FSDP2's default; a recipe that turned it off is turned back
-        values["distributed.reshard_after_forward"] = True
     return {target: rewrite_yaml(text, values)}
