@@ -82,12 +82,16 @@ def table() -> str:
 AUTOMODEL_RUNS = ROOT / "bench" / "data" / "automodel_moe_runs.csv"
 
 
+AUTOMODEL_ATTENTION = {"te": None, "sdpa": "fa2", "flex": "fa2"}
+"""The recipes' `model.backend.attn` -> the attention kernel priced (engines/nemo_automodel/launch.py ATTENTION)."""
+
+
 def automodel_lines() -> list[str]:
     """NeMo AutoModel's published MoE pre-training steps on H100 (its performance summary; FSDP2 with ep
     borrowed from the sharded ranks, DeepEP, every block checkpointed), priced as AutoModel runs them: its
     split (`spec.targets.runs_as`), its experts' grouped kernel, the flex dispatcher, the model in the dtype it is
     built in (`model_dtype`: no recipe sets `model.torch_dtype`, so AutoModel's default bfloat16 — Adam's states
-    too, no fp32 copy). A row gplan's AutoModel profile refuses is listed with the refusal, not priced as another
+    too, no fp32 copy), the attention kernel its `attn` names (gpt-oss's FlexAttention: FlashAttention-2's class). A row gplan's AutoModel profile refuses is listed with the refusal, not priced as another
     engine."""
     from gplan.spec.targets import TARGETS, refusals, runs_as
 
@@ -97,7 +101,7 @@ def automodel_lines() -> list[str]:
     for r in csv.DictReader(AUTOMODEL_RUNS.open()):
         inputs = resolve_inputs(r["model"], int(r["gpus"]), "dgx-h100", gbs=int(r["gbs"]),
                                 seq_length=int(r["seq_length"]), target="nemo-automodel", moe_dispatcher=r["dispatcher"],
-                                pure_bf16=r["model_dtype"] == "bf16")
+                                pure_bf16=r["model_dtype"] == "bf16", attention_kernel=AUTOMODEL_ATTENTION[r["attn"]])
         config = ParallelConfig(dp=int(r["dp"]), tp=int(r["tp"]), pp=int(r["pp"]), vpp=int(r["vpp"]), ep=int(r["ep"]),
                                 etp=1, zero=int(r["zero"]), mbs=int(r["mbs"]), recompute=r["recompute"],
                                 schedule="interleaved_1f1b" if int(r["vpp"]) > 1 else "1f1b")
@@ -105,7 +109,7 @@ def automodel_lines() -> list[str]:
         layouts = runs_as(target, m, config, layout_from_sizes(
             m, even_stage_sizes(m.total_layers, config.pp, config.vpp), [config.recompute] * config.pp))
         label = (f"{r['model']} {r['gpus']}×H100 pp{r['pp']} vpp{r['vpp']} ep{r['ep']} dp{r['dp']} zero{r['zero']} "
-                 f"mbs{r['mbs']}")
+                 f"mbs{r['mbs']}{' ' + r['attn'] if r['attn'] != 'te' else ''}")
         refused = refusals(target, m, config, config.microbatches_for(int(r["gbs"])), layouts, "bf16")
         if refused:
             lines.append(f"| {label} | {float(r['step_s']):.2f} | not priced: {refused[0].detail} | | |")

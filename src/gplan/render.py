@@ -660,7 +660,7 @@ def overlap_lines(plan) -> list[str]:
 def attention_lines(plan) -> list[str]:
     """Where the plan's engine runs FlashAttention-2's class on a device that has a faster fused kernel, the
     ratio its attention is priced at (DeviceSpec.fa2_attention_ratio), said once per device kind."""
-    if not (plan.training.flash_attention and plan.training.profile.attention_kernel == "fa2"):
+    if not (plan.training.flash_attention and plan.training.attention_kernel_run == "fa2"):
         return []
     slower = {g.hardware.name: g.hardware.fa2_attention_ratio for g in plan.cluster.node_groups
               if g.hardware.fa2_attention_ratio < 1}

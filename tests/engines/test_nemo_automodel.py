@@ -381,3 +381,43 @@ def test_gpt_oss_is_priced_as_its_own_model_runs_it(gplan):
     r = gplan("estimate", "gpt-oss-20b", "--devices", "8", "--cluster", "dgx-h100", "--target", "nemo-automodel",
               "--ep", "8", "--json")
     assert r.code == 0, r.stderr
+
+
+def test_its_attention_backend_is_the_kernel_priced_and_exported(gplan, tmp_path):
+    """`model.backend.attn`: te (its default) prices the fused cuDNN kernel, flex and sdpa FlashAttention-2's class
+    (slower on Hopper); an unknown backend is refused. A plan naming FlashAttention-2's class exports flex for
+    gpt-oss (its model takes flex or te, not sdpa) and reads back as itself."""
+    import yaml
+
+    def estimate(attn):
+        r = gplan("estimate", "--from", str(moe_recipe(tmp_path, model__backend={"attn": attn, "dispatcher": "deepep"})),
+                  "--cluster", "dgx-h100", "--devices", "8", "--json")
+        return r
+
+    te, flex = estimate("te").json(), estimate("flex").json()
+    assert "attention_kernel" not in te["engine_options"] and flex["engine_options"]["attention_kernel"] == "fa2"
+    assert flex["step_time_s"] > te["step_time_s"]
+    r = estimate("quack")
+    assert r.code == 3 and "model.backend.attn" in r.stderr and "hint:" in r.stderr
+    plan, out = tmp_path / "plan.json", tmp_path / "out"
+    r = gplan("search", "gpt-oss-20b", "--devices", "8", "--cluster", "dgx-h100", "--target", "nemo-automodel",
+              "--attention-kernel", "fa2", "--ep", "8", "--out", str(plan))
+    assert r.code == 0, r.stderr
+    assert gplan("export", str(plan), "--to", "nemo-automodel", "-o", str(out)).code == 0
+    recipe = next(out.glob("*.yaml"))
+    assert yaml.safe_load(recipe.read_text().split("\n", 1)[1])["model"]["backend"]["attn"] == "flex"
+    back = gplan("estimate", "--from", str(recipe), "--cluster", "dgx-h100", "--devices", "8", "--json").json()
+    assert back["engine_options"]["attention_kernel"] == "fa2"
+    assert back["step_time_s"] == pytest.approx(json.loads(plan.read_text())["prediction"]["step_time_s"], rel=1e-9)
+
+
+def test_an_attention_kernel_only_the_engine_runs_is_a_choice_elsewhere_refused(gplan):
+    """Naming an engine's own kernel chooses nothing (accepted everywhere); naming another one is refused by engines
+    that run only theirs, with the engines that take it in the hint."""
+    plain = gplan("estimate", "llama3-8b", "--devices", "8", "--cluster", "dgx-h100", "--target", "torch", "--json")
+    named = gplan("estimate", "llama3-8b", "--devices", "8", "--cluster", "dgx-h100", "--target", "torch",
+                  "--attention-kernel", "fa2", "--json")
+    assert named.code == 0 and named.json()["step_time_s"] == plain.json()["step_time_s"]
+    r = gplan("estimate", "llama3-8b", "--devices", "8", "--cluster", "dgx-h100", "--target", "megatron",
+              "--attention-kernel", "fa2")
+    assert r.code == 3 and "--attention-kernel fa2" in r.stderr and "nemo-automodel" in r.stderr

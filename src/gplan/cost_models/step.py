@@ -94,7 +94,7 @@ class StepModel:
 
     def device(self, group: int):
         """The group's device as this run's engine runs it (its engine factor and attention kernel applied)."""
-        return self.group(group).hardware.for_engine(self.training.engine, self.training.profile.attention_kernel)
+        return self.group(group).hardware.for_engine(self.training.engine, self.training.attention_kernel_run)
 
     # ---- per layer ------------------------------------------------------------------------------
     def layer_time(self, kind: str, group: int) -> compute.LayerTime:

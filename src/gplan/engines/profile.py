@@ -118,6 +118,9 @@ class Capabilities:
     `training.dtype = "bfloat16"`)."""
     legacy_grouped_gemm: bool = False
     """The experts' GEMMs as one grouped kernel (Megatron's legacy GroupedMLP)."""
+    attention_kernel: frozenset[str] = frozenset()
+    """Attention kernels a run can name beside its own (TrainingSpec.attention_kernel: NeMo AutoModel's
+    `model.backend.attn`)."""
     optimizer_in_backward: bool = False
     """The optimizer stepped per parameter in the backward, its gradient freed (torchtitan ≤ 0.2's
     `optimizer.early_step_in_backward`)."""

@@ -128,7 +128,8 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
                    expert_imbalance: float = 1.0, grad_reduce_in_bf16: bool = False,
                    fp8_param_gather: bool = False, moe_a2a_overlap: bool = False, pure_bf16: bool = False,
                    optimizer_in_backward: bool = False, legacy_grouped_gemm: bool = False,
-                   cuda_graphs: str = "none", moe_dispatcher: str = "alltoall") -> Inputs:
+                   cuda_graphs: str = "none", moe_dispatcher: str = "alltoall",
+                   attention_kernel: str | None = None) -> Inputs:
     """`target` (a backend or export target) is the engine whose memory accounting prices the run;
     default: the backend of the cluster's hardware, as `gplan search` defaults its --target."""
     from gplan.planner.space import target_name
@@ -164,7 +165,7 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
                                 pure_bf16=pure_bf16, optimizer_in_backward=optimizer_in_backward,
                                 legacy_grouped_gemm=legacy_grouped_gemm,
                                 moe_a2a_overlap=moe_a2a_overlap, cuda_graphs=cuda_graphs,
-                                moe_dispatcher=moe_dispatcher)
+                                moe_dispatcher=moe_dispatcher, attention_kernel=attention_kernel)
     except ValidationError as exc:
         err = exc.errors()[0]
         raise InputError(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}",

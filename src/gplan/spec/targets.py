@@ -87,7 +87,7 @@ ENGINE_OPTIONS = {"grad_reduce_in_bf16": "--grad-reduce-in-bf16", "fp8_param_gat
                   "pure_bf16": "--pure-bf16", "optimizer_in_backward": "--optimizer-in-backward",
                   "legacy_grouped_gemm": "--legacy-grouped-gemm",
                   "moe_a2a_overlap": "--moe-a2a-overlap", "cuda_graphs": "--cuda-graphs",
-                  "moe_dispatcher": "--moe-dispatcher"}
+                  "moe_dispatcher": "--moe-dispatcher", "attention_kernel": "--attention-kernel"}
 """TrainingSpec's engine switches, each a capability of the same name, and its flag."""
 
 
@@ -99,7 +99,7 @@ def has_option(caps, option: str, value) -> bool:
 
 
 def switch_default(option: str):
-    """An engine switch's value when it is off (TrainingSpec's default: False, or "none")."""
+    """An engine switch's value when it is off (TrainingSpec's default: False, "none", or None: the engine's own)."""
     return TrainingSpec.model_fields[option].default
 
 

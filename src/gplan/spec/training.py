@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gplan.io import drop_defaults
 from gplan.engines import ENGINE_NAMES, profile_of
@@ -27,6 +27,8 @@ CudaGraphs = Literal["none", "moe_router", "full_iteration"]
 """What CUDA graphs capture (TrainingSpec.cuda_graphs)."""
 MoeDispatcher = Literal["alltoall", "allgather", "flex"]
 """Megatron-core's MoE token dispatchers (TrainingSpec.moe_dispatcher)."""
+AttentionKernelChoice = Literal["fused", "fa2"]
+"""The attention kernels a run can name (TrainingSpec.attention_kernel; engines.profile.AttentionKernel)."""
 Engine = Literal[ENGINE_NAMES]  # type: ignore[valid-type]
 """The engines of spec.engines: gplan's workers, the export targets, and llm-foundry (MosaicML's FSDP
 stack), which gplan prices but neither launches nor exports to."""
@@ -117,12 +119,32 @@ class TrainingSpec(BaseModel):
     which sends from the tokens in place through buffers it allocates once per process. Megatron-LM only
     (its own default is allgather; gplan's, and Megatron's recommendation with ep, alltoall)."""
 
+    attention_kernel: AttentionKernelChoice | None = None
+    """The attention kernel, where the engine runs more than one (NeMo AutoModel's `model.backend.attn`: te is the
+    fused cuDNN kernel, sdpa and flex — torch SDPA's flash backend and FlexAttention's Triton kernel — are
+    FlashAttention-2's class): "fused" or "fa2", priced at `DeviceSpec.fa2_attention_ratio` of the fused one where
+    the device has a faster kernel. None: the engine's own (`EngineProfile.attention_kernel`)."""
+
     #: Fields added after schema v1 plans were first written, left out of the digest at their default.
     DIGEST_OPTIONAL: ClassVar[dict[str, object]] = {"engine": None, "expert_imbalance": 1.0, "tp_comm_overlap": True,
                                                     "grad_reduce_in_bf16": False, "fp8_param_gather": False, "pure_bf16": False,
                                                     "optimizer_in_backward": False, "legacy_grouped_gemm": False,
                                                     "moe_a2a_overlap": False, "cuda_graphs": "none",
-                                                    "moe_dispatcher": "alltoall"}
+                                                    "moe_dispatcher": "alltoall", "attention_kernel": None}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _own_kernel_is_no_choice(cls, data):
+        """Naming the engine's own attention kernel chooses nothing: kept as None, so that every engine takes it."""
+        if isinstance(data, dict) and data.get("attention_kernel") is not None and \
+                data["attention_kernel"] == profile_of(data.get("engine")).attention_kernel:
+            data = {**data, "attention_kernel": None}
+        return data
+
+    @property
+    def attention_kernel_run(self) -> str:
+        """The attention kernel the run prices: the one it names, else its engine's."""
+        return self.attention_kernel or self.profile.attention_kernel
 
     @property
     def grad_bytes(self) -> int:

@@ -39,6 +39,8 @@ ENGINE = EngineProfile(
         # its gpt-oss model (components/models/gpt_oss): the sliding-window layers of config.layer_types, learned
         # sinks (FlexAttention's sink_weights, TE's softmax_offset) and the clamped gated unit (activation_limit)
         sliding_window=True, attention_sinks=True, clamped_glu=True,
+        # model.backend.attn: te (the fused cuDNN kernel, its default) or sdpa / flex (FlashAttention-2's class)
+        attention_kernel=frozenset({"fused", "fa2"}),
         precisions=frozenset({"bf16", "fp32"}),
         # mp_policy.reduce_dtype: the dtype FSDP2 reduce-scatters the gradients in (float32 by default)
         grad_reduce_in_bf16=True,

@@ -21,7 +21,7 @@ VERSIONS = {"0.7": "NeMo AutoModel 0.7.0 (nemo_automodel recipes: parse_distribu
 EXACT = (
     "a recipe YAML and the script that runs it on every node (`torchrun … -m nemo_automodel.cli.app`): FSDP2 "
     "over dp (zero 3, or 2: `reshard_after_forward` true or false), the model's dtype (`torch_dtype`: float32, or "
-    "bfloat16 for full-bf16 training), the gradients' reduce dtype, tp with sp, cp, ep borrowed from dp·cp·tp, "
+    "bfloat16 for full-bf16 training), the gradients' reduce dtype, the attention backend (`attn`), tp with sp, cp, ep borrowed from dp·cp·tp, "
     "pipeline schedule and its virtual stages (`layers_per_stage`, rounded to a multiple of pp where they differ "
     "by a layer, as AutoModel cuts them), the batch as `global_batch_size` and "
     "`local_batch_size`, activation checkpointing on or off; checked by its own `parse_distributed_section`, "
@@ -75,8 +75,13 @@ def recipe(plan: Plan, context: ExportContext) -> dict:
              "pretrained_model_name_or_path": repository or f"<the Hugging Face repository of {plan.model.name}>",
              # the parameters' dtype, and so the optimizer's: its "auto" default is bfloat16 (no fp32 copy)
              "torch_dtype": "bfloat16" if t.pure_bf16 else "float32"}
+    backend = {}
     if plan.model.is_moe and t.moe_dispatcher in EXPORTED_DISPATCHERS:  # the all-to-all: AutoModel's own choice
-        model["backend"] = {"dispatcher": EXPORTED_DISPATCHERS[t.moe_dispatcher]}
+        backend["dispatcher"] = EXPORTED_DISPATCHERS[t.moe_dispatcher]
+    if t.attention_kernel_run == "fa2":  # FlexAttention where the model has sinks or a window (its gpt-oss: no sdpa)
+        backend["attn"] = "flex" if plan.model.attention_sinks or plan.model.sliding_window else "sdpa"
+    if backend:
+        model["backend"] = backend
     return {
         "recipe": "TrainFinetuneRecipeForNextTokenPrediction",
         "step_scheduler": {"global_batch_size": t.gbs,

@@ -50,6 +50,9 @@ def read_automodel_launch(path: Path, model: ModelSpec | None) -> Launch:
         options["pure_bf16"] = True
     if str(values.get("distributed.mp_policy.reduce_dtype", "float32")).removeprefix("torch.") in ("bfloat16", "bf16"):
         options["grad_reduce_in_bf16"] = True
+    kernel = attention(path, values)
+    if kernel is not None:
+        options["attention_kernel"] = kernel
     return Launch(source=str(path), engine="nemo-automodel", given=given, gbs=gbs, seq_length=seq or None,
                   precision=trained_in, recompute_layers=None, world_size=world,
                   stage_sizes=rank_layers(model.total_layers, given["pp"], given["vpp"]) if given["pp"] > 1 else None,
@@ -209,6 +212,20 @@ def precision(path: Path, values: dict[str, Any]) -> str:
         raise InputError(f"--from {path}: mp_policy.param_dtype {named!r} is not priced by gplan",
                          hint="use bfloat16 or float32")
     return PRECISIONS[named]
+
+
+ATTENTION = {"te": None, "sdpa": "fa2", "flex": "fa2"}
+"""`model.backend.attn` (BackendConfig) -> TrainingSpec.attention_kernel: te, its default on CUDA, is Transformer
+Engine's fused (cuDNN) attention, the engine's own (EngineProfile.attention_kernel); sdpa (torch SDPA's flash
+backend) and flex (FlexAttention, a Triton kernel) are FlashAttention-2's class."""
+
+
+def attention(path: Path, values: dict[str, Any]) -> str | None:
+    named = str(values.get("model.backend.attn", "te"))
+    if named not in ATTENTION:
+        raise InputError(f"--from {path}: model.backend.attn {named!r} is not priced by gplan",
+                         hint="use te, sdpa or flex")
+    return ATTENTION[named]
 
 
 STORAGE_DTYPES = {"auto": "bf16", **PRECISIONS}
