@@ -91,7 +91,8 @@ def automodel_lines() -> list[str]:
     borrowed from the sharded ranks, DeepEP, every block checkpointed), priced as AutoModel runs them: its
     split (`spec.targets.runs_as`), its experts' grouped kernel, the flex dispatcher, the model in the dtype it is
     built in (`model_dtype`: no recipe sets `model.torch_dtype`, so AutoModel's default bfloat16 — Adam's states
-    too, no fp32 copy), the attention kernel its `attn` names (gpt-oss's FlexAttention: FlashAttention-2's class). A row gplan's AutoModel profile refuses is listed with the refusal, not priced as another
+    too, no fp32 copy), the attention kernel its `attn` names (gpt-oss's FlexAttention: FlashAttention-2's class), the loss on the
+    16-bit logits (`loss_fn.fp32_upcast: false`, every recipe). A row gplan's AutoModel profile refuses is listed with the refusal, not priced as another
     engine."""
     from gplan.spec.targets import TARGETS, refusals, runs_as
 
@@ -101,7 +102,8 @@ def automodel_lines() -> list[str]:
     for r in csv.DictReader(AUTOMODEL_RUNS.open()):
         inputs = resolve_inputs(r["model"], int(r["gpus"]), "dgx-h100", gbs=int(r["gbs"]),
                                 seq_length=int(r["seq_length"]), target="nemo-automodel", moe_dispatcher=r["dispatcher"],
-                                pure_bf16=r["model_dtype"] == "bf16", attention_kernel=AUTOMODEL_ATTENTION[r["attn"]])
+                                pure_bf16=r["model_dtype"] == "bf16", attention_kernel=AUTOMODEL_ATTENTION[r["attn"]],
+                                bf16_loss=r["fp32_upcast"] == "false")
         config = ParallelConfig(dp=int(r["dp"]), tp=int(r["tp"]), pp=int(r["pp"]), vpp=int(r["vpp"]), ep=int(r["ep"]),
                                 etp=1, zero=int(r["zero"]), mbs=int(r["mbs"]), recompute=r["recompute"],
                                 schedule="interleaved_1f1b" if int(r["vpp"]) > 1 else "1f1b")

@@ -421,3 +421,33 @@ def test_an_attention_kernel_only_the_engine_runs_is_a_choice_elsewhere_refused(
     r = gplan("estimate", "llama3-8b", "--devices", "8", "--cluster", "dgx-h100", "--target", "megatron",
               "--attention-kernel", "fa2")
     assert r.code == 3 and "--attention-kernel fa2" in r.stderr and "nemo-automodel" in r.stderr
+
+
+def test_a_loss_on_the_16_bit_logits_keeps_its_softmax_and_gradient_in_16_bits(gplan, tmp_path):
+    """`loss_fn.fp32_upcast: false` (every benchmark recipe of AutoModel's): the softmax kept and the loss gradient in
+    bf16 — 2 + 2 bytes a logit less on the last stage than the fp32 upcast, its default — read, exported (its loss
+    section) and read back; elsewhere --bf16-loss is refused."""
+    import yaml
+
+    def estimate(upcast):
+        r = gplan("estimate", "--from", str(moe_recipe(tmp_path, loss_fn__fp32_upcast=upcast)), "--cluster",
+                  "dgx-h100", "--devices", "8", "--json")
+        assert r.code == 0, r.stderr
+        return r.json()
+
+    upcast, bf16 = estimate(True), estimate(False)
+    assert bf16["engine_options"]["bf16_loss"] and "bf16_loss" not in upcast["engine_options"]
+    logits = 4 * 4096 * 151936  # mbs 4 × seq 4096 tokens × Qwen3's vocabulary, at ep 8 and tp 1
+    saved = upcast["memory_bytes_per_device_max"] - bf16["memory_bytes_per_device_max"]
+    assert saved == pytest.approx((2 + 2) * logits, rel=0.01)
+    plan, out = tmp_path / "plan.json", tmp_path / "out"
+    r = gplan("search", "qwen3-30b-a3b", "--devices", "8", "--cluster", "dgx-h100", "--target", "nemo-automodel",
+              "--bf16-loss", "--out", str(plan))
+    assert r.code == 0, r.stderr
+    assert gplan("export", str(plan), "--to", "nemo-automodel", "-o", str(out)).code == 0
+    recipe = next(out.glob("*.yaml"))
+    assert yaml.safe_load(recipe.read_text().split("\n", 1)[1])["loss_fn"]["fp32_upcast"] is False
+    back = gplan("estimate", "--from", str(recipe), "--cluster", "dgx-h100", "--devices", "8", "--json").json()
+    assert back["step_time_s"] == pytest.approx(json.loads(plan.read_text())["prediction"]["step_time_s"], rel=1e-9)
+    r = gplan("estimate", "llama3-8b", "--devices", "8", "--cluster", "dgx-h100", "--target", "megatron", "--bf16-loss")
+    assert r.code == 3 and "--bf16-loss" in r.stderr and "nemo-automodel" in r.stderr

@@ -304,6 +304,12 @@ def layer_time(model: ModelSpec, kind: LayerKind, training: TrainingSpec, shard:
 CROSS_ENTROPY_BYTES_PER_LOGIT = 12
 
 
+def cross_entropy_bytes_per_logit(training: TrainingSpec) -> float:
+    """CROSS_ENTROPY_BYTES_PER_LOGIT, its two fp32 reads 16-bit where the loss runs on the 16-bit logits
+    (`TrainingSpec.bf16_loss`): 2 + 2 + 2 + 2."""
+    return CROSS_ENTROPY_BYTES_PER_LOGIT - (2 * (4 - training.element_bytes) if training.bf16_loss else 0)
+
+
 def head_time(model: ModelSpec, training: TrainingSpec, shard: Shard, device: DeviceSpec) -> tuple[float, float]:
     """(forward, backward) seconds of the final norm, logits GEMM and cross-entropy (measured when
     the device's profile has this shape)."""
@@ -312,7 +318,7 @@ def head_time(model: ModelSpec, training: TrainingSpec, shard: Shard, device: De
         return measured[0], measured[1]
     gemm_s = gemm_time_s(device, training.base_precision, head_gemm(model, shard))  # the output layer stays BF16
     logits = shard.tokens * model.vocab_size / shard.tp
-    loss_s = memory_time_s(device, logits * CROSS_ENTROPY_BYTES_PER_LOGIT)
+    loss_s = memory_time_s(device, logits * cross_entropy_bytes_per_logit(training))
     norm_s = memory_time_s(device, 4 * shard.tokens * model.hidden_size * training.element_bytes)
     return gemm_s + loss_s / 2 + norm_s, GEMM_BACKWARD_FLOP_RATIO * (gemm_s + norm_s) + loss_s / 2
 

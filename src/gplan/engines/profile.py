@@ -118,6 +118,8 @@ class Capabilities:
     `training.dtype = "bfloat16"`)."""
     legacy_grouped_gemm: bool = False
     """The experts' GEMMs as one grouped kernel (Megatron's legacy GroupedMLP)."""
+    bf16_loss: bool = False
+    """The loss on the 16-bit logits, no fp32 upcast (NeMo AutoModel's `loss_fn.fp32_upcast: false`)."""
     attention_kernel: frozenset[str] = frozenset()
     """Attention kernels a run can name beside its own (TrainingSpec.attention_kernel: NeMo AutoModel's
     `model.backend.attn`)."""

@@ -119,6 +119,11 @@ class TrainingSpec(BaseModel):
     which sends from the tokens in place through buffers it allocates once per process. Megatron-LM only
     (its own default is allgather; gplan's, and Megatron's recommendation with ep, alltoall)."""
 
+    bf16_loss: bool = False
+    """The cross-entropy on the 16-bit logits, not upcast to fp32 first (NeMo AutoModel's `loss_fn.fp32_upcast:
+    false`, which its benchmark recipes set): the softmax it keeps and its gradient in 16 bits
+    (`memory.head_activation_bytes`, `memory.loss_working_bytes`), and 16-bit reads in its time
+    (`compute.cross_entropy_bytes_per_logit`)."""
     attention_kernel: AttentionKernelChoice | None = None
     """The attention kernel, where the engine runs more than one (NeMo AutoModel's `model.backend.attn`: te is the
     fused cuDNN kernel, sdpa and flex — torch SDPA's flash backend and FlexAttention's Triton kernel — are
@@ -130,7 +135,8 @@ class TrainingSpec(BaseModel):
                                                     "grad_reduce_in_bf16": False, "fp8_param_gather": False, "pure_bf16": False,
                                                     "optimizer_in_backward": False, "legacy_grouped_gemm": False,
                                                     "moe_a2a_overlap": False, "cuda_graphs": "none",
-                                                    "moe_dispatcher": "alltoall", "attention_kernel": None}
+                                                    "moe_dispatcher": "alltoall", "attention_kernel": None,
+                                                    "bf16_loss": False}
 
     @model_validator(mode="before")
     @classmethod

@@ -41,6 +41,8 @@ ENGINE = EngineProfile(
         sliding_window=True, attention_sinks=True, clamped_glu=True,
         # model.backend.attn: te (the fused cuDNN kernel, its default) or sdpa / flex (FlashAttention-2's class)
         attention_kernel=frozenset({"fused", "fa2"}),
+        # loss_fn.fp32_upcast: false (MaskedCrossEntropy, components/loss/masked_ce.py) on the 16-bit logits
+        bf16_loss=True,
         precisions=frozenset({"bf16", "fp32"}),
         # mp_policy.reduce_dtype: the dtype FSDP2 reduce-scatters the gradients in (float32 by default)
         grad_reduce_in_bf16=True,

@@ -21,7 +21,7 @@ VERSIONS = {"0.7": "NeMo AutoModel 0.7.0 (nemo_automodel recipes: parse_distribu
 EXACT = (
     "a recipe YAML and the script that runs it on every node (`torchrun … -m nemo_automodel.cli.app`): FSDP2 "
     "over dp (zero 3, or 2: `reshard_after_forward` true or false), the model's dtype (`torch_dtype`: float32, or "
-    "bfloat16 for full-bf16 training), the gradients' reduce dtype, the attention backend (`attn`), tp with sp, cp, ep borrowed from dp·cp·tp, "
+    "bfloat16 for full-bf16 training), the gradients' reduce dtype, the attention backend (`attn`), the loss on 16-bit logits (`fp32_upcast`), tp with sp, cp, ep borrowed from dp·cp·tp, "
     "pipeline schedule and its virtual stages (`layers_per_stage`, rounded to a multiple of pp where they differ "
     "by a layer, as AutoModel cuts them), the batch as `global_batch_size` and "
     "`local_batch_size`, activation checkpointing on or off; checked by its own `parse_distributed_section`, "
@@ -82,6 +82,8 @@ def recipe(plan: Plan, context: ExportContext) -> dict:
         backend["attn"] = "flex" if plan.model.attention_sinks or plan.model.sliding_window else "sdpa"
     if backend:
         model["backend"] = backend
+    loss = {"loss_fn": {"_target_": "nemo_automodel.components.loss.masked_ce.MaskedCrossEntropy",
+                        "fp32_upcast": False}} if t.bf16_loss else {}  # its default loss upcasts the logits
     return {
         "recipe": "TrainFinetuneRecipeForNextTokenPrediction",
         "step_scheduler": {"global_batch_size": t.gbs,
@@ -90,6 +92,7 @@ def recipe(plan: Plan, context: ExportContext) -> dict:
         "distributed": distributed,
         "dataset": {"_target_": "nemo_automodel.components.datasets.llm.mock_iterable_dataset.MockIterableDataset",
                     "seq_len": t.seq_length, "vocab_size": plan.model.vocab_size},
+        **loss,
     }
 
 

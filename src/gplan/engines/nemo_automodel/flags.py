@@ -19,6 +19,7 @@ READ = frozenset({
     "distributed.mp_policy.param_dtype", "distributed.mp_policy.reduce_dtype", "distributed.mp_policy._target_",
     "distributed._target_", "packed_sequence.packed_sequence_size", "dataset.seq_len", "dataset.seq_length",
     "model.backend.dispatcher", "model.torch_dtype", "model.dtype", "model.backend.attn",
+    "loss_fn.fp32_upcast",
 })
 """Keys the reader reads: the layout, the batch, the sequence and the precision."""
 

@@ -50,6 +50,8 @@ def read_automodel_launch(path: Path, model: ModelSpec | None) -> Launch:
         options["pure_bf16"] = True
     if str(values.get("distributed.mp_policy.reduce_dtype", "float32")).removeprefix("torch.") in ("bfloat16", "bf16"):
         options["grad_reduce_in_bf16"] = True
+    if str(values.get("loss_fn.fp32_upcast", True)).lower() == "false":
+        options["bf16_loss"] = True
     kernel = attention(path, values)
     if kernel is not None:
         options["attention_kernel"] = kernel
