@@ -1,28 +1,39 @@
-"""Launch files as text: the `--flag value` arguments of a shell script or argument file, and rewriting
-a launch (a script's flags, a TOML job config's keys) with only the layout changed. Pure text, no engine:
-read by planner.launch_files (`--from`) and written by the exporters' write-back (`--out-launch`)."""
+"""Launch files as text: the `--flag value` arguments of a shell script or argument file (and the script a
+launch line runs, with its arguments), and rewriting a launch (a script's flags, a TOML job config's keys) with
+only the layout changed. No engine: read by planner.launch_files (`--from`) and written by the exporters'
+write-back (`--out-launch`)."""
 
 from __future__ import annotations
 
 import re
 import shlex
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from gplan.errors import InputError
 
 
-def arguments(text: str) -> tuple[dict[str, list[str]], dict[str, str]]:
+def arguments(text: str, positional: list[str] | None = None,
+              environment: dict[str, str] | None = None) -> tuple[dict[str, list[str]], dict[str, str]]:
     """Every `--flag [value]` of the text (line continuations joined, comments dropped, bash arrays
     flattened, an array element `"--flag value"` split as its unquoted expansion splits it) and the script's
     variable assignments (and a command's environment prefix, `NGPU=8 CONFIG_FILE=… ./run_train.sh`, as
     torchtitan's own launcher is run), the values with the script's variables and arithmetic expanded; the
-    branch of an `if [[ "$X" == "y" ]]` that the script's own variables rule out is skipped. A flag given
-    twice keeps its last value, as argparse does."""
+    branch of an `if [[ "$X" == "y" ]]` that the script's own variables rule out is skipped. Flags kept in a
+    quoted string variable (`moe_options=" --num-experts 64 …"`, Pai-Megatron-Patch's scripts) are read where
+    the variable is expanded into a command (`torchrun … ${moe_options}`, or a `run_cmd="…"` string run by
+    `eval`), not where it is assigned. `positional`: the arguments the script was called with ($1, ${10} …);
+    `environment`: variables set before it runs. A flag given twice keeps its last value, as argparse does."""
     # comments first: a backslash ending a comment continues nothing (bash ends a comment at its newline)
     uncommented = "\n".join(line.split(" #", 1)[0] if not line.lstrip().startswith("#") else ""
                             for line in text.splitlines())
-    joined = re.sub(r"\\\n", " ", uncommented)
-    variables, tokens, branches = {}, [], Branches()
+    joined = _join_quoted(re.sub(r"\\\n", " ", uncommented))
+    variables = {**(environment or {}), **{str(i): a for i, a in enumerate(positional or [], start=1)}}
+    tokens, branches = [], Branches()
+    # names some branch sets to a string of flags (or to nothing): where no taken branch set them, they expand to
+    # nothing, as bash expands an unset variable
+    flag_strings = {m.group(1) for m in re.finditer(r"^\s*(?:export\s+)?([A-Za-z_]\w*)=(\"[^\"]*\"|'[^']*')\s*$", joined,
+                                                  re.MULTILINE) if re.search(r"(^|\s)--\w", m.group(2)) or not m.group(2)[1:-1].strip()}
     for line in joined.splitlines():
         if branches.reads(line, variables) or not branches.taken:
             continue
@@ -31,6 +42,13 @@ def arguments(text: str) -> tuple[dict[str, list[str]], dict[str, str]]:
         if assign:  # NAME=8, NAME=${NAME:-8} (its default, or its value before), NAME=$((A*B))
             variables[assign.group(1)] = expand(assign.group(2).strip("\"'"), variables)
             continue
+        quoted = re.match(r"\s*(?:export\s+)?([A-Za-z_]\w*)=(\"[^\"]*\"|'[^']*')\s*$", line)
+        if quoted:  # a string of several words, expanded now as bash does in double quotes (not in single ones)
+            inner = quoted.group(2)[1:-1]
+            unset = {name: "" for name in flag_strings if name not in variables}
+            variables[quoted.group(1)] = expand(inner, {**unset, **variables}) if quoted.group(2)[0] == '"' else inner
+            continue
+        line = _FLAG_STRING.sub(lambda m: _flag_string(m, variables, flag_strings), line)
         try:
             words = shlex.split(_unbracket(line))
         except ValueError:
@@ -57,6 +75,73 @@ def arguments(text: str) -> tuple[dict[str, list[str]], dict[str, str]]:
                 values.append(nxt)
             found[name] = [expand(v, variables) for v in values]
     return found, variables
+
+
+def _join_quoted(text: str) -> str:
+    """Lines joined where a double-quoted assignment runs on past them (`run_cmd="torchrun … pretrain.py` and its
+    flags on the lines below, up to the closing quote), as bash reads one word across them. Only an assignment's
+    string is followed across lines: a stray quote elsewhere (a heredoc's apostrophe) joins nothing."""
+    lines, pending = [], None
+    for line in text.splitlines():
+        if pending is not None:
+            pending = f"{pending} {line}"
+            if _open_quote(line, '"') is None:
+                lines.append(pending)
+                pending = None
+            continue
+        if re.match(r"\s*(?:export\s+)?[A-Za-z_]\w*=\"", line) and _open_quote(line) == '"':
+            pending = line
+        else:
+            lines.append(line)
+    return "\n".join(lines + ([pending] if pending is not None else []))
+
+
+def _open_quote(line: str, inside: str | None = None) -> str | None:
+    """The quote still open at the end of `line` (`inside`: the one open before it), backslash escapes kept."""
+    quote = inside
+    for i, char in enumerate(line):
+        escaped = i > 0 and line[i - 1] == "\\"
+        if quote is None and char in "\"'" and not escaped:
+            quote = char
+        elif char == quote and (quote == "'" or not escaped):
+            quote = None
+    return quote
+
+
+_FLAG_STRING = re.compile(r"\$\{(\w+)\}|\$(\w+)")
+
+
+def _flag_string(match: re.Match, variables: dict[str, str], flag_strings: set[str]) -> str:
+    """A variable holding flags (a quoted string with `--flag`s) expanded into the command line that uses it,
+    unquoted, so that its words split as bash splits them (one of `flag_strings` no taken branch set: nothing);
+    any other reference left for the values' expansion."""
+    name = match.group(1) or match.group(2)
+    held = variables.get(name, "")
+    if name in flag_strings and name not in variables:
+        return ""
+    return held if re.search(r"(^|\s)--\w", held) else match.group(0)
+
+
+def called_script(path: Path, text: str) -> tuple[Path, list[str], dict[str, str]] | None:
+    """The one script `text` runs with its arguments (`sh run_mcore_qwen3.sh dlc A3B 1 8 …`, as Pai-Megatron-Patch's
+    READMEs launch its scripts; `bash`, `source` and `.` alike), found beside `path` or where the line names it:
+    (the script, its positional arguments with `text`'s variables expanded, the variables `text` sets and the
+    line's environment prefix). None where no such script is beside it, or the text runs several."""
+    _, variables = arguments(text)
+    joined = re.sub(r"\\\n", " ", text)
+    calls = [m for m in (re.match(r"\s*((?:[A-Za-z_]\w*=\S+\s+)*)(?:sh|bash|source|\.)\s+(\S+\.sh)\b(.*)$", line)
+                         for line in joined.splitlines() if not line.lstrip().startswith("#")) if m]
+    found = [(m, c) for m in calls for c in (path.parent / m.group(2), path.parent / Path(m.group(2)).name)
+             if c.is_file() and c.resolve() != path.resolve()]
+    if len({c.resolve() for _, c in found}) != 1 or len(calls) != 1:
+        return None
+    match, script = found[0]
+    try:
+        words = shlex.split(match.group(3).split(" #", 1)[0])
+    except ValueError:
+        return None
+    prefix = dict(w.split("=", 1) for w in match.group(1).split())
+    return script, [expand(w, variables) for w in words], {**variables, **prefix}
 
 
 class Branches:
@@ -106,15 +191,28 @@ def condition(text: str, variables: dict[str, str]) -> bool | None:
     return result
 
 
+_INTEGER_TESTS = {"-eq": int.__eq__, "-ne": int.__ne__, "-gt": int.__gt__, "-ge": int.__ge__, "-lt": int.__lt__,
+                  "-le": int.__le__}
+
+
 def clause_holds(clause: str, variables: dict[str, str]) -> bool | None:
-    """One `[[ … ]]` clause: a string comparison or an emptiness test; None for anything else."""
-    words = [expand(w, variables) for w in shlex.split(clause)] if clause else []
+    """One `[[ … ]]` clause: a string comparison, an integer one (`-gt`, `-eq` …) or an emptiness test (a variable
+    nothing sets is empty there, as bash expands it); None for anything else."""
+    try:
+        raw = shlex.split(clause) if clause else []
+    except ValueError:
+        return None
+    if len(raw) == 2 and raw[0] in ("-z", "-n"):
+        name = re.fullmatch(r"\$\{?(\w+)\}?", raw[1])
+        held = variables.get(name.group(1), "") if name else expand(raw[1], variables)
+        return None if "$" in held else (held == "") == (raw[0] == "-z")
+    words = [expand(w, variables) for w in raw]
     if any("$" in w for w in words):
         return None
     if len(words) == 3 and words[1] in ("==", "=", "!="):
         return (words[0] == words[2]) == (words[1] != "!=")
-    if len(words) == 2 and words[0] in ("-z", "-n"):
-        return (words[1] == "") == (words[0] == "-z")
+    if len(words) == 3 and words[1] in _INTEGER_TESTS and all(re.fullmatch(r"-?\d+", w) for w in words[::2]):
+        return _INTEGER_TESTS[words[1]](int(words[0]), int(words[2]))
     return None
 
 
@@ -142,14 +240,20 @@ def expand(text: str, variables: dict[str, str]) -> str:
 
 
 def integer_arithmetic(expression: str) -> int | None:
-    """Bash's integer arithmetic of `expression` (+ - * / %, parentheses, integers; / truncates), or None when it
-    holds anything else."""
+    """Bash's integer arithmetic of `expression` (+ - * / %, comparisons worth 1 or 0, one `c ? a : b`,
+    parentheses, integers; / truncates), or None when it holds anything else."""
     import ast
 
-    if not re.fullmatch(r"[\d\s+\-*/%()]+", expression):
+    ternary = re.fullmatch(r"([^?:]+)\?([^?:]+):([^?:]+)", expression)
+    if ternary:
+        test = integer_arithmetic(ternary.group(1))
+        return None if test is None else integer_arithmetic(ternary.group(2 if test else 3))
+    if not re.fullmatch(r"[\d\s+\-*/%()<>=!]+", expression):
         return None
     operators = {ast.Add: int.__add__, ast.Sub: int.__sub__, ast.Mult: int.__mul__, ast.Mod: int.__mod__,
                  ast.FloorDiv: lambda a, b: int(a / b)}
+    comparisons = {ast.Gt: int.__gt__, ast.GtE: int.__ge__, ast.Lt: int.__lt__, ast.LtE: int.__le__,
+                   ast.Eq: int.__eq__, ast.NotEq: int.__ne__}
 
     def value(node) -> int:
         if isinstance(node, ast.Constant) and isinstance(node.value, int):
@@ -158,6 +262,8 @@ def integer_arithmetic(expression: str) -> int | None:
             return -value(node.operand)
         if isinstance(node, ast.BinOp) and type(node.op) in operators:
             return operators[type(node.op)](value(node.left), value(node.right))
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in comparisons:
+            return int(comparisons[type(node.ops[0])](value(node.left), value(node.comparators[0])))
         raise ValueError(node)
 
     try:

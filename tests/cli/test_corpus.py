@@ -610,3 +610,41 @@ def test_script_variables_arithmetic_and_branches_are_expanded_as_bash_would():
     # a comment's trailing backslash continues nothing: the flag after it is read, the commented one is not
     args, _ = arguments("ARGS=(\n  # --log-interval 1 \\\n  --eval-iters 10 \\\n  --no-load-rng\n)\n")
     assert args == {"--eval-iters": ["10"], "--no-load-rng": []}
+
+
+def test_flags_in_string_variables_run_by_eval_with_positional_arguments_are_read_as_bash_runs_them(tmp_path):
+    """Pai-Megatron-Patch's launches: settings as the script's arguments ($1, ${10}), flags in quoted strings set
+    in the branch those arguments choose, read where the string is expanded into the command (a `run_cmd` spanning
+    lines, run by `eval`) and not where it is assigned; `[ … -gt … ]`, `$(( c ? a : b ))` and `-z` of a variable
+    nothing sets decided as bash decides them. An environment prefix on the calling line reaches the script."""
+    from gplan.launch_text import arguments
+    from gplan.launch_text import called_script
+
+    script = ('SIZE=$1\nTP=${2}\nif [ $SIZE = small ]; then\n  shape=" \\\n    --num-layers 4 \\\n    --hidden-size 8"\n'
+              'elif [ $SIZE = big ]; then\n  shape=" \\\n    --num-layers 96 \\\n    --hidden-size 512"\nfi\n'
+              'unused=" --never-run 1"\nOVERLAP=$(( ($TP > 1) ? 1 : 0 ))\n'
+              'if [ $OVERLAP -eq 1 ] && [ $TP -gt 1 ]; then\n  tp_option=" --sequence-parallel"\nfi\n'
+              'if [ -z ${VP} ]; then\n  vp_option=""\nelse\n  vp_option=" --vp ${VP}"\nfi\n'
+              'run_cmd="torchrun pretrain.py\n ${shape} --tensor-model-parallel-size ${TP} \\\n ${tp_option} ${vp_option}"\n'
+              'echo ${run_cmd}\neval ${run_cmd}\n')
+    args, variables = arguments(script, ["big", "4"])
+    assert args == {"--num-layers": ["96"], "--hidden-size": ["512"], "--tensor-model-parallel-size": ["4"],
+                    "--sequence-parallel": []}
+    assert variables["OVERLAP"] == "1"
+    args, _ = arguments(script, ["small", "1"], {"VP": "2"})
+    assert args == {"--num-layers": ["4"], "--hidden-size": ["8"], "--tensor-model-parallel-size": ["1"], "--vp": ["2"]}
+    (tmp_path / "train.sh").write_text(script)
+    (tmp_path / "job.sh").write_text("cd /somewhere\nVP=3 sh train.sh \\\n  big \\\n  8  # the job's line\n")
+    found, positional, environment = called_script(tmp_path / "job.sh", (tmp_path / "job.sh").read_text())
+    assert found.name == "train.sh" and positional == ["big", "8"] and environment["VP"] == "3"
+    (tmp_path / "two.sh").write_text("sh train.sh big 8\nsh train.sh small 1\n")
+    assert called_script(tmp_path / "two.sh", (tmp_path / "two.sh").read_text()) is None
+
+
+def test_a_line_that_runs_a_script_with_its_layout_as_arguments_is_not_rewritten(gplan, tmp_path):
+    """gplan rewrites flags, not a script's positional arguments: --out-launch is refused naming the script, and
+    nothing is written."""
+    better = tmp_path / "better.sh"
+    r = gplan("search", "--from", str(CORPUS / "pai_megatron" / "pretrain_qwen3_a3b.sh"), "--cluster", "dgx-h100",
+              "--devices", "32", "--out", str(tmp_path / "plan.json"), "--out-launch", str(better))
+    assert r.code == 3 and "run_mcore_qwen3.sh" in r.stderr and "hint:" in r.stderr and not better.exists()

@@ -17,7 +17,7 @@ from typing import Any, get_args
 from gplan.engines.megatron import logs
 from gplan.engines.megatron.flags import LAYOUT_FLAGS, MODEL_FLAGS, MODEL_SWITCHES, megatron_class
 from gplan.errors import InputError
-from gplan.launch_text import arguments
+from gplan.launch_text import arguments, called_script
 from gplan.planner.launch import with_speed, WORLD, Launch, classified, exported_model, integer, number, optional_int, value, world_size
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import even_stage_sizes
@@ -65,6 +65,18 @@ def read_megatron_launch(path: Path, model: ModelSpec | None, text: str) -> Laun
     from gplan.engines.megatron.model_zoo import zoo_arguments
 
     args, variables = zoo_arguments(path, text) or arguments(text)
+    notes = []
+    called = called_script(path, text) if "--num-layers" not in args else None
+    if called is not None:  # a line that runs a script with positional arguments (Pai-Megatron-Patch's launches)
+        script, positional, environment = called
+        args, variables = arguments(script.read_text(), positional, environment)
+        notes = [f"(read {script.name} as {path.name} calls it, with its {len(positional)} arguments as $1…)"]
+    positional = sorted(f for f, vals in args.items() if f in LAYOUT_FLAGS | MODEL_FLAGS.keys()
+                        and any(re.search(r"\$\{?\d+\}?", v) for v in vals))
+    if called is None and positional:  # a layout flag filled from the script's own arguments
+        raise InputError(f"--from {path}: {positional[0]} comes from the script's arguments ($1, ${{10}} …), which the "
+                         "file alone does not give", hint=f"pass a file holding the line that runs it, e.g. "
+                         f"`sh {path.name} dlc A3B 1 8 …`, beside {path.name}")
     if "--num-layers" not in args and "--tensor-model-parallel-size" not in args:
         raise InputError(f"--from {path}: no Megatron-LM arguments found (no --num-layers, no "
                          "--tensor-model-parallel-size)", hint="pass the script that runs pretrain_gpt.py")
@@ -77,7 +89,7 @@ def read_megatron_launch(path: Path, model: ModelSpec | None, text: str) -> Laun
     return Launch(source=str(path), engine="megatron", given=layout_of(args), gbs=integer(args, "--global-batch-size", path),
                   seq_length=optional_int(args, "--seq-length"), precision=precision_of(args),
                   stage_sizes=stage_sizes_of(args, model), recompute_layers=block_layers(args),
-                  world_size=world_size(args, variables), unread=unread, no_effect=no_effect, model=model,
+                  world_size=world_size(args, variables), unread=unread + notes, no_effect=no_effect, model=model,
                   engine_options={"grad_reduce_in_bf16": "--grad-reduce-in-bf16" in args,
                                   "fp8_param_gather": "--fp8-param-gather" in args,
                                   "legacy_grouped_gemm": legacy_grouped_gemm(args, model),
@@ -361,7 +373,8 @@ def megatron_split(model: ModelSpec, pp: int, layout: str | None, first: int | N
 READS = "Megatron-LM scripts, argument files and YAML maps"
 
 FROM_READS = (
-    "a launch script or argument file (`pretrain_gpt.py`: Megatron-LM, NeMo, Megatron-Bridge), or its log")
+    "a launch script or argument file (`pretrain_gpt.py`: Megatron-LM, NeMo, Megatron-Bridge), a line that runs "
+    "one with its settings as arguments (Pai-Megatron-Patch's `sh run_mcore_qwen3.sh dlc A3B …`), or its log")
 """What `--from` reads (docs/bring-your-own-runs.md's table, from bench/engine_tables.py)."""
 CALIBRATE_READS = (
     "its log: the arguments block (and the padded-vocabulary line), iteration and memory lines")
