@@ -92,7 +92,8 @@ def automodel_lines() -> list[str]:
     split (`spec.targets.runs_as`), its experts' grouped kernel, the flex dispatcher, the model in the dtype it is
     built in (`model_dtype`: no recipe sets `model.torch_dtype`, so AutoModel's default bfloat16 — Adam's states
     too, no fp32 copy), the attention kernel its `attn` names (gpt-oss's FlexAttention: FlashAttention-2's class), the loss on the
-    16-bit logits (`loss_fn.fp32_upcast: false`, every recipe). A row gplan's AutoModel profile refuses is listed with the refusal, not priced as another
+    16-bit logits (`loss_fn.fp32_upcast: false`, every recipe), and with pipeline stages the schedule run once per
+    local batch (`lbs`, the table's LBS: gbs / (lbs·dp) runs a step, each filling and draining the pipeline). A row gplan's AutoModel profile refuses is listed with the refusal, not priced as another
     engine."""
     from gplan.spec.targets import TARGETS, refusals, runs_as
 
@@ -106,12 +107,14 @@ def automodel_lines() -> list[str]:
                                 bf16_loss=r["fp32_upcast"] == "false")
         config = ParallelConfig(dp=int(r["dp"]), tp=int(r["tp"]), pp=int(r["pp"]), vpp=int(r["vpp"]), ep=int(r["ep"]),
                                 etp=1, zero=int(r["zero"]), mbs=int(r["mbs"]), recompute=r["recompute"],
+                                schedule_runs=int(r["gbs"]) // (int(r["lbs"]) * int(r["dp"])) if int(r["pp"]) > 1 else 1,
                                 schedule="interleaved_1f1b" if int(r["vpp"]) > 1 else "1f1b")
         m, target = inputs.model, TARGETS["nemo-automodel"]
         layouts = runs_as(target, m, config, layout_from_sizes(
             m, even_stage_sizes(m.total_layers, config.pp, config.vpp), [config.recompute] * config.pp))
         label = (f"{r['model']} {r['gpus']}×H100 pp{r['pp']} vpp{r['vpp']} ep{r['ep']} dp{r['dp']} zero{r['zero']} "
-                 f"mbs{r['mbs']}{' ' + r['attn'] if r['attn'] != 'te' else ''}")
+                 f"mbs{r['mbs']}{' ' + r['attn'] if r['attn'] != 'te' else ''}"
+                 f"{f' ×{config.schedule_runs} schedules' if config.schedule_runs > 1 else ''}")
         refused = refusals(target, m, config, config.microbatches_for(int(r["gbs"])), layouts, "bf16")
         if refused:
             lines.append(f"| {label} | {float(r['step_s']):.2f} | not priced: {refused[0].detail} | | |")

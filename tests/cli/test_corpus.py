@@ -648,3 +648,26 @@ def test_a_line_that_runs_a_script_with_its_layout_as_arguments_is_not_rewritten
     r = gplan("search", "--from", str(CORPUS / "pai_megatron" / "pretrain_qwen3_a3b.sh"), "--cluster", "dgx-h100",
               "--devices", "32", "--out", str(tmp_path / "plan.json"), "--out-launch", str(better))
     assert r.code == 3 and "run_mcore_qwen3.sh" in r.stderr and "hint:" in r.stderr and not better.exists()
+
+
+def test_a_launch_accumulating_over_runs_of_its_pipeline_schedule_pays_the_fill_and_drain_each_run(gplan, tmp_path):
+    """torchtitan and NeMo AutoModel run the pipeline schedule once per local batch and accumulate gradients across
+    runs: a global batch of twice the local batch on each data-parallel rank runs it twice a step, each run with its
+    own fill and drain — the bubble doubles with the micro-batches' compute (one schedule over all of them, as
+    gplan's exports write it, pays it once)."""
+    import yaml
+
+    recipe = yaml.safe_load((CORPUS / "nemo_automodel" / "kimi_k2_benchmark_32nodes.yaml").read_text())
+    runs = {}
+    for gbs in (256, 512):  # dp 32 × local 8: one run, then two
+        recipe["step_scheduler"]["global_batch_size"] = gbs
+        path = tmp_path / f"recipe_{gbs}.yaml"
+        path.write_text(yaml.safe_dump(recipe))
+        r = gplan("estimate", "--from", str(path), "--cluster", "dgx-h100", "--devices", "256", "--json")
+        assert r.code == 0, r.stderr
+        runs[gbs] = r.json()
+    one, two = runs[256], runs[512]
+    assert one["parallel"].get("schedule_runs", 1) == 1 and two["parallel"]["schedule_runs"] == 2
+    assert two["breakdown"]["compute"] == pytest.approx(2 * one["breakdown"]["compute"], rel=1e-9)
+    assert two["breakdown"]["bubble"] == pytest.approx(2 * one["breakdown"]["bubble"], rel=1e-9)
+    assert two["breakdown"]["bubble"] > 0

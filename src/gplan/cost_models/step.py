@@ -323,7 +323,7 @@ class StepModel:
 
     def in_flight(self, index: int) -> float:
         c = self.config
-        return pipeline.in_flight_microbatches(index, c.pp, self.num_microbatches, c.schedule, c.vpp)
+        return pipeline.in_flight_microbatches(index, c.pp, self.num_microbatches // c.schedule_runs, c.schedule, c.vpp)
 
     def compute_times(self, layout: StageLayout) -> tuple[float, float]:
         """(forward, backward incl. recompute) seconds of one micro-batch: its layers, then the embedding
@@ -742,7 +742,7 @@ class StepModel:
         times = [s.time_s for s in stages]
         m = self.num_microbatches
         critical = max(stages, key=lambda s: s.time_s)
-        bubble = pipeline.bubble_time_s(times, c.vpp)
+        bubble = c.schedule_runs * pipeline.bubble_time_s(times, c.vpp)  # every run of the schedule fills and drains
         dp_s = max(self.dp_exposed_s(s, layout) for s, layout in zip(stages, layouts))
         optimizer_s = max(self.optimizer_s(s) for s in stages)
         overhead_s = max(self.group(s.node_group).hardware.efficiency.step_overhead_s for s in stages)
@@ -751,7 +751,7 @@ class StepModel:
             cp_comm=m * critical.cp_comm_s, ep_comm=m * critical.ep_comm_s, pp_comm=m * critical.pp_comm_s, dp_comm=dp_s,
             bubble=bubble, optimizer=optimizer_s, overhead=overhead_s,
         )
-        step_s = pipeline.pipeline_time_s(times, m, c.vpp) + dp_s + optimizer_s + overhead_s
+        step_s = m * max(times) + bubble + dp_s + optimizer_s + overhead_s  # pipeline.pipeline_time_s, run by run
         return self._prediction(step_s, breakdown, stages)
 
     def devices_per_stage(self) -> int:

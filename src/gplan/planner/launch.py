@@ -44,7 +44,9 @@ class Launch:
     unread: list[str] = field(default_factory=list)
     """Flags gplan does not read (data, tokenizer, checkpoints, learning rate, logging…)."""
     local_batch: int | None = None
-    """torchtitan's sequences per data-parallel rank per step, where the launch sets no global batch."""
+    """Sequences per data-parallel rank that one run of the pipeline schedule takes (torchtitan's
+    `local_batch_size`, NeMo AutoModel's): the global batch over it and dp is how often the schedule runs in a
+    step (`ParallelConfig.schedule_runs`); where the launch sets no global batch, torchtitan's step is one."""
     plan: Any = None
     """The gplan plan a launch of gplan's own worker runs (a SLURM or Kubernetes export): priced as written."""
     per_stage_recompute: tuple | None = None
@@ -172,6 +174,8 @@ def launch_config(launch: Launch, model: ModelSpec, devices: int):
         raise InputError(f"{launch.source}: data parallel replicate × shard = {(replicate or 1) * shard}, but "
                          f"{devices} devices over tp·pp·cp = {per_replica} leave dp = {dp}",
                          hint="pass the launch's --devices")
+    if launch.local_batch and given["pp"] > 1:  # the schedule runs once per local batch (torch's pipelining)
+        given["schedule_runs"] = max(1, (launch.gbs or launch.local_batch * dp) // (launch.local_batch * dp))
     return config_from_options(dp=dp, **given)
 
 

@@ -56,6 +56,13 @@ class ParallelConfig(BaseModel):
     """What a `selective` layer recomputes (`RECOMPUTE_MODULES`; Megatron's `--recompute-modules`,
     whose default is the attention core alone). Empty: selective layers recompute nothing."""
 
+    schedule_runs: int = Field(default=1, ge=1)
+    """Times the pipeline schedule runs in one step, each over its share of the micro-batches, gradients
+    accumulated across the runs: torch.distributed.pipelining engines run it once per local batch (torchtitan's
+    `train_step` loops `gradient_accumulation_steps` times over `pp_schedule.step`, NeMo AutoModel's recipe once
+    per batch its step scheduler yields), so each run fills and drains the pipeline again. 1: one schedule over
+    every micro-batch (Megatron-LM; gplan's own plans and exports)."""
+
     offload_layers: int = Field(default=0, ge=0)
     """Layers whose activations wait in host memory between their forward and backward (Megatron-core's
     `cpu_offloading_num_layers` with `cpu_offloading`: the first N layers of the model, moved while the next
@@ -81,6 +88,8 @@ class ParallelConfig(BaseModel):
             data.pop("recompute_modules")
         if isinstance(data, dict) and data.get("offload_layers") == 0:
             data.pop("offload_layers")
+        if isinstance(data, dict) and data.get("schedule_runs") == 1:
+            data.pop("schedule_runs")
         return data
 
     @model_validator(mode="before")

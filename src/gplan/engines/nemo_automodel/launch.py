@@ -58,7 +58,8 @@ def read_automodel_launch(path: Path, model: ModelSpec | None) -> Launch:
     return Launch(source=str(path), engine="nemo-automodel", given=given, gbs=gbs, seq_length=seq or None,
                   precision=trained_in, recompute_layers=None, world_size=world,
                   stage_sizes=rank_layers(model.total_layers, given["pp"], given["vpp"]) if given["pp"] > 1 else None,
-                  unread=unread + notes, no_effect=no_effect, model=model, engine_options=options)
+                  unread=unread + notes, no_effect=no_effect, model=model, engine_options=options,
+                  local_batch=as_int(values.get("step_scheduler.local_batch_size")) if given["pp"] > 1 else None)
 
 
 def layout(path: Path, values: dict[str, Any], model: ModelSpec) -> tuple[dict[str, Any], list[str]]:
