@@ -143,6 +143,8 @@ class ParallelConfig(BaseModel):
             parts.append(f"offload={self.offload_layers}")
         if self.sp:
             parts.append("sp")
+        if self.schedule_runs > 1:  # the schedule run once per local batch: its fill and drain paid each run
+            parts.append(f"runs={self.schedule_runs}")
         return " ".join(parts)
 
 
