@@ -13,6 +13,10 @@ from pathlib import Path
 from gplan.errors import InputError
 
 
+_QUOTED_ASSIGN = re.compile(r"^\s*(?:export\s+)?([A-Za-z_]\w*)=(\"[^\"]*\"|'[^']*')\s*$", re.MULTILINE)
+"""`NAME="several words"` (or single-quoted) on a line of its own."""
+
+
 def arguments(text: str, positional: list[str] | None = None,
               environment: dict[str, str] | None = None) -> tuple[dict[str, list[str]], dict[str, str]]:
     """Every `--flag [value]` of the text (line continuations joined, comments dropped, bash arrays
@@ -32,8 +36,8 @@ def arguments(text: str, positional: list[str] | None = None,
     tokens, branches = [], Branches()
     # names some branch sets to a string of flags (or to nothing): where no taken branch set them, they expand to
     # nothing, as bash expands an unset variable
-    flag_strings = {m.group(1) for m in re.finditer(r"^\s*(?:export\s+)?([A-Za-z_]\w*)=(\"[^\"]*\"|'[^']*')\s*$", joined,
-                                                  re.MULTILINE) if re.search(r"(^|\s)--\w", m.group(2)) or not m.group(2)[1:-1].strip()}
+    flag_strings = {m.group(1) for m in _QUOTED_ASSIGN.finditer(joined)
+                    if re.search(r"(^|\s)--\w", m.group(2)) or not m.group(2)[1:-1].strip()}
     for line in joined.splitlines():
         if branches.reads(line, variables) or not branches.taken:
             continue
@@ -42,7 +46,7 @@ def arguments(text: str, positional: list[str] | None = None,
         if assign:  # NAME=8, NAME=${NAME:-8} (its default, or its value before), NAME=$((A*B))
             variables[assign.group(1)] = expand(assign.group(2).strip("\"'"), variables)
             continue
-        quoted = re.match(r"\s*(?:export\s+)?([A-Za-z_]\w*)=(\"[^\"]*\"|'[^']*')\s*$", line)
+        quoted = _QUOTED_ASSIGN.match(line)
         if quoted:  # a string of several words, expanded now as bash does in double quotes (not in single ones)
             inner = quoted.group(2)[1:-1]
             unset = {name: "" for name in flag_strings if name not in variables}
@@ -140,7 +144,7 @@ def called_script(path: Path, text: str) -> tuple[Path, list[str], dict[str, str
         words = shlex.split(match.group(3).split(" #", 1)[0])
     except ValueError:
         return None
-    prefix = dict(w.split("=", 1) for w in match.group(1).split())
+    prefix = {k: expand(v, variables) for k, v in (w.split("=", 1) for w in match.group(1).split())}
     return script, [expand(w, variables) for w in words], {**variables, **prefix}
 
 
