@@ -451,3 +451,9 @@ def test_a_loss_on_the_16_bit_logits_keeps_its_softmax_and_gradient_in_16_bits(g
     assert back["step_time_s"] == pytest.approx(json.loads(plan.read_text())["prediction"]["step_time_s"], rel=1e-9)
     r = gplan("estimate", "llama3-8b", "--devices", "8", "--cluster", "dgx-h100", "--target", "megatron", "--bf16-loss")
     assert r.code == 3 and "--bf16-loss" in r.stderr and "nemo-automodel" in r.stderr
+
+
+def test_an_earlier_layout_switch_neither_true_nor_false_is_refused(gplan, tmp_path):
+    r = gplan("estimate", "--from", str(moe_recipe(tmp_path, model__backend={"enable_deepep": "maybe"})), "--cluster",
+              "dgx-h100", "--devices", "8")
+    assert r.code == 3 and "enable_deepep" in r.stderr and "hint:" in r.stderr

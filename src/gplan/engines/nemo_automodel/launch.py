@@ -140,6 +140,9 @@ def current_keys(values: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     deepep = values.get("model.backend.enable_deepep")
     if deepep is not None:
         renamed.pop("model.backend.enable_deepep")
+        if str(deepep).lower() not in LEGACY_DISPATCH:
+            raise InputError(f"model.backend.enable_deepep {deepep!r}: true or false",
+                             hint="set it to true or false, or name model.backend.dispatcher")
         renamed.setdefault("model.backend.dispatcher", LEGACY_DISPATCH[str(deepep).lower()])
         old.append("model.backend.enable_deepep")
     if not old:
