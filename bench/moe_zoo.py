@@ -27,6 +27,13 @@ RUNS = ROOT / "bench" / "data" / "moe_zoo_runs.csv"
 BEGIN, END = "<!-- moe-zoo:begin -->", "<!-- moe-zoo:end -->"
 
 
+def cluster_of(row: dict) -> str:
+    """A row's cluster: a catalogue name, or a cluster file of bench/data (a variant the catalogue lacks, its
+    numbers cited there: h800-pai.yaml)."""
+    path = ROOT / "bench" / "data" / f"{row['cluster']}.yaml"
+    return str(path) if path.is_file() else row["cluster"]
+
+
 def predicted_step_s(row: dict, imbalance: float = 1.0) -> float:
     return prediction(row, imbalance)[0]
 
@@ -34,7 +41,7 @@ def predicted_step_s(row: dict, imbalance: float = 1.0) -> float:
 def prediction(row: dict, imbalance: float = 1.0) -> tuple[float, float, float]:
     """(step seconds, the largest stage's peak GiB, the device's GiB) of a row as stated (forced balance,
     unless `imbalance` says otherwise)."""
-    inputs = resolve_inputs(row["model"], int(row["gpus"]), row["cluster"], gbs=int(row["gbs"]),
+    inputs = resolve_inputs(row["model"], int(row["gpus"]), cluster_of(row), gbs=int(row["gbs"]),
                             seq_length=int(row["seq_length"]), precision=row["precision"], target="megatron",
                             expert_imbalance=imbalance,
                             moe_dispatcher=row["dispatcher"], moe_a2a_overlap=row["a2a_overlap"] == "true",
