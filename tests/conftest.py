@@ -35,6 +35,33 @@ def training() -> TrainingSpec:
     return TrainingSpec(gbs=64, seq_length=2048)
 
 
+ONE_PROCESS_STEPS = 6
+"""Steps of the single-process reference runs (the optimizer's learning rate is constant, so a shorter
+run's losses are a prefix of these)."""
+
+
+@pytest.fixture(scope="session")
+def one_process(tmp_path_factory):
+    """`one_process(model, steps)`: the losses of one process (dp = tp = pp = 1) training a tiny model, each
+    model launched once a session — every multi-process layout in the backend tests must reproduce them."""
+    from helpers import cli_json, tiny_plan
+
+    losses: dict[str, list[float]] = {}
+
+    def run(model: ModelSpec, steps: int = ONE_PROCESS_STEPS) -> list[float]:
+        assert steps <= ONE_PROCESS_STEPS, f"the reference runs {ONE_PROCESS_STEPS} steps"
+        if model.name not in losses:
+            root = tmp_path_factory.mktemp(f"one-process-{model.name}")
+            r = CliRunner().invoke(app, ["launch", str(tiny_plan(root / "plan.json", model)), "--run-dir",
+                                         str(root / "run"), "--steps", str(ONE_PROCESS_STEPS), "--device", "cpu",
+                                         "--json"])
+            assert r.exit_code == 0, r.stderr[-3000:]
+            losses[model.name] = cli_json(r.stdout)["losses"]
+        return losses[model.name][:steps]
+
+    return run
+
+
 class Result:
     def __init__(self, result):
         self.code = result.exit_code
