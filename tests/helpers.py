@@ -5,6 +5,7 @@ random stage-split cost tables for checking the ILP against brute force."""
 
 from __future__ import annotations
 
+import math
 import random
 from pathlib import Path
 
@@ -232,3 +233,9 @@ def cli_json(stdout: str, command: str | None = None):
     assert document["gplan"] == __version__ and set(document) >= {"command", "ok"}, document
     assert command is None or document["command"] == command, document["command"]
     return document["data"] if document["ok"] else document
+
+
+def squared_log_misfit(equations: list[dict], key: str) -> float:
+    """Σ log(1 + error)² over a calibration report's equations (runs, traced stages): what `gplan calibrate`
+    minimises, so the fitted value (`error_after`) is never above the catalogue's (`error_before`)."""
+    return sum(math.log(1 + e[key]) ** 2 for e in equations)

@@ -4,14 +4,13 @@ workers' torch.profiler traces are read back and cut into the terms the cost mod
 from __future__ import annotations
 
 import json
-import math
 
 import pytest
 from typer.testing import CliRunner
 
 from gplan.calibration.measured import TERMS, measured_terms, read_rank_trace
 from gplan.cli import app
-from helpers import TINY_LLAMA, cli_json, requires_engine, tiny_plan
+from helpers import TINY_LLAMA, cli_json, requires_engine, squared_log_misfit, tiny_plan
 
 pytestmark = [pytest.mark.slow, requires_engine("torch", "torch")]
 STEPS, WARMUP = 4, 1
@@ -102,8 +101,7 @@ def test_one_traced_run_calibrates_from_its_stages_compute(profiled, tmp_path):
     # them than the catalogue began (a sum of absolute errors it does not promise)
     equations = report["runs"] + report["stage_compute"]
     assert len(equations) == 3
-    misfit = {key: sum(math.log(1 + e[key]) ** 2 for e in equations) for key in ("error_before", "error_after")}
-    assert misfit["error_after"] <= misfit["error_before"] + 1e-3
+    assert squared_log_misfit(equations, "error_after") <= squared_log_misfit(equations, "error_before") + 1e-3
 
 
 def test_compute_equalised_by_a_collective_is_not_fitted(profiled, tmp_path):
