@@ -44,6 +44,7 @@ run's losses are a prefix of these)."""
 def one_process(tmp_path_factory):
     """`one_process(model, steps)`: the losses of one process (dp = tp = pp = 1) training a tiny model, each
     model launched once a session — every multi-process layout in the backend tests must reproduce them."""
+    from forked_ranks import launches_forked
     from helpers import cli_json, tiny_plan
 
     losses: dict[str, list[float]] = {}
@@ -52,9 +53,10 @@ def one_process(tmp_path_factory):
         assert steps <= ONE_PROCESS_STEPS, f"the reference runs {ONE_PROCESS_STEPS} steps"
         if model.name not in losses:
             root = tmp_path_factory.mktemp(f"one-process-{model.name}")
-            r = CliRunner().invoke(app, ["launch", str(tiny_plan(root / "plan.json", model)), "--run-dir",
-                                         str(root / "run"), "--steps", str(ONE_PROCESS_STEPS), "--device", "cpu",
-                                         "--json"])
+            with launches_forked():
+                r = CliRunner().invoke(app, ["launch", str(tiny_plan(root / "plan.json", model)), "--run-dir",
+                                             str(root / "run"), "--steps", str(ONE_PROCESS_STEPS), "--device", "cpu",
+                                             "--json"])
             assert r.exit_code == 0, r.stderr[-3000:]
             losses[model.name] = cli_json(r.stdout)["losses"]
         return losses[model.name][:steps]

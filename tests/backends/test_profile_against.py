@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gplan.calibration.measured import TERMS, measured_terms, read_rank_trace
+from forked_ranks import launches_forked
 from gplan.cli import app
 from helpers import TINY_LLAMA, cli_json, requires_engine, squared_log_misfit, tiny_plan
 
@@ -17,7 +18,9 @@ STEPS, WARMUP = 4, 1
 
 
 def run(*args: str):
-    return CliRunner().invoke(app, list(args), catch_exceptions=False)
+    """A gplan command; a launch's ranks forked from a server that imported torch once (tests/forked_ranks.py)."""
+    with launches_forked():
+        return CliRunner().invoke(app, list(args), catch_exceptions=False)
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ import time
 import pytest
 from typer.testing import CliRunner
 
+from forked_ranks import launches_forked
 from gplan.cli import app
 from helpers import TINY_GPT, TINY_LLAMA, cli_json, requires_engine, tiny_plan
 
@@ -24,7 +25,10 @@ ATOL = 1e-5
 
 
 def launch(*args: str):
-    return CliRunner().invoke(app, ["launch", *args, "--device", "cpu", "--json"], catch_exceptions=False)
+    """`gplan launch`, its ranks forked from a server that imported torch once (tests/forked_ranks.py); the
+    `--elastic` test below runs torchrun as a user's launch does."""
+    with launches_forked():
+        return CliRunner().invoke(app, ["launch", *args, "--device", "cpu", "--json"], catch_exceptions=False)
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from forked_ranks import launches_forked
 from gplan.cli import app
 from helpers import TINY_LLAMA, TRAINING, requires_engine, tiny_plan, cli_json
 
@@ -28,8 +29,9 @@ RECIPES = {"fp8": ("dgx-h100", "float8 tensorwise"), "fp8-rowwise": ("dgx-h100",
 
 
 def launch(plan: Path, run_dir: Path) -> dict:
-    result = CliRunner().invoke(app, ["launch", str(plan), "--run-dir", str(run_dir), "--steps", str(STEPS),
-                                      "--device", "cpu", "--json"])
+    with launches_forked():  # the ranks forked from a server that imported torch and torchao once
+        result = CliRunner().invoke(app, ["launch", str(plan), "--run-dir", str(run_dir), "--steps", str(STEPS),
+                                          "--device", "cpu", "--json"])
     assert result.exit_code == 0, result.stderr[-3000:]
     return cli_json(result.stdout)
 
@@ -71,8 +73,10 @@ def test_a_searched_fp8_plan_launches_emulated(tmp_path):
         limits = [f"--{k}={c[k]}" for k in ("dp", "tp", "pp", "cp", "vpp", "mbs", "zero")]
     runs = {}
     for precision, path in plans.items():
-        r = runner.invoke(app, ["launch", str(path), "--device", "cpu", "--layers", "2", "--hidden", "64", "--seq-length",
-                                "32", "--gbs", "4", "--steps", "3", "--run-dir", str(tmp_path / precision), "--json"])
+        with launches_forked():
+            r = runner.invoke(app, ["launch", str(path), "--device", "cpu", "--layers", "2", "--hidden", "64",
+                                    "--seq-length", "32", "--gbs", "4", "--steps", "3", "--run-dir",
+                                    str(tmp_path / precision), "--json"])
         assert r.exit_code == 0, r.stderr[-2000:]
         runs[precision] = cli_json(r.stdout)
     assert runs["fp8"]["world_size"] == 2 and "float8 tensorwise" in runs["fp8"]["gemm_recipe"]

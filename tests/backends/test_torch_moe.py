@@ -8,6 +8,7 @@ import os
 
 import pytest
 
+from forked_ranks import forkserver
 from helpers import requires_engine
 
 pytestmark = requires_engine("torch", "torch")
@@ -95,9 +96,10 @@ def run_ranks(world: int, ep: int, etp: int = 1) -> dict:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    forkserver()  # the ranks forked from a server that imported torch once (tests/forked_ranks.py)
     manager = mp.Manager()
     results = manager.dict()
-    mp.spawn(_worker, args=(world, ep, etp, port, results), nprocs=world, join=True)
+    mp.start_processes(_worker, args=(world, ep, etp, port, results), nprocs=world, join=True, start_method="forkserver")
     return dict(results)
 
 

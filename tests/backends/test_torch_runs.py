@@ -9,10 +9,12 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
 
+from forked_ranks import launches_forked
 from helpers import requires_engine, cli_json
 from typer.testing import CliRunner
 
@@ -26,9 +28,12 @@ STEPS = 3
 layouts take ~2 s a step on two CPU cores, DTensor's dispatch and eight micro-batches each)."""
 
 
-def launch(plan: Path, run_dir: Path, *extra: str) -> dict:
-    result = CliRunner().invoke(app, ["launch", str(plan), "--run-dir", str(run_dir), "--steps", str(STEPS),
-                                      "--device", "cpu", "--json", *extra])
+def launch(plan: Path, run_dir: Path, *extra: str, torchrun: bool = False) -> dict:
+    """`gplan launch` of `plan`, its ranks forked from a server that imported torch once (tests/forked_ranks.py)
+    or, `torchrun`, started by torchrun as a user's launch starts them."""
+    with nullcontext() if torchrun else launches_forked():
+        result = CliRunner().invoke(app, ["launch", str(plan), "--run-dir", str(run_dir), "--steps", str(STEPS),
+                                          "--device", "cpu", "--json", *extra])
     assert result.exit_code == 0, result.stderr[-3000:]
     return cli_json(result.stdout)
 
@@ -59,7 +64,7 @@ def test_layout_matches_single_process(name, reference, tmp_path):
     degrees = dict(LAYOUTS[name])
     stages = degrees.pop("stages", None)
     plan = tiny_plan(tmp_path / "plan.json", TINY_LLAMA, stages, **degrees)
-    report = launch(plan, tmp_path / "run")
+    report = launch(plan, tmp_path / "run", torchrun=name == "dp2")
     assert report["world_size"] == (json.loads(plan.read_text())["parallel"]["dp"] * degrees.get("tp", 1)
                                     * degrees.get("pp", 1) * degrees.get("cp", 1))
     assert len(report["losses"]) == STEPS
@@ -85,7 +90,7 @@ def test_moe_layout_matches_single_process(name, reference, tmp_path):
     degrees = dict(MOE_LAYOUTS[name])
     stages = degrees.pop("stages", None)
     plan = tiny_plan(tmp_path / "plan.json", TINY_MOE, stages, **degrees)
-    report = launch(plan, tmp_path / "run")
+    report = launch(plan, tmp_path / "run", torchrun=name == "ep2")
     assert report["losses"] == pytest.approx(reference["tiny-moe"], abs=1e-5)
     assert report["losses"][-1] != report["losses"][0]
 
@@ -180,13 +185,15 @@ def test_run_report_has_every_rank_and_the_prediction(tmp_path):
 
 def test_resume_continues_the_same_loss_curve(tmp_path):
     plan = tiny_plan(tmp_path / "plan.json", TINY_LLAMA, None, dp=2, pp=2, zero=1)
-    whole = CliRunner().invoke(app, ["launch", str(plan), "--run-dir", str(tmp_path / "whole"), "--steps", "6",
-                                     "--device", "cpu", "--json"])
-    first = CliRunner().invoke(app, ["launch", str(plan), "--run-dir", str(tmp_path / "a"), "--steps", "3",
-                                     "--device", "cpu", "--checkpoint-dir", str(tmp_path / "ckpt"),
-                                     "--checkpoint-every", "3", "--json"])
-    second = CliRunner().invoke(app, ["launch", str(plan), "--run-dir", str(tmp_path / "b"), "--steps", "6",
-                                      "--device", "cpu", "--checkpoint-dir", str(tmp_path / "ckpt"), "--resume", "--json"])
+    with launches_forked():
+        whole = CliRunner().invoke(app, ["launch", str(plan), "--run-dir", str(tmp_path / "whole"), "--steps", "6",
+                                         "--device", "cpu", "--json"])
+        first = CliRunner().invoke(app, ["launch", str(plan), "--run-dir", str(tmp_path / "a"), "--steps", "3",
+                                         "--device", "cpu", "--checkpoint-dir", str(tmp_path / "ckpt"),
+                                         "--checkpoint-every", "3", "--json"])
+        second = CliRunner().invoke(app, ["launch", str(plan), "--run-dir", str(tmp_path / "b"), "--steps", "6",
+                                          "--device", "cpu", "--checkpoint-dir", str(tmp_path / "ckpt"), "--resume",
+                                          "--json"])
     assert whole.exit_code == first.exit_code == second.exit_code == 0
     resumed = cli_json(second.stdout)
     assert resumed["first_step"] == 3

@@ -23,6 +23,7 @@ from helpers import requires_engine
 from helpers import SMALL_LLAMA, squared_log_misfit, tiny_plan
 from typer.testing import CliRunner
 
+from forked_ranks import launches_forked
 from gplan.cli import app
 from gplan.spec.training import TrainingSpec
 
@@ -40,8 +41,9 @@ def reports(tmp_path_factory):
     out = {}
     for name, degrees in {**FIT, **HELD_OUT}.items():
         plan = tiny_plan(root / f"{name}.json", SMALL_LLAMA, None, TRAINING, **degrees)
-        r = CliRunner().invoke(app, ["launch", str(plan), "--run-dir", str(root / name), "--steps", "14",
-                                     "--warmup-steps", "3", "--device", "cpu"])
+        with launches_forked():  # ranks forked from a server that imported torch once (tests/forked_ranks.py)
+            r = CliRunner().invoke(app, ["launch", str(plan), "--run-dir", str(root / name), "--steps", "14",
+                                         "--warmup-steps", "3", "--device", "cpu"])
         assert r.exit_code == 0, r.stderr[-2000:]
         out[name] = root / name / "run_report.json"
     return out

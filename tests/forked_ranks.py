@@ -1,0 +1,102 @@
+"""A test-only way to start the torch worker's ranks: forked from a server that imported torch once.
+
+`gplan launch` starts its ranks with torchrun, and every rank is a fresh Python that imports torch, DTensor and
+the worker — 3–4 s each on two CPU cores, so a 4-rank layout spends ~10 s starting before it trains 0.2 s.
+The layout tests compare losses, not launchers: within `launches_forked()` only the torch backend's `run` is
+replaced — the CLI, the plan it renders and checks, the worker's argv and environment and the run report are
+all what `gplan launch` does — and each rank is forked from a server that preloaded the worker (multiprocessing's
+forkserver: the server never ran a torch op, so no thread pool is forked into a rank). Each rank is a real
+process on a real gloo group. torchrun itself stays tested: tests/backends/test_lifecycle.py (failures,
+signals, restarts), the killed-rank, two-node and `--elastic` runs, and the dp2 and ep2 layouts of
+test_torch_runs.py, whose losses equal the forked runs'.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import socket
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+WORKER_MODULE = "gplan.backends.torch.worker"
+_context = None
+
+
+def forkserver():
+    """The forkserver context, its server preloading the worker (started once a session, one thread per rank
+    as the launch's environment asks on CPU)."""
+    global _context
+    if _context is None:
+        _context = multiprocessing.get_context("forkserver")
+        _context.set_forkserver_preload([WORKER_MODULE, "torchao.float8"])  # torchao: absent, skipped
+    return _context
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_main(rank: int, world_size: int, port: int, env: dict[str, str], argv: list[str], log: str) -> None:
+    """One rank: torchrun's environment variables, its output to the job's log, then the worker."""
+    import torch
+
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.environ.update(env)
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
+                      LOCAL_WORLD_SIZE=str(world_size), GROUP_RANK="0", GROUP_WORLD_SIZE="1",
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(int(env.get("OMP_NUM_THREADS", "1")))
+    from gplan.backends.torch import worker
+
+    sys.stdout.flush()
+    os._exit(worker.main(argv))
+
+
+def run_forked(spec, options, echo) -> None:
+    """The torch launcher's `run` (same arguments, same BackendError naming the failed rank), its ranks forked:
+    when one fails the others are stopped, as torchrun stops them."""
+    from gplan.backends.torch.launcher import _failure
+
+    argv = spec.nodes[options.node_rank].argv
+    worker_argv = argv[argv.index(WORKER_MODULE) + 1:]
+    options.run_dir.mkdir(parents=True, exist_ok=True)
+    log = options.run_dir / "torchrun.log"
+    log.write_text("")
+    ctx, port = forkserver(), _free_port()
+    procs = [ctx.Process(target=_rank_main, args=(rank, spec.world_size, port, dict(spec.env), worker_argv, str(log)))
+             for rank in range(spec.world_size)]
+    for p in procs:
+        p.start()
+    failed = None
+    while failed is None and any(p.exitcode is None for p in procs):
+        for rank, p in enumerate(procs):
+            p.join(timeout=0.05)
+            if p.exitcode not in (None, 0):
+                failed = (rank, p.exitcode)
+                break
+    for p in procs:
+        if p.exitcode is None:
+            p.terminate()
+        p.join()
+    output = log.read_text()
+    for line in output.splitlines():
+        echo(line)
+    if failed:
+        rank, code = failed
+        raise _failure(code, f"rank : {rank}\n exitcode : {code}\n" + output, Path(options.run_dir))
+
+
+@contextmanager
+def launches_forked():
+    """Within it, `gplan launch` on the torch backend starts its ranks with `run_forked`."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("gplan.backends.torch.launcher.run", run_forked)
+        yield
