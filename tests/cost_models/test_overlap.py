@@ -76,3 +76,18 @@ def test_the_parameter_all_gather_hides_behind_the_forward_except_megatrons_mxfp
     expected = max(0.0, scatter - backward_s) + max(0.0, gather - (forward_s if hidden else 0.0))
     assert step.dp_sync_exposed_s(params, forward_s, backward_s, 0) == pytest.approx(expected)
     assert (step.dp_sync_exposed_s(params, forward_s, backward_s, 0) > 0) == (not hidden)
+
+
+@pytest.mark.parametrize("zero", [0, 2])
+def test_each_run_of_the_schedule_synchronises_its_stage_again(zero):
+    """torchtitan's and AutoModel's loops over `schedule.step` (ParallelConfig.schedule_runs): each run's last
+    backward lifts no_sync, so the stage's gradients are reduced (and, sharded, gathered again) once per run —
+    exposed as often; zero 3 gathers and reduces per micro-batch already, whatever the runs."""
+    def exposed(runs: int, zero: int) -> float:
+        step = StepModel(LLAMA, TrainingSpec(gbs=64, seq_length=8192, engine="torchtitan"),
+                         load_cluster("dgx-h100", 64), ParallelConfig(dp=16, pp=4, zero=zero, schedule_runs=runs))
+        return step.dp_sync_exposed_s(4e9, 0.001, 0.002, 0)
+
+    assert exposed(1, zero) > 0
+    assert exposed(4, zero) == pytest.approx(4 * exposed(1, zero))
+    assert exposed(4, 3) == pytest.approx(exposed(1, 3))

@@ -626,7 +626,16 @@ class StepModel:
         backward; zero 1/2: the reduce-scatter there, and the parameter all-gather behind the first
         forward (unless the engine does not overlap it at this precision: `overlaps_param_gather`); zero 3
         as one unit per micro-batch. Routed-expert parameters (`expert_params` of
-        `params`) synchronise over the edp ranks, the rest over dp·cp, one after the other."""
+        `params`) synchronise over the edp ranks, the rest over dp·cp, one after the other. A schedule run
+        once per local batch (`ParallelConfig.schedule_runs`: torchtitan's and NeMo AutoModel's loops over
+        `schedule.step`) synchronises once per run: torch's pipeline stages lift `no_sync` on each run's last
+        backward (DDP all-reduces, FSDP reduce-scatters and reshards, so the next run gathers again); zero 3's
+        collectives are per micro-batch already."""
+        runs = self.config.schedule_runs if self.config.zero < 3 else 1
+        return runs * self._one_sync_exposed_s(params, forward_s, backward_s, group, expert_params)
+
+    def _one_sync_exposed_s(self, params: float, forward_s: float, backward_s: float, group: int,
+                            expert_params: float) -> float:
         c, e = self.config, self.training.element_bytes
         groups = [(params - expert_params, memory.zero_shard_ranks(c), comm.axis_link(self.group(group), c, "dp")),
                   (expert_params, c.edp, comm.expert_axis_link(self.group(group), c, "edp"))]
