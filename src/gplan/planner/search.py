@@ -219,9 +219,40 @@ def _search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devi
     result.time_s = time.perf_counter() - start
     if not found:
         raise _infeasible(model, training, cluster, devices, limits)
-    result.ranked = sorted(found.values(), key=lambda c: c.prediction.step_time_s)[:top]
+    result.ranked = _ranked(found, top)
+    if bounds:
+        result.ranked = _solve_shown_seeds(found, scored, top, time_limit_s, training.engine, result)
     result.notes += fsdp_ep_notes(model, found, scored, result.ranked[0], training.engine)
     return result
+
+
+def _ranked(found: dict, top: int) -> list[Candidate]:
+    return sorted(found.values(), key=lambda c: c.prediction.step_time_s)[:top]
+
+
+def _solve_shown_seeds(found: dict, scored: list, top: int, time_limit_s: float, target: str | None,
+                       result: SearchResult) -> list[Candidate]:
+    """The top `top` with every row's split solved: a runner-up still on its even seed (its ILP cut off by the
+    best plan, which the bound needs no more of) gets its own split solved, so that the row copied into
+    `estimate` prices as shown (estimate solves that one configuration). A solved row may move and another come
+    up: until no row shown is an unsolved seed (a seed the ILP's split does not beat stays, marked solver
+    `uniform`)."""
+    by_config = {s.step.config: s for s in scored}
+    tried: set = set()
+    ranked = _ranked(found, top)
+    while seeds := [c for c in ranked if c.solver.name == "uniform" and c.config in by_config and c.config not in tried]:
+        for c in seeds:
+            tried.add(c.config)
+            s = by_config[c.config]
+            solved = _solve_split(s.table, time_limit_s, None)
+            result.solved += 1
+            result.solvers[solved.solver] = result.solvers.get(solved.solver, 0) + 1
+            result.solver_time_s += solved.time_s
+            if solved.split is not None:
+                info = SolverInfo(name=solved.solver, status=solved.status, gap=solved.gap, time_s=solved.time_s)
+                _keep(found, s.step, solved.split.layouts(s.table), info, replace=True, target=target)
+        ranked = _ranked(found, top)
+    return ranked
 
 
 def fsdp_ep_notes(model: ModelSpec, found: dict, scored: list, best: Candidate, target: str | None) -> list[str]:
