@@ -649,7 +649,9 @@ class StepModel:
         scatter = sum(comm.reduce_scatter_time_s(p * self.reduced_grad_bytes, n, link) for p, n, link in groups)
         if c.zero < 3:
             hidden_s = forward_s if overlaps_param_gather(self.training.engine, self.training.precision) else 0.0
-            return max(0.0, scatter - backward_s) + max(0.0, gather - hidden_s)
+            # torch's pipelining reduces a stage's gradients after its last backward, not beside it
+            behind_s = 0.0 if c.pp > 1 and self.training.profile.pipeline_reduce_after_backward else backward_s
+            return max(0.0, scatter - behind_s) + max(0.0, gather - hidden_s)
         per_mb = max(0.0, gather - forward_s) + max(0.0, gather + scatter - backward_s)
         return self.num_microbatches * per_mb
 

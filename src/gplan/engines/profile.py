@@ -275,6 +275,14 @@ class EngineProfile:
     launch it)."""
     zero3_copy_launch_s: float = 0.0
     """Time per rank of one list all-gather's copies out of its flat buffer: a kernel launch each."""
+    pipeline_reduce_after_backward: bool = False
+    """With pipeline stages and sharded data parallel (zero 1/2), whether a stage reduces its gradients only once
+    its last micro-batch's backward is done, the compute after it waiting for the reduction: torch's pipelining
+    runs FSDP's post-backward by hand in its REDUCE_GRAD action, scheduled after a stage's last backward, and then
+    joins the reduce-scatter stream to the compute stream (`_root_post_backward_final_callback`; torch 2.13,
+    torch/distributed/pipelining/stage.py `perform_reduce_grad`, schedules.py `_add_reduce_grad`) — so the
+    reduce-scatter is exposed, not overlapped with that backward, once per schedule run. Engines that pipeline
+    with torch.distributed.pipelining and FSDP2 (torchtitan, NeMo AutoModel, gplan's torch worker)."""
     zero3_backward_prefetch: bool = True
     """Whether its fully sharded backward issues the next unit's all-gather before the current unit's
     gradient computation, so that the two overlap (FSDP2's explicit backward prefetch; FSDP1's

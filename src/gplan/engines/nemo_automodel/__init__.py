@@ -55,6 +55,7 @@ ENGINE = EngineProfile(
     # (attn "te", the cuDNN kernel Megatron runs) wherever TE is installed on CUDA — its default, and what its
     # benchmark recipes state; torch's SDPA (FlashAttention-2) only without TE
     attention_kernel="fused",
+    pipeline_reduce_after_backward=True,
     resharding=Resharding(
         "torch.distributed.checkpoint (DCP)", DCP_RESHARDS,
         "NeMo AutoModel saves DCP state dicts keyed by parameter name (components/checkpoint), which load under "

@@ -1,4 +1,4 @@
-# gplan export of plan b93b1193fbd7f442 (layout 88f2e2834c9030c7; llama3-70b: dp=4 tp=2 pp=4 cp=2 mbs=1 zero=1 sp, recompute none, predicted 60.071 s/step)
+# gplan export of plan b93b1193fbd7f442 (layout 88f2e2834c9030c7; llama3-70b: dp=4 tp=2 pp=4 cp=2 mbs=1 zero=1 sp, recompute none, predicted 60.360 s/step)
 # written for torchtitan 0.3.0 (torchtitan.train, ConfigManager; checked by its own parser)
 """The plan's model and pipeline chunks as a torchtitan config function: `--module gplan_torchtitan --config
 gplan_plan`. Built from torchtitan's public config classes (its llama3 block, GQA and FFN config helpers),
