@@ -91,3 +91,19 @@ def test_each_run_of_the_schedule_synchronises_its_stage_again(zero):
     assert exposed(1, zero) > 0
     assert exposed(4, zero) == pytest.approx(4 * exposed(1, zero))
     assert exposed(4, 3) == pytest.approx(exposed(1, 3))
+
+
+@pytest.mark.parametrize("engine, pp, behind_backward", [("megatron", 4, True), ("torchtitan", 1, True),
+                                                         ("torchtitan", 4, False), ("nemo-automodel", 4, False)])
+def test_torch_pipelining_reduces_a_stage_after_its_last_backward(engine, pp, behind_backward):
+    """Megatron's distributed optimizer reduce-scatters beside the last micro-batch's backward; torch's pipelining
+    runs FSDP's post-backward once the stage's backwards are done and waits for it (REDUCE_GRAD), so there the
+    reduce-scatter is exposed in full. Without stages FSDP's own hooks overlap it as before."""
+    step = StepModel(LLAMA, TrainingSpec(gbs=64, seq_length=8192, engine=engine), load_cluster("dgx-h100", 64),
+                     ParallelConfig(dp=64 // pp, pp=pp, zero=1))
+    params, forward_s, backward_s = 4e9, 10.0, 0.01
+    link = comm.axis_link(step.group(0), step.config, "dp")
+    scatter = comm.reduce_scatter_time_s(params * step.reduced_grad_bytes, 64 // pp, link)
+    assert scatter > backward_s
+    expected = scatter - backward_s if behind_backward else scatter
+    assert step.dp_sync_exposed_s(params, forward_s, backward_s, 0) == pytest.approx(expected)
