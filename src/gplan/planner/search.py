@@ -111,7 +111,8 @@ def search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devic
        fit (`memory_admits_a_split`); solve the ILP while the bound beats the best step time found.
        Proving the top K instead (K − 1 more near-ties solved to optimality) cost 5× the ILPs for
        runner-ups the table shows side by side; they are the best other configurations found, each
-       with the split its solver gave (`RunnerUp.solver`).
+       with the split its solver gave (`RunnerUp.solver`) — a shown row still on its even seed gets its
+       split solved first (`_solve_shown_seeds`).
 
     `bounds=False` solves every candidate's ILP with no bound and no cut-off: the reference the tests
     hold the bounded search to (same best plan), far too slow for real use."""
