@@ -8,15 +8,15 @@ ARGS = ["compare", "llama3-70b", "--cluster", "dgx-h100", "--devices", "64", "--
 
 
 def test_compare_configurations_json(gplan):
-    r = gplan(*ARGS, "--config", "tp=8,pp=4,sp=1,recompute=full", "--config", "tp=2,pp=2,zero=3,sp=1,recompute=full", "--json")
+    r = gplan(*ARGS, "--config", "tp=8,pp=4,sp=1,recompute=full", "--config", "tp=2,pp=1,zero=3,sp=1,recompute=full", "--json")
     assert r.code == 0
     data = r.json()
-    assert [d["name"] for d in data] == ["tp=8,pp=4,sp=1,recompute=full", "tp=2,pp=2,zero=3,sp=1,recompute=full"]
+    assert [d["name"] for d in data] == ["tp=8,pp=4,sp=1,recompute=full", "tp=2,pp=1,zero=3,sp=1,recompute=full"]
     assert data[0]["prediction"]["breakdown"]["tp_comm"] > data[1]["prediction"]["breakdown"]["tp_comm"]
 
 
 def test_compare_names_the_term_that_grew(gplan):
-    r = gplan(*ARGS, "--config", "tp=8,pp=4,sp=1,recompute=full", "--config", "tp=2,pp=2,zero=3,sp=1,recompute=full")
+    r = gplan(*ARGS, "--config", "tp=8,pp=4,sp=1,recompute=full", "--config", "tp=2,pp=1,zero=3,sp=1,recompute=full")
     assert r.code == 0 and "slower than" in r.stderr and "tp_comm grew most" in r.stderr
 
 

@@ -55,7 +55,7 @@ def test_what_if_faster_links_never_slows_the_plan(gplan, searched):
 
 
 def test_what_if_less_memory_says_when_this_plan_no_longer_fits(gplan, searched):
-    data = gplan("explain", str(searched), "--what-if", "memory=0.9x", "--json").json()["what_if"]
+    data = gplan("explain", str(searched), "--what-if", "memory=0.8x", "--json").json()["what_if"]
     assert data["this_plan"]["fits"] is False
     assert data["best"]["prediction"]["fits"] is True
 

@@ -240,7 +240,7 @@ READ_BACK = {"megatron": "megatron_pretrain_gpt.sh", "torchtitan": "torchtitan_t
              "deepspeed": "megatron_deepspeed_pretrain_gpt.sh", "mindformers": "mindformers_parallel.yaml",
              "slurm": "slurm_job.sh", "k8s": "plan-configmap.yaml"}
 #: What an engine cannot express comes back as what it runs (the export's note says so).
-RUNS_AS = {("torchtitan", 1): 2, ("mindformers", 3): 2}
+RUNS_AS = {("torchtitan", 1): 2}
 
 
 @pytest.mark.parametrize("golden", sorted(__import__("golden", fromlist=["INSTANCES"]).INSTANCES))

@@ -256,16 +256,16 @@ def test_the_alltoall_overlap_keeps_megatron_cores_rules(degrees, message):
         check_config(load_model("qwen3-30b-a3b"), training, config, 16)
 
 
-@pytest.mark.parametrize("target, said", [("megatron", "FSDP + EP at its best"), ("torchtitan", None)])
-def test_the_search_says_where_fsdp_with_expert_parallel_stands(target, said):
+@pytest.mark.parametrize("target, devices, said", [("megatron", 16, "FSDP + EP at its best"), ("torchtitan", 32, None)])
+def test_the_search_says_where_fsdp_with_expert_parallel_stands(target, devices, said):
     """A mixture of experts' search says how FSDP + EP fared when it did not win (Megatron: Megatron-FSDP's
-    zero 2 ties the distributed optimizer's plan on 16 H100), nothing where it won (torchtitan: every zero ≥ 1
-    is FSDP there, and its best plan is one)."""
+    zero 2 ties the distributed optimizer's plan on 16 H100), nothing where it won (torchtitan on 32: every
+    zero ≥ 1 is FSDP there, and its best plan is one)."""
     from gplan.planner import plan as best_plan
     from gplan.planner.inputs import resolve_inputs
     from gplan.planner.space import limits_from_options
 
-    inputs = resolve_inputs("qwen3-30b-a3b", 16, "dgx-h100", target=target)
+    inputs = resolve_inputs("qwen3-30b-a3b", devices, "dgx-h100", target=target)
     limits = limits_from_options(None, None, None, None, None, None, None, "none,selective,full", None, False,
                                  None, None, None)
     notes = best_plan(inputs, limits, top=3).search.notes

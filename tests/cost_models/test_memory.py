@@ -307,3 +307,21 @@ def test_the_optimizer_in_the_backward_holds_no_gradients():
     held = memory.state_bytes_per_param(2, 3, 8, titan, bf16=True)
     assert freed.grads == 0 and held.grads == 4 / 8
     assert (freed.weights, freed.optimizer) == (held.weights, held.optimizer)
+
+
+@pytest.mark.parametrize("engine, pp, whole", [("torchtitan", 4, True), ("nemo-automodel", 2, True), ("torch", 2, True),
+                                               ("torchtitan", 1, False), ("megatron", 4, False)])
+def test_torch_pipelining_holds_every_gradient_whole_until_the_stages_reduction(engine, pp, whole):
+    """torch's pipelining runs a run's backwards without gradient sync (FSDP2 accumulates each gradient unsharded,
+    in the reduce dtype) and reduces after the stage's last one: 4 bytes a parameter held whole beside the 4/d
+    shard the reduction yields. Without stages FSDP reduces each micro-batch into the shard; Megatron's
+    distributed optimizer keeps its own accounting."""
+    from gplan.profiles.catalogue import load_cluster, load_model
+
+    config = ParallelConfig(dp=64 // pp, pp=pp, zero=2)
+    step = StepModel(load_model("llama3-8b"), TrainingSpec(gbs=64, seq_length=4096, engine=engine),
+                     load_cluster("dgx-h100", 64), config)
+    d = memory.zero_shard_ranks(config)
+    sharded = memory.state_bytes_per_param(2, 2, d, profile_of(engine), bf16=True).grads
+    assert step.accumulates_unsharded is whole
+    assert step.state_bytes.grads == pytest.approx(4.0 + 4.0 / d if whole else sharded)

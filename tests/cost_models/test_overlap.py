@@ -107,3 +107,14 @@ def test_torch_pipelining_reduces_a_stage_after_its_last_backward(engine, pp, be
     assert scatter > backward_s
     expected = scatter - backward_s if behind_backward else scatter
     assert step.dp_sync_exposed_s(params, forward_s, backward_s, 0) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("engine, per_microbatch", [("torchtitan", True), ("torch", True), ("nemo-automodel", False),
+                                                    ("megatron", False)])
+def test_fsdp_without_stages_reduces_every_micro_batch_where_the_engine_does(engine, per_microbatch):
+    """torchtitan's train loop and gplan's worker keep FSDP2's sync on every micro-batch (a reduce-scatter and a
+    reshard each, so the next forward gathers again): m synchronisations a step; one where the engine defers."""
+    step = StepModel(LLAMA, TrainingSpec(gbs=64, seq_length=8192, engine=engine), load_cluster("dgx-h100", 64),
+                     ParallelConfig(dp=16, tp=4, zero=2))
+    assert step.num_microbatches == 4
+    assert step.syncs_per_step == (4 if per_microbatch else 1)

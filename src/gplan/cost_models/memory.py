@@ -194,7 +194,7 @@ def deepspeed_bf16_optimizer(bf16: bool, zero: int) -> bool:
 
 def state_bytes_per_param(element_bytes: int, zero: int, shard_ranks: int, engine: EngineProfile = NO_ENGINE,
                           bf16: bool = False, grad_bytes: int = GRAD_BYTES, pure_bf16: bool = False,
-                          optimizer_in_backward: bool = False) -> StateBytes:
+                          optimizer_in_backward: bool = False, unsharded_grads: bool = False) -> StateBytes:
     """What one parameter costs each device, as the engine keeps it (`MemoryAccounting.states`; d = the
     sharding ranks).
 
@@ -208,7 +208,10 @@ def state_bytes_per_param(element_bytes: int, zero: int, shard_ranks: int, engin
     gradients and m, v (16/d), and zero 1/2 (no resharding after the forward) also hold every 16-bit
     weight gathered from the forward to the backward; full-bf16 training (`pure_bf16`, torchtitan's
     `training.dtype = "bfloat16"`) keeps all of it in bf16, no fp32 copy: 2 + 2 + 4 bytes, sharded alike; with the
-    optimizer stepped in the backward (`optimizer_in_backward`) each gradient is freed at its step: none held.
+    optimizer stepped in the backward (`optimizer_in_backward`) each gradient is freed at its step: none held;
+    where FSDP accumulates across micro-batches without reducing (`unsharded_grads`: torch's pipelining runs every
+    backward of a run with `set_requires_gradient_sync(False)`), each gradient is held whole until the reduction,
+    beside the shard that reduction yields (FSDP2's `unsharded_accumulated_grad`, in the reduce dtype).
     zero_optimizers — DeepSpeed: 16-bit weights and gradients; fp16 (and ZeRO ≥ 2) keeps fp32 master, m, v and an fp32
     gradient partition per rank (`stage_1_and_2.py`: `single_partition_of_fp32_groups`) — 16/d bytes;
     bf16 with ZeRO-1 runs the BF16 optimizer, which accumulates gradients in full-size fp32 buffers
@@ -220,7 +223,8 @@ def state_bytes_per_param(element_bytes: int, zero: int, shard_ranks: int, engin
         if zero == 0 or d == 1:
             return StateBytes(weights=kept, grads=grads, optimizer=2 * kept)
         gathered = e if zero < 3 and e < 4 else 0.0
-        return StateBytes(weights=kept / d + gathered, grads=grads / d, optimizer=2 * kept / d)
+        held = grads + grads / d if unsharded_grads else grads / d
+        return StateBytes(weights=kept / d + gathered, grads=held, optimizer=2 * kept / d)
     if rule == "zero_optimizers" and e < 4:
         if deepspeed_bf16_optimizer(bf16, zero):
             return StateBytes(weights=e, grads=e + 4.0, optimizer=12.0 / d)

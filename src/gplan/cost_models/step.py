@@ -499,7 +499,15 @@ class StepModel:
         c, t = self.config, self.training
         return memory.state_bytes_per_param(t.element_bytes, c.zero, memory.zero_shard_ranks(c), t.profile,
                                             bf16=t.precision == "bf16", grad_bytes=t.grad_bytes, pure_bf16=t.pure_bf16,
-                                            optimizer_in_backward=t.optimizer_in_backward)
+                                            optimizer_in_backward=t.optimizer_in_backward,
+                                            unsharded_grads=self.accumulates_unsharded)
+
+    @property
+    def accumulates_unsharded(self) -> bool:
+        """Whether sharded data parallel holds whole gradients across a step's micro-batches: with pipeline
+        stages on an engine that reduces after a stage's last backward (`EngineProfile.pipeline_reduce_after_backward`:
+        torch's pipelining lifts no_sync only then)."""
+        return self.config.pp > 1 and self.config.zero >= 1 and self.training.profile.pipeline_reduce_after_backward
 
     @cached_property
     def reduced_grad_bytes(self) -> int:
@@ -514,7 +522,8 @@ class StepModel:
         c, t = self.config, self.training
         return memory.state_bytes_per_param(t.element_bytes, c.zero, c.edp, t.profile, bf16=t.precision == "bf16",
                                             grad_bytes=t.grad_bytes, pure_bf16=t.pure_bf16,
-                                            optimizer_in_backward=t.optimizer_in_backward)
+                                            optimizer_in_backward=t.optimizer_in_backward,
+                                            unsharded_grads=self.accumulates_unsharded)
 
     def states(self, params: float, expert_params: float) -> tuple[float, float, float]:
         """(weights, grads, optimizer) bytes of `params` on one device, `expert_params` of them routed experts."""
@@ -631,8 +640,19 @@ class StepModel:
         `schedule.step`) synchronises once per run: torch's pipeline stages lift `no_sync` on each run's last
         backward (DDP all-reduces, FSDP reduce-scatters and reshards, so the next run gathers again); zero 3's
         collectives are per micro-batch already."""
-        runs = self.config.schedule_runs if self.config.zero < 3 else 1
-        return runs * self._one_sync_exposed_s(params, forward_s, backward_s, group, expert_params)
+        return self.syncs_per_step * self._one_sync_exposed_s(params, forward_s, backward_s, group, expert_params)
+
+    @property
+    def syncs_per_step(self) -> int:
+        """How often zero 0–2 synchronise a stage's gradients a step: once per schedule run with stages; without,
+        once per micro-batch where the engine reduces every one (`EngineProfile.reduces_every_microbatch`); zero
+        3's collectives are counted per micro-batch already (1)."""
+        c = self.config
+        if c.zero >= 3:
+            return 1
+        if c.pp == 1 and c.zero >= 1 and self.training.profile.reduces_every_microbatch:
+            return self.num_microbatches
+        return c.schedule_runs
 
     def _one_sync_exposed_s(self, params: float, forward_s: float, backward_s: float, group: int,
                             expert_params: float) -> float:

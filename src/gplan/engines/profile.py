@@ -283,6 +283,11 @@ class EngineProfile:
     torch/distributed/pipelining/stage.py `perform_reduce_grad`, schedules.py `_add_reduce_grad`) — so the
     reduce-scatter is exposed, not overlapped with that backward, once per schedule run. Engines that pipeline
     with torch.distributed.pipelining and FSDP2 (torchtitan, NeMo AutoModel, gplan's torch worker)."""
+    reduces_every_microbatch: bool = False
+    """Without pipeline stages and with sharded data parallel (zero 1/2), whether each micro-batch's backward
+    reduce-scatters its gradients (and reshards, so the next forward gathers again) rather than once a step:
+    FSDP2's default, which torchtitan's train loop and gplan's worker keep (neither lifts gradient sync only on
+    the last micro-batch) — m reductions a step, each behind its own micro-batch's backward."""
     zero3_backward_prefetch: bool = True
     """Whether its fully sharded backward issues the next unit's all-gather before the current unit's
     gradient computation, so that the two overlap (FSDP2's explicit backward prefetch; FSDP1's

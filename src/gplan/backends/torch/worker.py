@@ -304,13 +304,12 @@ def train_step(job: Job, inputs: torch.Tensor, targets: torch.Tensor) -> float:
 
 
 def _accumulate(job: Job, inputs: torch.Tensor, targets: torch.Tensor, num_microbatches: int) -> torch.Tensor:
-    """No pipeline: run the micro-batches one after another, summing gradients of loss/m."""
+    """No pipeline: run the micro-batches one after another, summing gradients of loss/m. FSDP reduce-scatters
+    each micro-batch's gradients into the sharded ones (its default): the plan prices sharded gradients, and
+    deferring the reduction to the last micro-batch would hold every gradient whole, in fp32, meanwhile."""
     model = job.parts[0]
     total = torch.zeros((), device=job.device)
-    fsdp = hasattr(model, "set_requires_gradient_sync")
-    for i, (x, y) in enumerate(zip(inputs.chunk(num_microbatches), targets.chunk(num_microbatches))):
-        if fsdp:
-            model.set_requires_gradient_sync(i == num_microbatches - 1)
+    for x, y in zip(inputs.chunk(num_microbatches), targets.chunk(num_microbatches)):
         with record_function("gplan:forward"):
             loss = make_loss(job.tp_mesh)(model(x), y) / num_microbatches
         with record_function("gplan:backward"):

@@ -20,6 +20,7 @@ ENGINE = EngineProfile(
     # F.scaled_dot_product_attention: its default flash backend is FlashAttention-2 (cuDNN's ranks below it)
     attention_kernel="fa2",
     pipeline_reduce_after_backward=True,
+    reduces_every_microbatch=True,
     resharding=Resharding(
         "torch.distributed.checkpoint, by parameter name (gplan's format 2)", DCP_RESHARDS,
         "backends/torch/checkpoint.py: weights and AdamW state keyed by global parameter name; DCP reshards "

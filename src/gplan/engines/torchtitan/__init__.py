@@ -42,6 +42,7 @@ ENGINE = EngineProfile(
     # its default attention is F.scaled_dot_product_attention, whose default flash backend is FlashAttention-2
     attention_kernel="fa2",
     pipeline_reduce_after_backward=True,
+    reduces_every_microbatch=True,
     resharding=Resharding(
         "torch.distributed.checkpoint (DCP)", DCP_RESHARDS,
         "torchtitan docs/checkpoint.md: DCP checkpoints load under another parallelism; its model and optimizer "

@@ -150,7 +150,9 @@ def overrides(plan: Plan, main: bool = False) -> tuple[list[str], list[str]]:
         args += ["--training.disable_cuda_graphs"]
     if c.zero in (1, 2) and c.dp > 1:
         notes.append(f"zero {c.zero} runs as FSDP without resharding after the forward (weights stay gathered "
-                     "for the backward; optimizer state and gradients sharded)")
+                     "for the backward; optimizer state and gradients sharded" +
+                     ("; with pipeline stages each gradient is held whole until the stage's last backward of a "
+                      "run, as torch's pipelining reduces it, and priced so)" if c.pp > 1 else ")"))
     return args, notes
 
 

@@ -1,7 +1,6 @@
 #!/bin/bash
-# gplan export of plan b93b1193fbd7f442 (layout 88f2e2834c9030c7; llama3-70b: dp=4 tp=2 pp=4 cp=2 mbs=1 zero=1 sp, recompute none, predicted 60.360 s/step)
+# gplan export of plan b93b1193fbd7f442 (layout dc27b46b3c076b02; llama3-70b: dp=16 tp=4 pp=1 mbs=1 zero=3 sp, recompute none, predicted 61.762 s/step)
 # written for SLURM (sbatch, srun) with torchrun c10d rendezvous (a heterogeneous job, one component per node group, with static rendezvous when stages need different hardware)
-# note: FSDP2 cannot shard the optimizer state alone: zero 1 runs as zero 2 (gradients sharded too), less memory than planned, a reduce-scatter in place of the all-reduce
 #SBATCH --job-name=gplan-llama3-70b
 #SBATCH --nodes=8
 #SBATCH --ntasks-per-node=1

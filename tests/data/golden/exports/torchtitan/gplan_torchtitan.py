@@ -1,4 +1,4 @@
-# gplan export of plan b93b1193fbd7f442 (layout 88f2e2834c9030c7; llama3-70b: dp=4 tp=2 pp=4 cp=2 mbs=1 zero=1 sp, recompute none, predicted 60.360 s/step)
+# gplan export of plan b93b1193fbd7f442 (layout dc27b46b3c076b02; llama3-70b: dp=16 tp=4 pp=1 mbs=1 zero=3 sp, recompute none, predicted 61.762 s/step)
 # written for torchtitan 0.3.0 (torchtitan.train, ConfigManager; checked by its own parser)
 """The plan's model and pipeline chunks as a torchtitan config function: `--module gplan_torchtitan --config
 gplan_plan`. Built from torchtitan's public config classes (its llama3 block, GQA and FFN config helpers),
@@ -18,7 +18,7 @@ from torchtitan.models.llama3.config_registry import llama3_8b
 from torchtitan.models.llama3.model import Llama3TransformerBlock
 
 SHAPE = {'dim': 8192, 'n_layers': 80, 'n_heads': 64, 'n_kv_heads': 8, 'hidden_dim': 28672, 'vocab_size': 128256, 'rope_theta': 500000.0, 'max_seq_len': 8192, 'tie_embeddings': False}
-MODULE_FQNS_PER_MODEL_PART = [['tok_embeddings', 'layers.0', 'layers.1', 'layers.2', 'layers.3', 'layers.4', 'layers.5', 'layers.6', 'layers.7', 'layers.8', 'layers.9', 'layers.10', 'layers.11', 'layers.12', 'layers.13', 'layers.14', 'layers.15', 'layers.16', 'layers.17'], ['layers.18', 'layers.19', 'layers.20', 'layers.21', 'layers.22', 'layers.23', 'layers.24', 'layers.25', 'layers.26', 'layers.27', 'layers.28', 'layers.29', 'layers.30', 'layers.31', 'layers.32', 'layers.33', 'layers.34', 'layers.35', 'layers.36', 'layers.37', 'layers.38'], ['layers.39', 'layers.40', 'layers.41', 'layers.42', 'layers.43', 'layers.44', 'layers.45', 'layers.46', 'layers.47', 'layers.48', 'layers.49', 'layers.50', 'layers.51', 'layers.52', 'layers.53', 'layers.54', 'layers.55', 'layers.56', 'layers.57', 'layers.58', 'layers.59'], ['layers.60', 'layers.61', 'layers.62', 'layers.63', 'layers.64', 'layers.65', 'layers.66', 'layers.67', 'layers.68', 'layers.69', 'layers.70', 'layers.71', 'layers.72', 'layers.73', 'layers.74', 'layers.75', 'layers.76', 'layers.77', 'layers.78', 'layers.79', 'norm', 'lm_head']]
+MODULE_FQNS_PER_MODEL_PART = None
 ACTIVATION_CHECKPOINT = 'none'
 
 

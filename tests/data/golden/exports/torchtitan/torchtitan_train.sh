@@ -1,9 +1,8 @@
 #!/bin/bash
-# gplan export of plan b93b1193fbd7f442 (layout 88f2e2834c9030c7; llama3-70b: dp=4 tp=2 pp=4 cp=2 mbs=1 zero=1 sp, recompute none, predicted 60.360 s/step)
+# gplan export of plan b93b1193fbd7f442 (layout dc27b46b3c076b02; llama3-70b: dp=16 tp=4 pp=1 mbs=1 zero=3 sp, recompute none, predicted 61.762 s/step)
 # written for torchtitan 0.3.0 (torchtitan.train, ConfigManager; checked by its own parser)
 # Run from a torchtitan install, the same command on every node; gplan_torchtitan.py (beside this
 # script) holds the model and the pipeline chunks.
-# note: zero 1 runs as FSDP without resharding after the forward (weights stay gathered for the backward; optimizer state and gradients sharded)
 set -euo pipefail
 NNODES=${NNODES:-8}
 NODE_RANK=${NODE_RANK:-0}
@@ -12,20 +11,17 @@ MASTER_PORT=${MASTER_PORT:-29500}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 export PYTHONPATH="$HERE${PYTHONPATH:+:$PYTHONPATH}"
 OVERRIDES=(
-  --training.local_batch_size 128
+  --training.local_batch_size 1
   --training.global_batch_size 512
   --training.seq_len 8192
-  --parallelism.pipeline_parallel_microbatch_size 1
   --training.steps 100
   --training.mixed_precision_param bfloat16
   --parallelism.data_parallel_replicate_degree 1
-  --parallelism.data_parallel_shard_degree 4
-  --parallelism.fsdp_reshard_after_forward never
-  --parallelism.tensor_parallel_degree 2
+  --parallelism.data_parallel_shard_degree 16
+  --parallelism.fsdp_reshard_after_forward always
+  --parallelism.tensor_parallel_degree 4
   --parallelism.enable_sequence_parallel
-  --parallelism.context_parallel_degree 2
-  --parallelism.pipeline_parallel_degree 4
-  --parallelism.pipeline_parallel_schedule 1F1B
-  --training.disable_cuda_graphs
+  --parallelism.context_parallel_degree 1
+  --parallelism.pipeline_parallel_degree 1
 )
 torchrun --nnodes "$NNODES" --node-rank "$NODE_RANK" --nproc-per-node 8 --rdzv-backend static --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" --max-restarts 0 --monitor-interval 0.5 -m torchtitan.train --module gplan_torchtitan --config gplan_plan "${OVERRIDES[@]}" "$@"
