@@ -22,13 +22,13 @@ from pathlib import Path
 
 import pytest
 
-WORKER_MODULE = "gplan.backends.torch.worker"
+from gplan.backends.torch.launcher import WORKER_MODULE, _failure
+
 _context = None
 
 
 def forkserver():
-    """The forkserver context, its server preloading the worker (started once a session, one thread per rank
-    as the launch's environment asks on CPU)."""
+    """The forkserver context, its server preloading the worker (started once a session)."""
     global _context
     if _context is None:
         _context = multiprocessing.get_context("forkserver")
@@ -36,14 +36,15 @@ def forkserver():
     return _context
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
 def _rank_main(rank: int, world_size: int, port: int, env: dict[str, str], argv: list[str], log: str) -> None:
-    """One rank: torchrun's environment variables, its output to the job's log, then the worker."""
+    """One rank: torchrun's environment variables, its output to the job's log, one thread per rank as the
+    launch's environment asks on CPU, then the worker."""
     import torch
 
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
@@ -56,21 +57,21 @@ def _rank_main(rank: int, world_size: int, port: int, env: dict[str, str], argv:
     torch.set_num_threads(int(env.get("OMP_NUM_THREADS", "1")))
     from gplan.backends.torch import worker
 
+    code = worker.main(argv)
     sys.stdout.flush()
-    os._exit(worker.main(argv))
+    sys.stderr.flush()
+    os._exit(code)  # no interpreter teardown in a forked child
 
 
 def run_forked(spec, options, echo) -> None:
     """The torch launcher's `run` (same arguments, same BackendError naming the failed rank), its ranks forked:
     when one fails the others are stopped, as torchrun stops them."""
-    from gplan.backends.torch.launcher import _failure
-
     argv = spec.nodes[options.node_rank].argv
     worker_argv = argv[argv.index(WORKER_MODULE) + 1:]
     options.run_dir.mkdir(parents=True, exist_ok=True)
     log = options.run_dir / "torchrun.log"
     log.write_text("")
-    ctx, port = forkserver(), _free_port()
+    ctx, port = forkserver(), free_port()
     procs = [ctx.Process(target=_rank_main, args=(rank, spec.world_size, port, dict(spec.env), worker_argv, str(log)))
              for rank in range(spec.world_size)]
     for p in procs:

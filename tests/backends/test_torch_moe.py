@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from forked_ranks import forkserver
+from forked_ranks import forkserver, free_port
 from helpers import requires_engine
 
 pytestmark = requires_engine("torch", "torch")
@@ -89,13 +89,9 @@ def _worker(rank: int, world: int, ep: int, etp: int, port: int, results) -> Non
 
 
 def run_ranks(world: int, ep: int, etp: int = 1) -> dict:
-    import socket
-
     import torch.multiprocessing as mp
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     forkserver()  # the ranks forked from a server that imported torch once (tests/forked_ranks.py)
     manager = mp.Manager()
     results = manager.dict()

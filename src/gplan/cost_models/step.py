@@ -504,9 +504,9 @@ class StepModel:
 
     @property
     def accumulates_unsharded(self) -> bool:
-        """Whether sharded data parallel holds whole gradients across a step's micro-batches: with pipeline
-        stages on an engine that reduces after a stage's last backward (`EngineProfile.pipeline_reduce_after_backward`:
-        torch's pipelining lifts no_sync only then)."""
+        """Whether sharded data parallel holds whole gradients across a run's micro-batches and reduces them only
+        after the stage's last backward, exposed: with pipeline stages on an engine that pipelines as torch does
+        (`EngineProfile.pipeline_reduce_after_backward`: it lifts no_sync only then)."""
         return self.config.pp > 1 and self.config.zero >= 1 and self.training.profile.pipeline_reduce_after_backward
 
     @cached_property
@@ -670,7 +670,7 @@ class StepModel:
         if c.zero < 3:
             hidden_s = forward_s if overlaps_param_gather(self.training.engine, self.training.precision) else 0.0
             # torch's pipelining reduces a stage's gradients after its last backward, not beside it
-            behind_s = 0.0 if c.pp > 1 and self.training.profile.pipeline_reduce_after_backward else backward_s
+            behind_s = 0.0 if self.accumulates_unsharded else backward_s
             return max(0.0, scatter - behind_s) + max(0.0, gather - hidden_s)
         per_mb = max(0.0, gather - forward_s) + max(0.0, gather + scatter - backward_s)
         return self.num_microbatches * per_mb

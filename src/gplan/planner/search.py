@@ -199,9 +199,7 @@ def _search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devi
             if solved.status == "unsolved":  # one retry with the other solver before giving up on it
                 solved = ilp.solve(s.table, time_limit_s, cutoff=cutoff, solver="cbc")
             pool.add(s.table, solved, cutoff)
-            result.solved += 1
-            result.solvers[solved.solver] = result.solvers.get(solved.solver, 0) + 1
-            result.solver_time_s += solved.time_s
+            _tally(result, solved)
         result.statuses[solved.status] = result.statuses.get(solved.status, 0) + 1
         if solved.status == "time_limit":
             result.worst_gap = max(result.worst_gap, solved.gap if solved.gap == solved.gap else 1.0)
@@ -215,8 +213,7 @@ def _search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devi
                   target=training.engine)
         if solved.split is None:
             continue
-        info = SolverInfo(name=solved.solver, status=solved.status, gap=solved.gap, time_s=solved.time_s)
-        _keep(found, s.step, solved.split.layouts(s.table), info, replace=True, target=training.engine)
+        _keep(found, s.step, solved.split.layouts(s.table), _info(solved), replace=True, target=training.engine)
     result.time_s = time.perf_counter() - start
     if not found:
         raise _infeasible(model, training, cluster, devices, limits)
@@ -246,14 +243,22 @@ def _solve_shown_seeds(found: dict, scored: list, top: int, time_limit_s: float,
             tried.add(c.config)
             s = by_config[c.config]
             solved = _solve_split(s.table, time_limit_s, None)
-            result.solved += 1
-            result.solvers[solved.solver] = result.solvers.get(solved.solver, 0) + 1
-            result.solver_time_s += solved.time_s
+            _tally(result, solved)
             if solved.split is not None:
-                info = SolverInfo(name=solved.solver, status=solved.status, gap=solved.gap, time_s=solved.time_s)
-                _keep(found, s.step, solved.split.layouts(s.table), info, replace=True, target=target)
+                _keep(found, s.step, solved.split.layouts(s.table), _info(solved), replace=True, target=target)
         ranked = _ranked(found, top)
     return ranked
+
+
+def _tally(result: SearchResult, solved: ilp.SolveResult) -> None:
+    """One split solved, counted by its solver and time."""
+    result.solved += 1
+    result.solvers[solved.solver] = result.solvers.get(solved.solver, 0) + 1
+    result.solver_time_s += solved.time_s
+
+
+def _info(solved: ilp.SolveResult) -> SolverInfo:
+    return SolverInfo(name=solved.solver, status=solved.status, gap=solved.gap, time_s=solved.time_s)
 
 
 def fsdp_ep_notes(model: ModelSpec, found: dict, scored: list, best: Candidate, target: str | None) -> list[str]:
