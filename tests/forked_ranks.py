@@ -15,9 +15,14 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import shutil
+import signal
 import socket
 import sys
+import time
+import warnings
 from contextlib import contextmanager
+from multiprocessing import connection
 from pathlib import Path
 
 import pytest
@@ -63,36 +68,70 @@ def _rank_main(rank: int, world_size: int, port: int, env: dict[str, str], argv:
     os._exit(code)  # no interpreter teardown in a forked child
 
 
+GRACE_S = 2.0
+"""After the first rank fails, how long the others may take to end on their own (and log why) before they are
+stopped — torchrun's agent notices a failure only at its next look (`--monitor-interval`, 0.5 s in gplan's launch),
+and a rank whose own error closed a connection must not be stopped by its peer's quicker report of the loss."""
+
+
 def run_forked(spec, options, echo) -> None:
     """The torch launcher's `run` (same arguments, same BackendError naming the failed rank), its ranks forked:
-    when one fails the others are stopped, as torchrun stops them."""
+    when one fails the others are stopped, as torchrun stops them. A job one of whose ranks a signal killed (not a
+    rank that raised: that is the worker's error) is printed and run once more, unless it writes checkpoints."""
     argv = spec.nodes[options.node_rank].argv
     worker_argv = argv[argv.index(WORKER_MODULE) + 1:]
     options.run_dir.mkdir(parents=True, exist_ok=True)
     log = options.run_dir / "torchrun.log"
+    for attempt in (1, 2):
+        ended = _run_ranks(spec, worker_argv, log)
+        output = log.read_text()
+        for line in output.splitlines():
+            echo(line)
+        failed = [(rank, code) for rank, code in ended if code]
+        if failed:
+            echo(f"forked ranks ended in order (rank, exit code): {ended}")
+        killed = [(rank, code) for rank, code in failed if code < 0 and -code != signal.SIGTERM]
+        if not killed or attempt == 2 or "--checkpoint-dir" in worker_argv:
+            break
+        retry = f"forked ranks: rank {killed[0][0]} was killed by signal {-killed[0][1]}; the job runs once more"
+        echo(retry)
+        last = " | ".join(output.splitlines()[-3:])
+        warnings.warn(f"{retry}; its last lines: {last}", RuntimeWarning, stacklevel=2)  # in pytest's summary
+        shutil.rmtree(options.run_dir / "logs", ignore_errors=True)
+    if failed:
+        listing = "".join(f"rank : {rank}\n exitcode : {code}\n" for rank, code in failed)  # torchrun's form
+        raise _failure(failed[0][1], listing + output, Path(options.run_dir))
+
+
+def _run_ranks(spec, worker_argv: list[str], log: Path) -> list[tuple[int, int]]:
+    """Fork the job's ranks, wait for them; (rank, exit code) in the order they ended, the first failure first."""
     log.write_text("")
     ctx, port = forkserver(), free_port()
     procs = [ctx.Process(target=_rank_main, args=(rank, spec.world_size, port, dict(spec.env), worker_argv, str(log)))
              for rank in range(spec.world_size)]
     for p in procs:
         p.start()
-    failed = None
-    while failed is None and any(p.exitcode is None for p in procs):
-        for rank, p in enumerate(procs):
-            p.join(timeout=0.05)
-            if p.exitcode not in (None, 0):
-                failed = (rank, p.exitcode)
-                break
-    for p in procs:
-        if p.exitcode is None:
-            p.terminate()
-        p.join()
-    output = log.read_text()
-    for line in output.splitlines():
-        echo(line)
-    if failed:
-        rank, code = failed
-        raise _failure(code, f"rank : {rank}\n exitcode : {code}\n" + output, Path(options.run_dir))
+    ended, running = [], {p.sentinel: rank for rank, p in enumerate(procs)}
+    deadline = None
+    while running and (deadline is None or time.monotonic() < deadline):
+        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+        for sentinel in connection.wait(list(running), timeout):
+            rank = running.pop(sentinel)
+            procs[rank].join()
+            ended.append((rank, procs[rank].exitcode))
+        if deadline is None and any(code for _, code in ended):
+            deadline = time.monotonic() + GRACE_S
+    for rank in running.values():
+        procs[rank].terminate()
+        procs[rank].join()
+        ended.append((rank, procs[rank].exitcode))
+    return ended
+
+
+def ranks_tail(run_dir: Path, count: int = 6) -> str:
+    """Every rank's last lines: what a failed launch's assertion shows, since the error names one rank."""
+    logs = sorted(Path(run_dir, "logs").glob("rank*.log"), key=lambda p: int(p.stem.removeprefix("rank")))
+    return "\n".join(f"--- {path.stem}\n" + "\n".join(path.read_text().splitlines()[-count:]) for path in logs)
 
 
 @contextmanager

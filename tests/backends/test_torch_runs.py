@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from forked_ranks import launches_forked
+from forked_ranks import launches_forked, ranks_tail
 from helpers import requires_engine, cli_json
 from typer.testing import CliRunner
 
@@ -34,7 +34,7 @@ def launch(plan: Path, run_dir: Path, *extra: str, torchrun: bool = False) -> di
     with nullcontext() if torchrun else launches_forked():
         result = CliRunner().invoke(app, ["launch", str(plan), "--run-dir", str(run_dir), "--steps", str(STEPS),
                                           "--device", "cpu", "--json", *extra])
-    assert result.exit_code == 0, result.stderr[-3000:]
+    assert result.exit_code == 0, result.stderr[-3000:] + "\n" + ranks_tail(run_dir)
     return cli_json(result.stdout)
 
 
