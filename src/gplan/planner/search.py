@@ -185,9 +185,11 @@ def _search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devi
             break
         if bounds and not memory_admits_a_split(s.table):
             result.memory_infeasible += 1
+            s.outcome = "memory"
             continue
         if bounds and memory_aware_prunes(s.table, s.times.least_work_s, incumbent):  # cached on the shared times
             result.pruned += 1
+            s.outcome = "slower"
             continue
         # the ILP optimises the pipeline time: a split must beat the incumbent less the step's floor
         cutoff = incumbent - s.table.outside_pipeline_floor_s if bounds else None
@@ -204,10 +206,13 @@ def _search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devi
         if solved.status == "time_limit":
             result.worst_gap = max(result.worst_gap, solved.gap if solved.gap == solved.gap else 1.0)
         if solved.status == "cutoff":  # counted with the ILPs solved (statuses), not again as pruned
+            s.outcome = "slower"
             continue
         if solved.status == "infeasible":
             result.memory_infeasible += 1
+            s.outcome = "memory"
             continue
+        s.outcome = "priced"
         if s.uniform:  # the ILP's split never loses to the even split of its own configuration
             _keep(found, s.step, s.uniform.layouts(s.table), SolverInfo(name="uniform", status="none"),
                   target=training.engine)
@@ -263,8 +268,9 @@ def _info(solved: ilp.SolveResult) -> SolverInfo:
 
 def fsdp_ep_notes(model: ModelSpec, found: dict, scored: list, best: Candidate, target: str | None) -> list[str]:
     """Why FSDP with expert parallel (weights sharded with ep > 1: torchtitan's default, Megatron-FSDP) did not
-    win a mixture of experts' search: its best plan found and how much slower (or that it ties), or the
-    pipeline bound its layouts never got under; nothing where the winner is one, or the target runs none.
+    win a mixture of experts' search: its best plan found and how much slower (or that it ties), or, where none
+    was kept, why each of its layouts lost (`_Scored.outcome`: no split in memory, the recomputation it needs,
+    a pipeline bound no faster than the best plan); nothing where the winner is one, or the target runs none.
     On an FSDP engine (`MemoryAccounting.states == "fsdp"`) every zero ≥ 1 is FSDP."""
     from gplan.engines import profile_of
 
@@ -282,11 +288,18 @@ def fsdp_ep_notes(model: ModelSpec, found: dict, scored: list, best: Candidate, 
         change = c.prediction.step_time_s / best_s - 1
         said = "ties the best plan (it differs in what it shards)" if abs(change) < 1e-6 else f"{change:+.1%} on the best plan"
         return [f"FSDP + EP at its best: {c.prediction.step_time_s:.2f} s, {said} — {c.config.label()}"]
-    bounds = [s.bound for s in scored if fsdp_ep(s.step.config)]
-    if bounds:
-        return [f"FSDP + EP: none of its {len(bounds)} layouts can beat the best plan — the fastest is at least "
-                f"{min(bounds):.2f} s by its pipeline bound ({min(bounds) / best_s - 1:+.1%})"]
-    return []
+    layouts = [s for s in scored if fsdp_ep(s.step.config)]
+    if not layouts:
+        return []
+    why = []
+    if memory := sum(s.outcome in ("memory", "priced") for s in layouts):  # priced, yet not kept: did not fit
+        why.append(f"{memory} leave no split within the memory budget")
+    if slower := sum(s.outcome == "slower" for s in layouts):
+        why.append(f"{slower} cannot beat it with the recomputation they need to fit")
+    if bounded := [s.bound for s in layouts if s.outcome == "bound"]:
+        why.append(f"{len(bounded)} are at least {min(bounded):.2f} s by their pipeline bound "
+                   f"({min(bounded) / best_s - 1:+.1%})")
+    return [f"FSDP + EP: none of its {len(layouts)} layouts searched beats the best plan — " + "; ".join(why)]
 
 
 def in_bound_order(scored: list[_Scored]):
@@ -336,6 +349,10 @@ class _Scored:
     terms and the floor when the search visits it."""
     floor_s: float = 0.0
     """Its floor outside the pipeline, once `in_bound_order` prices it."""
+    outcome: str = "bound"
+    """What the search made of it: `bound` (never solved: its bound reached the best plan's time first), `memory`
+    (no split fits the memory budget), `slower` (a split fits, but none beats the best plan once memory is priced:
+    the recomputation it needs to fit) or `priced` (a plan was kept)."""
 
     @cached_property
     def table(self) -> CostTable:
