@@ -301,7 +301,13 @@ def _titan_layout(values: dict, model: ModelSpec, parts, ac) -> tuple[dict[str, 
     replicate = as_int(values.get("parallelism.data_parallel_replicate_degree", 1))
     shard = as_int(values.get("parallelism.data_parallel_shard_degree", -1))
     reshard = str(values.get("parallelism.fsdp_reshard_after_forward", "default"))
-    zero = 0 if shard == 1 else (2 if reshard == "never" else 3)
+    # "default" reshards after the forward without pipeline stages only: with them torchtitan keeps the weights
+    # gathered, saving an all-gather per micro-batch (distributed/fsdp.py, get_fsdp_reshard_after_forward_policy)
+    reshards = reshard == "always" or (reshard == "default" and pp == 1)
+    zero = 0 if shard == 1 else (3 if reshards else 2)
+    if shard != 1 and reshard == "default" and pp > 1:
+        notes.append("(fsdp_reshard_after_forward \"default\" with pipeline stages: torchtitan keeps each stage's "
+                     "weights gathered through the step — zero 2)")
     mode = str(values.get("activation_checkpoint.mode", ac or "none")).lower()
     option = str(values.get("activation_checkpoint.selective_ac_option", "op"))
     if mode == "selective" and option != "op":
