@@ -82,7 +82,8 @@ def test_the_parameter_all_gather_hides_behind_the_forward_except_megatrons_mxfp
 def test_each_run_of_the_schedule_synchronises_its_stage_again(zero):
     """torchtitan's and AutoModel's loops over `schedule.step` (ParallelConfig.schedule_runs): each run's last
     backward lifts no_sync, so the stage's gradients are reduced (and, sharded, gathered again) once per run —
-    exposed as often; zero 3 gathers and reduces per micro-batch already, whatever the runs."""
+    exposed as often; zero 3 gathers per micro-batch whatever the runs, and reduce-scatters once per run (torch's
+    pipelining leaves the weights gathered and the gradients unreduced after every backward of a run)."""
     def exposed(runs: int, zero: int) -> float:
         step = StepModel(LLAMA, TrainingSpec(gbs=64, seq_length=8192, engine="torchtitan"),
                          load_cluster("dgx-h100", 64), ParallelConfig(dp=16, pp=4, zero=zero, schedule_runs=runs))
@@ -90,7 +91,37 @@ def test_each_run_of_the_schedule_synchronises_its_stage_again(zero):
 
     assert exposed(1, zero) > 0
     assert exposed(4, zero) == pytest.approx(4 * exposed(1, zero))
-    assert exposed(4, 3) == pytest.approx(exposed(1, 3))
+    per_run = exposed(2, 3) - exposed(1, 3)
+    assert per_run > 0 and exposed(4, 3) == pytest.approx(exposed(1, 3) + 3 * per_run)
+
+
+def test_zero3_under_torch_pipelining_gathers_once_a_microbatch_and_reduces_once_a_run():
+    """FSDP's zero 3 in a torch pipeline (torchtitan with fsdp_reshard_after_forward "always"): each backward leaves
+    the stage's weights gathered and its gradients unreduced (`set_reshard_after_backward(False)`,
+    `set_requires_gradient_sync(False)`), so per micro-batch one all-gather per unit where unpipelined FSDP pays two
+    and a reduce-scatter, and the reduce-scatter comes once per run, whole: fewer collectives, and the 16-bit
+    weights held gathered as zero 2 holds them."""
+    from gplan.spec.parallel import LayerCount, StageLayout
+
+    def step(pp: int) -> StepModel:
+        return StepModel(LLAMA, TrainingSpec(gbs=64, seq_length=8192, engine="torchtitan"),
+                         load_cluster("dgx-h100", 64), ParallelConfig(dp=64 // pp, pp=pp, zero=3))
+
+    piped, flat = step(4), step(1)
+    assert piped.accumulates_unsharded and not flat.accumulates_unsharded
+    layout = StageLayout(layers=[LayerCount(kind=piped.model.layer_kinds()[0].name, count=20, recompute="none")],
+                         embedding=False, head=False)
+    ranks, link = 16, comm.axis_link(piped.group(0), piped.config, "dp")
+    pipelined = piped.zero3_exposed_s(layout, ranks, link)
+    params = piped.layer_params(layout.layers[0].kind) * 20
+    gather = comm.allgather_time_s(params * 2, ranks, link) / piped.training.profile.zero3_comm_efficiency
+    scatter = comm.reduce_scatter_time_s(params * piped.reduced_grad_bytes, ranks, link) / \
+        piped.training.profile.zero3_comm_efficiency
+    m = piped.num_microbatches
+    # never more than a gather a micro-batch, and the run's reduce-scatter in full
+    assert scatter <= pipelined <= m * gather + scatter + 1e-12
+    assert piped.state_bytes.weights == pytest.approx(4.0 / 16 + 2)   # the fp32 shard and the gathered bf16
+    assert flat.state_bytes.weights == pytest.approx(4.0 / 64)
 
 
 @pytest.mark.parametrize("engine, pp, behind_backward", [("megatron", 4, True), ("torchtitan", 1, True),

@@ -211,7 +211,8 @@ def state_bytes_per_param(element_bytes: int, zero: int, shard_ranks: int, engin
     optimizer stepped in the backward (`optimizer_in_backward`) each gradient is freed at its step: none held;
     where FSDP accumulates across micro-batches without reducing (`unsharded_grads`: torch's pipelining runs every
     backward of a run with `set_requires_gradient_sync(False)`), each gradient is held whole until the reduction,
-    beside the shard that reduction yields (FSDP2's `unsharded_accumulated_grad`, in the reduce dtype).
+    beside the shard that reduction yields (FSDP2's `unsharded_accumulated_grad`, in the reduce dtype), and the
+    16-bit weights stay gathered after each backward even with zero 3 (`set_reshard_after_backward(False)`).
     zero_optimizers — DeepSpeed: 16-bit weights and gradients; fp16 (and ZeRO ≥ 2) keeps fp32 master, m, v and an fp32
     gradient partition per rank (`stage_1_and_2.py`: `single_partition_of_fp32_groups`) — 16/d bytes;
     bf16 with ZeRO-1 runs the BF16 optimizer, which accumulates gradients in full-size fp32 buffers
@@ -222,7 +223,9 @@ def state_bytes_per_param(element_bytes: int, zero: int, shard_ranks: int, engin
         grads = 0.0 if optimizer_in_backward else kept
         if zero == 0 or d == 1:
             return StateBytes(weights=kept, grads=grads, optimizer=2 * kept)
-        gathered = e if zero < 3 and e < 4 else 0.0
+        # zero 1/2 keep the 16-bit weights gathered from the forward to the backward; under torch's pipelining
+        # zero 3's stay gathered too, each backward leaving them so (`set_reshard_after_backward(False)`)
+        gathered = e if (zero < 3 or unsharded_grads) and e < 4 else 0.0
         held = grads + grads / d if unsharded_grads else grads / d
         return StateBytes(weights=kept / d + gathered, grads=held, optimizer=2 * kept / d)
     if rule == "zero_optimizers" and e < 4:

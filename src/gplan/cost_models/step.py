@@ -672,6 +672,8 @@ class StepModel:
             # torch's pipelining reduces a stage's gradients after its last backward, not beside it
             behind_s = 0.0 if self.accumulates_unsharded else backward_s
             return max(0.0, scatter - behind_s) + max(0.0, gather - hidden_s)
+        if self.accumulates_unsharded:  # torch's pipelining: one gather a micro-batch, one reduce-scatter a run
+            return self.num_microbatches * max(0.0, gather - backward_s) + c.schedule_runs * scatter
         per_mb = max(0.0, gather - forward_s) + max(0.0, gather + scatter - backward_s)
         return self.num_microbatches * per_mb
 
@@ -694,7 +696,14 @@ class StepModel:
         implicit prefetch; Zhao et al. 2023, PyTorch FSDP, §3.3). An engine whose collectives run below the
         modelled speed, or hide behind less of the neighbour's compute, says so in its profile
         (`EngineProfile.zero3_comm_efficiency`, `zero3_overlap`); one that gathers tensor by tensor pays
-        `per_tensor_gather_s` on each all-gather (DeepSpeed's ZeRO-3 as SC21 ran it)."""
+        `per_tensor_gather_s` on each all-gather (DeepSpeed's ZeRO-3 as SC21 ran it).
+
+        Under torch's pipelining (`accumulates_unsharded`) every backward of a run leaves the weights gathered
+        (`set_reshard_after_backward(False)`) and the gradients unreduced: a micro-batch gathers once (its
+        forward finds the weights the last backward left, or its backward re-gathers what the forward freed),
+        and each run reduce-scatters once, after the stage's last backward, exposed (`perform_reduce_grad`)."""
+        if self.accumulates_unsharded:
+            return self._zero3_pipelined_exposed_s(layout, ranks, link)
         e, g = self.training.element_bytes, layout.node_group
         engine = self.training.profile
         slowdown = 1 / engine.zero3_comm_efficiency
@@ -723,6 +732,29 @@ class StepModel:
             exposed += (2 * comm.allgather_time_s(fixed * e, ranks, link) +
                         comm.reduce_scatter_time_s(fixed * self.reduced_grad_bytes, ranks, link)) * slowdown
         return self.num_microbatches * exposed
+
+    def _zero3_pipelined_exposed_s(self, layout: StageLayout, ranks: int, link) -> float:
+        """`zero3_exposed_s` under torch's pipelining: one prefetched gather per unit and micro-batch, hidden
+        behind its neighbour's backward as far as it goes, and the stage's reduce-scatter once per run, whole."""
+        e, g = self.training.element_bytes, layout.node_group
+        engine = self.training.profile
+        slowdown = 1 / engine.zero3_comm_efficiency
+        expert_link = comm.expert_axis_link(self.group(g), self.config, "edp")
+        per_microbatch, scatter = 0.0, 0.0
+        for c in layout.layers:
+            parts = [(self.layer_params(c.kind) - self.layer_expert_params(c.kind), ranks, link),
+                     (self.layer_expert_params(c.kind), self.config.edp, expert_link)]
+            parts = [(p, n, lk) for p, n, lk in parts if p > 0 and n > 1]
+            gather = sum(comm.allgather_time_s(p * e, n, lk) for p, n, lk in parts) * slowdown
+            _, backward = self.zero3_windows_s(c.kind, c.recompute, g, [lk for _, _, lk in parts])
+            per_microbatch += c.count * max(0.0, gather - engine.zero3_overlap * backward)
+            scatter += c.count * sum(comm.reduce_scatter_time_s(p * self.reduced_grad_bytes, n, lk)
+                                     for p, n, lk in parts) * slowdown
+        fixed = self.stage_fixed_params(empty_stage(layout.embedding, layout.head))
+        if fixed:
+            per_microbatch += comm.allgather_time_s(fixed * e, ranks, link) * slowdown
+            scatter += comm.reduce_scatter_time_s(fixed * self.reduced_grad_bytes, ranks, link) * slowdown
+        return self.num_microbatches * per_microbatch + self.config.schedule_runs * scatter
 
     def zero3_windows_s(self, kind: str, recompute: str, group: int, fsdp_links: list) -> tuple[float, float]:
         """How long one layer's forward, and its backward with the replay, run — the window its neighbour's
