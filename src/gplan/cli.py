@@ -47,7 +47,7 @@ def estimate(
     moe_a2a_overlap: bool = o.A2AOverlapOpt, cuda_graphs: str = o.CudaGraphsOpt, moe_dispatcher: str = o.DispatcherOpt,
     pure_bf16: bool = o.PureBf16Opt, optimizer_in_backward: bool = o.InBackwardOpt,
     legacy_grouped_gemm: bool = o.LegacyGemmOpt, attention_kernel: Optional[str] = o.AttentionKernelOpt,
-    bf16_loss: bool = o.Bf16LossOpt):
+    bf16_loss: bool = o.Bf16LossOpt, grad_sync_each_microbatch: bool = o.GradSyncOpt):
     """Predict step time, throughput, MFU and memory of one configuration.
 
     What is not given (vpp, mbs, zero, sp, recompute, the split, ep/etp) is chosen as `gplan search`
@@ -81,7 +81,8 @@ def estimate(
     inputs = inputs_of(model, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, memory_headroom,
                        profile, target, expert_imbalance,
                        **o.engine_options(grad_reduce_in_bf16, fp8_param_gather, moe_a2a_overlap, cuda_graphs, moe_dispatcher,
-                              pure_bf16, optimizer_in_backward, legacy_grouped_gemm, attention_kernel, bf16_loss))
+                              pure_bf16, optimizer_in_backward, legacy_grouped_gemm, attention_kernel, bf16_loss,
+                              grad_sync_each_microbatch))
     result = estimated(inputs, given_options(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, sp=sp, mbs=mbs,
                                              recompute=recompute, recompute_modules=recompute_modules,
                                              offload_layers=offload_layers, zero=zero, schedule=schedule), stages)
@@ -108,7 +109,7 @@ def search(
     moe_a2a_overlap: bool = o.A2AOverlapOpt, cuda_graphs: str = o.CudaGraphsOpt, moe_dispatcher: str = o.DispatcherOpt,
     pure_bf16: bool = o.PureBf16Opt, optimizer_in_backward: bool = o.InBackwardOpt,
     legacy_grouped_gemm: bool = o.LegacyGemmOpt, attention_kernel: Optional[str] = o.AttentionKernelOpt,
-    bf16_loss: bool = o.Bf16LossOpt):
+    bf16_loss: bool = o.Bf16LossOpt, grad_sync_each_microbatch: bool = o.GradSyncOpt):
     """Search degrees, micro-batch, recompute, optimizer sharding, stage split and placement; write the best plan."""
     set_wide(wide)
     from gplan import render
@@ -126,7 +127,8 @@ def search(
     if out_launch is not None and from_file is None:
         raise UsageError("--out-launch rewrites the launch of --from", hint="add --from train.sh")
     mine, options = None, o.engine_options(grad_reduce_in_bf16, fp8_param_gather, moe_a2a_overlap, cuda_graphs, moe_dispatcher,
-                              pure_bf16, optimizer_in_backward, legacy_grouped_gemm, attention_kernel, bf16_loss)
+                              pure_bf16, optimizer_in_backward, legacy_grouped_gemm, attention_kernel, bf16_loss,
+                              grad_sync_each_microbatch)
     if from_file is not None:  # the launch's devices, batch, sequence, precision and engine, unless said otherwise
         from gplan.planner.launch_files import launch_defaults, priced_launch
 

@@ -169,6 +169,9 @@ LegacyGemmOpt = typer.Option(False, "--legacy-grouped-gemm", help="run the exper
                               "(Megatron's --moe-use-legacy-grouped-gemm: no launch per local expert)")
 Bf16LossOpt = typer.Option(False, "--bf16-loss", help="the cross-entropy on the 16-bit logits, no fp32 upcast "
                            "(NeMo AutoModel's loss_fn.fp32_upcast: false)")
+GradSyncOpt = typer.Option(False, "--grad-sync-each-microbatch", help="sharded data parallel without stages "
+                           "reduce-scatters every micro-batch, where the engine defers to a step's last (NeMo "
+                           "AutoModel's distributed.defer_fsdp_grad_sync: false)")
 AttentionKernelOpt = typer.Option(None, "--attention-kernel", help="the attention kernel, where the engine runs more "
                                   "than one: fused (cuDNN's) or fa2 (FlashAttention-2's class: torch SDPA, FlexAttention; "
                                   "NeMo AutoModel's model.backend.attn sdpa or flex) (default: the engine's own)")
@@ -207,12 +210,13 @@ def inputs_of(model: str, devices, cluster, hardware, devices_per_node, gbs, seq
 def engine_options(grad_reduce_in_bf16: bool, fp8_param_gather: bool, moe_a2a_overlap: bool, cuda_graphs: str,
                    moe_dispatcher: str, pure_bf16: bool = False, optimizer_in_backward: bool = False,
                    legacy_grouped_gemm: bool = False, attention_kernel: Optional[str] = None,
-                   bf16_loss: bool = False) -> dict:
+                   bf16_loss: bool = False, grad_sync_each_microbatch: bool = False) -> dict:
     """The engine switches of estimate and search, by TrainingSpec field."""
     return {"grad_reduce_in_bf16": grad_reduce_in_bf16, "fp8_param_gather": fp8_param_gather, "pure_bf16": pure_bf16,
             "optimizer_in_backward": optimizer_in_backward, "legacy_grouped_gemm": legacy_grouped_gemm,
             "moe_a2a_overlap": moe_a2a_overlap, "cuda_graphs": cuda_graphs, "moe_dispatcher": moe_dispatcher,
-            "attention_kernel": attention_kernel, "bf16_loss": bf16_loss}
+            "attention_kernel": attention_kernel, "bf16_loss": bf16_loss,
+            "grad_sync_each_microbatch": grad_sync_each_microbatch}
 
 # ---- estimate -----------------------------------------------------------------------------------------
 

@@ -149,3 +149,22 @@ def test_fsdp_without_stages_reduces_every_micro_batch_where_the_engine_does(eng
                      ParallelConfig(dp=16, tp=4, zero=2))
     assert step.num_microbatches == 4
     assert step.syncs_per_step == (4 if per_microbatch else 1)
+
+
+@pytest.mark.parametrize("zero", [2, 3])
+def test_a_deferred_gradient_sync_reduces_once_a_step(zero):
+    """NeMo AutoModel without stages (`defer_fsdp_grad_sync`, its default): the reduce-scatter comes behind the
+    step's last micro-batch only — one where `--grad-sync-each-microbatch` (its `false`) pays one a micro-batch;
+    zero 3 still gathers every micro-batch either way."""
+    def step(each: bool) -> StepModel:
+        training = TrainingSpec(gbs=256, seq_length=8192, engine="nemo-automodel", grad_sync_each_microbatch=each)
+        return StepModel(LLAMA, training, load_cluster("dgx-h100", 64), ParallelConfig(dp=32, tp=2, zero=zero))
+
+    deferred, each = step(False), step(True)
+    assert deferred.defers_grad_sync and not each.defers_grad_sync and deferred.num_microbatches == 8
+    assert deferred.accumulates_unsharded and not deferred.reduces_after_last_backward
+    params, forward_s, backward_s = 2e9, 0.004, 0.002  # a backward too short to hide the reduce-scatter
+    once, every = (s.dp_sync_exposed_s(params, forward_s, backward_s, 0) for s in (deferred, each))
+    assert 0 < once < every
+    if zero == 2:
+        assert every == pytest.approx(8 * once)

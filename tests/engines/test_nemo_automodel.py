@@ -359,8 +359,10 @@ def moe_recipe(tmp_path: Path, **changes) -> Path:
 def test_the_models_own_dtype_decides_its_states_and_the_reduce_dtype_its_gradient_traffic(gplan, tmp_path):
     """AutoModel builds the model in `model.torch_dtype` ("auto": bfloat16) and Adam's states follow it: left out, the
     run keeps no fp32 copy (8 bytes a parameter, not 16); float32 keeps fp32 weights under FSDP2's bf16 compute.
-    `mp_policy.reduce_dtype: bfloat16` halves the gradients' reduce-scatter; float16 storage is refused."""
+    `mp_policy.reduce_dtype: bfloat16` halves the gradients' reduce-scatter; float16 storage is refused. (Gradient
+    sync every micro-batch: no whole gradient, held in the reduce dtype whatever the model's, in the ratio.)"""
     def estimate(**changes):
+        changes = {"distributed__defer_fsdp_grad_sync": False, **changes}
         r = gplan("estimate", "--from", str(moe_recipe(tmp_path, **changes)), "--cluster", "dgx-h100", "--devices",
                   "8", "--json")
         return r
@@ -373,6 +375,42 @@ def test_the_models_own_dtype_decides_its_states_and_the_reduce_dtype_its_gradie
     assert reduced["engine_options"].get("grad_reduce_in_bf16")
     r = estimate(model__torch_dtype="float16")
     assert r.code == 3 and "model.torch_dtype" in r.stderr and "hint:" in r.stderr
+
+
+def test_its_deferred_gradient_sync_holds_whole_gradients_and_reduces_once(gplan, tmp_path):
+    """`distributed.defer_fsdp_grad_sync` (default true): without stages, FSDP2 accumulates every gradient whole, in
+    the reduce dtype (fp32), through a step's micro-batches and reduce-scatters once, behind the last backward —
+    its 70B recipe sets it false ("True → delayed resharding → OOM"): read, priced (m reduce-scatters, no whole
+    gradients), exported and read back."""
+    import yaml
+
+    def estimate(path):
+        r = gplan("estimate", "--from", str(path), "--cluster", "dgx-h100", "--devices", "8", "--json")
+        assert r.code == 0, r.stderr
+        return r.json()
+
+    deferred = estimate(moe_recipe(tmp_path))
+    each = estimate(moe_recipe(tmp_path, distributed__defer_fsdp_grad_sync=False))
+    assert each["engine_options"].get("grad_sync_each_microbatch") and \
+        not deferred["engine_options"].get("grad_sync_each_microbatch")
+    m, zero = deferred["num_microbatches"], deferred["parallel"]["zero"]
+    assert m > 1 and zero == 2
+    grads = lambda d: d["stages"][0]["memory"]["grads_bytes"]  # noqa: E731
+    stage = deferred["stages"][0]
+    # whole fp32 gradients of the FSDP-sharded weights beside the bf16 shard they are reduced into (the routed
+    # experts, ep 8 of 8 ranks, are sharded over no one: their gradients were whole already)
+    assert grads(deferred) - grads(each) == pytest.approx(4 * (stage["params"] - stage["expert_params"]), rel=1e-6)
+    assert each["breakdown"]["dp_comm"] >= deferred["breakdown"]["dp_comm"]  # on one node both hide (test_overlap)
+    out, exported = tmp_path / "plan.json", tmp_path / "export"
+    r = gplan("search", "--from", str(moe_recipe(tmp_path, distributed__defer_fsdp_grad_sync=False)), "--cluster",
+              "dgx-h100", "--devices", "8", "--out", str(out), "--pp", "1", "--json")
+    assert r.code == 0, r.stderr
+    assert json.loads(out.read_text())["training"]["grad_sync_each_microbatch"] is True
+    r = gplan("export", str(out), "--to", "nemo-automodel", "--out-dir", str(exported))
+    assert r.code == 0, r.stderr
+    recipe = next(exported.glob("*.yaml"))
+    assert yaml.safe_load(recipe.read_text())["distributed"]["defer_fsdp_grad_sync"] is False
+    assert estimate(recipe)["engine_options"].get("grad_sync_each_microbatch")
 
 
 def test_gpt_oss_is_priced_as_its_own_model_runs_it(gplan):

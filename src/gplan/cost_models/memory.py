@@ -194,7 +194,8 @@ def deepspeed_bf16_optimizer(bf16: bool, zero: int) -> bool:
 
 def state_bytes_per_param(element_bytes: int, zero: int, shard_ranks: int, engine: EngineProfile = NO_ENGINE,
                           bf16: bool = False, grad_bytes: int = GRAD_BYTES, pure_bf16: bool = False,
-                          optimizer_in_backward: bool = False, unsharded_grads: bool = False) -> StateBytes:
+                          optimizer_in_backward: bool = False, unsharded_grads: bool = False,
+                          stays_gathered: bool = False) -> StateBytes:
     """What one parameter costs each device, as the engine keeps it (`MemoryAccounting.states`; d = the
     sharding ranks).
 
@@ -210,9 +211,10 @@ def state_bytes_per_param(element_bytes: int, zero: int, shard_ranks: int, engin
     `training.dtype = "bfloat16"`) keeps all of it in bf16, no fp32 copy: 2 + 2 + 4 bytes, sharded alike; with the
     optimizer stepped in the backward (`optimizer_in_backward`) each gradient is freed at its step: none held;
     where FSDP accumulates across micro-batches without reducing (`unsharded_grads`: torch's pipelining runs every
-    backward of a run with `set_requires_gradient_sync(False)`), each gradient is held whole until the reduction,
-    beside the shard that reduction yields (FSDP2's `unsharded_accumulated_grad`, in the reduce dtype), and the
-    16-bit weights stay gathered after each backward even with zero 3 (`set_reshard_after_backward(False)`).
+    backward of a run with `set_requires_gradient_sync(False)`, NeMo AutoModel every micro-batch but a step's last),
+    each gradient is held whole until the reduction, beside the shard that reduction yields (FSDP2's
+    `unsharded_accumulated_grad`, in the reduce dtype); under torch's pipelining the 16-bit weights stay gathered
+    after each backward even with zero 3 (`stays_gathered`: `set_reshard_after_backward(False)`).
     zero_optimizers — DeepSpeed: 16-bit weights and gradients; fp16 (and ZeRO ≥ 2) keeps fp32 master, m, v and an fp32
     gradient partition per rank (`stage_1_and_2.py`: `single_partition_of_fp32_groups`) — 16/d bytes;
     bf16 with ZeRO-1 runs the BF16 optimizer, which accumulates gradients in full-size fp32 buffers
@@ -225,8 +227,9 @@ def state_bytes_per_param(element_bytes: int, zero: int, shard_ranks: int, engin
             return StateBytes(weights=kept, grads=grads, optimizer=2 * kept)
         # zero 1/2 keep the 16-bit weights gathered from the forward to the backward; under torch's pipelining
         # zero 3's stay gathered too, each backward leaving them so (`set_reshard_after_backward(False)`)
-        gathered = e if (zero < 3 or unsharded_grads) and e < 4 else 0.0
-        held = grads + grads / d if unsharded_grads else grads / d
+        gathered = e if (zero < 3 or stays_gathered) and e < 4 else 0.0
+        # FSDP2 accumulates an unreduced gradient in the reduce dtype (`to_accumulated_grad_if_needed`): grad_bytes
+        held = (grad_bytes if grads else 0.0) + grads / d if unsharded_grads else grads / d
         return StateBytes(weights=kept / d + gathered, grads=held, optimizer=2 * kept / d)
     if rule == "zero_optimizers" and e < 4:
         if deepspeed_bf16_optimizer(bf16, zero):

@@ -500,14 +500,31 @@ class StepModel:
         return memory.state_bytes_per_param(t.element_bytes, c.zero, memory.zero_shard_ranks(c), t.profile,
                                             bf16=t.precision == "bf16", grad_bytes=t.grad_bytes, pure_bf16=t.pure_bf16,
                                             optimizer_in_backward=t.optimizer_in_backward,
-                                            unsharded_grads=self.accumulates_unsharded)
+                                            unsharded_grads=self.accumulates_unsharded,
+                                            stays_gathered=self.reduces_after_last_backward)
 
     @property
     def accumulates_unsharded(self) -> bool:
-        """Whether sharded data parallel holds whole gradients across a run's micro-batches and reduces them only
-        after the stage's last backward, exposed: with pipeline stages on an engine that pipelines as torch does
-        (`EngineProfile.pipeline_reduce_after_backward`: it lifts no_sync only then)."""
+        """Whether sharded data parallel holds whole gradients across micro-batches, reducing them once: under
+        torch's pipelining (`reduces_after_last_backward`), or without stages where the engine lifts gradient sync
+        only on a step's last micro-batch and there are several (`EngineProfile.defers_grad_sync`)."""
+        return self.reduces_after_last_backward or self.defers_grad_sync
+
+    @property
+    def reduces_after_last_backward(self) -> bool:
+        """Whether sharded data parallel reduces a stage's gradients only after its last backward of a run,
+        exposed, the weights left gathered by every backward: with pipeline stages on an engine that pipelines as
+        torch does (`EngineProfile.pipeline_reduce_after_backward`: it lifts no_sync only then)."""
         return self.config.pp > 1 and self.config.zero >= 1 and self.training.profile.pipeline_reduce_after_backward
+
+    @property
+    def defers_grad_sync(self) -> bool:
+        """Without stages, whether a step's gradients are reduced behind its last micro-batch's backward only,
+        accumulated whole before (`EngineProfile.defers_grad_sync`; one micro-batch reduces as it goes)."""
+        c = self.config
+        t = self.training
+        return (c.pp == 1 and c.zero >= 1 and self.num_microbatches > 1 and t.profile.defers_grad_sync
+                and not t.grad_sync_each_microbatch)
 
     @cached_property
     def reduced_grad_bytes(self) -> int:
@@ -523,7 +540,8 @@ class StepModel:
         return memory.state_bytes_per_param(t.element_bytes, c.zero, c.edp, t.profile, bf16=t.precision == "bf16",
                                             grad_bytes=t.grad_bytes, pure_bf16=t.pure_bf16,
                                             optimizer_in_backward=t.optimizer_in_backward,
-                                            unsharded_grads=self.accumulates_unsharded)
+                                            unsharded_grads=self.accumulates_unsharded,
+                                            stays_gathered=self.reduces_after_last_backward)
 
     def states(self, params: float, expert_params: float) -> tuple[float, float, float]:
         """(weights, grads, optimizer) bytes of `params` on one device, `expert_params` of them routed experts."""
@@ -650,7 +668,8 @@ class StepModel:
         c = self.config
         if c.zero >= 3:
             return 1
-        if c.pp == 1 and c.zero >= 1 and self.training.profile.reduces_every_microbatch:
+        if c.pp == 1 and c.zero >= 1 and (self.training.profile.reduces_every_microbatch
+                                          or self.training.grad_sync_each_microbatch):
             return self.num_microbatches
         return c.schedule_runs
 
@@ -670,11 +689,14 @@ class StepModel:
         if c.zero < 3:
             hidden_s = forward_s if overlaps_param_gather(self.training.engine, self.training.precision) else 0.0
             # torch's pipelining reduces a stage's gradients after its last backward, not beside it
-            behind_s = 0.0 if self.accumulates_unsharded else backward_s
+            behind_s = 0.0 if self.reduces_after_last_backward else backward_s
             return max(0.0, scatter - behind_s) + max(0.0, gather - hidden_s)
-        if self.accumulates_unsharded:  # torch's pipelining: one gather a micro-batch, one reduce-scatter a run
+        if self.reduces_after_last_backward:  # torch's pipelining: one gather a micro-batch, one reduce-scatter a run
             return self.num_microbatches * max(0.0, gather - backward_s) + c.schedule_runs * scatter
         per_mb = max(0.0, gather - forward_s) + max(0.0, gather + scatter - backward_s)
+        if self.defers_grad_sync:  # the reduce-scatter behind the last micro-batch's backward only
+            unreduced = max(0.0, gather - forward_s) + max(0.0, gather - backward_s)
+            return (self.num_microbatches - 1) * unreduced + per_mb
         return self.num_microbatches * per_mb
 
     def tied_embedding_s(self, layout: StageLayout) -> float:
@@ -698,18 +720,26 @@ class StepModel:
         (`EngineProfile.zero3_comm_efficiency`, `zero3_overlap`); one that gathers tensor by tensor pays
         `per_tensor_gather_s` on each all-gather (DeepSpeed's ZeRO-3 as SC21 ran it).
 
-        Under torch's pipelining (`accumulates_unsharded`) every backward of a run leaves the weights gathered
+        Under torch's pipelining (`reduces_after_last_backward`) every backward of a run leaves the weights gathered
         (`set_reshard_after_backward(False)`) and the gradients unreduced: a micro-batch gathers once (its
         forward finds the weights the last backward left, or its backward re-gathers what the forward freed),
         and each run reduce-scatters once, after the stage's last backward, exposed (`perform_reduce_grad`)."""
-        if self.accumulates_unsharded:
+        if self.reduces_after_last_backward:
             return self._zero3_pipelined_exposed_s(layout, ranks, link)
         e, g = self.training.element_bytes, layout.node_group
         engine = self.training.profile
         slowdown = 1 / engine.zero3_comm_efficiency
         overlap = engine.zero3_overlap
         prefetches_backward = engine.zero3_backward_prefetch
-        exposed = 0.0
+
+        def unit_exposed_s(gather: float, scatter: float, forward: float, backward: float) -> float:
+            if prefetches_backward:
+                backward_exposed = max(0.0, gather + scatter - overlap * backward)
+            else:  # the all-gather waits for the gradients before it; the reduce-scatter hides behind the next unit
+                backward_exposed = gather + max(0.0, scatter - overlap * backward)
+            return max(0.0, gather - overlap * forward) + backward_exposed
+
+        exposed = unreduced = 0.0  # a micro-batch's, with its reduce-scatters and (sync deferred) without
         expert_link = comm.expert_axis_link(self.group(g), self.config, "edp")
         for c in layout.layers:
             # a layer's routed experts gather over their own data-parallel ranks (edp: dp·cp/ep·… with ep),
@@ -722,15 +752,15 @@ class StepModel:
                 gather += self.per_tensor_gather_s(c.kind, ranks, link, engine)
             scatter = sum(comm.reduce_scatter_time_s(p * self.reduced_grad_bytes, n, lk) for p, n, lk in parts) * slowdown
             forward, backward = self.zero3_windows_s(c.kind, c.recompute, g, [lk for _, _, lk in parts])
-            if prefetches_backward:
-                backward_exposed = max(0.0, gather + scatter - overlap * backward)
-            else:  # the all-gather waits for the gradients before it; the reduce-scatter hides behind the next unit
-                backward_exposed = gather + max(0.0, scatter - overlap * backward)
-            exposed += c.count * (max(0.0, gather - overlap * forward) + backward_exposed)
+            exposed += c.count * unit_exposed_s(gather, scatter, forward, backward)
+            unreduced += c.count * unit_exposed_s(gather, 0.0, forward, backward)
         fixed = self.stage_fixed_params(empty_stage(layout.embedding, layout.head))
         if fixed:
-            exposed += (2 * comm.allgather_time_s(fixed * e, ranks, link) +
-                        comm.reduce_scatter_time_s(fixed * self.reduced_grad_bytes, ranks, link)) * slowdown
+            fixed_gathers = 2 * comm.allgather_time_s(fixed * e, ranks, link) * slowdown
+            exposed += fixed_gathers + comm.reduce_scatter_time_s(fixed * self.reduced_grad_bytes, ranks, link) * slowdown
+            unreduced += fixed_gathers
+        if self.defers_grad_sync:  # the reduce-scatters behind the step's last micro-batch only
+            return (self.num_microbatches - 1) * unreduced + exposed
         return self.num_microbatches * exposed
 
     def _zero3_pipelined_exposed_s(self, layout: StageLayout, ranks: int, link) -> float:

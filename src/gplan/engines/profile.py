@@ -120,6 +120,9 @@ class Capabilities:
     """The experts' GEMMs as one grouped kernel (Megatron's legacy GroupedMLP)."""
     bf16_loss: bool = False
     """The loss on the 16-bit logits, no fp32 upcast (NeMo AutoModel's `loss_fn.fp32_upcast: false`)."""
+    grad_sync_each_microbatch: bool = False
+    """Its deferred gradient sync switched off: every micro-batch reduce-scatters (NeMo AutoModel's
+    `distributed.defer_fsdp_grad_sync: false`)."""
     attention_kernel: frozenset[str] = frozenset()
     """Attention kernels a run can name beside its own (TrainingSpec.attention_kernel: NeMo AutoModel's
     `model.backend.attn`)."""
@@ -288,6 +291,12 @@ class EngineProfile:
     reduce-scatters its gradients (and reshards, so the next forward gathers again) rather than once a step:
     FSDP2's default, which torchtitan's train loop and gplan's worker keep (neither lifts gradient sync only on
     the last micro-batch) — m reductions a step, each behind its own micro-batch's backward."""
+    defers_grad_sync: bool = False
+    """Without pipeline stages and with sharded data parallel, whether the train loop lifts gradient sync only on
+    a step's last micro-batch (FSDP2's `set_requires_gradient_sync(is_optim_step)`): every gradient accumulates
+    whole, in the reduce dtype, through the step's micro-batches, and is reduce-scattered once, behind the last
+    backward. NeMo AutoModel's `distributed.defer_fsdp_grad_sync`, true by default (0.7,
+    components/distributed/utils.py `get_sync_ctx`; config.py: "saves comm, can increase peak memory")."""
     zero3_backward_prefetch: bool = True
     """Whether its fully sharded backward issues the next unit's all-gather before the current unit's
     gradient computation, so that the two overlap (FSDP2's explicit backward prefetch; FSDP1's

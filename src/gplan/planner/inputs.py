@@ -129,7 +129,8 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
                    fp8_param_gather: bool = False, moe_a2a_overlap: bool = False, pure_bf16: bool = False,
                    optimizer_in_backward: bool = False, legacy_grouped_gemm: bool = False,
                    cuda_graphs: str = "none", moe_dispatcher: str = "alltoall",
-                   attention_kernel: str | None = None, bf16_loss: bool = False) -> Inputs:
+                   attention_kernel: str | None = None, bf16_loss: bool = False,
+                   grad_sync_each_microbatch: bool = False) -> Inputs:
     """`target` (a backend or export target) is the engine whose memory accounting prices the run;
     default: the backend of the cluster's hardware, as `gplan search` defaults its --target."""
     from gplan.planner.space import target_name
@@ -166,7 +167,7 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
                                 legacy_grouped_gemm=legacy_grouped_gemm,
                                 moe_a2a_overlap=moe_a2a_overlap, cuda_graphs=cuda_graphs,
                                 moe_dispatcher=moe_dispatcher, attention_kernel=attention_kernel,
-                                bf16_loss=bf16_loss)
+                                bf16_loss=bf16_loss, grad_sync_each_microbatch=grad_sync_each_microbatch)
     except ValidationError as exc:
         err = exc.errors()[0]
         raise InputError(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}",

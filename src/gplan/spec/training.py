@@ -124,6 +124,11 @@ class TrainingSpec(BaseModel):
     false`, which its benchmark recipes set): the softmax it keeps and its gradient in 16 bits
     (`memory.head_activation_bytes`, `memory.loss_working_bytes`), and 16-bit reads in its time
     (`compute.cross_entropy_bytes_per_logit`)."""
+    grad_sync_each_microbatch: bool = False
+    """Sharded data parallel without stages reduce-scatters every micro-batch's gradients, where the engine's own
+    default defers the reduction to a step's last micro-batch (`EngineProfile.defers_grad_sync`; NeMo AutoModel's
+    `distributed.defer_fsdp_grad_sync: false`, which its 70B benchmark recipe sets to avoid holding every gradient
+    whole): m reductions a step, and no whole gradients held."""
     attention_kernel: AttentionKernelChoice | None = None
     """The attention kernel, where the engine runs more than one (NeMo AutoModel's `model.backend.attn`: te is the
     fused cuDNN kernel, sdpa and flex — torch SDPA's flash backend and FlexAttention's Triton kernel — are
@@ -136,7 +141,7 @@ class TrainingSpec(BaseModel):
                                                     "optimizer_in_backward": False, "legacy_grouped_gemm": False,
                                                     "moe_a2a_overlap": False, "cuda_graphs": "none",
                                                     "moe_dispatcher": "alltoall", "attention_kernel": None,
-                                                    "bf16_loss": False}
+                                                    "bf16_loss": False, "grad_sync_each_microbatch": False}
 
     @model_validator(mode="before")
     @classmethod

@@ -43,6 +43,8 @@ ENGINE = EngineProfile(
         attention_kernel=frozenset({"fused", "fa2"}),
         # loss_fn.fp32_upcast: false (MaskedCrossEntropy, components/loss/masked_ce.py) on the 16-bit logits
         bf16_loss=True,
+        # distributed.defer_fsdp_grad_sync: false — reduce-scatter every micro-batch (its default defers to the last)
+        grad_sync_each_microbatch=True,
         precisions=frozenset({"bf16", "fp32"}),
         # mp_policy.reduce_dtype: the dtype FSDP2 reduce-scatters the gradients in (float32 by default)
         grad_reduce_in_bf16=True,
@@ -56,6 +58,8 @@ ENGINE = EngineProfile(
     # benchmark recipes state; torch's SDPA (FlashAttention-2) only without TE
     attention_kernel="fused",
     pipeline_reduce_after_backward=True,
+    # distributed.defer_fsdp_grad_sync (default true): without stages, gradient sync on a step's last micro-batch only
+    defers_grad_sync=True,
     resharding=Resharding(
         "torch.distributed.checkpoint (DCP)", DCP_RESHARDS,
         "NeMo AutoModel saves DCP state dicts keyed by parameter name (components/checkpoint), which load under "

@@ -21,7 +21,7 @@ VERSIONS = {"0.7": "NeMo AutoModel 0.7.0 (nemo_automodel recipes: parse_distribu
 EXACT = (
     "a recipe YAML and the script that runs it on every node (`torchrun … -m nemo_automodel.cli.app`): FSDP2 "
     "over dp (zero 3, or 2: `reshard_after_forward` true or false), the model's dtype (`torch_dtype`: float32, or "
-    "bfloat16 for full-bf16 training), the gradients' reduce dtype, the attention backend (`attn`), the loss on 16-bit logits (`fp32_upcast`), tp with sp, cp, ep borrowed from dp·cp·tp, "
+    "bfloat16 for full-bf16 training), the gradients' reduce dtype (and, where a plan asks for it, `defer_fsdp_grad_sync: false`), the attention backend (`attn`), the loss on 16-bit logits (`fp32_upcast`), tp with sp, cp, ep borrowed from dp·cp·tp, "
     "pipeline schedule and its virtual stages (`layers_per_stage`, rounded to a multiple of pp where they differ "
     "by a layer, as AutoModel cuts them), the batch as `global_batch_size` and "
     "`local_batch_size`, activation checkpointing on or off; checked by its own `parse_distributed_section`, "
@@ -62,6 +62,8 @@ def recipe(plan: Plan, context: ExportContext) -> dict:
     # always stated: unset, it follows the layout (false with ep > 1 or pipeline stages; launch.reshards_after_forward);
     # zero 1 runs as zero 2 (FSDP2 has no optimizer-only sharding)
     distributed["reshard_after_forward"] = c.zero == 3
+    if t.grad_sync_each_microbatch:  # its default defers the reduce-scatter to a step's last micro-batch
+        distributed["defer_fsdp_grad_sync"] = False
     if c.pp > 1:
         per_stage, rounding = layers_per_stage_cut(plan.model.total_layers, c.pp, c.vpp)  # the target check refuses None
         distributed["pipeline"] = {"pp_schedule": SCHEDULE_NAMES[c.schedule], "pp_microbatch_size": c.mbs,

@@ -19,12 +19,12 @@ READ = frozenset({
     "distributed.mp_policy.param_dtype", "distributed.mp_policy.reduce_dtype", "distributed.mp_policy._target_",
     "distributed._target_", "packed_sequence.packed_sequence_size", "dataset.seq_len", "dataset.seq_length",
     "model.backend.dispatcher", "model.torch_dtype", "model.dtype", "model.backend.attn",
-    "loss_fn.fp32_upcast",
+    "loss_fn.fp32_upcast", "distributed.defer_fsdp_grad_sync",
 })
 """Keys the reader reads: the layout, the batch, the sequence and the precision."""
 
 DEFAULTS: dict[str, Any] = {
-    "distributed.activation_checkpointing_scope": "all", "distributed.defer_fsdp_grad_sync": True,
+    "distributed.activation_checkpointing_scope": "all",
     "distributed.enable_async_tensor_parallel": False, "distributed.enable_compile": False,
     "distributed.enable_fsdp2_prefetch": False, "distributed.fsdp2_backward_prefetch_depth": 2,
     "distributed.fsdp2_forward_prefetch_depth": 1, "distributed.offload_policy": None,
@@ -36,7 +36,6 @@ DEFAULTS: dict[str, Any] = {
 """Field defaults of the keys gplan does not read."""
 
 NO_EFFECT = {
-    "distributed.defer_fsdp_grad_sync": "when FSDP's gradient reduce-scatter is issued within an accumulation",
     "distributed.enable_fsdp2_prefetch": "FSDP2's explicit prefetch (the gathers' overlap, within the efficiency "
                                          "gplan calibrates)",
     "distributed.fsdp2_backward_prefetch_depth": "FSDP2's prefetch depth", "distributed.fsdp2_forward_prefetch_depth":

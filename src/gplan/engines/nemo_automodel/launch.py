@@ -52,6 +52,8 @@ def read_automodel_launch(path: Path, model: ModelSpec | None) -> Launch:
         options["grad_reduce_in_bf16"] = True
     if str(values.get("loss_fn.fp32_upcast", True)).lower() == "false":
         options["bf16_loss"] = True
+    if str(values.get("distributed.defer_fsdp_grad_sync", True)).lower() == "false":
+        options["grad_sync_each_microbatch"] = True
     kernel = attention(path, values)
     if kernel is not None:
         options["attention_kernel"] = kernel
