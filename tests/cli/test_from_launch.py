@@ -157,6 +157,42 @@ def test_a_torchtitan_job_toml_is_read_as_torchtitan_runs_it(gplan):
     assert "float8.enable_fsdp_float8_all_gather" in data["not_read"]  # float8 is off: its section changes nothing
 
 
+@pytest.mark.parametrize("section, recompute", [("", "full"), ('mode = "selective"\n', "full"),
+                                                ('mode = "selective"\nselective_ac_option = "op"\n', "selective"),
+                                                ('mode = "none"\n', "none")])
+def test_a_torchtitan_toml_without_its_checkpointing_keys_runs_its_defaults(gplan, tmp_path, section, recompute):
+    """torchtitan ≤ 0.2 checkpoints every second block when a job config leaves [activation_checkpoint] out (mode
+    "selective", option "2": priced as full recompute, said so) — not "none"; the per-op policy only where the
+    option says op. Without the section the default is named in the notes."""
+    import re
+
+    text = re.sub(r"\[activation_checkpoint\]\n(.*\n)*?\n", "", TITAN_TOML.read_text(), count=1)
+    assert "[activation_checkpoint]" not in text
+    path = tmp_path / "job.toml"
+    path.write_text(text + (f"\n[activation_checkpoint]\n{section}" if section else ""))
+    r = gplan("estimate", "llama3-8b", "--from", str(path), "--cluster", "dgx-h100", "--devices", "16", "--json")
+    assert r.code == 0, r.stderr
+    data = r.json()
+    assert data["parallel"]["recompute"] == recompute
+    assert ("activation_checkpoint.mode not set" in json.dumps(data)) == (section == "")
+
+
+def test_a_per_op_plan_is_written_into_a_toml_with_its_option(gplan, tmp_path):
+    """A plan recomputing torchtitan's per-op policy writes `selective_ac_option = "op"` beside the mode: the job
+    config's default option, "2", would checkpoint every second block whole instead."""
+    import tomllib
+
+    better, plan_path = tmp_path / "better.toml", tmp_path / "plan.json"
+    r = gplan("search", "llama3-8b", "--from", str(TITAN_TOML), "--cluster", "dgx-h100", "--devices", "16",
+              "--recompute", "selective", "--recompute-modules", "op", "--out", str(plan_path), "--out-launch", str(better))
+    assert r.code == 0, r.stderr
+    assert {c["recompute"] for s in json.loads(plan_path.read_text())["stages"] for c in s["layers"]} == {"selective"}
+    written = tomllib.loads(better.read_text())["activation_checkpoint"]
+    assert written == {"mode": "selective", "selective_ac_option": "op"}
+    back = gplan("estimate", "llama3-8b", "--from", str(better), "--cluster", "dgx-h100", "--devices", "16", "--json")
+    assert back.json()["parallel"]["recompute"] == "selective"
+
+
 @pytest.mark.parametrize("args", [
     ["llama3-8b", "--cluster", "dgx-h100", "--devices", "16", "--target", "torchtitan"],
     ["llama3-8b", "--cluster", "dgx-h100", "--devices", "16", "--target", "torchtitan", "--pp", "2", "--tp", "2",

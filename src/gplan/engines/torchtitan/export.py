@@ -426,4 +426,6 @@ def layout_values(plan: Plan, layouts: list[StageLayout]) -> dict[str, object]:
             values[key] = int(following) if following.lstrip("-").isdigit() else following
     values.pop("training.steps", None)  # the schedule is the user's
     values["activation_checkpoint.mode"] = ac_policy(layouts)
+    if values["activation_checkpoint.mode"] == "selective":  # the per-op policy; a job config's default is "2"
+        values["activation_checkpoint.selective_ac_option"] = "op"
     return values

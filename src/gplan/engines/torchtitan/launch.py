@@ -287,6 +287,10 @@ def _check_titan_model(path: Path, values: dict, model: ModelSpec) -> None:
 
 
 
+TITAN_AC_DEFAULTS = ("selective", "2")
+"""torchtitan ≤ 0.2's activation checkpointing where a job config leaves it out (config/job_config.py
+`ActivationCheckpoint`: `mode = "selective"`, `selective_ac_option = "2"`, every second block fully recomputed)."""
+
 SINGLE_STAGE_SCHEDULES = {"GPipe", "1F1B"}
 """torch.distributed.pipelining's schedules with one stage per rank; the others (Interleaved1F1B, LoopedBFS,
 InterleavedZeroBubble, ZBVZeroBubble, DualPipeV) loop over several."""
@@ -308,8 +312,13 @@ def _titan_layout(values: dict, model: ModelSpec, parts, ac) -> tuple[dict[str, 
     if shard != 1 and reshard == "default" and pp > 1:
         notes.append("(fsdp_reshard_after_forward \"default\" with pipeline stages: torchtitan keeps each stage's "
                      "weights gathered through the step — zero 2)")
-    mode = str(values.get("activation_checkpoint.mode", ac or "none")).lower()
-    option = str(values.get("activation_checkpoint.selective_ac_option", "op"))
+    # torchtitan ≤ 0.2's defaults (config/job_config.py ActivationCheckpoint): mode "selective", option "2" — a
+    # job config without the section checkpoints every second block; a gplan export's module says its own
+    mode = str(values.get("activation_checkpoint.mode", ac or TITAN_AC_DEFAULTS[0])).lower()
+    option = str(values.get("activation_checkpoint.selective_ac_option", TITAN_AC_DEFAULTS[1]))
+    if "activation_checkpoint.mode" not in values and ac is None:
+        notes.append(f"(activation_checkpoint.mode not set: torchtitan's default, {TITAN_AC_DEFAULTS[0]} with option "
+                     f"{TITAN_AC_DEFAULTS[1]})")
     if mode == "selective" and option != "op":
         notes.append(f"(activation_checkpoint selective, option {option}: torchtitan's layer-level AC, every "
                      f"{option}th block fully recomputed, is priced as full recompute of every layer — more time "

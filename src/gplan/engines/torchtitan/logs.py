@@ -139,6 +139,8 @@ def flat_values(config: dict) -> dict:
         # 0.3's FullAC.Config or SelectiveAC.Config (the per-op policy), printed by their fields
         per_op = "force_recompute_mm_shapes_by_fqns" in checkpoint
         values["activation_checkpoint.mode"] = "selective" if per_op else "full"
+        if per_op:  # 0.3's SelectiveAC is the per-op policy (a ≤ 0.2 job config's default option is "2")
+            values["activation_checkpoint.selective_ac_option"] = "op"
     return values
 
 
