@@ -64,8 +64,8 @@ def read_torchtitan_launch(path: Path, model: ModelSpec | None) -> Launch:
     local = as_int(values.get("training.local_batch_size", values.get("training.batch_size")))
     if gbs is None or gbs < 0:
         if local is None:
-            raise InputError(f"--from {path}: no training.global_batch_size or local_batch_size",
-                             hint="add --training.global_batch_size")
+            local = TITAN_LOCAL_BATCH
+            notes.append(f"(training.local_batch_size not set: torchtitan's default, {TITAN_LOCAL_BATCH} a rank)")
         gbs = None  # local × dp: fixed once the devices are known
     pp = given["pp"]
     sizes = None  # the chunks the module lists (virtual stage j on rank j % pp), summed per rank
@@ -287,6 +287,10 @@ def _check_titan_model(path: Path, values: dict, model: ModelSpec) -> None:
 
 
 
+TITAN_LOCAL_BATCH = 8
+"""torchtitan ≤ 0.2's `training.local_batch_size` (`batch_size` before) where a job config leaves it out
+(config/job_config.py `Training`); the global batch then defaults to it times the data-parallel ranks."""
+
 TITAN_AC_DEFAULTS = ("selective", "2")
 """torchtitan ≤ 0.2's activation checkpointing where a job config leaves it out (config/job_config.py
 `ActivationCheckpoint`: `mode = "selective"`, `selective_ac_option = "2"`, every second block fully recomputed)."""
@@ -327,7 +331,7 @@ def _titan_layout(values: dict, model: ModelSpec, parts, ac) -> tuple[dict[str, 
     recompute = "none" if mode in ("none", "") else ("selective" if per_op else "full")
     sp = str(values.get("parallelism.enable_sequence_parallel", True)).lower() not in ("false", "0")
     micro = as_int(values.get("parallelism.pipeline_parallel_microbatch_size", 1))
-    local = as_int(values.get("training.local_batch_size", values.get("training.batch_size", 1)))
+    local = as_int(values.get("training.local_batch_size", values.get("training.batch_size", TITAN_LOCAL_BATCH)))
     vpp = 1
     if pp > 1 and parts:
         vpp = len(parts) // pp
