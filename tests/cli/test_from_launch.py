@@ -178,19 +178,23 @@ def test_a_torchtitan_toml_without_its_checkpointing_keys_runs_its_defaults(gpla
 
 
 def test_a_torchtitan_toml_without_a_batch_runs_torchtitans_local_batch(gplan, tmp_path):
-    """Neither training.global_batch_size nor local_batch_size: torchtitan ≤ 0.2 trains 8 sequences a rank (its
-    default) and the global batch is that times dp — read so, the default named, not refused."""
+    """Neither training.global_batch_size nor local_batch_size nor seq_len: torchtitan ≤ 0.2 trains 8 sequences of
+    2048 tokens a rank (its defaults), the global batch that times dp — read so, the defaults named, not refused
+    (and not the model's own sequence length)."""
     import re
 
-    text = re.sub(r"^(global_batch_size|local_batch_size|batch_size) *=.*\n", "", TITAN_TOML.read_text(), flags=re.M)
-    assert "batch_size" not in text
+    text = re.sub(r"^(global_batch_size|local_batch_size|batch_size|seq_len) *=.*\n", "", TITAN_TOML.read_text(),
+                  flags=re.M)
+    assert "batch_size" not in text and "seq_len" not in text
     path = tmp_path / "job.toml"
     path.write_text(text)
     r = gplan("estimate", "llama3-8b", "--from", str(path), "--cluster", "dgx-h100", "--devices", "16", "--json")
     assert r.code == 0, r.stderr
     data = r.json()
     assert data["parallel"]["mbs"] == 8 and data["num_microbatches"] == 1  # gbs = 8 · dp, one micro-batch a rank
-    assert "training.local_batch_size not set" in json.dumps(data)
+    assert "training.local_batch_size not set" in json.dumps(data) and "training.seq_len not set" in json.dumps(data)
+    tokens_per_s, step_s = data["tokens_per_s"], data["step_time_s"]
+    assert tokens_per_s * step_s == pytest.approx(8 * data["parallel"]["dp"] * 2048)  # torchtitan's seq_len, 2048
 
 
 def test_a_per_op_plan_is_written_into_a_toml_with_its_option(gplan, tmp_path):

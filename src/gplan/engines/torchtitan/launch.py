@@ -82,8 +82,12 @@ def read_torchtitan_launch(path: Path, model: ModelSpec | None) -> Launch:
         options["pure_bf16"] = True
     if str(values.get("optimizer.early_step_in_backward", False)).lower() == "true":  # ≤ 0.2
         options["optimizer_in_backward"] = True
+    seq = as_int(values.get("training.seq_len"))
+    if seq is None:
+        seq = TITAN_SEQ_LEN
+        notes.append(f"(training.seq_len not set: torchtitan's default, {TITAN_SEQ_LEN})")
     return Launch(source=str(path), engine="torchtitan", given=given, gbs=gbs or 0,
-                  seq_length=as_int(values.get("training.seq_len")), precision=_titan_precision(values),
+                  seq_length=seq, precision=_titan_precision(values),
                   stage_sizes=sizes, recompute_layers=None, world_size=world_size(args, variables),
                   unread=unread + notes, local_batch=local, no_effect=no_effect, model=model, engine_options=options)
 
@@ -286,6 +290,9 @@ def _check_titan_model(path: Path, values: dict, model: ModelSpec) -> None:
                          hint="name the model the launch trains")
 
 
+
+TITAN_SEQ_LEN = 2048
+"""torchtitan ≤ 0.2's `training.seq_len` where a job config leaves it out (config/job_config.py `Training`)."""
 
 TITAN_LOCAL_BATCH = 8
 """torchtitan ≤ 0.2's `training.local_batch_size` (`batch_size` before) where a job config leaves it out
