@@ -724,8 +724,6 @@ class StepModel:
         (`set_reshard_after_backward(False)`) and the gradients unreduced: a micro-batch gathers once (its
         forward finds the weights the last backward left, or its backward re-gathers what the forward freed),
         and each run reduce-scatters once, after the stage's last backward, exposed (`perform_reduce_grad`)."""
-        if self.reduces_after_last_backward:
-            return self._zero3_pipelined_exposed_s(layout, ranks, link)
         e, g = self.training.element_bytes, layout.node_group
         engine = self.training.profile
         slowdown = 1 / engine.zero3_comm_efficiency
@@ -739,7 +737,9 @@ class StepModel:
                 backward_exposed = gather + max(0.0, scatter - overlap * backward)
             return max(0.0, gather - overlap * forward) + backward_exposed
 
-        exposed = unreduced = 0.0  # a micro-batch's, with its reduce-scatters and (sync deferred) without
+        # a micro-batch's exposure with its reduce-scatters, without them (sync deferred), and with one prefetched
+        # gather a unit (torch's pipelining); the reduce-scatters themselves, whole
+        exposed = unreduced = gathered_once = scatters = 0.0
         expert_link = comm.expert_axis_link(self.group(g), self.config, "edp")
         for c in layout.layers:
             # a layer's routed experts gather over their own data-parallel ranks (edp: dp·cp/ep·… with ep),
@@ -754,37 +754,21 @@ class StepModel:
             forward, backward = self.zero3_windows_s(c.kind, c.recompute, g, [lk for _, _, lk in parts])
             exposed += c.count * unit_exposed_s(gather, scatter, forward, backward)
             unreduced += c.count * unit_exposed_s(gather, 0.0, forward, backward)
+            gathered_once += c.count * max(0.0, gather - overlap * backward)
+            scatters += c.count * scatter
         fixed = self.stage_fixed_params(empty_stage(layout.embedding, layout.head))
         if fixed:
-            fixed_gathers = 2 * comm.allgather_time_s(fixed * e, ranks, link) * slowdown
-            exposed += fixed_gathers + comm.reduce_scatter_time_s(fixed * self.reduced_grad_bytes, ranks, link) * slowdown
-            unreduced += fixed_gathers
+            fixed_gather = comm.allgather_time_s(fixed * e, ranks, link) * slowdown
+            fixed_scatter = comm.reduce_scatter_time_s(fixed * self.reduced_grad_bytes, ranks, link) * slowdown
+            exposed += 2 * fixed_gather + fixed_scatter
+            unreduced += 2 * fixed_gather
+            gathered_once += fixed_gather
+            scatters += fixed_scatter
+        if self.reduces_after_last_backward:
+            return self.num_microbatches * gathered_once + self.config.schedule_runs * scatters
         if self.defers_grad_sync:  # the reduce-scatters behind the step's last micro-batch only
             return (self.num_microbatches - 1) * unreduced + exposed
         return self.num_microbatches * exposed
-
-    def _zero3_pipelined_exposed_s(self, layout: StageLayout, ranks: int, link) -> float:
-        """`zero3_exposed_s` under torch's pipelining: one prefetched gather per unit and micro-batch, hidden
-        behind its neighbour's backward as far as it goes, and the stage's reduce-scatter once per run, whole."""
-        e, g = self.training.element_bytes, layout.node_group
-        engine = self.training.profile
-        slowdown = 1 / engine.zero3_comm_efficiency
-        expert_link = comm.expert_axis_link(self.group(g), self.config, "edp")
-        per_microbatch, scatter = 0.0, 0.0
-        for c in layout.layers:
-            parts = [(self.layer_params(c.kind) - self.layer_expert_params(c.kind), ranks, link),
-                     (self.layer_expert_params(c.kind), self.config.edp, expert_link)]
-            parts = [(p, n, lk) for p, n, lk in parts if p > 0 and n > 1]
-            gather = sum(comm.allgather_time_s(p * e, n, lk) for p, n, lk in parts) * slowdown
-            _, backward = self.zero3_windows_s(c.kind, c.recompute, g, [lk for _, _, lk in parts])
-            per_microbatch += c.count * max(0.0, gather - engine.zero3_overlap * backward)
-            scatter += c.count * sum(comm.reduce_scatter_time_s(p * self.reduced_grad_bytes, n, lk)
-                                     for p, n, lk in parts) * slowdown
-        fixed = self.stage_fixed_params(empty_stage(layout.embedding, layout.head))
-        if fixed:
-            per_microbatch += comm.allgather_time_s(fixed * e, ranks, link) * slowdown
-            scatter += comm.reduce_scatter_time_s(fixed * self.reduced_grad_bytes, ranks, link) * slowdown
-        return self.num_microbatches * per_microbatch + self.config.schedule_runs * scatter
 
     def zero3_windows_s(self, kind: str, recompute: str, group: int, fsdp_links: list) -> tuple[float, float]:
         """How long one layer's forward, and its backward with the replay, run — the window its neighbour's

@@ -298,7 +298,7 @@ TITAN_LOCAL_BATCH = 8
 """torchtitan ≤ 0.2's `training.local_batch_size` (`batch_size` before) where a job config leaves it out
 (config/job_config.py `Training`); the global batch then defaults to it times the data-parallel ranks."""
 
-TITAN_AC_DEFAULTS = ("selective", "2")
+TITAN_AC_MODE, TITAN_AC_OPTION = "selective", "2"
 """torchtitan ≤ 0.2's activation checkpointing where a job config leaves it out (config/job_config.py
 `ActivationCheckpoint`: `mode = "selective"`, `selective_ac_option = "2"`, every second block fully recomputed)."""
 
@@ -325,11 +325,11 @@ def _titan_layout(values: dict, model: ModelSpec, parts, ac) -> tuple[dict[str, 
                      "weights gathered through the step — zero 2)")
     # torchtitan ≤ 0.2's defaults (config/job_config.py ActivationCheckpoint): mode "selective", option "2" — a
     # job config without the section checkpoints every second block; a gplan export's module says its own
-    mode = str(values.get("activation_checkpoint.mode", ac or TITAN_AC_DEFAULTS[0])).lower()
-    option = str(values.get("activation_checkpoint.selective_ac_option", TITAN_AC_DEFAULTS[1]))
+    mode = str(values.get("activation_checkpoint.mode", ac or TITAN_AC_MODE)).lower()
+    option = str(values.get("activation_checkpoint.selective_ac_option", TITAN_AC_OPTION))
     if "activation_checkpoint.mode" not in values and ac is None:
-        notes.append(f"(activation_checkpoint.mode not set: torchtitan's default, {TITAN_AC_DEFAULTS[0]} with option "
-                     f"{TITAN_AC_DEFAULTS[1]})")
+        notes.append(f"(activation_checkpoint.mode not set: torchtitan's default, {TITAN_AC_MODE} with option "
+                     f"{TITAN_AC_OPTION})")
     if mode == "selective" and option != "op":
         notes.append(f"(activation_checkpoint selective, option {option}: torchtitan's layer-level AC, every "
                      f"{option}th block fully recomputed, is priced as full recompute of every layer — more time "
