@@ -195,6 +195,12 @@ def test_a_torchtitan_toml_without_a_batch_runs_torchtitans_local_batch(gplan, t
     assert "training.local_batch_size not set" in json.dumps(data) and "training.seq_len not set" in json.dumps(data)
     tokens_per_s, step_s = data["tokens_per_s"], data["step_time_s"]
     assert tokens_per_s * step_s == pytest.approx(8 * data["parallel"]["dp"] * 2048)  # torchtitan's seq_len, 2048
+    # a global batch given, the local one left out: the micro-batch is torchtitan's 8, said so
+    path.write_text(text + "\n[training]\nglobal_batch_size = 128\n" if "[training]" not in text else
+                    text.replace("[training]\n", "[training]\nglobal_batch_size = 128\n", 1))
+    data = gplan("estimate", "llama3-8b", "--from", str(path), "--cluster", "dgx-h100", "--devices", "16",
+                 "--json").json()
+    assert data["parallel"]["mbs"] == 8 and "training.local_batch_size not set" in json.dumps(data)
 
 
 def test_a_per_op_plan_is_written_into_a_toml_with_its_option(gplan, tmp_path):

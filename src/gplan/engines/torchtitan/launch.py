@@ -62,10 +62,10 @@ def read_torchtitan_launch(path: Path, model: ModelSpec | None) -> Launch:
     unread += sorted(k for k in values if k not in TITAN_KEYS and k not in unread_keys)
     gbs = as_int(values.get("training.global_batch_size"))
     local = as_int(values.get("training.local_batch_size", values.get("training.batch_size")))
+    if local is None and (gbs is None or gbs < 0 or given["pp"] == 1):  # it sets the batch, or the micro-batch
+        notes.append(f"(training.local_batch_size not set: torchtitan's default, {TITAN_LOCAL_BATCH} a rank)")
     if gbs is None or gbs < 0:
-        if local is None:
-            local = TITAN_LOCAL_BATCH
-            notes.append(f"(training.local_batch_size not set: torchtitan's default, {TITAN_LOCAL_BATCH} a rank)")
+        local = TITAN_LOCAL_BATCH if local is None else local
         gbs = None  # local × dp: fixed once the devices are known
     pp = given["pp"]
     sizes = None  # the chunks the module lists (virtual stage j on rank j % pp), summed per rank
