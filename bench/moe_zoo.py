@@ -3,8 +3,8 @@ and GB300 (bench/data/moe_zoo_runs.csv, its README's step times; the GB and long
 in the H100 rows' FLOP convention) and Megatron-LM's DeepSeek-V3 run on 256 GB200 (its optimization guide's
 TFLOP/s, its reproduction guide's launch), priced by gplan as Megatron-LM runs them — the configuration each row states,
 nothing fitted on them. FSDP + EP (Megatron-FSDP) rows are their own family. MXFP8 rows gather FP8
-parameters, as the model zoo's PR=mxfp8 sets; their bf16 Adam moments are not priced (a few % of memory,
-no step time). A row's gradient reduction (`grad_reduce`) is its recipe's: fp32, Megatron's default for bf16, except
+parameters and keep bf16 Adam moments under the precision-aware optimizer, as the model zoo's PR=mxfp8 and
+Megatron-LM's DeepSeek-V3 guide set (`adam_moments`; the fp32 master shards stay whole under an FP8 recipe). A row's gradient reduction (`grad_reduce`) is its recipe's: fp32, Megatron's default for bf16, except
 the Megatron-FSDP row, whose flags the model zoo does not publish — priced with Megatron-LM's own Megatron-FSDP + EP
 example script (the same ep, micro-batch and batch), which reduces in bf16; the table marks it.
 
@@ -46,7 +46,8 @@ def prediction(row: dict, imbalance: float = 1.0) -> tuple[float, float, float]:
                             expert_imbalance=imbalance,
                             moe_dispatcher=row["dispatcher"], moe_a2a_overlap=row["a2a_overlap"] == "true",
                             cuda_graphs=row["cuda_graphs"], fp8_param_gather=row["precision"] == "mxfp8",
-                            grad_reduce_in_bf16=row["grad_reduce"] == "bf16")
+                            grad_reduce_in_bf16=row["grad_reduce"] == "bf16",
+                            precision_aware_optimizer=row["adam_moments"] != "fp32", adam_moments=row["adam_moments"])
     modules = tuple(row["modules"].split("+")) if row["modules"] else None
     config = ParallelConfig(dp=int(row["dp"]), tp=int(row["tp"]), pp=int(row["pp"]), vpp=int(row["vpp"]),
                             cp=int(row["cp"]), ep=int(row["ep"]), etp=1, sp=int(row["tp"]) > 1, zero=int(row["zero"]),

@@ -175,6 +175,13 @@ GradSyncOpt = typer.Option(False, "--grad-sync-each-microbatch", help="sharded d
 AttentionKernelOpt = typer.Option(None, "--attention-kernel", help="the attention kernel, where the engine runs more "
                                   "than one: fused (cuDNN's) or fa2 (FlashAttention-2's class: torch SDPA, FlexAttention; "
                                   "NeMo AutoModel's model.backend.attn sdpa or flex) (default: the engine's own)")
+PrecisionAwareOpt = typer.Option(False, "--precision-aware-optimizer", help="keep Adam's states as Transformer "
+                                 "Engine's FusedAdam does (Megatron-LM's --use-precision-aware-optimizer, on the "
+                                 "distributed optimizer): a bf16 run's master weights as their 16-bit remainders")
+AdamMomentsOpt = typer.Option("fp32", "--adam-moments", help="Adam's moments in fp32, bf16, fp16 or fp8 (Megatron-LM's "
+                              "--exp-avg-dtype and --exp-avg-sq-dtype; needs --precision-aware-optimizer)")
+MasterWeightsOpt = typer.Option("fp32", "--master-weights", help="the master weights in fp32 or fp16 (Megatron-LM's "
+                                "--main-params-dtype; needs --precision-aware-optimizer)")
 Fp8ParamsOpt = typer.Option(False, "--fp8-param-gather", help="keep the layers' weights only in the low-precision "
                             "format (Megatron-LM's flag; Megatron-Bridge's FP8 and MXFP8 recipes run it)")
 
@@ -210,13 +217,17 @@ def inputs_of(model: str, devices, cluster, hardware, devices_per_node, gbs, seq
 def engine_options(grad_reduce_in_bf16: bool, fp8_param_gather: bool, moe_a2a_overlap: bool, cuda_graphs: str,
                    moe_dispatcher: str, pure_bf16: bool = False, optimizer_in_backward: bool = False,
                    legacy_grouped_gemm: bool = False, attention_kernel: Optional[str] = None,
-                   bf16_loss: bool = False, grad_sync_each_microbatch: bool = False) -> dict:
+                   bf16_loss: bool = False, grad_sync_each_microbatch: bool = False,
+                   precision_aware_optimizer: bool = False, adam_moments: str = "fp32",
+                   master_weights: str = "fp32") -> dict:
     """The engine switches of estimate and search, by TrainingSpec field."""
     return {"grad_reduce_in_bf16": grad_reduce_in_bf16, "fp8_param_gather": fp8_param_gather, "pure_bf16": pure_bf16,
             "optimizer_in_backward": optimizer_in_backward, "legacy_grouped_gemm": legacy_grouped_gemm,
             "moe_a2a_overlap": moe_a2a_overlap, "cuda_graphs": cuda_graphs, "moe_dispatcher": moe_dispatcher,
             "attention_kernel": attention_kernel, "bf16_loss": bf16_loss,
-            "grad_sync_each_microbatch": grad_sync_each_microbatch}
+            "grad_sync_each_microbatch": grad_sync_each_microbatch,
+            "precision_aware_optimizer": precision_aware_optimizer, "adam_moments": adam_moments,
+            "master_weights": master_weights}
 
 # ---- estimate -----------------------------------------------------------------------------------------
 

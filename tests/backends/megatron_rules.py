@@ -39,6 +39,9 @@ ARGUMENTS: dict[str, tuple[object, tuple | None]] = {
     "--recompute-modules": (str, ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")),
     # _add_learning_rate_args, _add_mixed_precision_args
     "--lr": (float, None), "--bf16": (None, None), "--fp16": (None, None), "--grad-reduce-in-bf16": (None, None),
+    "--use-precision-aware-optimizer": (None, None), "--main-grads-dtype": (str, ("fp32", "bf16")),
+    "--main-params-dtype": (str, ("fp32", "fp16")), "--exp-avg-dtype": (str, ("fp32", "fp16", "bf16", "fp8")),
+    "--exp-avg-sq-dtype": (str, ("fp32", "fp16", "bf16", "fp8")),
     # _add_distributed_args
     "--tensor-model-parallel-size": (int, None), "--pipeline-model-parallel-size": (int, None),
     "--decoder-first-pipeline-num-layers": (int, None), "--decoder-last-pipeline-num-layers": (int, None),
@@ -79,7 +82,8 @@ ARGUMENTS: dict[str, tuple[object, tuple | None]] = {
 DEFAULTS = {"pipeline_model_parallel_size": 1, "tensor_model_parallel_size": 1, "context_parallel_size": 1,
             "make_vocab_size_divisible_by": 128, "rotary_base": 10000,
             "data_parallel_sharding_strategy": "no_shard", "ckpt_format": "torch_dist", "num_query_groups": 1,
-            "expert_model_parallel_size": 1, "moe_layer_freq": "1"}
+            "expert_model_parallel_size": 1, "moe_layer_freq": "1", "main_grads_dtype": "fp32",
+            "main_params_dtype": "fp32", "exp_avg_dtype": "fp32", "exp_avg_sq_dtype": "fp32"}
 """Defaults of the arguments above that the rules read (their add_argument defaults)."""
 
 
@@ -200,11 +204,21 @@ def validate(argv: list[str], world_size: int, env: dict[str, str], device_arch:
     _validate_moe_overlap(a, pp, vpp)
     _validate_dispatcher(a)
     _validate_cuda_graphs(a)
+    _validate_optimizer_dtypes(a)
     # megatron/core/num_microbatches_calculator.py (ConstantNumMicroBatchesCalculator):
     _check(a.global_batch_size % (a.micro_batch_size * dp) == 0,
            "global batch size ({}) is not divisible by micro batch size ({}) times data parallel size ({})")
     a.data_parallel_size, a.virtual_pipeline_model_parallel_size = dp, vpp
     return a
+
+
+def _validate_optimizer_dtypes(a: argparse.Namespace) -> None:
+    """megatron/core/optimizer/optimizer_config.py, OptimizerConfig.__post_init__ (the optimizer is Adam by default)."""
+    if a.use_precision_aware_optimizer:
+        _check(a.use_distributed_optimizer, "--use-precision-aware-optimizer only supported with distributed optimizer")
+        return
+    for name in ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):
+        _check(getattr(a, name) == "fp32", f"{name} can only be fp32 when not using precision-aware optimizer")
 
 
 def _validate_dispatcher(a: argparse.Namespace) -> None:

@@ -102,6 +102,28 @@ def test_a_logs_engine_switches_price_the_run_as_it_ran(tmp_path):
     assert runs[1].prediction.memory_bytes_per_device_max < runs[0].prediction.memory_bytes_per_device_max
 
 
+def test_a_logs_precision_aware_optimizer_prices_adams_states_as_it_kept_them(tmp_path):
+    """A log's printed optimizer dtypes (`torch.bfloat16`) are read as `--from` reads the flags: bf16 moments
+    under the precision-aware optimizer, and a bf16 main gradient as a bf16 gradient buffer (validate_args turns
+    the fp32 accumulation off); without the optimizer those dtypes are refused, as Megatron refuses them."""
+    args, tokens_per_gpu = ROWS["llama3-70b-row70"]
+    step_s = args["global_batch_size"] * args["seq_length"] / (tokens_per_gpu * args["world_size"])
+    dtypes = {"exp_avg_dtype": "torch.bfloat16", "exp_avg_sq_dtype": "torch.bfloat16",
+              "main_params_dtype": "torch.float32", "main_grads_dtype": "torch.bfloat16"}
+    plain, aware = tmp_path / "plain.log", tmp_path / "aware.log"
+    plain.write_text(megatron_log(args, step_s))
+    aware.write_text(megatron_log(dict(args, use_precision_aware_optimizer=True, **dtypes), step_s))
+    runs = [read_log_run(p, "dgx-h100", None, None).plan for p in (plain, aware)]
+    t = runs[1].training
+    assert t.precision_aware_optimizer and t.adam_moments == "bf16" and t.master_weights == "fp32"
+    assert t.grad_reduce_in_bf16 and not runs[0].training.precision_aware_optimizer
+    assert runs[1].prediction.memory_bytes_per_device_max < runs[0].prediction.memory_bytes_per_device_max
+    refused = tmp_path / "refused.log"
+    refused.write_text(megatron_log(dict(args, use_precision_aware_optimizer=False, **dtypes), step_s))
+    with pytest.raises(InputError, match="without --use-precision-aware-optimizer"):
+        read_log_run(refused, "dgx-h100", None, None)
+
+
 def test_skipped_iterations_are_left_out_of_the_steady_step(tmp_path):
     args, _ = ROWS["llama3-8b-row250"]
     path = tmp_path / "skip.log"

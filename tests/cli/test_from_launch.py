@@ -69,12 +69,26 @@ def bad_script(tmp_path, extra: str) -> Path:
 @pytest.mark.parametrize("extra, fragment", [
     ("--fine-grained-activation-offloading", "cannot price --fine-grained-activation-offloading (per-module activation offloading)"),
     ("--num-layers-per-virtual-pipeline-stage $VPP_LAYERS", "expected an integer"),
+    ("--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16", "--exp-avg-dtype bf16 without --use-precision-aware-optimizer"),
+    ("--use-precision-aware-optimizer --exp-avg-dtype bf16", "--exp-avg-dtype bf16 and --exp-avg-sq-dtype fp32"),
 ])
 def test_a_launch_gplan_cannot_read_whole_is_refused_naming_the_flag(gplan, tmp_path, extra, fragment):
     r = gplan("search", "llama3-70b", "--from", str(bad_script(tmp_path, extra)), *ARGS,
               "--out", str(tmp_path / "p.json"))
     assert r.code == 3 and fragment in r.stderr and "hint:" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "p.json").exists()
+
+
+def test_a_launch_with_the_precision_aware_optimizer_is_read_and_priced_with_its_states(gplan, tmp_path):
+    """Megatron's precision-aware optimizer (a bf16 launch: the master weights as remainders, bf16 moments) and its
+    bf16 main gradients are read as the engine options they are, and priced: less memory than the same launch's."""
+    plain = gplan("estimate", "llama3-70b", "--from", str(TRAIN_SH), *ARGS, "--json").json()
+    aware = gplan("estimate", "llama3-70b", "--from", str(bad_script(tmp_path, "--use-precision-aware-optimizer "
+                  "--main-grads-dtype bf16 --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16")), *ARGS, "--json").json()
+    assert {k: aware["engine_options"][k] for k in ("precision_aware_optimizer", "adam_moments", "grad_reduce_in_bf16")} \
+        == {"precision_aware_optimizer": True, "adam_moments": "bf16", "grad_reduce_in_bf16": True}
+    assert aware["parallel"] == plain["parallel"]
+    assert aware["memory_bytes_per_device_max"] < plain["memory_bytes_per_device_max"]
 
 
 def test_a_launch_of_another_model_or_without_a_device_count_is_refused(gplan, tmp_path):

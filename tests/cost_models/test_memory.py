@@ -72,6 +72,28 @@ def test_state_bytes_follow_megatron():
     assert memory.state_bytes_per_param(4, 0, 8).total == 16
 
 
+@pytest.mark.parametrize("precision, options, adam", [
+    ("bf16", {}, 12),                                                       # fp32 master, m and v
+    ("bf16", {"precision_aware_optimizer": True}, 2 + 4 + 4),               # the master as the bf16 weight's remainder
+    ("bf16", {"precision_aware_optimizer": True, "adam_moments": "bf16"}, 2 + 2 + 2),
+    ("mxfp8", {"precision_aware_optimizer": True, "adam_moments": "bf16"}, 4 + 2 + 2),  # Megatron-core keeps fp32 master
+    ("fp8", {"precision_aware_optimizer": True, "adam_moments": "fp8", "master_weights": "fp16"}, 2 + 1 + 1),
+    ("fp16", {"precision_aware_optimizer": True}, 4 + 4 + 4),               # remainders need bf16 weights
+])
+def test_the_precision_aware_optimizer_keeps_adams_states_as_megatron_does(precision, options, adam):
+    """memory.adam_state_bytes: master + m + v per parameter, sharded by the distributed optimizer like the fp32 ones;
+    the optimizer step moves each state twice and, with remainders, reads the 16-bit weight too."""
+    t = TrainingSpec(gbs=64, seq_length=S, precision=precision, engine="megatron", **options)
+    assert memory.adam_state_bytes(t) == adam
+    states = memory.state_bytes_per_param(2, 1, 8, profile_of("megatron"), adam_bytes=memory.adam_state_bytes(t))
+    assert states.optimizer == pytest.approx(adam / 8) and states.weights == 2 and states.grads == 4
+    remainders = memory.keeps_master_remainders(t)
+    assert remainders == (precision == "bf16" and bool(options))
+    from gplan.cost_models.compute import ADAM_BYTES_PER_PARAM, adam_bytes_moved_per_param
+    moved = adam_bytes_moved_per_param(adam, remainders)
+    assert moved == (ADAM_BYTES_PER_PARAM if not options else 4 + 4 + 2 * adam + 2 + 2 * remainders)
+
+
 @pytest.mark.parametrize("p,m", [(4, 16), (8, 8), (8, 3)])
 def test_in_flight_microbatches(p, m):
     assert pipeline.in_flight_microbatches(0, p, m, "1f1b") == min(p, m)

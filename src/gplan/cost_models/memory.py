@@ -15,7 +15,7 @@ from gplan.cost_models.compute import Shard
 from gplan.engines.profile import NO_ENGINE, EngineProfile
 from gplan.spec.model import LayerKind, ModelSpec
 from gplan.spec.parallel import ParallelConfig
-from gplan.spec.training import TrainingSpec
+from gplan.spec.training import STATE_DTYPE_BYTES, TrainingSpec
 
 #: fp32 main gradients, as Megatron-LM and FSDP with fp32 reduction keep them.
 GRAD_BYTES = 4
@@ -192,16 +192,42 @@ def deepspeed_bf16_optimizer(bf16: bool, zero: int) -> bool:
     return bf16 and zero == 1
 
 
+#: Adam's fp32 master weight and its two fp32 moments, per parameter (Megatron's `theoretical_memory_usage`: 12).
+MIXED_ADAM_STATE_BYTES = 12.0
+
+
+def adam_state_bytes(training: TrainingSpec) -> float:
+    """Bytes of Adam's state per parameter under mixed precision: master weight + first + second moment — 4 + 4 + 4,
+    or as Megatron-LM's precision-aware optimizer keeps them (`TrainingSpec.precision_aware_optimizer`): the
+    moments in their dtype (`adam_moments`: 4, 2 or 1 byte each); the master weights in fp16 (2), else as the
+    16-bit remainder of the bf16 weight (2: Transformer Engine FusedAdam's `store_param_remainders`, default on,
+    "works only when param type is BF16 and master weight type is FP32") where Megatron-core hands them to
+    FusedAdam — not under an FP8 recipe, for which it keeps fp32 master shards itself (4: OptimizerConfig's
+    `use_precision_aware_optimizer_no_fp8_or_ds_fp8`, delayed scaling excepted, which gplan's fp8 is not;
+    `keeps_master_remainders`)."""
+    if not training.precision_aware_optimizer:
+        return MIXED_ADAM_STATE_BYTES
+    moments = 2 * STATE_DTYPE_BYTES[training.adam_moments]
+    return (2 if training.master_weights == "fp16" or keeps_master_remainders(training) else 4) + moments
+
+
+def keeps_master_remainders(training: TrainingSpec) -> bool:
+    """Whether the fp32 master weights are kept as the bf16 weights' missing 16 bits: the precision-aware optimizer
+    with fp32 master weights on a bf16 run (an FP8 or NVFP4 recipe's master shards stay whole: gplan prices NVFP4
+    with the FP8 recipes, unverified)."""
+    return training.precision_aware_optimizer and training.master_weights == "fp32" and training.precision == "bf16"
+
+
 def state_bytes_per_param(element_bytes: int, zero: int, shard_ranks: int, engine: EngineProfile = NO_ENGINE,
                           bf16: bool = False, grad_bytes: int = GRAD_BYTES, pure_bf16: bool = False,
                           optimizer_in_backward: bool = False, unsharded_grads: bool = False,
-                          stays_gathered: bool = False) -> StateBytes:
+                          stays_gathered: bool = False, adam_bytes: float = MIXED_ADAM_STATE_BYTES) -> StateBytes:
     """What one parameter costs each device, as the engine keeps it (`MemoryAccounting.states`; d = the
     sharding ranks).
 
     mixed_precision — Megatron-LM (and MindSpore's optimizer parallel, and plans with no engine): 16-bit weights, fp32
-    main gradients (`grad_bytes`: 2 where they are reduced in bf16), fp32 master + Adam m, v — 18 bytes
-    (Megatron's `theoretical_memory_usage`),
+    main gradients (`grad_bytes`: 2 where they are reduced in bf16), fp32 master + Adam m, v (`adam_bytes`: 12, less
+    under Megatron's precision-aware optimizer, `adam_state_bytes`) — 18 bytes (Megatron's `theoretical_memory_usage`),
     `6 + 12/d` with the distributed optimizer (zero 1), gradients sharded with zero 2, everything
     with zero 3 (Megatron-FSDP); plain fp32 training keeps no master copy (8 bytes of optimizer).
     fsdp — torch (gplan's worker), torchtitan and llm-foundry: without FSDP the weights stay fp32 under autocast — fp32
@@ -236,7 +262,7 @@ def state_bytes_per_param(element_bytes: int, zero: int, shard_ranks: int, engin
             return StateBytes(weights=e, grads=e + 4.0, optimizer=12.0 / d)
         return StateBytes(weights=e / (d if zero >= 3 else 1), grads=e / (d if zero >= 2 else 1),
                           optimizer=16.0 / (d if zero >= 1 else 1))
-    optimizer = 12.0 if e < 4 else 8.0
+    optimizer = adam_bytes if e < 4 else 8.0
     return StateBytes(
         weights=e / (d if zero >= 3 else 1),
         grads=grad_bytes / (d if zero >= 2 else 1),

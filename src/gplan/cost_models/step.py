@@ -501,7 +501,8 @@ class StepModel:
                                             bf16=t.precision == "bf16", grad_bytes=t.grad_bytes, pure_bf16=t.pure_bf16,
                                             optimizer_in_backward=t.optimizer_in_backward,
                                             unsharded_grads=self.accumulates_unsharded,
-                                            stays_gathered=self.reduces_after_last_backward)
+                                            stays_gathered=self.reduces_after_last_backward,
+                                            adam_bytes=memory.adam_state_bytes(t))
 
     @property
     def accumulates_unsharded(self) -> bool:
@@ -541,7 +542,8 @@ class StepModel:
                                             grad_bytes=t.grad_bytes, pure_bf16=t.pure_bf16,
                                             optimizer_in_backward=t.optimizer_in_backward,
                                             unsharded_grads=self.accumulates_unsharded,
-                                            stays_gathered=self.reduces_after_last_backward)
+                                            stays_gathered=self.reduces_after_last_backward,
+                                            adam_bytes=memory.adam_state_bytes(t))
 
     def states(self, params: float, expert_params: float) -> tuple[float, float, float]:
         """(weights, grads, optimizer) bytes of `params` on one device, `expert_params` of them routed experts."""
@@ -798,10 +800,11 @@ class StepModel:
                 + tensors * (engine.zero3_gather_host_s + ranks * engine.zero3_copy_launch_s))
 
     def optimizer_s(self, stage: StagePrediction) -> float:
+        t = self.training
+        moved = compute.PURE_BF16_ADAM_BYTES_PER_PARAM if t.pure_bf16 else \
+            compute.adam_bytes_moved_per_param(memory.adam_state_bytes(t), memory.keeps_master_remainders(t))
         return compute.optimizer_time_s(self.device(stage.node_group),
-                                        self.optimizer_local_params(stage.params, stage.expert_params),
-                                        compute.PURE_BF16_ADAM_BYTES_PER_PARAM if self.training.pure_bf16
-                                        else compute.ADAM_BYTES_PER_PARAM)
+                                        self.optimizer_local_params(stage.params, stage.expert_params), moved)
 
     def optimizer_local_params(self, params: float, expert_params: float = 0.0) -> float:
         """Parameters one device's optimizer updates: all of them, or with zero ≥ 1 its shard — over dp·cp,

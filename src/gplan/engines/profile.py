@@ -134,6 +134,12 @@ class Capabilities:
     `cpu_offloading`, `cpu_offloading_num_layers`)."""
     fp8_param_gather: bool = False
     """Layer weights kept only quantised (Megatron-LM's --fp8-param-gather)."""
+    precision_aware_optimizer: bool = False
+    """Adam's states as Transformer Engine's FusedAdam keeps them (Megatron-LM's --use-precision-aware-optimizer)."""
+    adam_moments: bool = False
+    """Adam's moments in another dtype than fp32 (Megatron-LM's --exp-avg-dtype, --exp-avg-sq-dtype)."""
+    master_weights: bool = False
+    """Master weights in fp16 (Megatron-LM's --main-params-dtype)."""
     moe_a2a_overlap: bool = False
     """The MoE all-to-all overlapped with another micro-batch's compute (Megatron-LM's
     --overlap-moe-expert-parallel-comm)."""

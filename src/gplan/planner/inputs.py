@@ -130,7 +130,8 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
                    optimizer_in_backward: bool = False, legacy_grouped_gemm: bool = False,
                    cuda_graphs: str = "none", moe_dispatcher: str = "alltoall",
                    attention_kernel: str | None = None, bf16_loss: bool = False,
-                   grad_sync_each_microbatch: bool = False) -> Inputs:
+                   grad_sync_each_microbatch: bool = False, precision_aware_optimizer: bool = False,
+                   adam_moments: str = "fp32", master_weights: str = "fp32") -> Inputs:
     """`target` (a backend or export target) is the engine whose memory accounting prices the run;
     default: the backend of the cluster's hardware, as `gplan search` defaults its --target."""
     from gplan.planner.space import target_name
@@ -167,7 +168,9 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
                                 legacy_grouped_gemm=legacy_grouped_gemm,
                                 moe_a2a_overlap=moe_a2a_overlap, cuda_graphs=cuda_graphs,
                                 moe_dispatcher=moe_dispatcher, attention_kernel=attention_kernel,
-                                bf16_loss=bf16_loss, grad_sync_each_microbatch=grad_sync_each_microbatch)
+                                bf16_loss=bf16_loss, grad_sync_each_microbatch=grad_sync_each_microbatch,
+                                precision_aware_optimizer=precision_aware_optimizer, adam_moments=adam_moments,
+                                master_weights=master_weights)
     except ValidationError as exc:
         err = exc.errors()[0]
         raise InputError(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}",
@@ -204,6 +207,14 @@ def check_engine_options(training: TrainingSpec, model: ModelSpec) -> None:
     if training.pure_bf16 and training.precision != "bf16":
         raise InputError(f"--pure-bf16 keeps everything in bf16; the run trains in {training.precision}",
                          hint="use --precision bf16, or leave --pure-bf16 out")
+    for option, flag in (("adam_moments", "--adam-moments"), ("master_weights", "--master-weights")):
+        if getattr(training, option) != "fp32" and not training.precision_aware_optimizer:
+            # Megatron-core's OptimizerConfig: "exp_avg_dtype can only be fp32 when not using precision-aware optimizer"
+            raise InputError(f"{flag} {getattr(training, option)}: Megatron keeps Adam's states in fp32 except under "
+                             "its precision-aware optimizer", hint=f"add --precision-aware-optimizer, or leave {flag} out")
+    if training.precision_aware_optimizer and training.precision == "fp32":
+        raise InputError("--precision-aware-optimizer lowers a mixed-precision run's Adam states; the run trains in fp32",
+                         hint="use --precision bf16, or leave --precision-aware-optimizer out")
     if training.fp8_param_gather and training.precision not in LOW_PRECISION:
         raise InputError(f"--fp8-param-gather keeps the weights in a low-precision format; {training.precision} has none",
                          hint="use --precision fp8 or mxfp8, or leave --fp8-param-gather out")

@@ -438,6 +438,15 @@ def _optimizer_in_backward(model: ModelSpec, training: TrainingSpec | None, c: P
     return None
 
 
+def _precision_aware_optimizer(model: ModelSpec, training: TrainingSpec | None, c: ParallelConfig,
+                               devices: int) -> Violation | None:
+    """Megatron-core's OptimizerConfig: "--use-precision-aware-optimizer only supported with distributed optimizer"."""
+    if training is None or not training.precision_aware_optimizer or c.zero >= 1:
+        return None
+    return Violation("precision_aware_optimizer", "--precision-aware-optimizer runs on the distributed optimizer: "
+                     "zero is 0", "use zero ≥ 1, or leave --precision-aware-optimizer out")
+
+
 def _a2a_overlap(model: ModelSpec, training: TrainingSpec | None, c: ParallelConfig, devices: int) -> Violation | None:
     """Megatron-core's TransformerConfig.__post_init__ for `overlap_moe_expert_parallel_comm`: "only supported
     with expert model parallelism", vpp "must be specified when pipeline_model_parallel_size > 1", "disable
@@ -461,17 +470,18 @@ def _a2a_overlap(model: ModelSpec, training: TrainingSpec | None, c: ParallelCon
 
 RULES: tuple[Rule, ...] = (_world, _tp, _dense_experts, _ep_divides, _etp_divides, _expert_grid, _moe_sp,
                            _ep_fp16, _pp_layers, _vpp_chunks, _batch, _interleaved_microbatches, _cp_chunks, _seq_split,
-                           _modules_exist, _op_alone, _offload, _a2a_overlap, _optimizer_in_backward)
+                           _precision_aware_optimizer, _modules_exist, _op_alone, _offload, _a2a_overlap,
+                           _optimizer_in_backward)
 """The rules every configuration keeps, in the order they are reported: the one rule set that
 `check_config`, the search space (planner.space), `--stages` and the plan check read."""
 DEGREE_RULES: tuple[Rule, ...] = (_world, _tp, _pp_layers, _cp_chunks, _seq_split)
 """The rules that read only the degrees dp tp pp cp (and sp = tp > 1)."""
 BATCH_RULES: tuple[Rule, ...] = (_vpp_chunks, _batch, _interleaved_microbatches)
 """The rules that read the degrees with mbs and vpp."""
-SHARDING_RULES: tuple[Rule, ...] = ()
-"""The rules that read zero: none of their own — which zero runs routed experts is each engine's
-(`Capabilities.expert_zero`: Megatron-FSDP and torchtitan's FSDP shard them over the expert data-parallel
-ranks, others stop at the distributed optimizer)."""
+SHARDING_RULES: tuple[Rule, ...] = (_precision_aware_optimizer,)
+"""The rules that read zero: the precision-aware optimizer's (which zero runs routed experts is each engine's,
+`Capabilities.expert_zero`: Megatron-FSDP and torchtitan's FSDP shard them over the expert data-parallel ranks,
+others stop at the distributed optimizer)."""
 EXPERT_RULES: tuple[Rule, ...] = (_dense_experts, _ep_divides, _etp_divides, _expert_grid, _moe_sp, _ep_fp16)
 """The rules that read ep and etp. The search asks each group at the loop that sets what it reads, so a
 degree tuple, a batch split or a sharding level that breaks a rule is left before its options are built;

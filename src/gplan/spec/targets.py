@@ -88,7 +88,9 @@ ENGINE_OPTIONS = {"grad_reduce_in_bf16": "--grad-reduce-in-bf16", "fp8_param_gat
                   "legacy_grouped_gemm": "--legacy-grouped-gemm",
                   "moe_a2a_overlap": "--moe-a2a-overlap", "cuda_graphs": "--cuda-graphs",
                   "moe_dispatcher": "--moe-dispatcher", "attention_kernel": "--attention-kernel",
-                  "bf16_loss": "--bf16-loss", "grad_sync_each_microbatch": "--grad-sync-each-microbatch"}
+                  "bf16_loss": "--bf16-loss", "grad_sync_each_microbatch": "--grad-sync-each-microbatch",
+                  "precision_aware_optimizer": "--precision-aware-optimizer", "adam_moments": "--adam-moments",
+                  "master_weights": "--master-weights"}
 """TrainingSpec's engine switches, each a capability of the same name, and its flag."""
 
 

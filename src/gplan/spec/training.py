@@ -27,6 +27,12 @@ CudaGraphs = Literal["none", "moe_router", "full_iteration"]
 """What CUDA graphs capture (TrainingSpec.cuda_graphs)."""
 MoeDispatcher = Literal["alltoall", "allgather", "flex"]
 """Megatron-core's MoE token dispatchers (TrainingSpec.moe_dispatcher)."""
+OptimizerStateDtype = Literal["fp32", "bf16", "fp16", "fp8"]
+"""The dtypes Megatron-LM keeps Adam's moments in under its precision-aware optimizer (--exp-avg-dtype)."""
+MasterWeightsDtype = Literal["fp32", "fp16"]
+"""The dtypes of its master weights there (--main-params-dtype)."""
+STATE_DTYPE_BYTES: dict[str, int] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+"""Bytes of one optimizer-state element (Megatron-LM's validate_args maps fp8 to torch.uint8)."""
 AttentionKernelChoice = Literal["fused", "fa2"]
 """The attention kernels a run can name (TrainingSpec.attention_kernel; engines.profile.AttentionKernel)."""
 Engine = Literal[ENGINE_NAMES]  # type: ignore[valid-type]
@@ -129,6 +135,19 @@ class TrainingSpec(BaseModel):
     default defers the reduction to a step's last micro-batch (`EngineProfile.defers_grad_sync`; NeMo AutoModel's
     `distributed.defer_fsdp_grad_sync: false`, which its 70B benchmark recipe sets to avoid holding every gradient
     whole): m reductions a step, and no whole gradients held."""
+    precision_aware_optimizer: bool = False
+    """Adam's states as Transformer Engine's FusedAdam keeps them (Megatron-LM's --use-precision-aware-optimizer,
+    which runs on the distributed optimizer only): the fp32 master weights stored as the 16 bits the bf16 weight
+    lacks (FusedAdam's `store_param_remainders`, on by default) — 2 bytes, not 4 — unless an FP8 recipe runs, under
+    which Megatron-core keeps whole fp32 master shards itself (OptimizerConfig's
+    `use_precision_aware_optimizer_no_fp8_or_ds_fp8`); the moments in `adam_moments`, the master weights in
+    `master_weights` (`memory.adam_state_bytes`). Megatron-LM only."""
+    adam_moments: OptimizerStateDtype = "fp32"
+    """Adam's first and second moments' dtype (Megatron-LM's --exp-avg-dtype and --exp-avg-sq-dtype, which need
+    the precision-aware optimizer; fp8 is kept as one byte)."""
+    master_weights: MasterWeightsDtype = "fp32"
+    """The master weights' dtype (Megatron-LM's --main-params-dtype, which needs the precision-aware optimizer):
+    fp16 is 2 bytes, FP8 recipe or not."""
     attention_kernel: AttentionKernelChoice | None = None
     """The attention kernel, where the engine runs more than one (NeMo AutoModel's `model.backend.attn`: te is the
     fused cuDNN kernel, sdpa and flex — torch SDPA's flash backend and FlexAttention's Triton kernel — are
@@ -141,7 +160,9 @@ class TrainingSpec(BaseModel):
                                                     "optimizer_in_backward": False, "legacy_grouped_gemm": False,
                                                     "moe_a2a_overlap": False, "cuda_graphs": "none",
                                                     "moe_dispatcher": "alltoall", "attention_kernel": None,
-                                                    "bf16_loss": False, "grad_sync_each_microbatch": False}
+                                                    "bf16_loss": False, "grad_sync_each_microbatch": False,
+                                                    "precision_aware_optimizer": False, "adam_moments": "fp32",
+                                                    "master_weights": "fp32"}
 
     @model_validator(mode="before")
     @classmethod

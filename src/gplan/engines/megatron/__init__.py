@@ -21,6 +21,7 @@ ENGINE = EngineProfile(
                               expert_zero=ALL_ZERO,
                               uneven_interleaved=True, token_dropping=True, grad_reduce_in_bf16=True,
                               fp8_param_gather=True, legacy_grouped_gemm=True, activation_offload=True, moe_a2a_overlap=True,
+                              precision_aware_optimizer=True, adam_moments=True, master_weights=True,
                               cuda_graphs=True, moe_dispatcher=frozenset({"alltoall", "allgather", "flex"}),
                               recompute_modules=frozenset({"core_attn", "mlp", "moe", "moe_act", "shared_experts",
                                                            "layernorm", "mla_up_proj"}),

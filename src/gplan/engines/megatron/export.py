@@ -126,6 +126,9 @@ def model_args(plan: Plan, notes: list[str]) -> list[str]:
     args += ["--grad-reduce-in-bf16"] * t.grad_reduce_in_bf16 + ["--fp8-param-gather"] * t.fp8_param_gather
     args += ["--moe-use-legacy-grouped-gemm"] * t.legacy_grouped_gemm
     args += ["--overlap-moe-expert-parallel-comm"] * t.moe_a2a_overlap + CUDA_GRAPH_ARGS[t.cuda_graphs]
+    if t.precision_aware_optimizer:  # Transformer Engine's FusedAdam keeps the states (on the distributed optimizer)
+        args += ["--use-precision-aware-optimizer", "--main-params-dtype", t.master_weights,
+                 "--exp-avg-dtype", t.adam_moments, "--exp-avg-sq-dtype", t.adam_moments]
     return args + vocab_args(plan, notes)
 
 

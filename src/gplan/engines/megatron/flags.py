@@ -29,7 +29,8 @@ LAYOUT_FLAGS = {
     "--moe-token-dispatcher-type", "--moe-enable-deepep", "--moe-flex-dispatcher-backend",
     "--use-custom-fsdp", "--num-virtual-stages-per-pipeline-rank", "--account-for-embedding-in-pipeline-split",
     "--account-for-loss-in-pipeline-split", "--combined-1f1b", "--fp4-format", "--recompute-activations",
-    "--checkpoint-activations", "--moe-use-legacy-grouped-gemm",
+    "--checkpoint-activations", "--moe-use-legacy-grouped-gemm", "--use-precision-aware-optimizer", "--exp-avg-dtype",
+    "--exp-avg-sq-dtype", "--main-params-dtype", "--main-grads-dtype",
 }
 #: Model flags whose presence gplan reads through the named model (checked as switches).
 MODEL_SWITCHES = {
@@ -84,7 +85,6 @@ MEGATRON_NO_EFFECT = {
     "--enable-experimental": "unlocks flags that are classified on their own",
     "--manual-gc": "Python garbage collection", "--manual-gc-interval": "Python garbage collection",
     "--no-manual-gc-eval": "Python garbage collection",
-    "--use-precision-aware-optimizer": "the optimizer's dtypes are their own flags",
     "--use-separate-send-recv-groups": "pipeline send/receive on separate groups (same bytes)",
     "--no-rope-fusion": _FUSION, "--no-gradient-accumulation-fusion": _FUSION, "--no-bias-swiglu-fusion": _FUSION,
     "--no-masked-softmax-fusion": _FUSION, "--no-bias-gelu-fusion": _FUSION, "--no-bias-dropout-fusion": _FUSION,
@@ -162,8 +162,6 @@ MEGATRON_DEFAULTS: dict[str, Any] = {
 }
 #: Flags gplan cannot price when set away from their default (a change to memory or time it has no term for).
 MEGATRON_NOT_PRICED = {
-    "--exp-avg-dtype": "Adam moments in another dtype", "--exp-avg-sq-dtype": "Adam moments in another dtype",
-    "--main-grads-dtype": "main gradients in another dtype", "--main-params-dtype": "main weights in another dtype",
     "--optimizer-cpu-offload": "the optimizer on the host", "--fine-grained-activation-offloading":
     "per-module activation offloading", "--offload-modules": "per-module activation offloading",
     "--moe-shared-expert-overlap": "the shared expert overlapped with the dispatch",

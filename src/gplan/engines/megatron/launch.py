@@ -21,7 +21,7 @@ from gplan.launch_text import arguments, called_script
 from gplan.planner.launch import with_speed, WORLD, Launch, classified, exported_model, integer, number, optional_int, value, world_size
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import even_stage_sizes
-from gplan.spec.training import MoeDispatcher
+from gplan.spec.training import STATE_DTYPE_BYTES, MoeDispatcher
 
 def megatron_log_launch(args: dict, path: Path, model: ModelSpec | None) -> Launch:
     """A Megatron-LM or Megatron-DeepSpeed log's arguments (engines.megatron.logs) as a launch of `model`
@@ -46,7 +46,12 @@ def megatron_log_launch(args: dict, path: Path, model: ModelSpec | None) -> Laun
                           args.get("transformer_impl") == "local" and args.get("moe_grouped_gemm"))),
                       "moe_a2a_overlap": bool(args.get("overlap_moe_expert_parallel_comm")),
                       "cuda_graphs": cuda_graphs_of(args.get("cuda_graph_impl"), args.get("cuda_graph_scope")),
-                      "moe_dispatcher": dispatcher_of(args.get("moe_token_dispatcher_type"), model)}
+                      "moe_dispatcher": dispatcher_of(args.get("moe_token_dispatcher_type"), model),
+                      **optimizer_states_of(bool(args.get("use_precision_aware_optimizer")),
+                                            {flag: args.get(flag.removeprefix("--").replace("-", "_"))
+                                             for flag in STATE_DTYPE_FLAGS}, path)}
+    if engine_options["grad_reduce_in_bf16"] is False and dtype_name(args.get("main_grads_dtype")) == "bf16":
+        engine_options["grad_reduce_in_bf16"] = True  # validate_args: no fp32 accumulation, so a bf16 grad buffer
     return Launch(source=str(path), engine=logs.engine(args), given=values, gbs=int(args["global_batch_size"]),
                   engine_options=engine_options if logs.engine(args) == "megatron" else {},
                   seq_length=int(args["seq_length"]), precision=logs.precision(args),
@@ -90,13 +95,48 @@ def read_megatron_launch(path: Path, model: ModelSpec | None, text: str) -> Laun
                   seq_length=optional_int(args, "--seq-length"), precision=precision_of(args),
                   stage_sizes=stage_sizes_of(args, model), recompute_layers=block_layers(args),
                   world_size=world_size(args, variables), unread=unread + notes, no_effect=no_effect, model=model,
-                  engine_options={"grad_reduce_in_bf16": "--grad-reduce-in-bf16" in args,
+                  engine_options={"grad_reduce_in_bf16": "--grad-reduce-in-bf16" in args or
+                                  dtype_name(value(args, "--main-grads-dtype")) == "bf16",
                                   "fp8_param_gather": "--fp8-param-gather" in args,
                                   "legacy_grouped_gemm": legacy_grouped_gemm(args, model),
                                   "moe_a2a_overlap": a2a_overlap,
                                   "cuda_graphs": cuda_graphs_of(value(args, "--cuda-graph-impl"),
                                                                 args.get("--cuda-graph-scope")),
-                                  "moe_dispatcher": dispatcher_of(value(args, "--moe-token-dispatcher-type"), model)})
+                                  "moe_dispatcher": dispatcher_of(value(args, "--moe-token-dispatcher-type"), model),
+                                  **optimizer_states_of("--use-precision-aware-optimizer" in args,
+                                                        {flag: value(args, flag) for flag in STATE_DTYPE_FLAGS}, path)})
+
+
+#: Megatron-LM's optimizer-state dtype flags (arguments.py: fp32 by default; `fp8` is kept as torch.uint8).
+STATE_DTYPE_FLAGS = ("--exp-avg-dtype", "--exp-avg-sq-dtype", "--main-params-dtype", "--main-grads-dtype")
+_DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "uint8": "fp8", "half": "fp16", "float": "fp32"}
+
+
+def dtype_name(given: Any) -> str:
+    """A dtype as its flag names it (`bf16`), from the flag's value or the `torch.bfloat16` a log prints."""
+    name = str(given or "fp32").removeprefix("torch.")
+    return _DTYPE_NAMES.get(name, name)
+
+
+def optimizer_states_of(precision_aware: bool, dtypes: dict[str, Any], path: Path) -> dict:
+    """The precision-aware optimizer's options (TrainingSpec.precision_aware_optimizer, adam_moments, master_weights)
+    from Megatron's switch and dtype flags. Its main-gradient dtype is read as --grad-reduce-in-bf16 (validate_args:
+    a bf16 main gradient turns off the fp32 accumulation, so the gradient buffer is bf16). Both moments are priced in
+    one dtype: a launch that keeps them in two is refused."""
+    names = {flag: dtype_name(given) for flag, given in dtypes.items()}
+    m, v = names["--exp-avg-dtype"], names["--exp-avg-sq-dtype"]
+    if m != v:
+        raise InputError(f"--from {path}: --exp-avg-dtype {m} and --exp-avg-sq-dtype {v} keep Adam's moments in two "
+                         "dtypes; gplan prices both in one", hint="price it with both at the larger, e.g. --adam-moments "
+                         f"{max((m, v), key=lambda d: STATE_DTYPE_BYTES.get(d, 4))}")
+    if not precision_aware and any(name != "fp32" for name in names.values()):
+        flag = next(f for f, name in names.items() if name != "fp32")
+        # Megatron-core's OptimizerConfig: "... can only be fp32 when not using precision-aware optimizer"
+        raise InputError(f"--from {path}: {flag} {names[flag]} without --use-precision-aware-optimizer — Megatron "
+                         "refuses it (its dtype flags need that optimizer)", hint="add --use-precision-aware-optimizer")
+    if not precision_aware:
+        return {}
+    return {"precision_aware_optimizer": True, "adam_moments": m, "master_weights": names["--main-params-dtype"]}
 
 
 
