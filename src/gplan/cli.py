@@ -49,7 +49,8 @@ def estimate(
     legacy_grouped_gemm: bool = o.LegacyGemmOpt, attention_kernel: Optional[str] = o.AttentionKernelOpt,
     bf16_loss: bool = o.Bf16LossOpt, grad_sync_each_microbatch: bool = o.GradSyncOpt,
     precision_aware_optimizer: bool = o.PrecisionAwareOpt, adam_moments: str = o.AdamMomentsOpt,
-    master_weights: str = o.MasterWeightsOpt):
+    master_weights: str = o.MasterWeightsOpt, optimizer_offload: float = o.OffloadOpt,
+    optimizer_offload_overlap: bool = o.OffloadOverlapOpt, moe_shared_expert_overlap: bool = o.SharedOverlapOpt):
     """Predict step time, throughput, MFU and memory of one configuration.
 
     What is not given (vpp, mbs, zero, sp, recompute, the split, ep/etp) is chosen as `gplan search`
@@ -84,7 +85,8 @@ def estimate(
                        profile, target, expert_imbalance,
                        **o.engine_options(grad_reduce_in_bf16, fp8_param_gather, moe_a2a_overlap, cuda_graphs, moe_dispatcher,
                               pure_bf16, optimizer_in_backward, legacy_grouped_gemm, attention_kernel, bf16_loss,
-                              grad_sync_each_microbatch, precision_aware_optimizer, adam_moments, master_weights))
+                              grad_sync_each_microbatch, precision_aware_optimizer, adam_moments, master_weights,
+                              optimizer_offload, optimizer_offload_overlap, moe_shared_expert_overlap))
     result = estimated(inputs, given_options(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, sp=sp, mbs=mbs,
                                              recompute=recompute, recompute_modules=recompute_modules,
                                              offload_layers=offload_layers, zero=zero, schedule=schedule), stages)
@@ -113,7 +115,8 @@ def search(
     legacy_grouped_gemm: bool = o.LegacyGemmOpt, attention_kernel: Optional[str] = o.AttentionKernelOpt,
     bf16_loss: bool = o.Bf16LossOpt, grad_sync_each_microbatch: bool = o.GradSyncOpt,
     precision_aware_optimizer: bool = o.PrecisionAwareOpt, adam_moments: str = o.AdamMomentsOpt,
-    master_weights: str = o.MasterWeightsOpt):
+    master_weights: str = o.MasterWeightsOpt, optimizer_offload: float = o.OffloadOpt,
+    optimizer_offload_overlap: bool = o.OffloadOverlapOpt, moe_shared_expert_overlap: bool = o.SharedOverlapOpt):
     """Search degrees, micro-batch, recompute, optimizer sharding, stage split and placement; write the best plan."""
     set_wide(wide)
     from gplan import render
@@ -132,7 +135,8 @@ def search(
         raise UsageError("--out-launch rewrites the launch of --from", hint="add --from train.sh")
     mine, options = None, o.engine_options(grad_reduce_in_bf16, fp8_param_gather, moe_a2a_overlap, cuda_graphs, moe_dispatcher,
                               pure_bf16, optimizer_in_backward, legacy_grouped_gemm, attention_kernel, bf16_loss,
-                              grad_sync_each_microbatch, precision_aware_optimizer, adam_moments, master_weights)
+                              grad_sync_each_microbatch, precision_aware_optimizer, adam_moments, master_weights,
+                              optimizer_offload, optimizer_offload_overlap, moe_shared_expert_overlap)
     if from_file is not None:  # the launch's devices, batch, sequence, precision and engine, unless said otherwise
         from gplan.planner.launch_files import launch_defaults, priced_launch
 

@@ -182,6 +182,13 @@ AdamMomentsOpt = typer.Option("fp32", "--adam-moments", help="Adam's moments in 
                               "--exp-avg-dtype and --exp-avg-sq-dtype; needs --precision-aware-optimizer)")
 MasterWeightsOpt = typer.Option("fp32", "--master-weights", help="the master weights in fp32 or fp16 (Megatron-LM's "
                                 "--main-params-dtype; needs --precision-aware-optimizer)")
+SharedOverlapOpt = typer.Option(False, "--moe-shared-expert-overlap", help="MoE: run the shared experts beside the "
+                                "dispatch and combine all-to-alls (Megatron-core's flag; the alltoall dispatcher only)")
+OffloadOpt = typer.Option(0.0, "--optimizer-offload", help="the share of the optimizer's states kept and stepped on "
+                          "the host, 0 to 1 (Megatron-LM's --optimizer-cpu-offload with --optimizer-offload-fraction; "
+                          "needs --precision-aware-optimizer)")
+OffloadOverlapOpt = typer.Option(False, "--optimizer-offload-overlap", help="overlap the offloaded optimizer's copies "
+                                 "with its host step (Megatron-LM's --overlap-cpu-optimizer-d2h-h2d)")
 Fp8ParamsOpt = typer.Option(False, "--fp8-param-gather", help="keep the layers' weights only in the low-precision "
                             "format (Megatron-LM's flag; Megatron-Bridge's FP8 and MXFP8 recipes run it)")
 
@@ -219,7 +226,8 @@ def engine_options(grad_reduce_in_bf16: bool, fp8_param_gather: bool, moe_a2a_ov
                    legacy_grouped_gemm: bool = False, attention_kernel: Optional[str] = None,
                    bf16_loss: bool = False, grad_sync_each_microbatch: bool = False,
                    precision_aware_optimizer: bool = False, adam_moments: str = "fp32",
-                   master_weights: str = "fp32") -> dict:
+                   master_weights: str = "fp32", optimizer_offload: float = 0.0,
+                   optimizer_offload_overlap: bool = False, moe_shared_expert_overlap: bool = False) -> dict:
     """The engine switches of estimate and search, by TrainingSpec field."""
     return {"grad_reduce_in_bf16": grad_reduce_in_bf16, "fp8_param_gather": fp8_param_gather, "pure_bf16": pure_bf16,
             "optimizer_in_backward": optimizer_in_backward, "legacy_grouped_gemm": legacy_grouped_gemm,
@@ -227,7 +235,9 @@ def engine_options(grad_reduce_in_bf16: bool, fp8_param_gather: bool, moe_a2a_ov
             "attention_kernel": attention_kernel, "bf16_loss": bf16_loss,
             "grad_sync_each_microbatch": grad_sync_each_microbatch,
             "precision_aware_optimizer": precision_aware_optimizer, "adam_moments": adam_moments,
-            "master_weights": master_weights}
+            "master_weights": master_weights, "optimizer_offload": optimizer_offload,
+            "optimizer_offload_overlap": optimizer_offload_overlap,
+            "moe_shared_expert_overlap": moe_shared_expert_overlap}
 
 # ---- estimate -----------------------------------------------------------------------------------------
 

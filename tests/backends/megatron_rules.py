@@ -41,7 +41,8 @@ ARGUMENTS: dict[str, tuple[object, tuple | None]] = {
     "--lr": (float, None), "--bf16": (None, None), "--fp16": (None, None), "--grad-reduce-in-bf16": (None, None),
     "--use-precision-aware-optimizer": (None, None), "--main-grads-dtype": (str, ("fp32", "bf16")),
     "--main-params-dtype": (str, ("fp32", "fp16")), "--exp-avg-dtype": (str, ("fp32", "fp16", "bf16", "fp8")),
-    "--exp-avg-sq-dtype": (str, ("fp32", "fp16", "bf16", "fp8")),
+    "--exp-avg-sq-dtype": (str, ("fp32", "fp16", "bf16", "fp8")), "--optimizer-cpu-offload": (None, None),
+    "--optimizer-offload-fraction": (float, None), "--overlap-cpu-optimizer-d2h-h2d": (None, None),
     # _add_distributed_args
     "--tensor-model-parallel-size": (int, None), "--pipeline-model-parallel-size": (int, None),
     "--decoder-first-pipeline-num-layers": (int, None), "--decoder-last-pipeline-num-layers": (int, None),
@@ -65,7 +66,7 @@ ARGUMENTS: dict[str, tuple[object, tuple | None]] = {
     "--expert-model-parallel-size": (int, None), "--expert-tensor-parallel-size": (int, None),
     "--moe-router-num-groups": (int, None), "--moe-router-group-topk": (int, None),
     "--moe-router-topk-scaling-factor": (float, None), "--mtp-num-layers": (int, None),
-    "--overlap-moe-expert-parallel-comm": (None, None),
+    "--overlap-moe-expert-parallel-comm": (None, None), "--moe-shared-expert-overlap": (None, None),
     # _add_inference_args (CUDA graphs) and _add_logging_args (its store_false switch, as a store_true here)
     "--cuda-graph-impl": (str, ("none", "local", "transformer_engine")),
     "--cuda-graph-scope": (str, ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration")),
@@ -83,7 +84,8 @@ DEFAULTS = {"pipeline_model_parallel_size": 1, "tensor_model_parallel_size": 1, 
             "make_vocab_size_divisible_by": 128, "rotary_base": 10000,
             "data_parallel_sharding_strategy": "no_shard", "ckpt_format": "torch_dist", "num_query_groups": 1,
             "expert_model_parallel_size": 1, "moe_layer_freq": "1", "main_grads_dtype": "fp32",
-            "main_params_dtype": "fp32", "exp_avg_dtype": "fp32", "exp_avg_sq_dtype": "fp32"}
+            "main_params_dtype": "fp32", "exp_avg_dtype": "fp32", "exp_avg_sq_dtype": "fp32",
+            "optimizer_offload_fraction": 1.0, "fp8_recipe": "delayed"}
 """Defaults of the arguments above that the rules read (their add_argument defaults)."""
 
 
@@ -205,6 +207,7 @@ def validate(argv: list[str], world_size: int, env: dict[str, str], device_arch:
     _validate_dispatcher(a)
     _validate_cuda_graphs(a)
     _validate_optimizer_dtypes(a)
+    _validate_shared_expert_overlap(a)
     # megatron/core/num_microbatches_calculator.py (ConstantNumMicroBatchesCalculator):
     _check(a.global_batch_size % (a.micro_batch_size * dp) == 0,
            "global batch size ({}) is not divisible by micro batch size ({}) times data parallel size ({})")
@@ -214,11 +217,27 @@ def validate(argv: list[str], world_size: int, env: dict[str, str], device_arch:
 
 def _validate_optimizer_dtypes(a: argparse.Namespace) -> None:
     """megatron/core/optimizer/optimizer_config.py, OptimizerConfig.__post_init__ (the optimizer is Adam by default)."""
+    if a.optimizer_cpu_offload:  # validate_args, "Optimizer CPU offload check"
+        _check(a.use_precision_aware_optimizer, "The optimizer cpu offload must be used in conjunction with "
+                                                "`--use-precision-aware-optimizer`")
+        _check(not a.fp8_param_gather or a.fp8_recipe == "delayed", "When `--fp8-param-gather` is enabled, the "
+               "optimizer cpu offload must be used in conjunction with `--fp8-recipe delayed`.")
     if a.use_precision_aware_optimizer:
         _check(a.use_distributed_optimizer, "--use-precision-aware-optimizer only supported with distributed optimizer")
         return
     for name in ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):
         _check(getattr(a, name) == "fp32", f"{name} can only be fp32 when not using precision-aware optimizer")
+
+
+def _validate_shared_expert_overlap(a: argparse.Namespace) -> None:
+    """megatron/core/transformer/transformer_config.py, TransformerConfig.__post_init__ on `moe_shared_expert_overlap`."""
+    if not a.moe_shared_expert_overlap:
+        return
+    _check(a.moe_token_dispatcher_type == "alltoall", "moe_shared_expert_overlap only works with alltoall token dispatcher.")
+    _check(not a.overlap_moe_expert_parallel_comm,
+           "disable moe_shared_expert_overlap when enabling overlap_moe_expert_parallel_comm")
+    _check(a.recompute_modules is None or "shared_experts" not in a.recompute_modules,
+           "shared_experts recompute cannot work with --moe-shared-expert-overlap.")
 
 
 def _validate_dispatcher(a: argparse.Namespace) -> None:

@@ -190,3 +190,84 @@ def test_bad_optimizer_dtypes_exit_3_with_a_hint(gplan, argv, says, hint):
     r = gplan("estimate", *argv)
     assert r.code == 3, r.stderr
     assert says in r.stderr and hint in r.stderr and "Traceback" not in r.stderr
+
+
+def test_an_offloaded_optimizer_is_exported_as_megatron_runs_it_and_read_back(gplan, tmp_path):
+    """Megatron's optimizer on the host (--optimizer-cpu-offload, whole, its copies overlapped): its states leave
+    the device's memory and the step pays the host's Adam and the copies; written as Megatron-LM's flags (its
+    rules: the precision-aware optimizer, no FP8 parameters) and read back at the same price."""
+    base = [*MOE, "--target", "megatron", "--tp", "1", "--pp", "1", "--ep", "8", "--mbs", "1", "--recompute", "full",
+            "--zero", "1", "--precision-aware-optimizer"]
+    kept = gplan("estimate", *base, "--json").json()
+    offloaded = gplan("estimate", *base, "--optimizer-offload", "1.0", "--optimizer-offload-overlap", "--json").json()
+    assert offloaded["memory_bytes_per_device_max"] < kept["memory_bytes_per_device_max"]
+    assert offloaded["step_time_s"] > kept["step_time_s"]
+    plan_path = tmp_path / "plan.json"
+    assert gplan("search", *MOE, "--target", "megatron", "--precision-aware-optimizer", "--optimizer-offload", "1.0",
+                 "--optimizer-offload-overlap", "--out", str(plan_path)).code == 0
+    plan, args = _exported(gplan, plan_path, tmp_path / "megatron")
+    assert args.optimizer_cpu_offload and args.optimizer_offload_fraction == 1.0 and args.overlap_cpu_optimizer_d2h_h2d
+    back = gplan("estimate", "qwen3-30b-a3b", "--from", str(tmp_path / "megatron" / "megatron_pretrain_gpt.sh"),
+                 "--cluster", "dgx-h100", "--json").json()
+    assert back["engine_options"]["optimizer_offload"] == 1.0
+    assert back["step_time_s"] == pytest.approx(plan["prediction"]["step_time_s"], rel=1e-6)
+
+
+@pytest.mark.parametrize("argv, says, hint", [
+    ([*MOE, "--target", "megatron", "--optimizer-offload", "1"], "through its precision-aware optimizer",
+     "add --precision-aware-optimizer"),
+    ([*MOE, "--target", "megatron", "--precision", "fp8", "--fp8-param-gather", "--precision-aware-optimizer",
+      "--optimizer-offload", "1"], "delayed scaling", "leave --fp8-param-gather out"),
+    ([*MOE, "--target", "megatron", "--optimizer-offload-overlap"], "nothing is offloaded", "add --optimizer-offload"),
+    ([*MOE, "--target", "megatron", "--precision-aware-optimizer", "--optimizer-offload", "1.5"], "--optimizer-offload",
+     "gplan --help"),
+    (["qwen3-30b-a3b", "--cluster", "dgx-v100", "--devices", "16", "--precision", "fp16", "--target", "megatron",
+      "--ep", "1", "--precision-aware-optimizer", "--optimizer-offload", "1"], "no host link or host memory bandwidth",
+     "add host_link_GBps and host_memory_GBps"),
+])
+def test_bad_optimizer_offload_exits_3_with_a_hint(gplan, argv, says, hint):
+    r = gplan("estimate", *argv)
+    assert r.code == 3, r.stderr
+    assert says in r.stderr and hint in r.stderr and "Traceback" not in r.stderr
+
+
+DEEPSEEK = ["deepseek-v3", "--cluster", "dgx-h100", "--devices", "256", "--target", "megatron"]
+
+
+def test_the_shared_experts_hide_part_of_the_exchange_and_are_exported_and_read_back(gplan, tmp_path):
+    """--moe-shared-expert-overlap: DeepSeek-V3's shared expert runs beside the dispatch and combine, so a step
+    exposes less of the exchange and nothing else changes; exported as Megatron's flag (its rules: the alltoall
+    dispatcher) and read back at the same price."""
+    layout = ["--tp", "1", "--pp", "8", "--ep", "32", "--zero", "1", "--mbs", "1", "--recompute", "selective",
+              "--recompute-modules", "mla_up_proj,mlp"]
+    plain = gplan("estimate", *DEEPSEEK, *layout, "--json").json()
+    shared = gplan("estimate", *DEEPSEEK, *layout, "--moe-shared-expert-overlap", "--json").json()
+    assert 0 < plain["breakdown"]["ep_comm"] - shared["breakdown"]["ep_comm"] < plain["breakdown"]["ep_comm"]
+    assert shared["breakdown"]["compute"] == pytest.approx(plain["breakdown"]["compute"])
+    assert shared["step_time_s"] < plain["step_time_s"]
+    assert shared["memory_bytes_per_device_max"] == plain["memory_bytes_per_device_max"]
+    plan_path = tmp_path / "plan.json"
+    assert gplan("search", *DEEPSEEK, *layout[:6], "--moe-shared-expert-overlap", "--out", str(plan_path)).code == 0
+    plan, args = _exported(gplan, plan_path, tmp_path / "megatron")
+    assert args.moe_shared_expert_overlap and args.moe_token_dispatcher_type == "alltoall"
+    back = gplan("estimate", "deepseek-v3", "--from", str(tmp_path / "megatron" / "megatron_pretrain_gpt.sh"),
+                 "--cluster", "dgx-h100", "--json").json()
+    assert back["engine_options"]["moe_shared_expert_overlap"]
+    assert back["step_time_s"] == pytest.approx(plan["prediction"]["step_time_s"], rel=1e-6)
+
+
+@pytest.mark.parametrize("argv, says, hint", [
+    ([*MOE, "--target", "megatron", "--moe-shared-expert-overlap"], "has none", "leave --moe-shared-expert-overlap out"),
+    ([*DEEPSEEK, "--moe-shared-expert-overlap", "--moe-dispatcher", "flex"], "alltoall token dispatcher",
+     "use --moe-dispatcher alltoall"),
+    ([*DEEPSEEK, "--moe-shared-expert-overlap", "--moe-a2a-overlap"], "cannot run with --moe-a2a-overlap",
+     "leave one of them out"),
+    ([*DEEPSEEK, "--moe-shared-expert-overlap", "--recompute", "selective", "--recompute-modules", "shared_experts"],
+     "cannot replay the shared experts", "leave --moe-shared-expert-overlap out"),
+    ([*MOE, "--target", "torchtitan", "--moe-shared-expert-overlap"], "capability moe_shared_expert_overlap",
+     "--target megatron"),
+])
+def test_bad_shared_expert_overlap_exits_3_with_a_hint(gplan, argv, says, hint):
+    r = gplan("estimate", *argv)
+    assert r.code == 3, r.stderr
+    assert says in r.stderr and hint in r.stderr and "Traceback" not in r.stderr

@@ -118,6 +118,13 @@ def test_a_logs_precision_aware_optimizer_prices_adams_states_as_it_kept_them(tm
     assert t.precision_aware_optimizer and t.adam_moments == "bf16" and t.master_weights == "fp32"
     assert t.grad_reduce_in_bf16 and not runs[0].training.precision_aware_optimizer
     assert runs[1].prediction.memory_bytes_per_device_max < runs[0].prediction.memory_bytes_per_device_max
+    offloaded = tmp_path / "offloaded.log"  # half the states on the host, the copies overlapped
+    offloaded.write_text(megatron_log(dict(args, use_precision_aware_optimizer=True, optimizer_cpu_offload=True,
+                                           optimizer_offload_fraction=0.5, overlap_cpu_optimizer_d2h_h2d=True,
+                                           **dtypes), step_s))
+    half = read_log_run(offloaded, "dgx-h100", None, None).plan
+    assert half.training.optimizer_offload == 0.5 and half.training.optimizer_offload_overlap
+    assert half.prediction.memory_bytes_per_device_max < runs[1].prediction.memory_bytes_per_device_max
     refused = tmp_path / "refused.log"
     refused.write_text(megatron_log(dict(args, use_precision_aware_optimizer=False, **dtypes), step_s))
     with pytest.raises(InputError, match="without --use-precision-aware-optimizer"):

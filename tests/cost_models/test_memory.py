@@ -347,3 +347,27 @@ def test_torch_pipelining_holds_every_gradient_whole_until_the_stages_reduction(
     sharded = memory.state_bytes_per_param(2, 2, d, profile_of(engine), bf16=True).grads
     assert step.accumulates_unsharded is whole
     assert step.state_bytes.grads == pytest.approx(4.0 + 4.0 / d if whole else sharded)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_an_offloaded_optimizer_leaves_the_device_and_is_stepped_by_the_host(overlap):
+    """Megatron's --optimizer-cpu-offload (a share F of the states): the device keeps (1 − F) of Adam's state, and
+    the step is the slower of the device's share and the host's — gradients down and weights up the host link,
+    Adam on fp32 states at the host's memory bandwidth: in sequence, or pipelined (the slowest shows)."""
+    from gplan.profiles.catalogue import load_cluster, load_model
+
+    model, cluster = load_model("qwen3-30b-a3b"), load_cluster("dgx-h100").sized(16)
+    config = ParallelConfig(dp=16, ep=8, zero=1)
+    t = TrainingSpec(gbs=64, seq_length=S, engine="megatron", precision_aware_optimizer=True, adam_moments="bf16")
+    kept = StepModel(model, t, cluster, config)
+    half = StepModel(model, t.model_copy(update={"optimizer_offload": 0.5, "optimizer_offload_overlap": overlap}),
+                     cluster, config)
+    assert half.state_bytes.optimizer == pytest.approx(kept.state_bytes.optimizer / 2)
+    assert memory.device_adam_bytes(half.training) == pytest.approx(memory.adam_state_bytes(t) / 2)
+    stage = half.predict().stages[0]
+    local = half.optimizer_local_params(stage.params, stage.expert_params) / 2
+    h = cluster.node_groups[0].hardware
+    parts = (local * 4 / (h.host_link_GBps * 1e9), local * 34 / (h.host_memory_GBps * 1e9),
+             local * 2 / (h.host_link_GBps * 1e9))
+    assert half.offloaded_optimizer_s(0, local) == pytest.approx(max(parts) if overlap else sum(parts))
+    assert half.optimizer_s(stage) == pytest.approx(max(kept.optimizer_s(stage) / 2, half.offloaded_optimizer_s(0, local)))

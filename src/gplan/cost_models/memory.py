@@ -211,6 +211,11 @@ def adam_state_bytes(training: TrainingSpec) -> float:
     return (2 if training.master_weights == "fp16" or keeps_master_remainders(training) else 4) + moments
 
 
+def device_adam_bytes(training: TrainingSpec) -> float:
+    """Adam's state per parameter left on the device: what the host does not keep (`optimizer_offload`)."""
+    return adam_state_bytes(training) * (1 - training.optimizer_offload)
+
+
 def keeps_master_remainders(training: TrainingSpec) -> bool:
     """Whether the fp32 master weights are kept as the bf16 weights' missing 16 bits: the precision-aware optimizer
     with fp32 master weights on a bf16 run (an FP8 or NVFP4 recipe's master shards stay whole: gplan prices NVFP4

@@ -189,7 +189,22 @@ class StepModel:
         passes = self.ep_passes(recompute)
         exposed = experts.OVERLAPPED_ALLTOALL_EXPOSED if self.training.moe_a2a_overlap else 1.0
         host_s = experts.host_time_s(self.model, c, self.training)
-        return passes * (2 * (a2a + etp_s) * exposed / efficiency + host_s)
+        exchange_s = (a2a + etp_s) * exposed / efficiency
+        hidden_s = (passes - 1) * self.shared_expert_hides_s(exchange_s, 1.0, group) + \
+            self.shared_expert_hides_s(exchange_s, compute.GEMM_BACKWARD_FLOP_RATIO, group)
+        return passes * (2 * exchange_s + host_s) - hidden_s
+
+    def shared_expert_hides_s(self, exchange_s: float, ratio: float, group: int) -> float:
+        """What of one pass's token exchange the shared experts hide under `--moe-shared-expert-overlap`: their
+        first GEMM (and activation) runs beside the dispatch, their second beside the combine, on their own stream
+        (megatron-core's SharedExpertMLP: linear_fc1_forward_and_act during the dispatch all-to-all,
+        linear_fc2_forward during the combine), each hiding as much of its all-to-all as it lasts; the backward's
+        GEMMs (`ratio` 2: input and weight gradients) likewise. 0 without the overlap or shared experts."""
+        if not (self.training.moe_shared_expert_overlap and self.model.shared_expert_ffn_size):
+            return 0.0
+        device = self.device(group)
+        fc1, fc2 = compute.mlp_gemms(self.model, self.model.shared_expert_ffn_size, self.shard)
+        return sum(min(exchange_s, ratio * compute.gemm_time_s(device, self.training.precision, g)) for g in (fc1, fc2))
 
     def selective_modules(self, option: str) -> tuple[str, ...]:
         """The modules a layer recomputing with `option` replays: the configuration's for selective, none else
@@ -502,7 +517,7 @@ class StepModel:
                                             optimizer_in_backward=t.optimizer_in_backward,
                                             unsharded_grads=self.accumulates_unsharded,
                                             stays_gathered=self.reduces_after_last_backward,
-                                            adam_bytes=memory.adam_state_bytes(t))
+                                            adam_bytes=memory.device_adam_bytes(t))
 
     @property
     def accumulates_unsharded(self) -> bool:
@@ -543,7 +558,7 @@ class StepModel:
                                             optimizer_in_backward=t.optimizer_in_backward,
                                             unsharded_grads=self.accumulates_unsharded,
                                             stays_gathered=self.reduces_after_last_backward,
-                                            adam_bytes=memory.adam_state_bytes(t))
+                                            adam_bytes=memory.device_adam_bytes(t))
 
     def states(self, params: float, expert_params: float) -> tuple[float, float, float]:
         """(weights, grads, optimizer) bytes of `params` on one device, `expert_params` of them routed experts."""
@@ -803,8 +818,29 @@ class StepModel:
         t = self.training
         moved = compute.PURE_BF16_ADAM_BYTES_PER_PARAM if t.pure_bf16 else \
             compute.adam_bytes_moved_per_param(memory.adam_state_bytes(t), memory.keeps_master_remainders(t))
-        return compute.optimizer_time_s(self.device(stage.node_group),
-                                        self.optimizer_local_params(stage.params, stage.expert_params), moved)
+        local = self.optimizer_local_params(stage.params, stage.expert_params)
+        on_device = compute.optimizer_time_s(self.device(stage.node_group), local * (1 - t.optimizer_offload), moved)
+        if not t.optimizer_offload:
+            return on_device
+        return max(on_device, self.offloaded_optimizer_s(stage.node_group, local * t.optimizer_offload))
+
+    def offloaded_optimizer_s(self, group: int, params: float) -> float:
+        """The host's share of the step, beside the device's (Megatron's HybridDeviceOptimizer steps both at once):
+        each offloaded parameter's main gradient copied to the host (`grad_bytes`) and its updated 16-bit weight
+        back, each at the host link in its own direction, and Adam run by the host CPUs on fp32 states at the
+        device's share of the host memory bandwidth (`compute.ADAM_BYTES_PER_PARAM` moved each); with
+        `optimizer_offload_overlap` the three pipeline group by group (the slowest shows), else one after the
+        other."""
+        hardware = self.group(group).hardware
+        if hardware.host_link_GBps is None or hardware.host_memory_GBps is None:
+            raise InputError(f"{hardware.name} states no host link or host memory bandwidth, so an optimizer on the "
+                             "host cannot be priced on it", hint="leave --optimizer-offload out, or add "
+                             "host_link_GBps and host_memory_GBps to the hardware file")
+        to_host_s = params * self.training.grad_bytes / (hardware.host_link_GBps * 1e9)
+        to_device_s = params * self.training.element_bytes / (hardware.host_link_GBps * 1e9)
+        host_step_s = params * compute.ADAM_BYTES_PER_PARAM / (hardware.host_memory_GBps * 1e9)
+        parts = (to_host_s, host_step_s, to_device_s)
+        return max(parts) if self.training.optimizer_offload_overlap else sum(parts)
 
     def optimizer_local_params(self, params: float, expert_params: float = 0.0) -> float:
         """Parameters one device's optimizer updates: all of them, or with zero ≥ 1 its shard — over dp·cp,

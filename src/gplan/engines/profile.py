@@ -140,6 +140,12 @@ class Capabilities:
     """Adam's moments in another dtype than fp32 (Megatron-LM's --exp-avg-dtype, --exp-avg-sq-dtype)."""
     master_weights: bool = False
     """Master weights in fp16 (Megatron-LM's --main-params-dtype)."""
+    moe_shared_expert_overlap: bool = False
+    """The shared experts beside the token exchange (Megatron-core's --moe-shared-expert-overlap)."""
+    optimizer_offload: bool = False
+    """The optimizer's states kept and stepped on the host (Megatron-LM's --optimizer-cpu-offload)."""
+    optimizer_offload_overlap: bool = False
+    """The offloaded optimizer's copies overlapped with its host step (--overlap-cpu-optimizer-d2h-h2d)."""
     moe_a2a_overlap: bool = False
     """The MoE all-to-all overlapped with another micro-batch's compute (Megatron-LM's
     --overlap-moe-expert-parallel-comm)."""

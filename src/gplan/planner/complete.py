@@ -203,6 +203,8 @@ def estimate(inputs: Inputs, given: dict[str, Any], stages: str | None = None, w
     from gplan.spec.parallel import check_config
 
     first = config_of(given, inputs.devices)
+    if "zero" not in given and inputs.training.precision_aware_optimizer:
+        first = first.model_copy(update={"zero": 1})  # zero is chosen below; the optimizer's rule reads it then
     check_config(inputs.model, inputs.training, first, inputs.devices)
     done = complete(inputs, given, stage_sizes_option(inputs.model, first, stages))
     refused, runners = target_refusals(inputs, done.config, done.layouts)

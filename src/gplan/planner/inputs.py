@@ -131,7 +131,8 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
                    cuda_graphs: str = "none", moe_dispatcher: str = "alltoall",
                    attention_kernel: str | None = None, bf16_loss: bool = False,
                    grad_sync_each_microbatch: bool = False, precision_aware_optimizer: bool = False,
-                   adam_moments: str = "fp32", master_weights: str = "fp32") -> Inputs:
+                   adam_moments: str = "fp32", master_weights: str = "fp32", optimizer_offload: float = 0.0,
+                   optimizer_offload_overlap: bool = False, moe_shared_expert_overlap: bool = False) -> Inputs:
     """`target` (a backend or export target) is the engine whose memory accounting prices the run;
     default: the backend of the cluster's hardware, as `gplan search` defaults its --target."""
     from gplan.planner.space import target_name
@@ -170,7 +171,9 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
                                 moe_dispatcher=moe_dispatcher, attention_kernel=attention_kernel,
                                 bf16_loss=bf16_loss, grad_sync_each_microbatch=grad_sync_each_microbatch,
                                 precision_aware_optimizer=precision_aware_optimizer, adam_moments=adam_moments,
-                                master_weights=master_weights)
+                                master_weights=master_weights, optimizer_offload=optimizer_offload,
+                                optimizer_offload_overlap=optimizer_offload_overlap,
+                                moe_shared_expert_overlap=moe_shared_expert_overlap)
     except ValidationError as exc:
         err = exc.errors()[0]
         raise InputError(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}",
@@ -196,7 +199,8 @@ def check_engine_options(training: TrainingSpec, model: ModelSpec) -> None:
         raise InputError(f"{shown}: {training.engine} has no such option (capability {option})",
                          hint=f"--target {' or '.join(runners)}, or leave {flag} out")
     for option, flag in (("moe_a2a_overlap", "--moe-a2a-overlap"), ("moe_dispatcher", "--moe-dispatcher"),
-                         ("legacy_grouped_gemm", "--legacy-grouped-gemm")):
+                         ("legacy_grouped_gemm", "--legacy-grouped-gemm"),
+                         ("moe_shared_expert_overlap", "--moe-shared-expert-overlap")):
         if getattr(training, option) != switch_default(option) and not model.is_moe:
             raise InputError(f"{flag} is about the routed experts (their tokens or GEMMs): {model.name} has no experts",
                              hint=f"leave {flag} out")
@@ -204,6 +208,17 @@ def check_engine_options(training: TrainingSpec, model: ModelSpec) -> None:
         # "overlap_moe_expert_parallel_comm is supported with alltoall/flex token dispatcher"
         raise InputError("--moe-a2a-overlap overlaps the all-to-all or flex dispatcher's traffic, not the all-gather's",
                          hint="use --moe-dispatcher alltoall or flex, or leave --moe-a2a-overlap out")
+    if training.moe_shared_expert_overlap:  # Megatron-core's TransformerConfig.__post_init__
+        if not model.shared_expert_ffn_size:
+            raise InputError(f"--moe-shared-expert-overlap overlaps the shared experts: {model.name} has none",
+                             hint="leave --moe-shared-expert-overlap out")
+        if training.moe_dispatcher != "alltoall":
+            raise InputError("--moe-shared-expert-overlap only works with the alltoall token dispatcher",
+                             hint="use --moe-dispatcher alltoall, or leave --moe-shared-expert-overlap out")
+        if training.moe_a2a_overlap:
+            raise InputError("--moe-shared-expert-overlap cannot run with --moe-a2a-overlap (Megatron: \"disable "
+                             "moe_shared_expert_overlap when enabling overlap_moe_expert_parallel_comm\")",
+                             hint="leave one of them out")
     if training.pure_bf16 and training.precision != "bf16":
         raise InputError(f"--pure-bf16 keeps everything in bf16; the run trains in {training.precision}",
                          hint="use --precision bf16, or leave --pure-bf16 out")
@@ -212,6 +227,17 @@ def check_engine_options(training: TrainingSpec, model: ModelSpec) -> None:
             # Megatron-core's OptimizerConfig: "exp_avg_dtype can only be fp32 when not using precision-aware optimizer"
             raise InputError(f"{flag} {getattr(training, option)}: Megatron keeps Adam's states in fp32 except under "
                              "its precision-aware optimizer", hint=f"add --precision-aware-optimizer, or leave {flag} out")
+    if training.optimizer_offload and not training.precision_aware_optimizer:  # Megatron-LM's validate_args:
+        # "The optimizer cpu offload must be used in conjunction with `--use-precision-aware-optimizer`"
+        raise InputError("--optimizer-offload: Megatron offloads the optimizer through its precision-aware optimizer only",
+                         hint="add --precision-aware-optimizer, or leave --optimizer-offload out")
+    if training.optimizer_offload and training.fp8_param_gather:  # "... must be used in conjunction with
+        # `--fp8-recipe delayed`" — gplan's FP8 recipes are current-scaling and block-scaled ones
+        raise InputError("--optimizer-offload with --fp8-param-gather runs on FP8 delayed scaling only, which gplan "
+                         "does not price", hint="leave --fp8-param-gather out (the model zoo's offloaded recipes do)")
+    if training.optimizer_offload_overlap and not training.optimizer_offload:
+        raise InputError("--optimizer-offload-overlap overlaps the offloaded optimizer's copies: nothing is offloaded",
+                         hint="add --optimizer-offload 1.0, or leave --optimizer-offload-overlap out")
     if training.precision_aware_optimizer and training.precision == "fp32":
         raise InputError("--precision-aware-optimizer lowers a mixed-precision run's Adam states; the run trains in fp32",
                          hint="use --precision bf16, or leave --precision-aware-optimizer out")

@@ -84,6 +84,10 @@ class DeviceSpec(BaseModel):
     host_link_GBps: float | None = Field(default=None, gt=0)
     """Device-to-host bandwidth in each direction (PCIe, or NVLink-C2C on Grace superchips): what activation
     offloading moves at. None: not stated, and offloading is not priced on it."""
+    host_memory_GBps: float | None = Field(default=None, gt=0)
+    """One device's share of its host's memory bandwidth (the node's CPU sockets' DRAM channels over its devices):
+    what an optimizer stepped on the host moves at. None: not stated, and host offloading of the optimizer is not
+    priced on it."""
     reserve_GiB: float = Field(default=0.0, ge=0)
     """Memory held before the model: the CUDA (or CANN) context and library workspaces. (Plans written
     before the next two fields existed folded communicators and fragmentation in here.)"""
@@ -112,6 +116,7 @@ class DeviceSpec(BaseModel):
 
     #: Fields added after schema v1 plans were first written, left out of the digest at their default.
     DIGEST_OPTIONAL: ClassVar[dict[str, object]] = {"communicator_MiB": 0.0, "fragmentation": 0.0, "host_link_GBps": None,
+                                                    "host_memory_GBps": None,
                                                     "engine_efficiency": {}, "precision_efficiency": {},
                                                     "engine_precision_efficiency": {}, "fa2_attention_ratio": 1.0}
 

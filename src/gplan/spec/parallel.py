@@ -447,6 +447,19 @@ def _precision_aware_optimizer(model: ModelSpec, training: TrainingSpec | None, 
                      "zero is 0", "use zero ≥ 1, or leave --precision-aware-optimizer out")
 
 
+def _shared_expert_overlap(model: ModelSpec, training: TrainingSpec | None, c: ParallelConfig,
+                           devices: int) -> Violation | None:
+    """Megatron-core's TransformerConfig.__post_init__: "shared_experts recompute cannot work with
+    --moe-shared-expert-overlap"."""
+    if training is None or not training.moe_shared_expert_overlap:
+        return None
+    if c.recompute == "selective" and "shared_experts" in c.recompute_modules:
+        return Violation("moe_shared_expert_overlap", "--moe-shared-expert-overlap cannot replay the shared experts "
+                         "(the shared_experts recompute module)", "recompute other modules, or leave "
+                         "--moe-shared-expert-overlap out")
+    return None
+
+
 def _a2a_overlap(model: ModelSpec, training: TrainingSpec | None, c: ParallelConfig, devices: int) -> Violation | None:
     """Megatron-core's TransformerConfig.__post_init__ for `overlap_moe_expert_parallel_comm`: "only supported
     with expert model parallelism", vpp "must be specified when pipeline_model_parallel_size > 1", "disable
@@ -471,7 +484,7 @@ def _a2a_overlap(model: ModelSpec, training: TrainingSpec | None, c: ParallelCon
 RULES: tuple[Rule, ...] = (_world, _tp, _dense_experts, _ep_divides, _etp_divides, _expert_grid, _moe_sp,
                            _ep_fp16, _pp_layers, _vpp_chunks, _batch, _interleaved_microbatches, _cp_chunks, _seq_split,
                            _precision_aware_optimizer, _modules_exist, _op_alone, _offload, _a2a_overlap,
-                           _optimizer_in_backward)
+                           _shared_expert_overlap, _optimizer_in_backward)
 """The rules every configuration keeps, in the order they are reported: the one rule set that
 `check_config`, the search space (planner.space), `--stages` and the plan check read."""
 DEGREE_RULES: tuple[Rule, ...] = (_world, _tp, _pp_layers, _cp_chunks, _seq_split)
@@ -486,9 +499,10 @@ EXPERT_RULES: tuple[Rule, ...] = (_dense_experts, _ep_divides, _etp_divides, _ex
 """The rules that read ep and etp. The search asks each group at the loop that sets what it reads, so a
 degree tuple, a batch split or a sharding level that breaks a rule is left before its options are built;
 the five groups are RULES, each rule once (tests/spec: test_rule_groups_are_the_rules)."""
-RECOMPUTE_RULES: tuple[Rule, ...] = (_modules_exist, _op_alone, _offload, _a2a_overlap, _optimizer_in_backward)
-"""The rules that read the recompute modules, activation offloading, the MoE all-to-all overlap and the optimizer
-in the backward (asked last: they read the whole configuration)."""
+RECOMPUTE_RULES: tuple[Rule, ...] = (_modules_exist, _op_alone, _offload, _a2a_overlap, _shared_expert_overlap,
+                                     _optimizer_in_backward)
+"""The rules that read the recompute modules, activation offloading, the MoE all-to-all and shared-expert overlaps
+and the optimizer in the backward (asked last: they read the whole configuration)."""
 
 
 def config_violations(model: ModelSpec, training: TrainingSpec, config: ParallelConfig,

@@ -90,7 +90,9 @@ ENGINE_OPTIONS = {"grad_reduce_in_bf16": "--grad-reduce-in-bf16", "fp8_param_gat
                   "moe_dispatcher": "--moe-dispatcher", "attention_kernel": "--attention-kernel",
                   "bf16_loss": "--bf16-loss", "grad_sync_each_microbatch": "--grad-sync-each-microbatch",
                   "precision_aware_optimizer": "--precision-aware-optimizer", "adam_moments": "--adam-moments",
-                  "master_weights": "--master-weights"}
+                  "master_weights": "--master-weights", "optimizer_offload": "--optimizer-offload",
+                  "optimizer_offload_overlap": "--optimizer-offload-overlap",
+                  "moe_shared_expert_overlap": "--moe-shared-expert-overlap"}
 """TrainingSpec's engine switches, each a capability of the same name, and its flag."""
 
 

@@ -148,6 +148,19 @@ class TrainingSpec(BaseModel):
     master_weights: MasterWeightsDtype = "fp32"
     """The master weights' dtype (Megatron-LM's --main-params-dtype, which needs the precision-aware optimizer):
     fp16 is 2 bytes, FP8 recipe or not."""
+    moe_shared_expert_overlap: bool = False
+    """Mixture of experts: the shared experts run on a stream of their own beside the token exchange — their first
+    GEMM and activation while the dispatch all-to-all runs, their second while the combine runs, in every pass
+    (Megatron-core's --moe-shared-expert-overlap, SharedExpertMLP's stream; the all-to-all dispatcher only, not
+    with --overlap-moe-expert-parallel-comm nor the shared_experts recompute module). Megatron-LM only."""
+    optimizer_offload: float = Field(default=0.0, ge=0.0, le=1.0)
+    """The share of the optimizer's states kept and stepped on the host (Megatron-LM's --optimizer-cpu-offload with
+    --optimizer-offload-fraction, 1.0 by default; it needs the precision-aware optimizer): off the device's
+    memory, their step run by the host CPUs at `DeviceSpec.host_memory_GBps`, the gradients copied to the host and
+    the updated weights back at `host_link_GBps` (`StepModel.offloaded_optimizer_s`). 0: none. Megatron-LM only."""
+    optimizer_offload_overlap: bool = False
+    """The offloaded optimizer's copies overlapped with its host step, group by group (Megatron-LM's
+    --overlap-cpu-optimizer-d2h-h2d); without it they run one after the other."""
     attention_kernel: AttentionKernelChoice | None = None
     """The attention kernel, where the engine runs more than one (NeMo AutoModel's `model.backend.attn`: te is the
     fused cuDNN kernel, sdpa and flex — torch SDPA's flash backend and FlexAttention's Triton kernel — are
@@ -162,7 +175,8 @@ class TrainingSpec(BaseModel):
                                                     "moe_dispatcher": "alltoall", "attention_kernel": None,
                                                     "bf16_loss": False, "grad_sync_each_microbatch": False,
                                                     "precision_aware_optimizer": False, "adam_moments": "fp32",
-                                                    "master_weights": "fp32"}
+                                                    "master_weights": "fp32", "optimizer_offload": 0.0, "moe_shared_expert_overlap": False,
+                                                    "optimizer_offload_overlap": False}
 
     @model_validator(mode="before")
     @classmethod

@@ -126,9 +126,13 @@ def model_args(plan: Plan, notes: list[str]) -> list[str]:
     args += ["--grad-reduce-in-bf16"] * t.grad_reduce_in_bf16 + ["--fp8-param-gather"] * t.fp8_param_gather
     args += ["--moe-use-legacy-grouped-gemm"] * t.legacy_grouped_gemm
     args += ["--overlap-moe-expert-parallel-comm"] * t.moe_a2a_overlap + CUDA_GRAPH_ARGS[t.cuda_graphs]
+    args += ["--moe-shared-expert-overlap"] * t.moe_shared_expert_overlap
     if t.precision_aware_optimizer:  # Transformer Engine's FusedAdam keeps the states (on the distributed optimizer)
         args += ["--use-precision-aware-optimizer", "--main-params-dtype", t.master_weights,
                  "--exp-avg-dtype", t.adam_moments, "--exp-avg-sq-dtype", t.adam_moments]
+    if t.optimizer_offload:  # HybridDeviceOptimizer: that share of the states on the host
+        args += ["--optimizer-cpu-offload", "--optimizer-offload-fraction", f"{t.optimizer_offload:g}"]
+        args += ["--overlap-cpu-optimizer-d2h-h2d"] * t.optimizer_offload_overlap
     return args + vocab_args(plan, notes)
 
 

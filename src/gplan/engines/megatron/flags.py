@@ -30,7 +30,8 @@ LAYOUT_FLAGS = {
     "--use-custom-fsdp", "--num-virtual-stages-per-pipeline-rank", "--account-for-embedding-in-pipeline-split",
     "--account-for-loss-in-pipeline-split", "--combined-1f1b", "--fp4-format", "--recompute-activations",
     "--checkpoint-activations", "--moe-use-legacy-grouped-gemm", "--use-precision-aware-optimizer", "--exp-avg-dtype",
-    "--exp-avg-sq-dtype", "--main-params-dtype", "--main-grads-dtype",
+    "--exp-avg-sq-dtype", "--main-params-dtype", "--main-grads-dtype", "--optimizer-cpu-offload",
+    "--optimizer-offload-fraction", "--overlap-cpu-optimizer-d2h-h2d", "--moe-shared-expert-overlap",
 }
 #: Model flags whose presence gplan reads through the named model (checked as switches).
 MODEL_SWITCHES = {
@@ -162,9 +163,8 @@ MEGATRON_DEFAULTS: dict[str, Any] = {
 }
 #: Flags gplan cannot price when set away from their default (a change to memory or time it has no term for).
 MEGATRON_NOT_PRICED = {
-    "--optimizer-cpu-offload": "the optimizer on the host", "--fine-grained-activation-offloading":
+    "--fine-grained-activation-offloading":
     "per-module activation offloading", "--offload-modules": "per-module activation offloading",
-    "--moe-shared-expert-overlap": "the shared expert overlapped with the dispatch",
     "--moe-expert-capacity-factor": "token dropping at a capacity", "--moe-pad-expert-input-to-capacity":
     "experts padded to their capacity", "--moe-token-drop-policy": "which tokens a capacity drops",
     "--optimizer": "another optimizer than Adam (its state differs)",

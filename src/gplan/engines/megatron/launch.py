@@ -49,7 +49,11 @@ def megatron_log_launch(args: dict, path: Path, model: ModelSpec | None) -> Laun
                       "moe_dispatcher": dispatcher_of(args.get("moe_token_dispatcher_type"), model),
                       **optimizer_states_of(bool(args.get("use_precision_aware_optimizer")),
                                             {flag: args.get(flag.removeprefix("--").replace("-", "_"))
-                                             for flag in STATE_DTYPE_FLAGS}, path)}
+                                             for flag in STATE_DTYPE_FLAGS}, path),
+                      "moe_shared_expert_overlap": model.is_moe and bool(args.get("moe_shared_expert_overlap")),
+                      **optimizer_offload_of(bool(args.get("optimizer_cpu_offload")),
+                                             args.get("optimizer_offload_fraction"),
+                                             bool(args.get("overlap_cpu_optimizer_d2h_h2d")))}
     if engine_options["grad_reduce_in_bf16"] is False and dtype_name(args.get("main_grads_dtype")) == "bf16":
         engine_options["grad_reduce_in_bf16"] = True  # validate_args: no fp32 accumulation, so a bf16 grad buffer
     return Launch(source=str(path), engine=logs.engine(args), given=values, gbs=int(args["global_batch_size"]),
@@ -104,7 +108,21 @@ def read_megatron_launch(path: Path, model: ModelSpec | None, text: str) -> Laun
                                                                 args.get("--cuda-graph-scope")),
                                   "moe_dispatcher": dispatcher_of(value(args, "--moe-token-dispatcher-type"), model),
                                   **optimizer_states_of("--use-precision-aware-optimizer" in args,
-                                                        {flag: value(args, flag) for flag in STATE_DTYPE_FLAGS}, path)})
+                                                        {flag: value(args, flag) for flag in STATE_DTYPE_FLAGS}, path),
+                                  "moe_shared_expert_overlap": model.is_moe and "--moe-shared-expert-overlap" in args,
+                                  **optimizer_offload_of("--optimizer-cpu-offload" in args,
+                                                         value(args, "--optimizer-offload-fraction"),
+                                                         "--overlap-cpu-optimizer-d2h-h2d" in args)})
+
+
+def optimizer_offload_of(offload: bool, fraction: Any, overlap: bool) -> dict:
+    """Megatron's optimizer on the host (TrainingSpec.optimizer_offload, optimizer_offload_overlap): the fraction
+    --optimizer-offload-fraction gives (1.0, its default), its copies overlapped with --overlap-cpu-optimizer-d2h-h2d
+    (which without the offload does nothing)."""
+    if not offload:
+        return {}
+    share = float(fraction) if fraction not in (None, "None") else 1.0
+    return {"optimizer_offload": share, "optimizer_offload_overlap": overlap} if share else {}
 
 
 #: Megatron-LM's optimizer-state dtype flags (arguments.py: fp32 by default; `fp8` is kept as torch.uint8).
@@ -209,10 +227,11 @@ def bundled_of_shape(shape: dict[str, int | None], vocab: int | None, path: Path
 
 TOKENIZER_VOCABULARIES = {"qwen/qwen3": 151936, "deepseek-ai/deepseek-v3": 129280, "meta-llama/meta-llama-3": 128256,
                           "meta-llama/llama-3": 128256, "mistralai/mixtral": 32000, "openai/gpt-oss": 201088,
-                          "moonshotai/kimi-k2": 163840}
+                          "moonshotai/kimi-k2": 163840, "unsloth/deepseek-v3": 129280}
 """Vocabularies of the Hugging Face tokenizers Megatron launches name (`--tokenizer-model`), by repository
 prefix: each model family's config.json `vocab_size` (the same sources as the bundled models; Kimi K2:
-moonshotai/Kimi-K2-Instruct config.json)."""
+moonshotai/Kimi-K2-Instruct config.json; unsloth/DeepSeek-V3, which the MoE model zoo's DeepSeek-V3 config
+names, re-hosts deepseek-ai/DeepSeek-V3's files)."""
 
 
 

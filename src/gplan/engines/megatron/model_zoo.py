@@ -13,7 +13,8 @@ launch line: `MODEL=Qwen3-235B-A22B TP=2 PP=8 … bash sbatch_benchmarking.sh --
   - VPP > 1 without a layout flag adds `--num-virtual-stages-per-pipeline-rank VPP`; an uneven PP adds
     `--decoder-first/last-pipeline-num-layers`; DISPATCHER (default deepep) adds the dispatcher flags; PR
     (bf16, fp8, mxfp8) the precision flags; A2A_OVERLAP=1 `--overlap-moe-expert-parallel-comm`;
-    OPTIMIZER_OFFLOAD=1 `--optimizer-cpu-offload`; the flags after the script name come last;
+    OPTIMIZER_OFFLOAD=1 `--optimizer-cpu-offload --overlap-cpu-optimizer-d2h-h2d`; the flags after the script
+    name come last;
   - NNODES nodes of 8 GPUs (4 with GB200_CLUSTER=1).
 """
 
@@ -139,7 +140,7 @@ def script_flags(args: dict[str, list[str]], env: dict[str, str]) -> dict[str, l
         added["--decoder-last-pipeline-num-layers"] = [env.get("PP_LAST", "")]
     offload = env.get("OPTIMIZER_OFFLOAD", "0") == "1"
     if offload:
-        added["--optimizer-cpu-offload"] = []
+        added |= {"--optimizer-cpu-offload": [], "--overlap-cpu-optimizer-d2h-h2d": []}
     dispatcher = env.get("DISPATCHER", "deepep")
     added |= {"alltoall": {"--moe-token-dispatcher-type": ["alltoall"]},
               "deepep": {"--moe-token-dispatcher-type": ["flex"], "--moe-flex-dispatcher-backend": ["deepep"]},

@@ -1,5 +1,5 @@
 #!/bin/bash
-# gplan export of plan b93b1193fbd7f442 (layout dc27b46b3c076b02; llama3-70b: dp=16 tp=4 pp=1 mbs=1 zero=3 sp, recompute none, predicted 61.762 s/step)
+# gplan export of plan cdfc49f618acfd3c (layout 278ccb810b29aada; llama3-70b: dp=16 tp=4 pp=1 mbs=1 zero=3 sp, recompute none, predicted 61.762 s/step)
 # written for Megatron-LM core_r0.16 (pretrain_gpt.py; megatron/training/arguments.py as on main at 000c4ac, 2026)
 # Run from a Megatron-LM checkout, the same command on every node (NODE_RANK 0..NNODES-1).
 # note: priced for torch, run by megatron; re-priced as megatron runs it: 54.192 s/step (-12.3% on the plan's 61.762); search with --target megatron for a plan it runs exactly

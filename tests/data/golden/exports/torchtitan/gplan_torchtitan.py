@@ -1,4 +1,4 @@
-# gplan export of plan b93b1193fbd7f442 (layout dc27b46b3c076b02; llama3-70b: dp=16 tp=4 pp=1 mbs=1 zero=3 sp, recompute none, predicted 61.762 s/step)
+# gplan export of plan cdfc49f618acfd3c (layout 278ccb810b29aada; llama3-70b: dp=16 tp=4 pp=1 mbs=1 zero=3 sp, recompute none, predicted 61.762 s/step)
 # written for torchtitan 0.3.0 (torchtitan.train, ConfigManager; checked by its own parser)
 """The plan's model and pipeline chunks as a torchtitan config function: `--module gplan_torchtitan --config
 gplan_plan`. Built from torchtitan's public config classes (its llama3 block, GQA and FFN config helpers),

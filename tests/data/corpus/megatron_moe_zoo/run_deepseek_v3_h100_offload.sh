@@ -1,0 +1,2 @@
+# DeepSeek-V3 on 256 H100 at 4096 tokens with the optimizer on the host (Megatron-MoE-ModelZoo best_practice/DeepSeekV3/run.sh, "Long Context ## 256 H100, 4k sequence length")
+OPTIMIZER_OFFLOAD=1 A2A_OVERLAP=0 MODEL=DeepSeek-V3 PP=8 VPP=4 TP=1 EP=32 CP=1 NNODES=32 GBS=8192 PR=fp8 bash sbatch_benchmarking.sh --recompute-granularity selective --recompute-modules mla_up_proj moe mlp layernorm --pipeline-model-parallel-layout "Et*2|(tt|)*22t|(tt|)*7mL" --mtp-num-layers 1 --mtp-loss-scaling-factor 0.1
