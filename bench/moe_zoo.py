@@ -4,7 +4,10 @@ in the H100 rows' FLOP convention) and Megatron-LM's DeepSeek-V3 run on 256 GB20
 TFLOP/s, its reproduction guide's launch), priced by gplan as Megatron-LM runs them — the configuration each row states,
 nothing fitted on them. FSDP + EP (Megatron-FSDP) rows are their own family. MXFP8 rows gather FP8
 parameters and keep bf16 Adam moments under the precision-aware optimizer, as the model zoo's PR=mxfp8 and
-Megatron-LM's DeepSeek-V3 guide set (`adam_moments`; the fp32 master shards stay whole under an FP8 recipe). A row's gradient reduction (`grad_reduce`) is its recipe's: fp32, Megatron's default for bf16, except
+Megatron-LM's DeepSeek-V3 guide set (`adam_moments`; the fp32 master shards stay whole under an FP8 recipe).
+The zoo's Mixtral-8x22B script states two H100 figures (its comments): dropless with auxiliary-loss routing,
+priced balanced (a lower bound on gplan's own price), and token dropping at capacity factor 1.0 with every
+expert padded to its capacity (`capacity`), whose shape is the balanced one gplan prices. A row's gradient reduction (`grad_reduce`) is its recipe's: fp32, Megatron's default for bf16, except
 the Megatron-FSDP row, whose flags the model zoo does not publish — priced with Megatron-LM's own Megatron-FSDP + EP
 example script (the same ep, micro-batch and batch), which reduces in bf16; the table marks it.
 
@@ -76,7 +79,8 @@ def table() -> str:
         config = (f"{'' if r['seq_length'] == '4096' else 'seq ' + r['seq_length'] + ' '}tp{r['tp']}"
                   f"{'' if r['cp'] == '1' else ' cp' + r['cp']} pp{r['pp']} vpp{r['vpp']} ep{r['ep']} dp{r['dp']} zero{r['zero']} mbs{r['mbs']} "
                   f"{r['dispatcher']}{' +a2a overlap' if r['a2a_overlap'] == 'true' else ''}"
-                  f"{' bf16 grads (assumed)' if r['grad_reduce'] == 'bf16' else ''}")
+                  f"{' bf16 grads (assumed)' if r['grad_reduce'] == 'bf16' else ''}"
+                  f"{' capacity ' + r['capacity'] if r['capacity'] else ''}")
         device = r["cluster"].removeprefix("dgx-").split("-")[0].upper()
         extras = "".join(f" {x}" for x in (r["precision"].upper() if r["precision"] != "bf16" else "",
                                            "graphs" if r["cuda_graphs"] != "none" else "") if x)
