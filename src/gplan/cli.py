@@ -50,7 +50,8 @@ def estimate(
     bf16_loss: bool = o.Bf16LossOpt, grad_sync_each_microbatch: bool = o.GradSyncOpt,
     precision_aware_optimizer: bool = o.PrecisionAwareOpt, adam_moments: str = o.AdamMomentsOpt,
     master_weights: str = o.MasterWeightsOpt, optimizer_offload: float = o.OffloadOpt,
-    optimizer_offload_overlap: bool = o.OffloadOverlapOpt, moe_shared_expert_overlap: bool = o.SharedOverlapOpt):
+    optimizer_offload_overlap: bool = o.OffloadOverlapOpt, moe_shared_expert_overlap: bool = o.SharedOverlapOpt,
+    moe_pad_to_capacity: bool = o.PadCapacityOpt):
     """Predict step time, throughput, MFU and memory of one configuration.
 
     What is not given (vpp, mbs, zero, sp, recompute, the split, ep/etp) is chosen as `gplan search`
@@ -86,7 +87,8 @@ def estimate(
                        **o.engine_options(grad_reduce_in_bf16, fp8_param_gather, moe_a2a_overlap, cuda_graphs, moe_dispatcher,
                               pure_bf16, optimizer_in_backward, legacy_grouped_gemm, attention_kernel, bf16_loss,
                               grad_sync_each_microbatch, precision_aware_optimizer, adam_moments, master_weights,
-                              optimizer_offload, optimizer_offload_overlap, moe_shared_expert_overlap))
+                              optimizer_offload, optimizer_offload_overlap, moe_shared_expert_overlap,
+                              moe_pad_to_capacity))
     result = estimated(inputs, given_options(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, sp=sp, mbs=mbs,
                                              recompute=recompute, recompute_modules=recompute_modules,
                                              offload_layers=offload_layers, zero=zero, schedule=schedule), stages)
@@ -116,7 +118,8 @@ def search(
     bf16_loss: bool = o.Bf16LossOpt, grad_sync_each_microbatch: bool = o.GradSyncOpt,
     precision_aware_optimizer: bool = o.PrecisionAwareOpt, adam_moments: str = o.AdamMomentsOpt,
     master_weights: str = o.MasterWeightsOpt, optimizer_offload: float = o.OffloadOpt,
-    optimizer_offload_overlap: bool = o.OffloadOverlapOpt, moe_shared_expert_overlap: bool = o.SharedOverlapOpt):
+    optimizer_offload_overlap: bool = o.OffloadOverlapOpt, moe_shared_expert_overlap: bool = o.SharedOverlapOpt,
+    moe_pad_to_capacity: bool = o.PadCapacityOpt):
     """Search degrees, micro-batch, recompute, optimizer sharding, stage split and placement; write the best plan."""
     set_wide(wide)
     from gplan import render
@@ -136,7 +139,8 @@ def search(
     mine, options = None, o.engine_options(grad_reduce_in_bf16, fp8_param_gather, moe_a2a_overlap, cuda_graphs, moe_dispatcher,
                               pure_bf16, optimizer_in_backward, legacy_grouped_gemm, attention_kernel, bf16_loss,
                               grad_sync_each_microbatch, precision_aware_optimizer, adam_moments, master_weights,
-                              optimizer_offload, optimizer_offload_overlap, moe_shared_expert_overlap)
+                              optimizer_offload, optimizer_offload_overlap, moe_shared_expert_overlap,
+                              moe_pad_to_capacity)
     if from_file is not None:  # the launch's devices, batch, sequence, precision and engine, unless said otherwise
         from gplan.planner.launch_files import launch_defaults, priced_launch
 

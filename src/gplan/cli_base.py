@@ -182,6 +182,8 @@ AdamMomentsOpt = typer.Option("fp32", "--adam-moments", help="Adam's moments in 
                               "--exp-avg-dtype and --exp-avg-sq-dtype; needs --precision-aware-optimizer)")
 MasterWeightsOpt = typer.Option("fp32", "--master-weights", help="the master weights in fp32 or fp16 (Megatron-LM's "
                                 "--main-params-dtype; needs --precision-aware-optimizer)")
+PadCapacityOpt = typer.Option(False, "--moe-pad-to-capacity", help="MoE with an expert capacity: pad every "
+                              "expert's input to it (Megatron-core's --moe-pad-expert-input-to-capacity)")
 SharedOverlapOpt = typer.Option(False, "--moe-shared-expert-overlap", help="MoE: run the shared experts beside the "
                                 "dispatch and combine all-to-alls (Megatron-core's flag; the alltoall dispatcher only)")
 OffloadOpt = typer.Option(0.0, "--optimizer-offload", help="the share of the optimizer's states kept and stepped on "
@@ -227,7 +229,8 @@ def engine_options(grad_reduce_in_bf16: bool, fp8_param_gather: bool, moe_a2a_ov
                    bf16_loss: bool = False, grad_sync_each_microbatch: bool = False,
                    precision_aware_optimizer: bool = False, adam_moments: str = "fp32",
                    master_weights: str = "fp32", optimizer_offload: float = 0.0,
-                   optimizer_offload_overlap: bool = False, moe_shared_expert_overlap: bool = False) -> dict:
+                   optimizer_offload_overlap: bool = False, moe_shared_expert_overlap: bool = False,
+                   moe_pad_to_capacity: bool = False) -> dict:
     """The engine switches of estimate and search, by TrainingSpec field."""
     return {"grad_reduce_in_bf16": grad_reduce_in_bf16, "fp8_param_gather": fp8_param_gather, "pure_bf16": pure_bf16,
             "optimizer_in_backward": optimizer_in_backward, "legacy_grouped_gemm": legacy_grouped_gemm,
@@ -237,7 +240,7 @@ def engine_options(grad_reduce_in_bf16: bool, fp8_param_gather: bool, moe_a2a_ov
             "precision_aware_optimizer": precision_aware_optimizer, "adam_moments": adam_moments,
             "master_weights": master_weights, "optimizer_offload": optimizer_offload,
             "optimizer_offload_overlap": optimizer_offload_overlap,
-            "moe_shared_expert_overlap": moe_shared_expert_overlap}
+            "moe_shared_expert_overlap": moe_shared_expert_overlap, "moe_pad_to_capacity": moe_pad_to_capacity}
 
 # ---- estimate -----------------------------------------------------------------------------------------
 

@@ -85,6 +85,8 @@ def title(inputs) -> str:
             + (f", priced as {t.engine} runs it (choose with --target)" if t.engine else "")
             + (f"; routing {'balanced' if t.expert_imbalance == 1 else f'imbalance {t.expert_imbalance:g}'}"
                " (choose with --expert-imbalance)" if inputs.model.is_moe else "")
+            + (f", experts' capacity {inputs.model.capacity_factor:g}×{' (padded to it)' if t.moe_pad_to_capacity else ''}"
+               if inputs.model.is_moe and inputs.model.capacity_factor is not None else "")
             + (f"; {inputs.hardware_note}" if getattr(inputs, "hardware_note", "") else ""))
 
 

@@ -67,6 +67,7 @@ ARGUMENTS: dict[str, tuple[object, tuple | None]] = {
     "--moe-router-num-groups": (int, None), "--moe-router-group-topk": (int, None),
     "--moe-router-topk-scaling-factor": (float, None), "--mtp-num-layers": (int, None),
     "--overlap-moe-expert-parallel-comm": (None, None), "--moe-shared-expert-overlap": (None, None),
+    "--moe-pad-expert-input-to-capacity": (None, None),
     # _add_inference_args (CUDA graphs) and _add_logging_args (its store_false switch, as a store_true here)
     "--cuda-graph-impl": (str, ("none", "local", "transformer_engine")),
     "--cuda-graph-scope": (str, ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration")),
@@ -208,6 +209,7 @@ def validate(argv: list[str], world_size: int, env: dict[str, str], device_arch:
     _validate_cuda_graphs(a)
     _validate_optimizer_dtypes(a)
     _validate_shared_expert_overlap(a)
+    _validate_capacity(a)
     # megatron/core/num_microbatches_calculator.py (ConstantNumMicroBatchesCalculator):
     _check(a.global_batch_size % (a.micro_batch_size * dp) == 0,
            "global batch size ({}) is not divisible by micro batch size ({}) times data parallel size ({})")
@@ -227,6 +229,15 @@ def _validate_optimizer_dtypes(a: argparse.Namespace) -> None:
         return
     for name in ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):
         _check(getattr(a, name) == "fp32", f"{name} can only be fp32 when not using precision-aware optimizer")
+
+
+def _validate_capacity(a: argparse.Namespace) -> None:
+    """megatron/core/transformer/transformer_config.py, TransformerConfig.__post_init__ on the expert capacity."""
+    if a.moe_pad_expert_input_to_capacity:
+        _check(a.moe_expert_capacity_factor is not None,
+               "moe_expert_capacity_factor must be set to use moe_pad_expert_input_to_capacity")
+        _check(not (a.moe_token_dispatcher_type == "flex" and a.moe_enable_deepep),
+               "Flex token dispatcher with deepep backend does not support moe_pad_expert_input_to_capacity")
 
 
 def _validate_shared_expert_overlap(a: argparse.Namespace) -> None:

@@ -271,3 +271,33 @@ def test_bad_shared_expert_overlap_exits_3_with_a_hint(gplan, argv, says, hint):
     r = gplan("estimate", *argv)
     assert r.code == 3, r.stderr
     assert says in r.stderr and hint in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_capacity_padded_model_is_exported_as_megatron_runs_it_and_read_back(gplan, tmp_path):
+    """A model that drops tokens over a capacity, its experts padded to it: priced at the capacity, written as
+    Megatron-core's flags (its rule: the padding needs the capacity) and read back onto the model at the same
+    price; the padding without a capacity, or with DeepEP's flex dispatcher, exits 3."""
+    import yaml
+
+    from gplan.profiles.catalogue import load_model
+
+    spec = load_model("mixtral-8x7b").model_dump(mode="json", exclude_defaults=True)
+    model_file = tmp_path / "mixtral_capacity.yaml"
+    model_file.write_text(yaml.safe_dump({**spec, "name": "mixtral-capacity", "capacity_factor": 1.25}))
+    run = [str(model_file), "--cluster", "dgx-h100", "--devices", "16", "--gbs", "256", "--target", "megatron"]
+    layout = ["--tp", "1", "--pp", "2", "--ep", "8", "--zero", "1", "--mbs", "1", "--recompute", "full"]
+    dropless = gplan("estimate", *run, *layout, "--json").json()
+    padded = gplan("estimate", *run, *layout, "--moe-pad-to-capacity", "--json").json()
+    assert padded["step_time_s"] > dropless["step_time_s"]  # every expert computes 1.25× the balanced share
+    plan_path = tmp_path / "plan.json"
+    assert gplan("search", *run, *layout[:6], "--moe-pad-to-capacity", "--out", str(plan_path)).code == 0
+    plan, args = _exported(gplan, plan_path, tmp_path / "megatron")
+    assert args.moe_expert_capacity_factor == 1.25 and args.moe_pad_expert_input_to_capacity
+    back = gplan("estimate", str(model_file), "--from", str(tmp_path / "megatron" / "megatron_pretrain_gpt.sh"),
+                 "--cluster", "dgx-h100", "--json").json()
+    assert back["engine_options"]["moe_pad_to_capacity"]
+    assert back["step_time_s"] == pytest.approx(plan["prediction"]["step_time_s"], rel=1e-6)
+    for argv, says in ((["mixtral-8x7b", *run[1:], "--moe-pad-to-capacity"], "sets no capacity_factor"),
+                       ([*run, "--moe-pad-to-capacity", "--moe-dispatcher", "flex"], "DeepEP backend does not pad")):
+        r = gplan("estimate", *argv)
+        assert r.code == 3 and says in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -39,6 +39,7 @@ def test_every_corpus_launch_is_read_as_its_source_states_without_a_model(entry)
         assert launch.stage_sizes == entry["stage_sizes"] and sum(launch.stage_sizes) == launch.model.total_layers
     for option, expected in entry.get("engine_options", {}).items():
         assert launch.engine_options[option] == expected
+    assert launch.model.capacity_factor == entry.get("capacity_factor")  # a run's capacity, read onto the model
 
 
 @pytest.mark.parametrize("entry", [e for e in ENTRIES if "refused" in e], ids=entry_id)

@@ -284,3 +284,24 @@ def test_the_search_says_where_fsdp_with_expert_parallel_stands(target, devices,
         counted = [int(n) for n in re.findall(r"[;—] (\d+) ", notes[0])]
         assert sum(counted) == total and "memory budget" in notes[0]
         assert all(float(pct) >= 0 for pct in re.findall(r"\(([+-][\d.]+)%\)", notes[0]))
+
+
+@pytest.mark.parametrize("capacity, pad, imbalance, load", [
+    (None, False, 1.5, 1.5),   # dropless: the routing's imbalance
+    (1.25, False, 1.5, 1.25),  # tokens over the capacity are dropped: the busiest expert stops at it
+    (1.25, False, 1.1, 1.1),   # under it, nothing is dropped
+    (1.0, True, 1.0, 1.0),     # padded to a capacity of 1.0: the balanced shape exactly
+    (1.25, True, 1.0, 1.25),   # padded above balance: every expert computes its capacity
+])
+def test_an_expert_capacity_caps_or_pads_the_busiest_devices_load(capacity, pad, imbalance, load):
+    """experts.routed_load: what the routed GEMMs, the exchange and the buffers scale with."""
+    model = load_model("mixtral-8x7b").model_copy(update={"capacity_factor": capacity})
+    t = TrainingSpec(gbs=64, seq_length=SEQ, engine="megatron", expert_imbalance=imbalance, moe_pad_to_capacity=pad)
+    assert experts.routed_load(model, t) == load
+    config, cluster = ParallelConfig(dp=16, ep=8, zero=1), load_cluster("dgx-h100").sized(16)
+    step, balanced = (StepModel(model, t, cluster, config),
+                      StepModel(model.model_copy(update={"capacity_factor": None}),
+                                t.model_copy(update={"expert_imbalance": 1.0, "moe_pad_to_capacity": False}), cluster, config))
+    f, _ = experts.routed_time_s(step.model, step.training, step.shard, config, step.device(0))
+    f1, _ = experts.routed_time_s(balanced.model, balanced.training, balanced.shard, config, balanced.device(0))
+    assert f == pytest.approx(load * f1)

@@ -13,7 +13,8 @@ tp rank starts from its own slice of the tokens):
 4. the reverse: reduce-scatter over etp, all-to-all back, the k outputs weighted and summed.
 With balanced routing a device computes `k·b·s/(cp·tp)` token-expert pairs whatever ep and etp are:
 ep and etp change the GEMMs' shapes, the all-to-all and the memory, not the FLOPs per device.
-`imbalance` (≥ 1) scales the busiest device's routed work and traffic: 1.0 is the balanced limit the
+`imbalance` (≥ 1; `routed_load`, capped or padded to an expert capacity) scales the busiest device's routed
+work and traffic: 1.0 is the balanced limit the
 published Megatron-Bridge runs force (`moe_router_force_load_balancing`). Each pass of a layer also
 exposes host time (`host_time_s`: the dispatcher's sync, per-expert launches) unless CUDA graphs capture
 the iteration.
@@ -87,16 +88,27 @@ def routed_time_s(model: ModelSpec, training: TrainingSpec, shard: Shard, config
                   device: DeviceSpec) -> tuple[float, float]:
     """(forward, backward) seconds of the routed experts on the busiest device: the grouped GEMMs at the
     training precision, each at the efficiency of one expert's GEMM (the group's tiles are per expert:
-    E/ep small GEMMs in one launch) times `imbalance`; the permutation and activation at HBM speed.
-    Backward: 2× the GEMMs (input and weight gradients) and the element-wise traffic."""
+    E/ep small GEMMs in one launch) times the busiest device's load (`routed_load`); the permutation and
+    activation at HBM speed. Backward: 2× the GEMMs (input and weight gradients) and the element-wise traffic."""
     per_expert = expert_rows_per_gemm(model, shard, config)
     gemm_s = 0.0
     for g in expert_gemms(model, shard, config):
         one = Gemm(max(1, int(round(per_expert))), g.n, g.k)
         gemm_s += gemm_time_s(device, training.precision, one) * g.flops / one.flops / GROUPED_GEMM_EFFICIENCY
     moved_s = memory_time_s(device, routed_elementwise_elements(model, shard, config) * training.element_bytes)
-    forward = (gemm_s + moved_s) * training.expert_imbalance
+    forward = (gemm_s + moved_s) * routed_load(model, training)
     return forward, GEMM_BACKWARD_FLOP_RATIO * forward
+
+
+def routed_load(model: ModelSpec, training: TrainingSpec) -> float:
+    """The busiest device's routed tokens over the balanced share, as its GEMMs, traffic and buffers see them: the
+    routing's imbalance (`TrainingSpec.expert_imbalance`), capped where the model drops tokens over a capacity
+    (`capacity_factor` × the balanced share: Megatron's --moe-expert-capacity-factor), and exactly that capacity
+    where every expert's input is padded to it (`moe_pad_to_capacity`: --moe-pad-expert-input-to-capacity)."""
+    capacity = model.capacity_factor
+    if capacity is None:
+        return training.expert_imbalance
+    return capacity if training.moe_pad_to_capacity else min(training.expert_imbalance, capacity)
 
 
 def routed_elementwise_elements(model: ModelSpec, shard: Shard, config: ParallelConfig) -> float:

@@ -162,6 +162,12 @@ class StepModel:
         overlap_s = lt.attention_forward_s * (1 + compute.FLASH_BACKWARD_FLOP_RATIO)
         return max(0.0, send_s - overlap_s)
 
+    @cached_property
+    def routed_load(self) -> float:
+        """The busiest device's routed tokens over the balanced share (experts.routed_load: the imbalance, capped or
+        padded to the expert capacity)."""
+        return experts.routed_load(self.model, self.training)
+
     def layer_ep_comm_s(self, kind: str, recompute: str, group: int) -> float:
         """An MoE layer's token traffic: dispatch and combine, each an all-to-all over ep (and with etp an
         all-gather, resp. reduce-scatter, over etp), in the forward and again in the backward; full
@@ -179,11 +185,11 @@ class StepModel:
                                         comm.expert_axis_link(g, c, "ep" if c.ep > 1 else "etp"))
             etp_s, efficiency = 0.0, 1.0
         else:
-            sent = experts.dispatch_bytes(self.model, self.shard, e) * self.training.expert_imbalance
+            sent = experts.dispatch_bytes(self.model, self.shard, e) * self.routed_load
             inside = comm.expert_members_per_domain(c, "ep", g.domain_devices)
             share = experts.deepep_outside_share(self.model, c.ep, inside) if self.training.moe_dispatcher == "flex" else 1.0
             a2a = comm.alltoall_time_s(sent, c.ep, inside, g.intra_node, g.inter_node, share)
-            gathered = experts.etp_gather_bytes(self.model, self.shard, c, e) * self.training.expert_imbalance
+            gathered = experts.etp_gather_bytes(self.model, self.shard, c, e) * self.routed_load
             etp_s = comm.allgather_time_s(gathered, c.etp, comm.expert_axis_link(g, c, "etp"))
             efficiency = experts.ALLTOALL_EFFICIENCY
         passes = self.ep_passes(recompute)
@@ -262,7 +268,7 @@ class StepModel:
         kept = memory.layer_activation_bytes(self.model, self.kinds[kind], self.shard, t.element_bytes,
                                              t.flash_attention, "none" if recompute == "selective" else recompute, g)
         if self.kinds[kind].moe and recompute != "full":
-            kept += t.expert_imbalance * experts.routed_activation_bytes(self.model, self.shard, self.config,
+            kept += self.routed_load * experts.routed_activation_bytes(self.model, self.shard, self.config,
                                                                          t.element_bytes, g)
         if recompute == "selective":
             kept -= sum(self.module_drops(kind))
@@ -274,10 +280,10 @@ class StepModel:
         t = self.training
         if self.config.per_op:
             kept = recompute.per_op_kept_bytes(self.model, self.kinds[kind], self.shard, self.config, t.element_bytes,
-                                               t.precision, t.expert_imbalance)
+                                               t.precision, self.routed_load)
             return [max(0.0, self.layer_activation_bytes(kind, "none") - kept)]
         return recompute.module_drops(self.config.recompute_modules, self.model, self.kinds[kind], self.shard, self.config,
-                                      t.element_bytes, t.flash_attention, t.expert_imbalance, memory.gemm_input_bytes(t))
+                                      t.element_bytes, t.flash_attention, self.routed_load, memory.gemm_input_bytes(t))
 
     # ---- per stage --------------------------------------------------------------------------------
     def stage_fixed_params(self, stage: StageLayout) -> float:
@@ -590,7 +596,7 @@ class StepModel:
                                                       t.moe_dispatcher))
             if recompute == "full":  # the replayed forward recreates the routed side's activations too
                 routed += experts.routed_activation_bytes(self.model, self.shard, self.config, t.element_bytes)
-            working += t.expert_imbalance * routed
+            working += self.routed_load * routed
         return working
 
     def head_transient_bytes(self, layout: StageLayout) -> float:

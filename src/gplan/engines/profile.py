@@ -140,6 +140,8 @@ class Capabilities:
     """Adam's moments in another dtype than fp32 (Megatron-LM's --exp-avg-dtype, --exp-avg-sq-dtype)."""
     master_weights: bool = False
     """Master weights in fp16 (Megatron-LM's --main-params-dtype)."""
+    moe_pad_to_capacity: bool = False
+    """Every expert's input padded to its capacity (Megatron-core's --moe-pad-expert-input-to-capacity)."""
     moe_shared_expert_overlap: bool = False
     """The shared experts beside the token exchange (Megatron-core's --moe-shared-expert-overlap)."""
     optimizer_offload: bool = False

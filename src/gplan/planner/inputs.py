@@ -132,7 +132,8 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
                    attention_kernel: str | None = None, bf16_loss: bool = False,
                    grad_sync_each_microbatch: bool = False, precision_aware_optimizer: bool = False,
                    adam_moments: str = "fp32", master_weights: str = "fp32", optimizer_offload: float = 0.0,
-                   optimizer_offload_overlap: bool = False, moe_shared_expert_overlap: bool = False) -> Inputs:
+                   optimizer_offload_overlap: bool = False, moe_shared_expert_overlap: bool = False,
+                   moe_pad_to_capacity: bool = False) -> Inputs:
     """`target` (a backend or export target) is the engine whose memory accounting prices the run;
     default: the backend of the cluster's hardware, as `gplan search` defaults its --target."""
     from gplan.planner.space import target_name
@@ -173,7 +174,8 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
                                 precision_aware_optimizer=precision_aware_optimizer, adam_moments=adam_moments,
                                 master_weights=master_weights, optimizer_offload=optimizer_offload,
                                 optimizer_offload_overlap=optimizer_offload_overlap,
-                                moe_shared_expert_overlap=moe_shared_expert_overlap)
+                                moe_shared_expert_overlap=moe_shared_expert_overlap,
+                                moe_pad_to_capacity=moe_pad_to_capacity)
     except ValidationError as exc:
         err = exc.errors()[0]
         raise InputError(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}",
@@ -208,6 +210,14 @@ def check_engine_options(training: TrainingSpec, model: ModelSpec) -> None:
         # "overlap_moe_expert_parallel_comm is supported with alltoall/flex token dispatcher"
         raise InputError("--moe-a2a-overlap overlaps the all-to-all or flex dispatcher's traffic, not the all-gather's",
                          hint="use --moe-dispatcher alltoall or flex, or leave --moe-a2a-overlap out")
+    if training.moe_pad_to_capacity and model.capacity_factor is None:  # Megatron-core: the padding needs a capacity
+        raise InputError(f"--moe-pad-to-capacity pads the experts' inputs to their capacity: {model.name} sets no "
+                         "capacity_factor (it routes dropless)", hint="set capacity_factor in the model file, or "
+                         "leave --moe-pad-to-capacity out")
+    if training.moe_pad_to_capacity and training.moe_dispatcher == "flex":  # Megatron-core's TransformerConfig:
+        # "Flex token dispatcher with deepep backend does not support moe_pad_expert_input_to_capacity"
+        raise InputError("--moe-pad-to-capacity: the flex dispatcher's DeepEP backend does not pad the experts' inputs",
+                         hint="use --moe-dispatcher alltoall or allgather, or leave --moe-pad-to-capacity out")
     if training.moe_shared_expert_overlap:  # Megatron-core's TransformerConfig.__post_init__
         if not model.shared_expert_ffn_size:
             raise InputError(f"--moe-shared-expert-overlap overlaps the shared experts: {model.name} has none",

@@ -92,7 +92,8 @@ ENGINE_OPTIONS = {"grad_reduce_in_bf16": "--grad-reduce-in-bf16", "fp8_param_gat
                   "precision_aware_optimizer": "--precision-aware-optimizer", "adam_moments": "--adam-moments",
                   "master_weights": "--master-weights", "optimizer_offload": "--optimizer-offload",
                   "optimizer_offload_overlap": "--optimizer-offload-overlap",
-                  "moe_shared_expert_overlap": "--moe-shared-expert-overlap"}
+                  "moe_shared_expert_overlap": "--moe-shared-expert-overlap",
+                  "moe_pad_to_capacity": "--moe-pad-to-capacity"}
 """TrainingSpec's engine switches, each a capability of the same name, and its flag."""
 
 

@@ -148,6 +148,10 @@ class TrainingSpec(BaseModel):
     master_weights: MasterWeightsDtype = "fp32"
     """The master weights' dtype (Megatron-LM's --main-params-dtype, which needs the precision-aware optimizer):
     fp16 is 2 bytes, FP8 recipe or not."""
+    moe_pad_to_capacity: bool = False
+    """Mixture of experts with an expert capacity (ModelSpec.capacity_factor): every expert's input padded to its
+    capacity, so each computes and exchanges exactly capacity_factor × the balanced share (Megatron-core's
+    --moe-pad-expert-input-to-capacity; experts.routed_load). Megatron-LM only."""
     moe_shared_expert_overlap: bool = False
     """Mixture of experts: the shared experts run on a stream of their own beside the token exchange — their first
     GEMM and activation while the dispatch all-to-all runs, their second while the combine runs, in every pass
@@ -176,6 +180,7 @@ class TrainingSpec(BaseModel):
                                                     "bf16_loss": False, "grad_sync_each_microbatch": False,
                                                     "precision_aware_optimizer": False, "adam_moments": "fp32",
                                                     "master_weights": "fp32", "optimizer_offload": 0.0, "moe_shared_expert_overlap": False,
+                                                    "moe_pad_to_capacity": False,
                                                     "optimizer_offload_overlap": False}
 
     @model_validator(mode="before")

@@ -23,6 +23,7 @@ ENGINE = EngineProfile(
                               fp8_param_gather=True, legacy_grouped_gemm=True, activation_offload=True, moe_a2a_overlap=True,
                               precision_aware_optimizer=True, adam_moments=True, master_weights=True,
                               optimizer_offload=True, optimizer_offload_overlap=True, moe_shared_expert_overlap=True,
+                              moe_pad_to_capacity=True,
                               cuda_graphs=True, moe_dispatcher=frozenset({"alltoall", "allgather", "flex"}),
                               recompute_modules=frozenset({"core_attn", "mlp", "moe", "moe_act", "shared_experts",
                                                            "layernorm", "mla_up_proj"}),

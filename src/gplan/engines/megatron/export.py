@@ -173,6 +173,7 @@ def expert_args(plan: Plan) -> list[str]:
         args += ["--moe-router-topk-scaling-factor", f"{m.router_topk_scale:g}"]
     if m.capacity_factor:
         args += ["--moe-expert-capacity-factor", str(m.capacity_factor), "--moe-token-drop-policy", "probs"]
+        args += ["--moe-pad-expert-input-to-capacity"] * plan.training.moe_pad_to_capacity
     return args
 
 

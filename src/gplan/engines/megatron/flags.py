@@ -32,6 +32,7 @@ LAYOUT_FLAGS = {
     "--checkpoint-activations", "--moe-use-legacy-grouped-gemm", "--use-precision-aware-optimizer", "--exp-avg-dtype",
     "--exp-avg-sq-dtype", "--main-params-dtype", "--main-grads-dtype", "--optimizer-cpu-offload",
     "--optimizer-offload-fraction", "--overlap-cpu-optimizer-d2h-h2d", "--moe-shared-expert-overlap",
+    "--moe-pad-expert-input-to-capacity",
 }
 #: Model flags whose presence gplan reads through the named model (checked as switches).
 MODEL_SWITCHES = {
@@ -52,7 +53,7 @@ _ROPE = "RoPE's numerics (elementwise, no GEMM)"
 _TP_OVERLAP = "a detail of --tp-comm-overlap (priced as the overlap whole)"
 _PROFILE = "profiling or a run-time check"
 _NCCL = "NCCL's buffers, registration or in-network reduction (within the calibrated link efficiency)"
-_OFFLOAD_DETAIL = "a detail of --optimizer-cpu-offload (refused itself)"
+_OFFLOAD_DETAIL = "a detail of --optimizer-cpu-offload (its host copies' pinning, its CPU optimizer's class)"
 _LOSS_SCALE = "fp16 loss scaling"
 
 #: Flags read without an effect on the layout or its cost, with the reason said beside the prediction.
@@ -120,8 +121,7 @@ MEGATRON_NO_EFFECT = {
     "--disable-tp-comm-bulk-dgrad": _TP_OVERLAP, "--disable-tp-comm-bulk-wgrad": _TP_OVERLAP,
     "--disable-tp-comm-split-ag": _TP_OVERLAP, "--disable-tp-comm-split-rs": _TP_OVERLAP,
     "--tp-comm-bootstrap-backend": _TP_OVERLAP,
-    "--optimizer-offload-fraction": _OFFLOAD_DETAIL, "--use-torch-optimizer-for-cpu-offload": _OFFLOAD_DETAIL,
-    "--overlap-cpu-optimizer-d2h-h2d": _OFFLOAD_DETAIL, "--no-pin-cpu-grads": _OFFLOAD_DETAIL,
+    "--use-torch-optimizer-for-cpu-offload": _OFFLOAD_DETAIL, "--no-pin-cpu-grads": _OFFLOAD_DETAIL,
     "--no-pin-cpu-params": _OFFLOAD_DETAIL,
     "--no-async-tensor-model-parallel-allreduce": "deprecated and ignored by Megatron",
     "--pipeline-model-parallel-comm-backend": "the pipeline's communicator library (same bytes)",
@@ -165,8 +165,6 @@ MEGATRON_DEFAULTS: dict[str, Any] = {
 MEGATRON_NOT_PRICED = {
     "--fine-grained-activation-offloading":
     "per-module activation offloading", "--offload-modules": "per-module activation offloading",
-    "--moe-expert-capacity-factor": "token dropping at a capacity", "--moe-pad-expert-input-to-capacity":
-    "experts padded to their capacity", "--moe-token-drop-policy": "which tokens a capacity drops",
     "--optimizer": "another optimizer than Adam (its state differs)",
     "--batch-size": "the old spelling of --micro-batch-size: write --micro-batch-size",
     "--model-parallel-size": "the old spelling of --tensor-model-parallel-size: write that",

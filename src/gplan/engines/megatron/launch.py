@@ -38,6 +38,7 @@ def megatron_log_launch(args: dict, path: Path, model: ModelSpec | None) -> Laun
     if not 0 <= logged.vocab_size - model.vocab_size < padding:
         raise InputError(f"--from {path}: the log's model has a vocabulary of {logged.vocab_size} (padded), "
                          f"{model.name} has {model.vocab_size}", hint="name the model the log trained")
+    model = with_capacity(model, args.get("moe_expert_capacity_factor"))
     values = logs.config_values(args)
     block = values["recompute"] == "full" and args.get("recompute_method") == "block"
     engine_options = {"grad_reduce_in_bf16": bool(args.get("grad_reduce_in_bf16")),
@@ -51,6 +52,7 @@ def megatron_log_launch(args: dict, path: Path, model: ModelSpec | None) -> Laun
                                             {flag: args.get(flag.removeprefix("--").replace("-", "_"))
                                              for flag in STATE_DTYPE_FLAGS}, path),
                       "moe_shared_expert_overlap": model.is_moe and bool(args.get("moe_shared_expert_overlap")),
+                      "moe_pad_to_capacity": model.is_moe and bool(args.get("moe_pad_expert_input_to_capacity")),
                       **optimizer_offload_of(bool(args.get("optimizer_cpu_offload")),
                                              args.get("optimizer_offload_fraction"),
                                              bool(args.get("overlap_cpu_optimizer_d2h_h2d")))}
@@ -91,6 +93,7 @@ def read_megatron_launch(path: Path, model: ModelSpec | None, text: str) -> Laun
                          "--tensor-model-parallel-size)", hint="pass the script that runs pretrain_gpt.py")
     model = model_of_flags(args, path) if model is None else model
     check_model(args, model, path)
+    model = with_capacity(model, value(args, "--moe-expert-capacity-factor"))
     known = MODEL_FLAGS.keys() | LAYOUT_FLAGS | MODEL_SWITCHES | WORLD.keys()
     unread, no_effect = classified(path, {a: v for a, v in args.items() if a not in known}, megatron_class)
     a2a_overlap = "--overlap-moe-expert-parallel-comm" in args or (
@@ -110,9 +113,20 @@ def read_megatron_launch(path: Path, model: ModelSpec | None, text: str) -> Laun
                                   **optimizer_states_of("--use-precision-aware-optimizer" in args,
                                                         {flag: value(args, flag) for flag in STATE_DTYPE_FLAGS}, path),
                                   "moe_shared_expert_overlap": model.is_moe and "--moe-shared-expert-overlap" in args,
+                                  "moe_pad_to_capacity": model.is_moe and "--moe-pad-expert-input-to-capacity" in args,
                                   **optimizer_offload_of("--optimizer-cpu-offload" in args,
                                                          value(args, "--optimizer-offload-fraction"),
                                                          "--overlap-cpu-optimizer-d2h-h2d" in args)})
+
+
+def with_capacity(model: ModelSpec, factor: Any) -> ModelSpec:
+    """The model as the launch routes it: with the expert capacity its --moe-expert-capacity-factor sets (tokens over
+    it dropped; a negative factor is none, as Megatron-core's TransformerConfig reads it) — a run's choice, not the
+    architecture's, so it replaces the model's own."""
+    if factor in (None, "None") or not model.is_moe:
+        return model
+    capacity = float(factor)
+    return model.model_copy(update={"capacity_factor": capacity if capacity >= 0 else None})
 
 
 def optimizer_offload_of(offload: bool, fraction: Any, overlap: bool) -> dict:
