@@ -495,3 +495,17 @@ def test_an_earlier_layout_switch_neither_true_nor_false_is_refused(gplan, tmp_p
     r = gplan("estimate", "--from", str(moe_recipe(tmp_path, model__backend={"enable_deepep": "maybe"})), "--cluster",
               "dgx-h100", "--devices", "8")
     assert r.code == 3 and "enable_deepep" in r.stderr and "hint:" in r.stderr
+
+
+def test_a_recipe_with_transformer_engines_fused_adam_says_what_its_price_leaves_out(gplan):
+    """Its 70B benchmark recipe steps Transformer Engine's FusedAdam, whose moments default to fp32 beside the bf16
+    model: not priced yet, and said beside the prediction rather than left silent (torch Adam's recipes say nothing)."""
+    corpus = Path(__file__).parents[1] / "data" / "corpus" / "nemo_automodel"
+    fused = gplan("estimate", "--from", str(corpus / "llama3_1_70b_pretrain_benchmark_8nodes_tp1cp2pp1.yaml"),
+                  "--cluster", "dgx-h100", "--devices", "64")
+    assert fused.code == 0, fused.stderr
+    said = " ".join((fused.stderr + fused.stdout).split())  # the terminal wraps it
+    assert "FusedAdam: Transformer Engine's keeps its moments in float32" in said and "not priced yet" in said
+    plain = gplan("estimate", "--from", str(corpus / "qwen3_moe_30b_benchmark_legacy.yaml"), "--cluster", "dgx-h100",
+                  "--devices", "8")
+    assert plain.code == 0 and "FusedAdam" not in plain.stderr + plain.stdout
