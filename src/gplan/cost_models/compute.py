@@ -336,6 +336,10 @@ def embedding_time(model: ModelSpec, training: TrainingSpec, shard: Shard, devic
 #: m and v (8 + 8) read and written, the 16-bit copy (2) written, plus the grad-norm read (4).
 ADAM_BYTES_PER_PARAM = 34
 
+#: In full-bf16 training (TrainingSpec.pure_bf16) everything is bf16 and there is no master copy: grad (2)
+#: read, weight (2 + 2), m and v (4 + 4), the grad-norm read (2).
+PURE_BF16_ADAM_BYTES_PER_PARAM = 16
+
 
 def adam_bytes_moved_per_param(state_bytes: float, master_remainders: bool) -> float:
     """What mixed-precision Adam moves per parameter with `state_bytes` of master weight and moments: the fp32
@@ -343,9 +347,6 @@ def adam_bytes_moved_per_param(state_bytes: float, master_remainders: bool) -> f
     — and read, where the master weight is its 16-bit remainder (FusedAdam's `store_param_remainders` rebuilds the
     fp32 value from both). 34 bytes at fp32 states (`ADAM_BYTES_PER_PARAM`)."""
     return 4 + 4 + 2 * state_bytes + 2 + (2 if master_remainders else 0)
-#: In full-bf16 training (TrainingSpec.pure_bf16) everything is bf16 and there is no master copy: grad (2)
-#: read, weight (2 + 2), m and v (4 + 4), the grad-norm read (2).
-PURE_BF16_ADAM_BYTES_PER_PARAM = 16
 
 
 def optimizer_time_s(device: DeviceSpec, local_params: float, bytes_per_param: float = ADAM_BYTES_PER_PARAM) -> float:

@@ -200,12 +200,12 @@ def estimate(inputs: Inputs, given: dict[str, Any], stages: str | None = None, w
     A configuration the named target would not run as written is refused with that engine's rule
     (a user who names torchtitan is told what torchtitan would stop on, not handed a number for a
     launch that never starts); `what_if` prices it anyway with the refusal attached, as `compare` does."""
-    from gplan.spec.parallel import check_config
+    from gplan.spec.parallel import RULES, SHARDING_RULES, check_config
 
     first = config_of(given, inputs.devices)
-    if "zero" not in given and inputs.training.precision_aware_optimizer:
-        first = first.model_copy(update={"zero": 1})  # zero is chosen below; the optimizer's rule reads it then
-    check_config(inputs.model, inputs.training, first, inputs.devices)
+    # a zero left open is chosen below, where the rules that read it are asked, not judged here at its default
+    rules = RULES if "zero" in given else tuple(r for r in RULES if r not in SHARDING_RULES)
+    check_config(inputs.model, inputs.training, first, inputs.devices, rules)
     done = complete(inputs, given, stage_sizes_option(inputs.model, first, stages))
     refused, runners = target_refusals(inputs, done.config, done.layouts)
     if refused and not what_if:

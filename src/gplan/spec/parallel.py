@@ -506,10 +506,10 @@ and the optimizer in the backward (asked last: they read the whole configuration
 
 
 def config_violations(model: ModelSpec, training: TrainingSpec, config: ParallelConfig,
-                      devices: int | None = None) -> list[Violation]:
-    """Every rule `config` breaks on `devices` (default: its own world size)."""
+                      devices: int | None = None, rules: tuple[Rule, ...] = RULES) -> list[Violation]:
+    """Every rule of `rules` `config` breaks on `devices` (default: its own world size)."""
     devices = config.world_size if devices is None else devices
-    return [v for rule in RULES if (v := rule(model, training, config, devices)) is not None]
+    return [v for rule in rules if (v := rule(model, training, config, devices)) is not None]
 
 
 def keeps_rules(model: ModelSpec, training: TrainingSpec, config: ParallelConfig,
@@ -519,9 +519,10 @@ def keeps_rules(model: ModelSpec, training: TrainingSpec, config: ParallelConfig
     return not any(rule(model, training, config, config.world_size) for rule in rules)
 
 
-def check_config(model: ModelSpec, training: TrainingSpec, config: ParallelConfig, devices: int) -> None:
-    """Reject a configuration that cannot run, with the first rule it breaks."""
-    found = config_violations(model, training, config, devices)
+def check_config(model: ModelSpec, training: TrainingSpec, config: ParallelConfig, devices: int,
+                 rules: tuple[Rule, ...] = RULES) -> None:
+    """Reject a configuration that cannot run, with the first rule (of `rules`) it breaks."""
+    found = config_violations(model, training, config, devices, rules)
     if found:
         raise InputError(found[0].message, hint=found[0].hint)
 

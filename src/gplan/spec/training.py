@@ -179,8 +179,8 @@ class TrainingSpec(BaseModel):
                                                     "moe_dispatcher": "alltoall", "attention_kernel": None,
                                                     "bf16_loss": False, "grad_sync_each_microbatch": False,
                                                     "precision_aware_optimizer": False, "adam_moments": "fp32",
-                                                    "master_weights": "fp32", "optimizer_offload": 0.0, "moe_shared_expert_overlap": False,
-                                                    "moe_pad_to_capacity": False,
+                                                    "master_weights": "fp32", "moe_pad_to_capacity": False,
+                                                    "moe_shared_expert_overlap": False, "optimizer_offload": 0.0,
                                                     "optimizer_offload_overlap": False}
 
     @model_validator(mode="before")

@@ -163,8 +163,8 @@ MEGATRON_DEFAULTS: dict[str, Any] = {
 }
 #: Flags gplan cannot price when set away from their default (a change to memory or time it has no term for).
 MEGATRON_NOT_PRICED = {
-    "--fine-grained-activation-offloading":
-    "per-module activation offloading", "--offload-modules": "per-module activation offloading",
+    "--fine-grained-activation-offloading": "per-module activation offloading",
+    "--offload-modules": "per-module activation offloading",
     "--optimizer": "another optimizer than Adam (its state differs)",
     "--batch-size": "the old spelling of --micro-batch-size: write --micro-batch-size",
     "--model-parallel-size": "the old spelling of --tensor-model-parallel-size: write that",

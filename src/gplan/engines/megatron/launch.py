@@ -56,8 +56,6 @@ def megatron_log_launch(args: dict, path: Path, model: ModelSpec | None) -> Laun
                       **optimizer_offload_of(bool(args.get("optimizer_cpu_offload")),
                                              args.get("optimizer_offload_fraction"),
                                              bool(args.get("overlap_cpu_optimizer_d2h_h2d")))}
-    if engine_options["grad_reduce_in_bf16"] is False and dtype_name(args.get("main_grads_dtype")) == "bf16":
-        engine_options["grad_reduce_in_bf16"] = True  # validate_args: no fp32 accumulation, so a bf16 grad buffer
     return Launch(source=str(path), engine=logs.engine(args), given=values, gbs=int(args["global_batch_size"]),
                   engine_options=engine_options if logs.engine(args) == "megatron" else {},
                   seq_length=int(args["seq_length"]), precision=logs.precision(args),
@@ -102,8 +100,7 @@ def read_megatron_launch(path: Path, model: ModelSpec | None, text: str) -> Laun
                   seq_length=optional_int(args, "--seq-length"), precision=precision_of(args),
                   stage_sizes=stage_sizes_of(args, model), recompute_layers=block_layers(args),
                   world_size=world_size(args, variables), unread=unread + notes, no_effect=no_effect, model=model,
-                  engine_options={"grad_reduce_in_bf16": "--grad-reduce-in-bf16" in args or
-                                  dtype_name(value(args, "--main-grads-dtype")) == "bf16",
+                  engine_options={"grad_reduce_in_bf16": "--grad-reduce-in-bf16" in args,
                                   "fp8_param_gather": "--fp8-param-gather" in args,
                                   "legacy_grouped_gemm": legacy_grouped_gemm(args, model),
                                   "moe_a2a_overlap": a2a_overlap,
@@ -168,7 +165,9 @@ def optimizer_states_of(precision_aware: bool, dtypes: dict[str, Any], path: Pat
                          "refuses it (its dtype flags need that optimizer)", hint="add --use-precision-aware-optimizer")
     if not precision_aware:
         return {}
-    return {"precision_aware_optimizer": True, "adam_moments": m, "master_weights": names["--main-params-dtype"]}
+    bf16_grads = {"grad_reduce_in_bf16": True} if names["--main-grads-dtype"] == "bf16" else {}
+    return {"precision_aware_optimizer": True, "adam_moments": m, "master_weights": names["--main-params-dtype"],
+            **bf16_grads}
 
 
 
