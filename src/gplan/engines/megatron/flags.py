@@ -55,6 +55,7 @@ _PROFILE = "profiling or a run-time check"
 _NCCL = "NCCL's buffers, registration or in-network reduction (within the calibrated link efficiency)"
 _OFFLOAD_DETAIL = "a detail of --optimizer-cpu-offload (its host copies' pinning, its CPU optimizer's class)"
 _LOSS_SCALE = "fp16 loss scaling"
+_CHECKPOINT = "checkpoint saving and loading (outside the step)"
 
 #: Flags read without an effect on the layout or its cost, with the reason said beside the prediction.
 MEGATRON_NO_EFFECT = {
@@ -110,6 +111,10 @@ MEGATRON_NO_EFFECT = {
     "--check-for-large-grads": _PROFILE, "--no-check-for-nan-in-loss-and-grad": _PROFILE,
     "--check-weight-hash-across-dp-replicas-interval": _PROFILE, "--profile": _PROFILE,
     "--profile-step-start": _PROFILE, "--profile-step-end": _PROFILE, "--iterations-to-skip": _PROFILE,
+    "--log-num-zeros-in-grad": "logging (the gradient's zeros, counted after the step)",
+    "--moe-per-layer-logging": "logging (the router's per-layer statistics)",
+    "--ckpt-fully-parallel-save": _CHECKPOINT, "--no-ckpt-fully-parallel-save": _CHECKPOINT,
+    "--ckpt-fully-parallel-load": _CHECKPOINT, "--no-ckpt-fully-parallel-load": _CHECKPOINT,
     "--use-pytorch-profiler": _PROFILE, "--profile-ranks": _PROFILE, "--record-memory-history": _PROFILE,
     "--no-clone-scatter-output-in-embedding": "one [tokens, hidden] copy of the embedding's output",
     "--disable-gloo-process-groups": "host-side process groups", "--use-cpu-initialization": "initialization only",
