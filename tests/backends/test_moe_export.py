@@ -448,12 +448,47 @@ def test_a_full_bf16_plan_exports_torchtitans_training_dtype_and_reads_back(tmp_
     assert back["memory_bytes_per_device_max"] == pytest.approx(written["memory_bytes_per_device_max"], rel=1e-6)
 
 
+@requires_engine("torchtitan", "dev")
+def test_a_compiled_loss_exports_torchtitans_compile_of_the_loss_alone_and_reads_back(tmp_path, gplan):
+    """A plan with the loss compiled (--compiled-loss): its export for torchtitan 0.3.0 compiles the loss and not
+    the model (what was priced), which torchtitan's own ConfigManager takes; --from of the export gives it back at
+    the same step and memory, below the eager loss's."""
+    import json
+
+    from test_exporters import titan_parse
+
+    from gplan.profiles.catalogue import load_model
+
+    training = TrainingSpec(gbs=8, seq_length=32768, engine="torchtitan", compiled_loss=True)
+    plan = make_plan(load_model("llama3-8b"), training, load_cluster("dgx-h100", 8), ParallelConfig(dp=8, zero=3,
+                     recompute="full"), None)
+    (tmp_path / "parsed").mkdir()
+    compile_config = titan_parse(tmp_path / "parsed", plan).compile
+    assert compile_config.enable and list(compile_config.components) == ["loss"]
+    plan_path, out = tmp_path / "plan.json", tmp_path / "tt"
+    plan_path.write_text(plan.model_dump_json())
+    assert gplan("export", str(plan_path), "--to", "torchtitan", "--out-dir", str(out)).code == 0
+    back = gplan("estimate", "--from", str(out / "torchtitan_train.sh"), "--cluster", "dgx-h100", "--json").json()
+    written = json.loads(plan_path.read_text())["prediction"]
+    assert back["engine_options"]["compiled_loss"] is True
+    assert back["step_time_s"] == pytest.approx(written["step_time_s"], rel=1e-6)
+    assert back["memory_bytes_per_device_max"] == pytest.approx(written["memory_bytes_per_device_max"], rel=1e-6)
+    eager = gplan("estimate", "llama3-8b", "--cluster", "dgx-h100", "--devices", "8", "--dp", "8", "--zero", "3",
+                  "--recompute", "full", "--gbs", "8", "--seq-length", "32768", "--target", "torchtitan", "--json").json()
+    logits = 32768 * load_model("llama3-8b").vocab_size  # 4 bytes a logit kept and 4 in the backward, dropped
+    assert eager["memory_bytes_per_device_max"] - back["memory_bytes_per_device_max"] == pytest.approx(8 * logits,
+                                                                                                      rel=0.01)
+
+
 @pytest.mark.parametrize("argv, says", [
+    (["--target", "megatron", "--compiled-loss"], "capability compiled_loss"),
     (["--target", "megatron"], "capability pure_bf16"),
     (["--target", "torchtitan", "--precision", "fp32"], "the run trains in fp32"),
 ])
 def test_pure_bf16_where_it_cannot_run_is_refused_with_a_hint(gplan, argv, says):
-    r = gplan("estimate", "llama3-8b", "--cluster", "dgx-h100", "--devices", "8", "--pure-bf16", *argv)
+    option = "--compiled-loss" if "--compiled-loss" in argv else "--pure-bf16"
+    argv = [a for a in argv if a != "--compiled-loss"]
+    r = gplan("estimate", "llama3-8b", "--cluster", "dgx-h100", "--devices", "8", option, *argv)
     assert r.code == 3 and says in r.stderr and "hint:" in r.stderr
     assert "Traceback" not in r.stderr
 

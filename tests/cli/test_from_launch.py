@@ -217,6 +217,38 @@ def test_a_torchtitan_toml_without_a_batch_runs_torchtitans_local_batch(gplan, t
     assert data["parallel"]["mbs"] == 8 and "training.local_batch_size not set" in json.dumps(data)
 
 
+@pytest.mark.parametrize("compile_section, compiled", [("enable = true\n", True),
+                                                      ('enable = true\ncomponents = ["loss"]\n', True),
+                                                      ('enable = true\ncomponents = ["model"]\n', False),
+                                                      ('enable = false\ncomponents = ["loss"]\n', False)])
+def test_a_torchtitan_toml_that_compiles_its_loss_is_priced_without_the_fp32_logits(gplan, tmp_path, compile_section,
+                                                                                  compiled):
+    """compile.enable with "loss" among compile.components (its default holds both) runs the loss compiled: read as
+    --compiled-loss, the memory below the eager loss's by the fp32 logits; "model" alone or compile off is eager."""
+    path = tmp_path / "job.toml"
+    path.write_text(TITAN_TOML.read_text() + "\n[compile]\n" + compile_section)
+    args = ("estimate", "llama3-8b", "--cluster", "dgx-h100", "--devices", "16", "--json")
+    data = gplan(*args[:2], "--from", str(path), *args[2:]).json()
+    eager = gplan(*args[:2], "--from", str(TITAN_TOML), *args[2:]).json()
+    assert data["engine_options"].get("compiled_loss", False) is compiled
+    assert (data["memory_bytes_per_device_max"] < eager["memory_bytes_per_device_max"]) is compiled
+
+
+def test_a_torchtitan_toml_stating_every_degree_needs_no_device_count(gplan, tmp_path):
+    """data_parallel_shard_degree stated (not -1) fixes the world size — torchtitan asserts the degrees' product is
+    it: read without --devices; another count refused, exit 3, naming both."""
+    import re
+
+    text = re.sub(r"data_parallel_shard_degree *=.*", "data_parallel_shard_degree = 4", TITAN_TOML.read_text())
+    path = tmp_path / "job.toml"
+    path.write_text(text)
+    r = gplan("estimate", "llama3-8b", "--from", str(path), "--cluster", "dgx-h100", "--json")
+    assert r.code == 0, r.stderr
+    assert r.json()["parallel"]["dp"] == 4  # replicate 1 × shard 4, on tp·pp·cp more ranks each
+    wrong = gplan("estimate", "llama3-8b", "--from", str(path), "--cluster", "dgx-h100", "--devices", "64")
+    assert wrong.code == 3 and "replicate × shard" in wrong.stderr and "Traceback" not in wrong.stderr
+
+
 def test_a_per_op_plan_is_written_into_a_toml_with_its_option(gplan, tmp_path):
     """A plan recomputing torchtitan's per-op policy writes `selective_ac_option = "op"` beside the mode: the job
     config's default option, "2", would checkpoint every second block whole instead."""

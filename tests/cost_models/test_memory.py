@@ -204,6 +204,23 @@ def test_the_loss_backward_working_set_depends_on_the_engines_cross_entropy():
     assert memory.loss_working_bytes(m, shard, 2, ENGINES["llm-foundry"]) == 0          # fused, in place
 
 
+def test_a_compiled_loss_keeps_neither_an_fp32_copy_of_the_logits_nor_an_fp32_gradient():
+    """torchtitan's compiled cross-entropy (compile.components with "loss"): the 16-bit logits kept for the
+    backward, which writes the 16-bit gradient — 2 + 2 bytes a logit where the eager loss holds 6 + 6."""
+    titan = ENGINES["torchtitan"]
+    m = ModelSpec(name="dsv3ish", num_layers=1, hidden_size=2048, num_attention_heads=16, vocab_size=102400)
+    shard = Shard(batch=1, seq=131072, kv_seq=131072, tp=1, sp=False)
+    logits, hidden = 131072 * 102400, 2 * 2 * 131072 * 2048
+    assert memory.head_activation_bytes(m, shard, 2, titan) == hidden + 6 * logits
+    assert memory.head_activation_bytes(m, shard, 2, titan, compiled_loss=True) == hidden + 2 * logits
+    assert memory.loss_working_bytes(m, shard, 2, titan) == 6 * logits
+    assert memory.loss_working_bytes(m, shard, 2, titan, compiled_loss=True) == 2 * logits
+    # Megatron's vocab-parallel loss has no fp32 copy to drop: a compiled flag changes nothing there
+    megatron = ENGINES["megatron"]
+    assert memory.loss_working_bytes(m, shard, 2, megatron, compiled_loss=True) == \
+        memory.loss_working_bytes(m, shard, 2, megatron)
+
+
 def test_zero3_gathers_a_large_vocabulary_embedding_not_just_a_layer():
     """BLOOM's 250880 × 14336 embedding on tp=4 is ~0.9 B parameters, twice a layer's 0.6 B: FSDP gathers it
     whole, and prefetches the next unit beside it."""

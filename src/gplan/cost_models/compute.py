@@ -306,8 +306,10 @@ CROSS_ENTROPY_BYTES_PER_LOGIT = 12
 
 def cross_entropy_bytes_per_logit(training: TrainingSpec) -> float:
     """CROSS_ENTROPY_BYTES_PER_LOGIT, its two fp32 reads 16-bit where the loss runs on the 16-bit logits
-    (`TrainingSpec.bf16_loss`): 2 + 2 + 2 + 2."""
-    return CROSS_ENTROPY_BYTES_PER_LOGIT - (2 * (4 - training.element_bytes) if training.bf16_loss else 0)
+    (`TrainingSpec.bf16_loss`) or is compiled (`TrainingSpec.compiled_loss`: the upcast fused into the reads):
+    2 + 2 + 2 + 2."""
+    sixteen_bit_reads = training.bf16_loss or training.compiled_loss
+    return CROSS_ENTROPY_BYTES_PER_LOGIT - (2 * (4 - training.element_bytes) if sixteen_bit_reads else 0)
 
 
 def head_time(model: ModelSpec, training: TrainingSpec, shard: Shard, device: DeviceSpec) -> tuple[float, float]:

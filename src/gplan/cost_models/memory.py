@@ -107,14 +107,16 @@ def embedding_activation_bytes(model: ModelSpec, shard: Shard) -> float:
 
 
 def head_activation_bytes(model: ModelSpec, shard: Shard, element_bytes: int, engine: EngineProfile = NO_ENGINE,
-                          bf16_loss: bool = False) -> float:
+                          bf16_loss: bool = False, compiled_loss: bool = False) -> float:
     """Final norm input and logits-GEMM input (`2·e·s·b·h`), the 16-bit logits and their fp32 copy
     for the loss (`(e + 4)·s·b·V / t`, vocab-parallel) — only the 16-bit logits where the engine's fused
-    cross-entropy keeps no fp32 copy (`MemoryAccounting.fp32_logits`: llm-foundry's); the copy in 16 bits where
-    the loss runs on the 16-bit logits (`bf16_loss`: `(e + e)·s·b·V / t`)."""
+    cross-entropy keeps no fp32 copy (`MemoryAccounting.fp32_logits`: llm-foundry's) or the loss is compiled
+    (`compiled_loss`: Inductor replays the upcast in the backward from the 16-bit logits it saves); the copy in
+    16 bits where the loss runs on the 16-bit logits (`bf16_loss`: `(e + e)·s·b·V / t`)."""
     s, b = shard.seq, shard.batch
     hidden = 2 * element_bytes * s * b * model.hidden_size / (shard.tp if shard.sp else 1)
-    per_logit = element_bytes + ((element_bytes if bf16_loss else 4) if engine.memory.fp32_logits else 0)
+    copy = engine.memory.fp32_logits and not compiled_loss
+    per_logit = element_bytes + ((element_bytes if bf16_loss else 4) if copy else 0)
     return hidden + per_logit * s * b * model.vocab_size / shard.tp
 
 
@@ -158,16 +160,17 @@ def gradient_working_bytes(model: ModelSpec, shard: Shard, element_bytes: int, k
 
 
 def loss_working_bytes(model: ModelSpec, shard: Shard, element_bytes: int, engine: EngineProfile = NO_ENGINE,
-                       bf16_loss: bool = False) -> float:
+                       bf16_loss: bool = False, compiled_loss: bool = False) -> float:
     """The loss backward over the vocabulary (vocab-parallel), beside the 16-bit logits and fp32
     softmax the forward kept (head_activation_bytes), per logit: Megatron's vocab-parallel cross-entropy
     (Megatron-LM, Megatron-DeepSpeed, MindSpore's stack) writes the gradient into its softmax buffer and
     casts it to 16 bits for the head's backward: `e`; PyTorch's `F.cross_entropy` on fp32 logits (gplan's
     worker, torchtitan) allocates the fp32 gradient and its 16-bit copy: `4 + e`; llm-foundry's fused
     cross-entropy (flash-attn's, `inplace_backward`) works in place: nothing. On the 16-bit logits (`bf16_loss`)
-    the gradient is 16-bit too: `e + e`."""
-    per_logit = {"in_place": element_bytes, "fp32_grad": (element_bytes if bf16_loss else 4) + element_bytes,
-                 "fused": 0}[engine.memory.loss_grad]
+    the gradient is 16-bit too: `e + e`. A compiled loss (`compiled_loss`) writes the 16-bit gradient from one fused
+    kernel, no fp32 one before it: `e`."""
+    fp32_grad = element_bytes if compiled_loss else (element_bytes if bf16_loss else 4) + element_bytes
+    per_logit = {"in_place": element_bytes, "fp32_grad": fp32_grad, "fused": 0}[engine.memory.loss_grad]
     return per_logit * shard.seq * shard.batch * model.vocab_size / shard.tp
 
 

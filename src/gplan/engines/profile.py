@@ -120,6 +120,8 @@ class Capabilities:
     """The experts' GEMMs as one grouped kernel (Megatron's legacy GroupedMLP)."""
     bf16_loss: bool = False
     """The loss on the 16-bit logits, no fp32 upcast (NeMo AutoModel's `loss_fn.fp32_upcast: false`)."""
+    compiled_loss: bool = False
+    """The loss compiled by torch.compile, its fp32 upcast fused away (torchtitan's `compile.components`)."""
     grad_sync_each_microbatch: bool = False
     """Its deferred gradient sync switched off: every micro-batch reduce-scatters (NeMo AutoModel's
     `distributed.defer_fsdp_grad_sync: false`)."""

@@ -130,6 +130,12 @@ class TrainingSpec(BaseModel):
     false`, which its benchmark recipes set): the softmax it keeps and its gradient in 16 bits
     (`memory.head_activation_bytes`, `memory.loss_working_bytes`), and 16-bit reads in its time
     (`compute.cross_entropy_bytes_per_logit`)."""
+    compiled_loss: bool = False
+    """The loss compiled by torch.compile (torchtitan's `compile.components` holding "loss" with `compile.enable`;
+    ≤ 0.2's `training.compile`): Inductor fuses the fp32 upcast into the cross-entropy's reductions and replays it in
+    the backward, which writes the 16-bit gradient at once — no fp32 copy of the logits is kept and no fp32 gradient
+    allocated (`memory.head_activation_bytes`, `memory.loss_working_bytes`), the logits read in 16 bits
+    (`compute.cross_entropy_bytes_per_logit`). What compiling the model itself changes is not priced."""
     grad_sync_each_microbatch: bool = False
     """Sharded data parallel without stages reduce-scatters every micro-batch's gradients, where the engine's own
     default defers the reduction to a step's last micro-batch (`EngineProfile.defers_grad_sync`; NeMo AutoModel's
@@ -177,7 +183,7 @@ class TrainingSpec(BaseModel):
                                                     "optimizer_in_backward": False, "legacy_grouped_gemm": False,
                                                     "moe_a2a_overlap": False, "cuda_graphs": "none",
                                                     "moe_dispatcher": "alltoall", "attention_kernel": None,
-                                                    "bf16_loss": False, "grad_sync_each_microbatch": False,
+                                                    "bf16_loss": False, "compiled_loss": False, "grad_sync_each_microbatch": False,
                                                     "precision_aware_optimizer": False, "adam_moments": "fp32",
                                                     "master_weights": "fp32", "moe_pad_to_capacity": False,
                                                     "moe_shared_expert_overlap": False, "optimizer_offload": 0.0,

@@ -34,6 +34,9 @@ ENGINE = EngineProfile(
                               pure_bf16=True,
                               # ≤ 0.2's optimizer.early_step_in_backward (OptimizersInBackwardContainer)
                               optimizer_in_backward=True,
+                              # `compile.components` with "loss" (components/loss.py build_cross_entropy_loss:
+                              # torch.compile of cross_entropy_loss, its `.float()` upcast inside)
+                              compiled_loss=True,
                               # 0.3.0's converters: Float8LinearConverter (recipes rowwise and
                               # rowwise_with_gw_hp only: an fp8 plan runs rowwise there, and is priced
                               # so) and MXFP8LinearConverter (components/quantization/float8.py, mx.py)

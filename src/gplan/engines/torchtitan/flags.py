@@ -34,9 +34,11 @@ TITAN_NO_EFFECT = {
     "activation_checkpoint.determinism_check": "a debug check", "activation_checkpoint.debug": "a debug check",
     "parallelism.spmd_backend": "the tensor-parallel implementation (the same collectives)",
     "parallelism.context_parallel_ptrr_mask_key": "the PTRR load balancer's mask",
-    "compile.enable": "torch.compile: not priced apart — calibrate on your compiled runs (gplan calibrate)",
-    "compile.components": "what torch.compile compiles", "training.compile": "torch.compile (torchtitan ≤ 0.2's "
-    "switch): not priced apart — calibrate on your compiled runs (gplan calibrate)", "compile.backend": "torch.compile's backend",
+    "compile.enable": "torch.compile of the model is not priced apart (calibrate on your compiled runs: gplan "
+    "calibrate); of the loss, read as --compiled-loss",
+    "compile.components": "what torch.compile compiles: \"loss\" read as --compiled-loss, \"model\" not priced apart",
+    "training.compile": "torch.compile (torchtitan ≤ 0.2's switch) of the model is not priced apart (calibrate on your "
+    "compiled runs: gplan calibrate); of the loss, read as --compiled-loss", "compile.backend": "torch.compile's backend",
 }
 TITAN_NOT_LAYOUT = {"training.max_norm", "training.steps", "training.gc_freq", "training.gc_debug",
                     "training.dataset", "training.dataset_path"}

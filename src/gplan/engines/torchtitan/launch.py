@@ -75,21 +75,52 @@ def read_torchtitan_launch(path: Path, model: ModelSpec | None) -> Launch:
             sizes[j % pp] += sum(1 for name in part if name.startswith("layers."))
     comm = values.get("parallelism.expert_parallel_comm_backend",
                       module_constant(module, "MOE_COMM_BACKEND") if module.is_file() else None)
-    options = {"moe_dispatcher": titan_dispatcher(path, comm)} if model.is_moe else {}
+    seq = as_int(values.get("training.seq_len"))
+    if seq is None:
+        seq = TITAN_SEQ_LEN
+        notes.append(f"(training.seq_len not set: torchtitan's default, {TITAN_SEQ_LEN})")
+    return Launch(source=str(path), engine="torchtitan", given=given, gbs=gbs or 0,
+                  seq_length=seq, precision=_titan_precision(values), stage_sizes=sizes, recompute_layers=None,
+                  world_size=world_size(args, variables) or titan_world_size(given),
+                  unread=unread + notes, local_batch=local, no_effect=no_effect, model=model,
+                  engine_options=titan_engine_options(path, values, model, comm))
+
+
+def titan_engine_options(path: Path, values: dict[str, Any], model: ModelSpec, comm: str | None) -> dict[str, Any]:
+    """The engine switches a job config sets: the token exchange, the reduce and training dtypes, the optimizer
+    in the backward (≤ 0.2) and a compiled loss."""
+    options: dict[str, Any] = {"moe_dispatcher": titan_dispatcher(path, comm)} if model.is_moe else {}
     if titan_dtype(path, values, "training.mixed_precision_reduce", TITAN_REDUCE_DTYPES):
         options["grad_reduce_in_bf16"] = True
     if titan_dtype(path, values, "training.dtype", TITAN_TRAINING_DTYPES):
         options["pure_bf16"] = True
     if str(values.get("optimizer.early_step_in_backward", False)).lower() == "true":  # ≤ 0.2
         options["optimizer_in_backward"] = True
-    seq = as_int(values.get("training.seq_len"))
-    if seq is None:
-        seq = TITAN_SEQ_LEN
-        notes.append(f"(training.seq_len not set: torchtitan's default, {TITAN_SEQ_LEN})")
-    return Launch(source=str(path), engine="torchtitan", given=given, gbs=gbs or 0,
-                  seq_length=seq, precision=_titan_precision(values),
-                  stage_sizes=sizes, recompute_layers=None, world_size=world_size(args, variables),
-                  unread=unread + notes, local_batch=local, no_effect=no_effect, model=model, engine_options=options)
+    if titan_compiles_loss(values):
+        options["compiled_loss"] = True
+    return options
+
+
+TITAN_COMPILE_COMPONENTS = ["model", "loss"]
+"""torchtitan's `compile.components` default (CompileConfig): with `compile.enable`, the model and the loss."""
+
+
+def titan_compiles_loss(values: dict[str, Any]) -> bool:
+    """Whether the loss runs compiled: `compile.enable` with "loss" among `compile.components`
+    (components/loss.py build_cross_entropy_loss), or ≤ 0.2's `training.compile`, which compiled both."""
+    def on(key: str) -> bool:
+        return str(values.get(key, False)).lower() == "true"
+    components = values.get("compile.components", TITAN_COMPILE_COMPONENTS)
+    return on("training.compile") or (on("compile.enable") and "loss" in components)
+
+
+def titan_world_size(given: dict[str, Any]) -> int | None:
+    """The ranks a job config fixes on its own: every degree stated, `data_parallel_shard_degree` too (not -1,
+    which takes what the others leave) — torchtitan's ParallelDims asserts their product is the world size.
+    Experts borrow their ranks from dp_shard·cp and add none."""
+    if given["dp_shard"] in (None, -1):
+        return None
+    return given["dp_replicate"] * given["dp_shard"] * given["cp"] * given["tp"] * given["pp"]
 
 
 
@@ -208,7 +239,9 @@ def titan_log_launch(path: Path, model: ModelSpec | None, text: str) -> Launch:
     return Launch(source=str(path), engine="torchtitan", given=given, gbs=max(gbs, 0),
                   seq_length=int(t.get("seq_len", model.seq_length)), precision=_titan_precision(values),
                   stage_sizes=None, recompute_layers=None, world_size=logs.world_size(log.config),
-                  unread=notes, local_batch=int(t.get("local_batch_size", t.get("batch_size", 1))), model=model)
+                  unread=notes, local_batch=int(t.get("local_batch_size", t.get("batch_size", 1))), model=model,
+                  engine_options=titan_engine_options(path, values, model,
+                                                      values.get("parallelism.expert_parallel_comm_backend")))
 
 
 
