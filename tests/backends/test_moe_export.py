@@ -480,15 +480,45 @@ def test_a_compiled_loss_exports_torchtitans_compile_of_the_loss_alone_and_reads
                                                                                                       rel=0.01)
 
 
+@requires_engine("torchtitan", "dev")
+def test_an_fsdp_offload_plan_exports_torchtitans_cpu_offload_and_reads_back(tmp_path, gplan):
+    """A plan with FSDP's CPU offload (--fsdp-offload): its export for torchtitan 0.3.0 sets
+    training.enable_cpu_offload, which torchtitan's own ConfigManager takes; --from of the export gives it back
+    at the same step and memory, with the note that the host's step is assumed."""
+    import json
+
+    from test_exporters import titan_parse
+
+    from gplan.profiles.catalogue import load_model
+
+    training = TrainingSpec(gbs=8, seq_length=8192, engine="torchtitan", fsdp_offload=True)
+    plan = make_plan(load_model("llama3-70b"), training, load_cluster("dgx-h100", 8), ParallelConfig(dp=8, zero=3,
+                     recompute="full"), None)
+    (tmp_path / "parsed").mkdir()
+    assert titan_parse(tmp_path / "parsed", plan).training.enable_cpu_offload is True
+    plan_path, out = tmp_path / "plan.json", tmp_path / "tt"
+    plan_path.write_text(plan.model_dump_json())
+    assert gplan("export", str(plan_path), "--to", "torchtitan", "--out-dir", str(out)).code == 0
+    back = gplan("estimate", "--from", str(out / "torchtitan_train.sh"), "--cluster", "dgx-h100", "--json").json()
+    written = json.loads(plan_path.read_text())["prediction"]
+    assert back["engine_options"]["fsdp_offload"] is True
+    assert "an assumption no measured run checks" in json.dumps(back["not_read"])
+    assert back["step_time_s"] == pytest.approx(written["step_time_s"], rel=1e-6)
+    assert back["memory_bytes_per_device_max"] == pytest.approx(written["memory_bytes_per_device_max"], rel=1e-6)
+
+
 @pytest.mark.parametrize("argv, says", [
+    (["--target", "megatron", "--fsdp-offload"], "capability fsdp_offload"),
+    (["--target", "torchtitan", "--zero", "1", "--fsdp-offload"], "CPU offload with the weights resharded"),
+    (["--target", "torchtitan", "--dp", "1", "--tp", "8", "--zero", "3", "--fsdp-offload"], "nothing is sharded"),
     (["--target", "megatron", "--compiled-loss"], "capability compiled_loss"),
     (["--target", "megatron"], "capability pure_bf16"),
     (["--target", "torchtitan", "--precision", "fp32"], "the run trains in fp32"),
 ])
 def test_pure_bf16_where_it_cannot_run_is_refused_with_a_hint(gplan, argv, says):
-    option = "--compiled-loss" if "--compiled-loss" in argv else "--pure-bf16"
-    argv = [a for a in argv if a != "--compiled-loss"]
-    r = gplan("estimate", "llama3-8b", "--cluster", "dgx-h100", "--devices", "8", option, *argv)
+    options = [a for a in argv if a in ("--compiled-loss", "--fsdp-offload")] or ["--pure-bf16"]
+    argv = [a for a in argv if a not in options]
+    r = gplan("estimate", "llama3-8b", "--cluster", "dgx-h100", "--devices", "8", *options, *argv)
     assert r.code == 3 and says in r.stderr and "hint:" in r.stderr
     assert "Traceback" not in r.stderr
 

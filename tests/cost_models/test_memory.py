@@ -336,6 +336,51 @@ def test_full_bf16_training_keeps_every_state_in_bf16_without_an_fp32_copy():
     assert kept.weights == 2 / 8 + 2  # the bf16 weights gathered in the forward, held to the backward
 
 
+def test_fsdp_cpu_offload_leaves_only_what_is_gathered_or_accumulated_on_the_device():
+    """FSDP2's CPUOffloadPolicy (torchtitan's training.enable_cpu_offload): the fp32 shards, their gradients and
+    Adam's states are the host's — even on a one-rank mesh (routed experts with edp 1); under torch's pipelining the
+    16-bit weights still stay gathered and the whole gradients still accumulate on the device."""
+    from gplan.engines import profile_of
+
+    titan = profile_of("torchtitan")
+    for ranks in (8, 1):
+        off = memory.state_bytes_per_param(2, 3, ranks, titan, bf16=True, offloaded=True)
+        assert (off.weights, off.grads, off.optimizer) == (0.0, 0.0, 0.0)
+    kept = memory.state_bytes_per_param(2, 3, 8, titan, bf16=True, offloaded=True, stays_gathered=True,
+                                        unsharded_grads=True)
+    assert (kept.weights, kept.grads, kept.optimizer) == (2, 4, 0.0)
+    on_device = memory.state_bytes_per_param(2, 3, 8, titan, bf16=True)
+    assert (on_device.weights, on_device.grads, on_device.optimizer) == (4 / 8, 4 / 8, 8 / 8)
+
+
+def test_fsdp_cpu_offload_steps_adam_on_the_host_and_copies_every_shard_across_the_host_link():
+    """The offloaded run's optimizer is the host's Adam over its local parameters at the host memory bandwidth; each
+    unit's all-gather and reduce-scatter carry its shard across the host link, so the step is slower and the states
+    leave the device."""
+    from gplan.cost_models import compute
+    from gplan.cost_models.step import StepModel, predict
+    from gplan.planner.inputs import resolve_inputs
+    from gplan.spec.parallel import even_stage_sizes, layout_from_sizes
+
+    config = ParallelConfig(dp=8, zero=3, recompute="full")
+    priced = {}
+    for offload in (False, True):
+        inputs = resolve_inputs("llama3-70b", 8, "dgx-h100", gbs=8, seq_length=8192, target="torchtitan",
+                                fsdp_offload=offload)
+        m = inputs.model
+        layouts = layout_from_sizes(m, even_stage_sizes(m.total_layers, 1, 1), ["full"])
+        priced[offload] = (predict(m, inputs.training, inputs.cluster, config, layouts),
+                           StepModel(m, inputs.training, inputs.cluster, config))
+    (eager, _), (off, sm) = priced[False], priced[True]
+    hardware = inputs.cluster.node_groups[0].hardware
+    local = off.stages[0].params / 8
+    assert sm.optimizer_s(off.stages[0]) == pytest.approx(local * compute.ADAM_BYTES_PER_PARAM /
+                                                          (hardware.host_memory_GBps * 1e9))
+    assert sm.offload_copy_s(1e9, 0) == pytest.approx(4e9 / (hardware.host_link_GBps * 1e9))
+    assert off.stages[0].memory.optimizer_bytes == 0 and eager.stages[0].memory.optimizer_bytes > 0
+    assert off.step_time_s > eager.step_time_s and off.memory_bytes_per_device_max < eager.memory_bytes_per_device_max
+
+
 def test_the_optimizer_in_the_backward_holds_no_gradients():
     """torchtitan ≤ 0.2's optimizer.early_step_in_backward steps each parameter as its gradient arrives and frees
     it: the states keep weights and Adam's moments, no gradients."""

@@ -229,7 +229,8 @@ def keeps_master_remainders(training: TrainingSpec) -> bool:
 def state_bytes_per_param(element_bytes: int, zero: int, shard_ranks: int, engine: EngineProfile = NO_ENGINE,
                           bf16: bool = False, grad_bytes: int = GRAD_BYTES, pure_bf16: bool = False,
                           optimizer_in_backward: bool = False, unsharded_grads: bool = False,
-                          stays_gathered: bool = False, adam_bytes: float = MIXED_ADAM_STATE_BYTES) -> StateBytes:
+                          stays_gathered: bool = False, adam_bytes: float = MIXED_ADAM_STATE_BYTES,
+                          offloaded: bool = False) -> StateBytes:
     """What one parameter costs each device, as the engine keeps it (`MemoryAccounting.states`; d = the
     sharding ranks).
 
@@ -248,7 +249,9 @@ def state_bytes_per_param(element_bytes: int, zero: int, shard_ranks: int, engin
     backward of a run with `set_requires_gradient_sync(False)`, NeMo AutoModel every micro-batch but a step's last),
     each gradient is held whole until the reduction, beside the shard that reduction yields (FSDP2's
     `unsharded_accumulated_grad`, in the reduce dtype); under torch's pipelining the 16-bit weights stay gathered
-    after each backward even with zero 3 (`stays_gathered`: `set_reshard_after_backward(False)`).
+    after each backward even with zero 3 (`stays_gathered`: `set_reshard_after_backward(False)`). With FSDP's CPU
+    offload (`offloaded`) the shards, their gradients and Adam's states are the host's: the device keeps only what is
+    gathered or accumulated whole.
     zero_optimizers — DeepSpeed: 16-bit weights and gradients; fp16 (and ZeRO ≥ 2) keeps fp32 master, m, v and an fp32
     gradient partition per rank (`stage_1_and_2.py`: `single_partition_of_fp32_groups`) — 16/d bytes;
     bf16 with ZeRO-1 runs the BF16 optimizer, which accumulates gradients in full-size fp32 buffers
@@ -257,6 +260,9 @@ def state_bytes_per_param(element_bytes: int, zero: int, shard_ranks: int, engin
     if rule == "fsdp":
         kept = float(e) if pure_bf16 else 4.0  # the dtype weights and gradients are kept in; m and v alike
         grads = 0.0 if optimizer_in_backward else kept
+        if offloaded and zero >= 3:  # CPUOffloadPolicy (even on a one-rank mesh): shards, gradients, Adam on the host
+            gathered = e if stays_gathered and e < 4 else 0.0
+            return StateBytes(weights=gathered, grads=grad_bytes if grads and unsharded_grads else 0.0, optimizer=0.0)
         if zero == 0 or d == 1:
             return StateBytes(weights=kept, grads=grads, optimizer=2 * kept)
         # zero 1/2 keep the 16-bit weights gathered from the forward to the backward; under torch's pipelining

@@ -523,7 +523,7 @@ class StepModel:
                                             optimizer_in_backward=t.optimizer_in_backward,
                                             unsharded_grads=self.accumulates_unsharded,
                                             stays_gathered=self.reduces_after_last_backward,
-                                            adam_bytes=memory.device_adam_bytes(t))
+                                            adam_bytes=memory.device_adam_bytes(t), offloaded=t.fsdp_offload)
 
     @property
     def accumulates_unsharded(self) -> bool:
@@ -564,7 +564,7 @@ class StepModel:
                                             optimizer_in_backward=t.optimizer_in_backward,
                                             unsharded_grads=self.accumulates_unsharded,
                                             stays_gathered=self.reduces_after_last_backward,
-                                            adam_bytes=memory.device_adam_bytes(t))
+                                            adam_bytes=memory.device_adam_bytes(t), offloaded=t.fsdp_offload)
 
     def states(self, params: float, expert_params: float) -> tuple[float, float, float]:
         """(weights, grads, optimizer) bytes of `params` on one device, `expert_params` of them routed experts."""
@@ -770,11 +770,14 @@ class StepModel:
             # the rest over dp·cp, one after the other (Megatron-FSDP's expt_dp group, torchtitan's edp mesh)
             parts = [(self.layer_params(c.kind) - self.layer_expert_params(c.kind), ranks, link),
                      (self.layer_expert_params(c.kind), self.config.edp, expert_link)]
+            # the offload copies every shard, a one-rank group's (whole) too
+            copies = sum(self.offload_copy_s(p / n, g) for p, n, _ in parts if p > 0)
             parts = [(p, n, lk) for p, n, lk in parts if p > 0 and n > 1]
             gather = sum(comm.allgather_time_s(p * e, n, lk) for p, n, lk in parts) * slowdown
             if engine.zero3_gathers_per_tensor:
                 gather += self.per_tensor_gather_s(c.kind, ranks, link, engine)
             scatter = sum(comm.reduce_scatter_time_s(p * self.reduced_grad_bytes, n, lk) for p, n, lk in parts) * slowdown
+            gather, scatter = gather + copies, scatter + copies
             forward, backward = self.zero3_windows_s(c.kind, c.recompute, g, [lk for _, _, lk in parts])
             exposed += c.count * unit_exposed_s(gather, scatter, forward, backward)
             unreduced += c.count * unit_exposed_s(gather, 0.0, forward, backward)
@@ -782,8 +785,9 @@ class StepModel:
             scatters += c.count * scatter
         fixed = self.stage_fixed_params(empty_stage(layout.embedding, layout.head))
         if fixed:
-            fixed_gather = comm.allgather_time_s(fixed * e, ranks, link) * slowdown
-            fixed_scatter = comm.reduce_scatter_time_s(fixed * self.reduced_grad_bytes, ranks, link) * slowdown
+            fixed_gather = comm.allgather_time_s(fixed * e, ranks, link) * slowdown + self.offload_copy_s(fixed / ranks, g)
+            fixed_scatter = comm.reduce_scatter_time_s(fixed * self.reduced_grad_bytes, ranks, link) * slowdown + \
+                self.offload_copy_s(fixed / ranks, g)
             exposed += 2 * fixed_gather + fixed_scatter
             unreduced += 2 * fixed_gather
             gathered_once += fixed_gather
@@ -814,6 +818,24 @@ class StepModel:
         return (forward + sum(s / n for s, n in inside),
                 backward + sum(s * (n - 1) / n for s, n in inside))
 
+    def offload_copy_s(self, shard_params: float, group: int) -> float:
+        """One unit's shard crossing the host link under FSDP's CPU offload — its parameters copied in before the
+        all-gather, its reduced gradients out after the reduce-scatter, each in the collective's stream, in the
+        dtype the shards are kept in (fp32; bf16 under `pure_bf16`); 0 without the offload."""
+        if not self.training.fsdp_offload:
+            return 0.0
+        kept = self.training.element_bytes if self.training.pure_bf16 else 4
+        return shard_params * kept / (self.host_bandwidths(group)[0] * 1e9)
+
+    def host_bandwidths(self, group: int) -> tuple[float, float]:
+        """(host link, host memory) GB/s of the group's device: what a step on the host runs at."""
+        hardware = self.group(group).hardware
+        if hardware.host_link_GBps is None or hardware.host_memory_GBps is None:
+            raise InputError(f"{hardware.name} states no host link or host memory bandwidth, so an optimizer on the "
+                             "host cannot be priced on it", hint="leave the offload out, or add host_link_GBps and "
+                             "host_memory_GBps to the hardware file")
+        return hardware.host_link_GBps, hardware.host_memory_GBps
+
     def per_tensor_gather_s(self, kind: str, ranks: int, link, engine) -> float:
         """What gathering a unit tensor by tensor adds to one collective of its bytes: every further call's ring
         latency `(n−1)·α`, and per call its host time and its n copy launches (`EngineProfile.zero3_gathers_per_tensor`)."""
@@ -826,6 +848,8 @@ class StepModel:
         moved = compute.PURE_BF16_ADAM_BYTES_PER_PARAM if t.pure_bf16 else \
             compute.adam_bytes_moved_per_param(memory.adam_state_bytes(t), memory.keeps_master_remainders(t))
         local = self.optimizer_local_params(stage.params, stage.expert_params)
+        if t.fsdp_offload:  # Adam on the host, over the shards it keeps there (the copies are the collectives')
+            return local * moved / (self.host_bandwidths(stage.node_group)[1] * 1e9)
         on_device = compute.optimizer_time_s(self.device(stage.node_group), local * (1 - t.optimizer_offload), moved)
         if not t.optimizer_offload:
             return on_device
@@ -838,14 +862,10 @@ class StepModel:
         device's share of the host memory bandwidth (`compute.ADAM_BYTES_PER_PARAM` moved each); with
         `optimizer_offload_overlap` the three pipeline group by group (the slowest shows), else one after the
         other."""
-        hardware = self.group(group).hardware
-        if hardware.host_link_GBps is None or hardware.host_memory_GBps is None:
-            raise InputError(f"{hardware.name} states no host link or host memory bandwidth, so an optimizer on the "
-                             "host cannot be priced on it", hint="leave --optimizer-offload out, or add "
-                             "host_link_GBps and host_memory_GBps to the hardware file")
-        to_host_s = params * self.training.grad_bytes / (hardware.host_link_GBps * 1e9)
-        to_device_s = params * self.training.element_bytes / (hardware.host_link_GBps * 1e9)
-        host_step_s = params * compute.ADAM_BYTES_PER_PARAM / (hardware.host_memory_GBps * 1e9)
+        link_GBps, memory_GBps = self.host_bandwidths(group)
+        to_host_s = params * self.training.grad_bytes / (link_GBps * 1e9)
+        to_device_s = params * self.training.element_bytes / (link_GBps * 1e9)
+        host_step_s = params * compute.ADAM_BYTES_PER_PARAM / (memory_GBps * 1e9)
         parts = (to_host_s, host_step_s, to_device_s)
         return max(parts) if self.training.optimizer_offload_overlap else sum(parts)
 

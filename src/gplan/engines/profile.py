@@ -120,6 +120,9 @@ class Capabilities:
     """The experts' GEMMs as one grouped kernel (Megatron's legacy GroupedMLP)."""
     bf16_loss: bool = False
     """The loss on the 16-bit logits, no fp32 upcast (NeMo AutoModel's `loss_fn.fp32_upcast: false`)."""
+    fsdp_offload: bool = False
+    """FSDP2's CPU offload: sharded parameters, gradients and optimizer on the host (torchtitan's
+    `training.enable_cpu_offload`)."""
     compiled_loss: bool = False
     """The loss compiled by torch.compile, its fp32 upcast fused away (torchtitan's `compile.components`)."""
     grad_sync_each_microbatch: bool = False

@@ -133,7 +133,8 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
                    grad_sync_each_microbatch: bool = False, precision_aware_optimizer: bool = False,
                    adam_moments: str = "fp32", master_weights: str = "fp32", optimizer_offload: float = 0.0,
                    optimizer_offload_overlap: bool = False, moe_shared_expert_overlap: bool = False,
-                   moe_pad_to_capacity: bool = False, compiled_loss: bool = False) -> Inputs:
+                   moe_pad_to_capacity: bool = False, compiled_loss: bool = False,
+                   fsdp_offload: bool = False) -> Inputs:
     """`target` (a backend or export target) is the engine whose memory accounting prices the run;
     default: the backend of the cluster's hardware, as `gplan search` defaults its --target."""
     from gplan.planner.space import target_name
@@ -175,7 +176,8 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
                                 master_weights=master_weights, optimizer_offload=optimizer_offload,
                                 optimizer_offload_overlap=optimizer_offload_overlap,
                                 moe_shared_expert_overlap=moe_shared_expert_overlap,
-                                moe_pad_to_capacity=moe_pad_to_capacity, compiled_loss=compiled_loss)
+                                moe_pad_to_capacity=moe_pad_to_capacity, compiled_loss=compiled_loss,
+                                fsdp_offload=fsdp_offload)
     except ValidationError as exc:
         err = exc.errors()[0]
         raise InputError(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}",

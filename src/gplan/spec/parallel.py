@@ -447,6 +447,20 @@ def _precision_aware_optimizer(model: ModelSpec, training: TrainingSpec | None, 
                      "zero is 0", "use zero ≥ 1, or leave --precision-aware-optimizer out")
 
 
+def _fsdp_offload(model: ModelSpec, training: TrainingSpec | None, c: ParallelConfig, devices: int) -> Violation | None:
+    """FSDP's CPU offload lives inside FSDP — torchtitan hands its CPUOffloadPolicy to apply_fsdp, which runs where
+    dp_shard·cp shards (`ParallelDims.fsdp_enabled`) — and gplan prices it resharding after the forward (zero 3)."""
+    if training is None or not training.fsdp_offload:
+        return None
+    if c.zero < 3:
+        return Violation("fsdp_offload", f"--fsdp-offload with zero {c.zero}: gplan prices FSDP's CPU offload with "
+                         "the weights resharded after the forward (zero 3) only", "use zero 3, or leave --fsdp-offload out")
+    if c.dp * c.cp == 1:
+        return Violation("fsdp_offload", "--fsdp-offload offloads FSDP's shards: dp·cp is 1, nothing is sharded",
+                         "use dp·cp > 1, or leave --fsdp-offload out")
+    return None
+
+
 def _shared_expert_overlap(model: ModelSpec, training: TrainingSpec | None, c: ParallelConfig,
                            devices: int) -> Violation | None:
     """Megatron-core's TransformerConfig.__post_init__: "shared_experts recompute cannot work with
@@ -484,15 +498,15 @@ def _a2a_overlap(model: ModelSpec, training: TrainingSpec | None, c: ParallelCon
 RULES: tuple[Rule, ...] = (_world, _tp, _dense_experts, _ep_divides, _etp_divides, _expert_grid, _moe_sp,
                            _ep_fp16, _pp_layers, _vpp_chunks, _batch, _interleaved_microbatches, _cp_chunks, _seq_split,
                            _precision_aware_optimizer, _modules_exist, _op_alone, _offload, _a2a_overlap,
-                           _shared_expert_overlap, _optimizer_in_backward)
+                           _shared_expert_overlap, _optimizer_in_backward, _fsdp_offload)
 """The rules every configuration keeps, in the order they are reported: the one rule set that
 `check_config`, the search space (planner.space), `--stages` and the plan check read."""
 DEGREE_RULES: tuple[Rule, ...] = (_world, _tp, _pp_layers, _cp_chunks, _seq_split)
 """The rules that read only the degrees dp tp pp cp (and sp = tp > 1)."""
 BATCH_RULES: tuple[Rule, ...] = (_vpp_chunks, _batch, _interleaved_microbatches)
 """The rules that read the degrees with mbs and vpp."""
-SHARDING_RULES: tuple[Rule, ...] = (_precision_aware_optimizer,)
-"""The rules that read zero: the precision-aware optimizer's (which zero runs routed experts is each engine's,
+SHARDING_RULES: tuple[Rule, ...] = (_precision_aware_optimizer, _fsdp_offload)
+"""The rules that read zero: the precision-aware optimizer's and FSDP's CPU offload's (which zero runs routed experts is each engine's,
 `Capabilities.expert_zero`: Megatron-FSDP and torchtitan's FSDP shard them over the expert data-parallel ranks,
 others stop at the distributed optimizer)."""
 EXPERT_RULES: tuple[Rule, ...] = (_dense_experts, _ep_divides, _etp_divides, _expert_grid, _moe_sp, _ep_fp16)

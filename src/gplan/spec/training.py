@@ -168,6 +168,14 @@ class TrainingSpec(BaseModel):
     --optimizer-offload-fraction, 1.0 by default; it needs the precision-aware optimizer): off the device's
     memory, their step run by the host CPUs at `DeviceSpec.host_memory_GBps`, the gradients copied to the host and
     the updated weights back at `host_link_GBps` (`StepModel.offloaded_optimizer_s`). 0: none. Megatron-LM only."""
+    fsdp_offload: bool = False
+    """FSDP2's CPU offload (its CPUOffloadPolicy; torchtitan's `training.enable_cpu_offload`): the sharded parameters,
+    their gradients and Adam's states live in host memory — on the device only the units gathered for compute — and
+    the optimizer steps on the host. Each unit's shard is copied to the device before its all-gather and each reduced
+    gradient shard back after its reduce-scatter, at the host link (`DeviceSpec.host_link_GBps`), in the
+    collective's stream (`StepModel.offload_copy_s`); the host's Adam runs after the backward at the device's share of
+    the host memory bandwidth (`host_memory_GBps`) — an assumption no measured run checks. Host memory is not
+    checked. Priced with zero 3 (`spec.parallel._fsdp_offload`)."""
     optimizer_offload_overlap: bool = False
     """The offloaded optimizer's copies overlapped with its host step, group by group (Megatron-LM's
     --overlap-cpu-optimizer-d2h-h2d); without it they run one after the other."""
@@ -187,7 +195,7 @@ class TrainingSpec(BaseModel):
                                                     "precision_aware_optimizer": False, "adam_moments": "fp32",
                                                     "master_weights": "fp32", "moe_pad_to_capacity": False,
                                                     "moe_shared_expert_overlap": False, "optimizer_offload": 0.0,
-                                                    "optimizer_offload_overlap": False}
+                                                    "optimizer_offload_overlap": False, "fsdp_offload": False}
 
     @model_validator(mode="before")
     @classmethod

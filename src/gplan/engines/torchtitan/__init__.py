@@ -37,6 +37,8 @@ ENGINE = EngineProfile(
                               # `compile.components` with "loss" (components/loss.py build_cross_entropy_loss:
                               # torch.compile of cross_entropy_loss, its `.float()` upcast inside)
                               compiled_loss=True,
+                              # training.enable_cpu_offload: apply_fsdp's CPUOffloadPolicy (models/*/parallelize.py)
+                              fsdp_offload=True,
                               # 0.3.0's converters: Float8LinearConverter (recipes rowwise and
                               # rowwise_with_gw_hp only: an fp8 plan runs rowwise there, and is priced
                               # so) and MXFP8LinearConverter (components/quantization/float8.py, mx.py)

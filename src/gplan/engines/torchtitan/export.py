@@ -132,6 +132,8 @@ def overrides(plan: Plan, main: bool = False) -> tuple[list[str], list[str]]:
         args += ["--training.mixed_precision_reduce", "bfloat16"]
     if t.pure_bf16:  # full-bf16 training (0.3.0's TrainingConfig.dtype)
         args += ["--training.dtype", "bfloat16"]
+    if t.fsdp_offload:  # FSDP2's CPUOffloadPolicy (apply_fsdp)
+        args += ["--training.enable_cpu_offload"]
     if t.compiled_loss:  # the loss alone: compiling the model is not what the plan priced
         args += ["--compile.enable", "--compile.components", "loss"]
     if t.precision == "fp8":

@@ -21,7 +21,6 @@ TITAN_DEFAULTS: dict[str, Any] = {
     "activation_checkpoint.per_op_sac_force_recompute_mm_shapes_by_fqns": ["moe.router.gate"],
     # torchtitan 0.3 (torchtitan/config/configs.py: ParallelismConfig, TrainingConfig, CompileConfig)
     "parallelism.spmd_backend": "spmd_types", "parallelism.context_parallel_ptrr_mask_key": None,
-    "training.enable_cpu_offload": False,
     "compile.enable_async_tensor_parallel": False,
 }
 #: Keys read without an effect on the layout or its cost.
@@ -48,7 +47,6 @@ TITAN_NOT_PRICED = {
     "parallelism.enable_async_tensor_parallel": "async tensor parallel (tp collectives fused into matmuls)",
     "parallelism.pipeline_parallel_schedule_csv": "a schedule from a CSV file",
     "activation_checkpoint.memory_budget": "torch.compile's memory-budget recompute",
-    "training.enable_cpu_offload": "FSDP's parameters and optimizer on the host",
     "compile.enable_async_tensor_parallel": "async tensor parallel (tp collectives fused into matmuls)",
 }
 TITAN_LAYOUT_LIKE = re.compile(r"^(parallelism|activation_checkpoint)\.|batch|seq_len")

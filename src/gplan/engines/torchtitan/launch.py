@@ -32,7 +32,7 @@ TITAN_KEYS = {
     "model.converters", "float8.recipe_name", "quantize.linear.float8.recipe_name", "model.name", "model.flavor",
     "training.disable_cuda_graphs", "activation_checkpoint.selective_ac_option",
     "parallelism.expert_tensor_parallel_degree", "model.hf_assets_path", "parallelism.expert_parallel_comm_backend",
-    "training.mixed_precision_reduce", "training.dtype", "optimizer.early_step_in_backward", *(f"training.{k}" for k in ("max_context_length", "num_tokens_per_train_step",
+    "training.mixed_precision_reduce", "training.dtype", "optimizer.early_step_in_backward", "training.enable_cpu_offload", *(f"training.{k}" for k in ("max_context_length", "num_tokens_per_train_step",
                                                                    "num_tokens_per_dp_rank",
                                                                    "num_tokens_per_microbatch_per_dp_rank")),
 }
@@ -75,6 +75,10 @@ def read_torchtitan_launch(path: Path, model: ModelSpec | None) -> Launch:
             sizes[j % pp] += sum(1 for name in part if name.startswith("layers."))
     comm = values.get("parallelism.expert_parallel_comm_backend",
                       module_constant(module, "MOE_COMM_BACKEND") if module.is_file() else None)
+    options = titan_engine_options(path, values, model, comm)
+    if options.get("fsdp_offload"):
+        notes.append("(training.enable_cpu_offload: the host's Adam step is priced at the device's share of the host "
+                     "memory bandwidth — an assumption no measured run checks; host memory is not checked)")
     seq = as_int(values.get("training.seq_len"))
     if seq is None:
         seq = TITAN_SEQ_LEN
@@ -83,7 +87,7 @@ def read_torchtitan_launch(path: Path, model: ModelSpec | None) -> Launch:
                   seq_length=seq, precision=_titan_precision(values), stage_sizes=sizes, recompute_layers=None,
                   world_size=world_size(args, variables) or titan_world_size(given),
                   unread=unread + notes, local_batch=local, no_effect=no_effect, model=model,
-                  engine_options=titan_engine_options(path, values, model, comm))
+                  engine_options=options)
 
 
 def titan_engine_options(path: Path, values: dict[str, Any], model: ModelSpec, comm: str | None) -> dict[str, Any]:
@@ -98,6 +102,8 @@ def titan_engine_options(path: Path, values: dict[str, Any], model: ModelSpec, c
         options["optimizer_in_backward"] = True
     if titan_compiles_loss(values):
         options["compiled_loss"] = True
+    if str(values.get("training.enable_cpu_offload", False)).lower() == "true":
+        options["fsdp_offload"] = True
     return options
 
 
