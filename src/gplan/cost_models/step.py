@@ -93,8 +93,10 @@ class StepModel:
         return self.cluster.node_groups[index]
 
     def device(self, group: int):
-        """The group's device as this run's engine runs it (its engine factor and attention kernel applied)."""
-        return self.group(group).hardware.for_engine(self.training.engine, self.training.attention_kernel_run)
+        """The group's device as this run's engine runs it (its engine factor and attention kernel applied):
+        one copy per device and engine (shared: `sharing_key`)."""
+        return self.memo(("device", group), lambda: self.group(group).hardware.for_engine(
+            self.training.engine, self.training.attention_kernel_run))
 
     # ---- per layer ------------------------------------------------------------------------------
     def layer_time(self, kind: str, group: int) -> compute.LayerTime:

@@ -146,17 +146,20 @@ def _search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devi
         if not cluster.is_heterogeneous and config.world_size not in sized:
             sized[config.world_size] = cluster.sized(config.world_size)
         step_cluster = cluster if cluster.is_heterogeneous else sized[config.world_size]
+        # the states depend on the degrees and zero, not on mbs, vpp, recompute or the schedule
+        grid = (config.dp, config.tp, config.pp, config.cp, config.ep, config.etp, config.zero, step_cluster.name)
+        if bounds and fits.get(grid) is False:  # its states alone overflow: no split fits (most candidates)
+            result.memory_infeasible += 1
+            continue
         # a layer's times, bytes and parameters depend on the shard (mbs, cp, tp, sp), the expert grid (an
         # MoE layer's GEMM shapes) and the device, not on dp, pp or zero: shared (StepModel.memo; the layer
         # time table is keyed by the scale-up domains its links depend on as well)
         step = StepModel.sharing(layer_times, model, training, step_cluster, config)
-        # the states depend on the degrees and zero, not on mbs, vpp, recompute or the schedule
-        grid = (config.dp, config.tp, config.pp, config.cp, config.ep, config.etp, config.zero, step_cluster.name)
         if bounds and grid not in fits:
             fits[grid] = states_fit(step)
-        if bounds and not fits[grid]:  # its states alone overflow: no split fits
-            result.memory_infeasible += 1
-            continue
+            if not fits[grid]:
+                result.memory_infeasible += 1
+                continue
         # the first bound needs pipeline times only (memory is priced for the candidates the bounds let
         # through); the zero levels of one layout share them
         key = tuple(value for name, value in config.__dict__.items() if name != "zero")  # every field but zero

@@ -156,14 +156,18 @@ def _layer_times(step: StepModel, kinds: list[str], options: list[str], groups: 
 def _layer_param_sums(step: StepModel) -> tuple[float, float]:
     """(all, routed-expert) parameters of every layer on one device, each layer counted once (on the
     stage that holds it): what the model's states and the optimizer's work sum to over the stages."""
-    kinds = step.model.layer_kinds()
-    return (sum(k.count * step.layer_params(k.name) for k in kinds),
-            sum(k.count * step.layer_expert_params(k.name) for k in kinds))
+    def sums() -> tuple[float, float]:
+        kinds = step.model.layer_kinds()
+        return (sum(k.count * step.layer_params(k.name) for k in kinds),
+                sum(k.count * step.layer_expert_params(k.name) for k in kinds))
+    return step.memo(("layer_param_sums",), sums)  # a layer's parameters: its tp and expert grid's, shared
 
 
 def _fixed_params(step: StepModel) -> list[float]:
+    """Each stage's embedding, head and MTP parameters: by tp (shared) and pp."""
     pp = step.config.pp
-    return [step.stage_fixed_params(empty_stage(i == 0, i == pp - 1)) for i in range(pp)]
+    return step.memo(("fixed_params", pp), lambda: [step.stage_fixed_params(empty_stage(i == 0, i == pp - 1))
+                                                    for i in range(pp)])
 
 
 def build_table(step: StepModel, options: list[str], groups: list[int] | None = None,
