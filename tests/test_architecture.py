@@ -1,7 +1,7 @@
 """The import contract (docs/design.md, "Layers"): data flows one way,
 
     errors, io, numeric, launch_text  <  spec, engines  <  profiles  <  plan, report  <  cost_models  <  planner
-                         <  calibration  <  backends  <  cli (cli.py, cli_run.py, render.py, svg.py, html_report.py, recovery.py)
+                         <  calibration  <  backends  <  cli (cli.py, cli_run.py, render.py, html_report.py, recovery.py)
 
 A module imports only its own layer and the layers below it — top-level, lazy and relative imports, and
 modules named by a string (importlib, `module:function`) alike; below the backends, only the standard library
@@ -35,7 +35,7 @@ LAYERS = [
     {"gplan.planner"},
     {"gplan.calibration"},
     {"gplan.backends"},
-    {"gplan.cli", "gplan.cli_base", "gplan.cli_run", "gplan.render", "gplan.svg", "gplan.html_report", "gplan.recovery"},
+    {"gplan.cli", "gplan.cli_base", "gplan.cli_run", "gplan.render", "gplan.html_report", "gplan.recovery"},
 ]
 BACKENDS_MAY_READ = {"gplan", "gplan.errors", "gplan.io", "gplan.launch_text", "gplan.spec", "gplan.engines",
                      "gplan.profiles", "gplan.plan", "gplan.report", "gplan.backends"}

@@ -249,6 +249,10 @@ def explain(
     from gplan.planner import explain as ex
     from gplan.render import explain_json, explain_output
 
+    if svg is not None:  # its hand-drawn picture is gone: charts are drawn by plotly (--report)
+        raise UsageError(f"--svg {svg}: gplan no longer draws the schedule by hand as an SVG",
+                         hint=f"--report {svg.with_suffix('.html')} draws it with plotly (offline), --trace F.json "
+                              "opens the step in Perfetto")
     if width is not None and width < 20:
         raise UsageError(f"--width {width}: too narrow for a picture", hint="use --width 60 or more")
     if trace_ranks not in ("stages", "all"):
@@ -262,16 +266,14 @@ def explain(
     explanation = ex.explain(plan, [ex.parse_what_if(text) for text in what_if])
     from gplan.html_report import report_page
     from gplan.planner.trace import trace_json
-    from gplan.svg import plan_timeline_svg
 
     written = []
-    for path, page in ((svg, lambda: plan_timeline_svg(plan, explanation)),
-                       (trace, lambda: trace_json(plan, trace_ranks == "all")), (report, lambda: report_page(plan, explanation))):
+    for path, page in ((trace, lambda: trace_json(plan, trace_ranks == "all")), (report, lambda: report_page(plan, explanation))):
         if path:
             atomic_write_text(path, page())
             written.append(path)
     if as_json:
-        return explain_json(plan_file, explanation, svg) | {"written": [str(p) for p in written]} | (
+        return explain_json(plan_file, explanation) | {"written": [str(p) for p in written]} | (
             {"against": measured.as_json()} if measured else {})
     explain_output(err, plan, explanation, width or min(err.width, 100), measured, written)
 

@@ -377,7 +377,8 @@ RefreshOpt = typer.Option(False, "--refresh", help="plan.json edited on purpose:
 
 WhatIfOpt = typer.Option([], "--what-if", help='e.g. "inter_node_bandwidth=2x", "devices=128", "memory=1.5x", '
                          '"gbs=1024" (repeat to combine)')
-SvgOpt = typer.Option(None, "--svg", help="also draw the pipeline schedule into this SVG file")
+SvgOpt = typer.Option(None, "--svg", hidden=True,
+                      help="gone: the schedule is a plotly chart in --report FILE.html (gplan draws no chart by hand)")
 PictureWidthOpt = typer.Option(None, "--width", help="columns of the terminal schedule picture (default: the "
                                "terminal's)")
 TraceOpt = typer.Option(None, "--trace", help="write the predicted step as a trace (Trace Event JSON: open it in "

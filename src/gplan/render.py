@@ -594,7 +594,7 @@ def explain_output(console: Console, plan, e, width: int, against=None, written=
     wrote_lines(console, written)
 
 
-def explain_json(plan_file, e, svg) -> dict:
+def explain_json(plan_file, e) -> dict:
     from dataclasses import asdict
 
     scenario = e.what_if
@@ -608,7 +608,6 @@ def explain_json(plan_file, e, svg) -> dict:
             "this_plan_note": scenario.this_plan_note,
             "best": {"parallel": scenario.best.config.model_dump(mode="json"),
                      "prediction": scenario.best.prediction.model_dump(mode="json")}},
-        "svg": str(svg) if svg else None,
     }
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import xml.etree.ElementTree as ET
 
 import pytest
 
@@ -60,16 +59,13 @@ def test_what_if_less_memory_says_when_this_plan_no_longer_fits(gplan, searched)
     assert data["best"]["prediction"]["fits"] is True
 
 
-def test_svg_has_a_block_per_op(gplan, searched, tmp_path):
+def test_svg_is_refused_for_the_plotly_report(gplan, searched, tmp_path):
+    """The hand-drawn SVG schedule is gone (charts are plotly's, in --report): --svg says where the picture
+    went, exit 2, and writes nothing."""
     svg = tmp_path / "schedule.svg"
-    data = gplan("explain", str(searched), "--svg", str(svg), "--json").json()
-    assert data["svg"] == str(svg)
-    root = ET.fromstring(svg.read_text())
-    rects = [e for e in root.iter() if e.tag.endswith("rect")]
-    plan = json.loads(searched.read_text())
-    pp, vpp = plan["parallel"]["pp"], plan["parallel"]["vpp"]
-    shown = min(plan["parallel"]["num_microbatches"], pp * max(2, -(-8 // pp)))
-    assert len(rects) == pp + 2 * pp * vpp * shown
+    result = gplan("explain", str(searched), "--svg", str(svg))
+    assert result.code == 2 and "--report" in result.stderr and "schedule.html" in result.stderr
+    assert not svg.exists()
 
 
 def test_plan_without_search_record_gets_runner_ups_from_a_fresh_search(gplan, tmp_path):
