@@ -252,7 +252,9 @@ UNKNOWN_RESHARDING = Resharding("none", frozenset(), "not known: every degree ke
 
 @dataclass(frozen=True)
 class EngineProfile:
-    """One engine, in one place: adding an engine is a file in engines with its ENGINE, and its tests."""
+    """One engine, in one place: adding an engine is a file in engines with its ENGINE, and its tests. Its speed
+    is not here: it is the hardware catalogue's `engine_efficiency[name]`, fitted per hardware on its runs
+    (prior 1: the compute efficiencies are Megatron-LM's)."""
 
     name: str
     """What `--target`, plans and profiles call it."""
@@ -270,9 +272,6 @@ class EngineProfile:
     """How it keeps memory, in a line (the same table)."""
     launches: bool = False
     """Whether `gplan launch --backend NAME` runs it (gplan's own workers)."""
-    efficiency: str = "engine_efficiency"
-    """Where its speed lives: the hardware catalogue's `engine_efficiency[name]` (fitted per hardware on
-    its runs, prior 1: the compute efficiencies are Megatron-LM's)."""
     resharding: Resharding = UNKNOWN_RESHARDING
     """What its checkpoints can be loaded into (`gplan replan`, `gplan launch --resume-from`)."""
     attention_kernel: AttentionKernel = "fused"
