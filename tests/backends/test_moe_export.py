@@ -168,6 +168,9 @@ TITAN_MOE = {
     "deepseek-v3 dp16 pp4 ep16": ("deepseek-v3", ParallelConfig(dp=16, pp=4, ep=16, zero=1)),
     # no pipeline: torchtitan's CUDA graphs (on by default) refuse ep's host-synced exchange unless disabled
     "qwen3-30b-a3b dp8 ep8 zero3 (FSDP + EP, no pp)": ("qwen3-30b-a3b", ParallelConfig(dp=8, ep=8, zero=3)),
+    # its gpt_oss model: windows on the even layers, sinks, biases, the clamped unit; FSDP + EP with stages
+    "gpt-oss-20b dp8 pp2 ep8 zero3": ("gpt-oss-20b", ParallelConfig(dp=8, pp=2, ep=8, zero=3)),
+    "gpt-oss-120b dp8 tp2 ep16 zero3": ("gpt-oss-120b", ParallelConfig(dp=8, tp=2, ep=16, sp=True, zero=3)),
 }
 
 
@@ -184,7 +187,8 @@ def test_torchtitan_builds_the_plans_moe_model_and_mesh(name, tmp_path):
     plan = titan_plan(*TITAN_MOE[name])
     config = titan_parse(tmp_path, plan)
     p, c = config.parallelism, plan.parallel
-    assert config.model_spec.name == ("deepseek_v3" if plan.model.is_mla else "qwen3")
+    assert config.model_spec.name == ("deepseek_v3" if plan.model.is_mla else "gpt_oss" if plan.model.attention_sinks
+                                      else "qwen3")
     model_config = config.model_spec.model
     model_config.update_from_config(config=config)
     with torch.device("meta"):

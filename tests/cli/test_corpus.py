@@ -44,6 +44,8 @@ def test_every_corpus_launch_is_read_as_its_source_states_without_a_model(entry)
     for option, expected in entry.get("engine_options", {}).items():
         assert launch.engine_options[option] == expected
     assert launch.model.capacity_factor == entry.get("capacity_factor")  # a run's capacity, read onto the model
+    for words in entry.get("said", []):  # what the reader says it assumed, beside the prediction
+        assert any(words in line for line in launch.unread), (words, launch.unread)
 
 
 @pytest.mark.parametrize("entry", [e for e in ENTRIES if "refused" in e], ids=entry_id)
@@ -212,6 +214,7 @@ def test_every_megatron_flag_given_at_its_default_is_not_refused(flag):
 ROUND_TRIPS = [  # model, cluster, devices, target, the exported file read back
     ("qwen3-30b-a3b", "dgx-h100", "16", "megatron", "megatron_pretrain_gpt.sh"),
     ("qwen3-30b-a3b", "dgx-h100", "16", "torchtitan", "torchtitan_train.sh"),
+    ("gpt-oss-20b", "dgx-h100", "16", "torchtitan", "torchtitan_train.sh"),
     ("llama3-8b", "dgx-h100", "16", "deepspeed", "megatron_deepspeed_pretrain_gpt.sh"),
     ("llama3-8b", "atlas-800-910b", "16", "mindformers", "mindformers_parallel.yaml"),
 ]

@@ -69,10 +69,32 @@ def test_the_attention_core_is_the_mean_of_its_windowed_and_full_layers():
     assert every < none / 10  # 128 keys of 4096
 
 
-@pytest.mark.parametrize("target, capability", [("torch", "sliding window"), ("torchtitan", "gpt-oss-120b"),
-                                                ("deepspeed", "sliding window")])
+@pytest.mark.parametrize("target, capability", [("torch", "sliding window"), ("deepspeed", "gpt-oss-120b")])
 def test_engines_without_its_attention_or_gated_unit_refuse_it_and_name_megatron(gplan, tmp_path, target, capability):
     r = gplan("search", "gpt-oss-120b", "--devices", "64", "--cluster", "dgx-h100", "--target", target,
               "--out", str(tmp_path / "p.json"))
     assert r.code in (3, 4) and capability in r.stderr and "--target megatron" in r.stderr
     assert not (tmp_path / "p.json").exists()
+
+
+def test_torchtitan_runs_gpt_oss_as_its_own_model_and_no_other_windowed_one(gplan, tmp_path):
+    """torchtitan 0.3's gpt_oss model has the window, the sinks, the biases and the clamped unit (its family's own,
+    `Capabilities.family_features`); its llama3 has none, so a dense windowed Llama is still refused; and its
+    builder makes one attention shape, so a gpt-oss of another window is priced but not exported."""
+    from gplan.spec.parallel import ParallelConfig
+    from gplan.spec.targets import TARGETS, config_refusals
+
+    plan = tmp_path / "p.json"
+    assert gplan("search", "gpt-oss-20b", "--devices", "8", "--cluster", "dgx-h100", "--target", "torchtitan",
+                 "--gbs", "64", "--out", str(plan)).code == 0
+    assert json.loads(plan.read_text())["training"]["engine"] == "torchtitan"
+    windowed_llama = load_model("llama3-8b").model_copy(update={"sliding_window": 4096})
+    refused = config_refusals(TARGETS["torchtitan"], windowed_llama, ParallelConfig(dp=8, zero=3), 8, "bf16")
+    assert [r.capability for r in refused] == ["sliding_window"]
+    wider = tmp_path / "wider.json"
+    wider.write_text(json.dumps({**GPT_OSS_120B_HF, "sliding_window": 256, "num_hidden_layers": 4,
+                                 "layer_types": LAYER_TYPES[:4]}))
+    assert gplan("search", str(wider), "--devices", "8", "--cluster", "dgx-h100", "--target", "torchtitan",
+                 "--gbs", "64", "--out", str(plan)).code == 0
+    r = gplan("export", str(plan), "--to", "torchtitan", "-o", str(tmp_path / "out"))
+    assert r.code == 3 and "torchtitan's gpt_oss builder makes" in r.stderr and "'sliding_window': 256" in r.stderr

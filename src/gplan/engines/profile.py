@@ -93,6 +93,10 @@ class Capabilities:
     """Expert capacity (a model's capacity_factor: tokens over it dropped); the others run dropless."""
     expert_families: frozenset[str] | None = None
     """The mixture-of-experts shapes its model code builds (`expert_family`); None: any."""
+    family_features: frozenset[str] = frozenset()
+    """Expert families it builds with their own attention and gated unit — sliding window, sinks, clamped unit,
+    biases — though its other models have none of them (`sliding_window`, `attention_sinks`, `clamped_glu` and
+    `llama_family_only` say what the rest may have): torchtitan's gpt_oss model."""
     interleaved_by_layers_per_stage: bool = False
     """Its interleaved chunks are cut from one layers-per-stage count n: ceil(L / n) virtual stages, rounded down or
     up to a multiple of pp, the first L mod stages one layer longer (NeMo AutoModel's calculate_virtual_stages and

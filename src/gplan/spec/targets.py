@@ -51,13 +51,16 @@ def how_to_run(target: str) -> str:
 
 def expert_family(model: ModelSpec) -> str:
     """The mixture-of-experts shape as engines' model code names it: `deepseek_v3` (latent attention,
-    shared experts of the routed width, leading dense layers), `qwen3_moe` (grouped-query attention
-    with QK norm, every layer routed, no shared expert), `mixtral` (the same without QK norm: experts
-    and attention as a dense Llama has them), else `other`."""
+    shared experts of the routed width, leading dense layers), `gpt_oss` (attention sinks and the clamped gated
+    unit, every layer routed, no shared expert), `qwen3_moe` (grouped-query attention with QK norm, every layer
+    routed, no shared expert), `mixtral` (the same without QK norm: experts and attention as a dense Llama has
+    them), else `other`."""
     shared_routed_width = model.shared_expert_ffn_hidden_size in (None, model.num_shared_experts * model.expert_ffn_size)
     if model.is_mla and model.num_shared_experts and shared_routed_width:
         return "deepseek_v3"
     plain = not model.is_mla and not model.num_shared_experts and not model.first_dense_layers
+    if plain and model.attention_sinks and model.glu_clamp is not None:
+        return "gpt_oss"
     if model.qk_norm and plain:
         return "qwen3_moe"
     if plain and model.router == "softmax":
@@ -220,18 +223,20 @@ def config_refusals(target: Capabilities, model: ModelSpec, config: ParallelConf
         allowed = sorted(target.zero_with_pp if c.pp > 1 else target.zero)
         found.append(Refusal("zero", f"{t} runs zero {allowed}{' with pipeline stages' if c.pp > 1 else ''}, "
                              f"not zero {c.zero}", "--zero " + ",".join(map(str, allowed))))
-    if model.sliding_window and not target.sliding_window:
+    # a family the target builds with its own attention and gated unit (torchtitan's gpt_oss) has them there
+    own = model.is_moe and expert_family(model) in target.family_features
+    if model.sliding_window and not target.sliding_window and not own:
         found.append(Refusal("sliding_window", f"{t} runs full attention, not a {model.sliding_window}-token "
                              "sliding window", "--target megatron"))
-    if model.attention_sinks and not target.attention_sinks:
+    if model.attention_sinks and not target.attention_sinks and not own:
         found.append(Refusal("attention_sinks", f"{t} builds no learned attention sinks ({model.name} has them)",
                              "--target megatron"))
-    if model.glu_clamp and not target.clamped_glu:
+    if model.glu_clamp and not target.clamped_glu and not own:
         found.append(Refusal("clamped_glu", f"{t} runs a plain SwiGLU, not {model.name}'s gated unit clamped at "
                              f"{model.glu_clamp:g}", "--target megatron"))
     if model.num_encoder_layers and not target.encoder_decoder:
         found.append(Refusal("encoder_decoder", f"{t} runs decoder-only models", "--target megatron (export)"))
-    if target.llama_family_only and ((model.ffn_kind, model.norm, model.position_embedding) != ("swiglu", "rmsnorm", "rope")
+    if target.llama_family_only and not own and ((model.ffn_kind, model.norm, model.position_embedding) != ("swiglu", "rmsnorm", "rope")
                                      or model.bias or model.qkv_bias
                                      or (model.tie_embeddings and not target.tied_embeddings)):
         head = "" if target.tied_embeddings else ", untied head"

@@ -1,8 +1,8 @@
 """torchtitan: one activation-checkpoint policy for all layers (apply_ac over every block) — none, full, or
 its per-operator selective AC (`SelectiveAC`, the recompute module `op`); its llama3
 module (swiglu, RMSNorm, RoPE); FSDP2 has no optimizer-only sharding, so zero 1 runs as zero 2 there (the
-export says so). Stages are exact: the export lists every chunk's modules. Experts: its qwen3 and
-deepseek_v3 models (MoE layers with ep). Latent attention with tp and cp as 0.3.0 runs it
+export says so). Stages are exact: the export lists every chunk's modules. Experts: its qwen3,
+deepseek_v3 and gpt_oss models (MoE layers with ep). Latent attention with tp and cp as 0.3.0 runs it
 (models/deepseek_v3/parallelize.py: cp wraps the inner attention, `apply_cp_to_forward`; sharding.py: the
 down-projections replicated, the up-projections colwise and the output rowwise over tp — Megatron's MLA split)."""
 
@@ -10,7 +10,7 @@ from gplan.engines.profile import ALL_SCHEDULES, ALL_ZERO, Capabilities, DCP_RES
 
 ENGINE = EngineProfile(
     name="torchtitan", title="torchtitan", order=3,
-    runs_in_short="every schedule, cp, one AC policy for all layers, Llama/Qwen3/DeepSeek-V3, ep inside FSDP",
+    runs_in_short="every schedule, cp, one AC policy for all layers, Llama/Qwen3/DeepSeek-V3/gpt-oss, ep inside FSDP",
     memory_in_short="fsdp states, fp32 loss gradient",
     capabilities=Capabilities("torchtitan", ALL_SCHEDULES, microbatches_at_least_stages=True, cp=True,
                               tied_embeddings_across_stages=False, recompute="every_layer", uneven_split=True,
@@ -21,7 +21,11 @@ ENGINE = EngineProfile(
                               # FSDP over the experts too, on the dp_shard·cp ranks left by ep (0.3's
                               # parallelize_*: apply_fsdp with the edp mesh for the routed experts)
                               expert_zero=ALL_ZERO,
-                              expert_families=frozenset({"qwen3_moe", "deepseek_v3"}),
+                              expert_families=frozenset({"qwen3_moe", "deepseek_v3", "gpt_oss"}),
+                              # 0.3.0's gpt_oss model (models/gpt_oss: its 128-token window on even layers, a sink
+                              # per head, biases, the gated unit clamped at 7, varlen attention), though its
+                              # llama3 and qwen3 have none of them
+                              family_features=frozenset({"gpt_oss"}),
                               # its token exchange: all-to-all ("standard") or DeepEP / HybridEP kernels
                               # (0.3.0 make_token_dispatcher_config; ≤ 0.2 parallelism.expert_parallel_comm_backend),
                               # priced as Megatron's flex dispatcher

@@ -37,8 +37,8 @@ VERSIONS = {
 }
 
 EXACT = (
-    "the model built by torchtitan's own llama3 layer builder with the plan's shape (parameters counted equal"
-    " in the tests); FSDP/HSDP/DDP degrees, tp/sp, cp, pp schedule; every pipeline chunk's modules "
+    "the model built by torchtitan's own layer builders (llama3; its qwen3, deepseek_v3 and gpt_oss MoE models) "
+    "with the plan's shape (parameters counted equal in the tests); FSDP/HSDP/DDP degrees, tp/sp, cp, pp schedule; every pipeline chunk's modules "
     "(`module_fqns_per_model_part`), so uneven and interleaved splits are exact; the batch as accumulation "
     "steps of mbs (with pp: m·mbs split into micro-batches of mbs); CUDA graphs off with pp")
 """What its files run exactly as the plan priced it (docs/exporting.md's table, from bench/engine_tables.py)."""
@@ -46,7 +46,8 @@ APPROXIMATED = (
     "one activation-checkpoint policy for every layer (full when any layer recomputes fully; `SelectiveAC`, "
     "its per-op policy, where the plan's selective layers recompute the module `op`; a selective plan "
     "recomputing the attention core, which torchtitan lacks, is re-priced as full); zero 1/2 run as FSDP "
-    "without resharding (noted); Llama family only; `main` option names come from torchtitan pull requests "
+    "without resharding (noted); the Llama family and those MoE shapes only (a gpt-oss whose attention its "
+    "builder does not make is refused); `main` option names come from torchtitan pull requests "
     "4121/4326 and are not checked by its parser here")
 """What it runs differently (re-priced, noted) or refuses."""
 
@@ -61,10 +62,22 @@ CONFIG_MODULE = "gplan_torchtitan"
 CONFIG_FUNCTION_NAME = "gplan_plan"
 
 
+GPT_OSS_BUILDS = {"num_attention_heads": 64, "num_kv_heads": 8, "head_dim": 64, "sliding_window": 128,
+                  "full_attention_every": 2, "glu_clamp": 7.0, "bias": True}
+"""What torchtitan 0.3.0's gpt_oss builder makes whatever the flavor (models/gpt_oss/__init__.py:
+`_make_gptoss_attn_config`'s 64 heads of 64 and 8 kv heads, a 128-token window on the even layers,
+biases throughout; moe.py: `GptOssGroupedExperts.Config.swiglu_limit` 7.0)."""
+
+
 def export(plan: Plan, context: ExportContext) -> Export:
     if not plan.model.is_moe and plan.model.head_dim:
         raise InputError("torchtitan's llama3 layers derive the head width from dim / n_heads; the model sets "
                          f"head_dim {plan.model.head_dim}", hint="export to megatron")
+    if plan.model.is_moe and expert_family(plan.model) == "gpt_oss":
+        differs = {k: getattr(plan.model, k) for k, v in GPT_OSS_BUILDS.items() if getattr(plan.model, k) != v}
+        if differs:
+            raise InputError(f"torchtitan's gpt_oss builder makes {GPT_OSS_BUILDS}; {plan.model.name} has {differs}",
+                             hint="export to megatron")
     main = context.version.startswith("torchtitan main")
     args, notes = overrides(plan, main)
     nnodes, per_node = default_nodes(plan)
@@ -273,7 +286,7 @@ if torchtitan.__version__ != "{pinned}":
 """The version check of a family whose layer builder is private in torchtitan."""
 
 PINNED = "0.3.0"
-"""The torchtitan release whose private MoE layer builders the qwen3_moe and deepseek_v3 modules call."""
+"""The torchtitan release whose private MoE layer builders the qwen3_moe, deepseek_v3 and gpt_oss modules call."""
 
 QWEN3_MOE_BUILT = "Built with torchtitan's own Qwen3 MoE layer builder under its qwen3 model spec."
 QWEN3_MOE_IMPORTS = '''from torchtitan.models.common import CosSinRoPE, Embedding, Linear
@@ -327,6 +340,31 @@ def model_config() -> DeepSeekV3Model.Config:
 
 '''
 
+GPT_OSS_BUILT = ("Built with torchtitan's own gpt-oss layer builder (a 128-token window on the even layers, a sink\n"
+                 "per head, biases, the clamped gated unit) under its gpt_oss model spec, with its 20b flavor's YaRN RoPE.")
+GPT_OSS_IMPORTS = '''from torchtitan.models.common import Embedding, Linear, RMSNorm
+from torchtitan.models.gpt_oss import (_EMBEDDING_INIT, _NORM_INIT, GptOssModel, _build_gptoss_layers, _output_linear_init,
+                                       gptoss_configs, model_registry)
+from torchtitan.models.gpt_oss.config_registry import gpt_oss_20b
+'''
+GPT_OSS_MODEL = '''
+def model_config() -> GptOssModel.Config:
+    s = SHAPE
+    dim, vocab = s["dim"], s["vocab_size"]
+    yarn = gptoss_configs["20b"](moe_comm_backend=MOE_COMM_BACKEND).layers[0].attention.rope  # its scaled RoPE
+    rope = dataclasses.replace(yarn, theta=s["rope_theta"], max_seq_len=s["max_seq_len"])
+    return GptOssModel.Config(
+        dim=dim, vocab_size=vocab,
+        tok_embeddings=Embedding.Config(num_embeddings=vocab, embedding_dim=dim, param_init=_EMBEDDING_INIT),
+        norm=RMSNorm.Config(normalized_shape=dim, param_init=_NORM_INIT),
+        lm_head=Linear.Config(in_features=dim, out_features=vocab, param_init=_output_linear_init(dim)),
+        layers=_build_gptoss_layers(fuse_qkv=True, dim=dim, n_layers=s["n_layers"], hidden_dim=s["moe_hidden_dim"],
+                                    num_experts=s["num_experts"], top_k=s["top_k"], load_balance_coeff=1e-3,
+                                    moe_comm_backend=MOE_COMM_BACKEND, rope=rope),
+    )
+
+'''
+
 
 CONFIG_FUNCTION = '''
 
@@ -353,6 +391,8 @@ def expert_shape(plan: Plan) -> dict:
     shape = {**model_shape(plan), "moe_hidden_dim": m.expert_ffn_size, "num_experts": m.num_experts, "top_k": m.top_k}
     if expert_family(m) == "qwen3_moe":
         return {**shape, "head_dim": m.kv_channels}
+    if expert_family(m) == "gpt_oss":  # its builder fixes the attention (GPT_OSS_BUILDS)
+        return shape
     return {**shape, "n_dense_layers": m.first_dense_layers, "dense_hidden_dim": m.ffn_size,
             "num_shared_experts": m.num_shared_experts, "router": m.router, "q_lora_rank": m.q_lora_rank or 0,
             "kv_lora_rank": m.kv_lora_rank, "qk_nope_head_dim": m.kv_channels, "qk_rope_head_dim": m.qk_rope_head_dim,
@@ -400,7 +440,8 @@ def config_module(plan: Plan, context: ExportContext, ac: str) -> str:
 
 TEMPLATES = {"llama3": (LLAMA3_BUILT, LLAMA3_IMPORTS, LLAMA3_MODEL, "llama3_8b", "8B"),
              "qwen3_moe": (QWEN3_MOE_BUILT, QWEN3_MOE_IMPORTS, QWEN3_MOE_MODEL, "qwen3_30b_a3b", "30B-A3B"),
-             "deepseek_v3": (DEEPSEEK_V3_BUILT, DEEPSEEK_V3_IMPORTS, DEEPSEEK_V3_MODEL, "deepseek_v3_671b", "671B")}
+             "deepseek_v3": (DEEPSEEK_V3_BUILT, DEEPSEEK_V3_IMPORTS, DEEPSEEK_V3_MODEL, "deepseek_v3_671b", "671B"),
+             "gpt_oss": (GPT_OSS_BUILT, GPT_OSS_IMPORTS, GPT_OSS_MODEL, "gpt_oss_20b", "20b")}
 """Family -> (what it builds, its imports, its model_config(), torchtitan trainer config, registry flavor)."""
 
 

@@ -76,6 +76,12 @@ def read_torchtitan_launch(path: Path, model: ModelSpec | None) -> Launch:
     comm = values.get("parallelism.expert_parallel_comm_backend",
                       module_constant(module, "MOE_COMM_BACKEND") if module.is_file() else None)
     options = titan_engine_options(path, values, model, comm)
+    for key in fork_state_dtypes(values, unread):  # said, not listed as having no effect
+        unread.remove(key)
+        notes.append(f"({key} {values[key]}: not a torchtitan key (a fork's?); Adam's states are priced in fp32, as "
+                     "torchtitan keeps them" + (" — on the host here (training.enable_cpu_offload)"
+                                                if options.get("fsdp_offload") else ": over-counted if the fork keeps "
+                                                "them in 16 bits") + ")")
     if options.get("fsdp_offload"):
         notes.append("(training.enable_cpu_offload: the host's Adam step is priced at the device's share of the host "
                      "memory bandwidth — an assumption no measured run checks; host memory is not checked)")
@@ -105,6 +111,13 @@ def titan_engine_options(path: Path, values: dict[str, Any], model: ModelSpec, c
     if str(values.get("training.enable_cpu_offload", False)).lower() == "true":
         options["fsdp_offload"] = True
     return options
+
+
+def fork_state_dtypes(values: dict[str, Any], unread: list[str]) -> list[str]:
+    """Unread optimizer keys that name a dtype other than fp32 (a fork's `optimizer.state_dtype = "bfloat16"`):
+    torchtitan has none (0.3's ConfigManager refuses a key it does not know), so gplan cannot say what they do."""
+    return [k for k in unread if k.startswith("optimizer.") and "dtype" in k
+            and str(values.get(k)).lower().removeprefix("torch.") not in ("float32", "fp32")]
 
 
 TITAN_COMPILE_COMPONENTS = ["model", "loss"]
@@ -302,6 +315,10 @@ def titan_model(path: Path, values: dict) -> ModelSpec:
                 return load_model(str(folder / "config.json"))
     name, flavor = values.get("model.name", "llama3"), values.get("model.flavor")
     found = logs.bundled(name, flavor)
+    if found is None and (spelled := logs.flavor_spelled_otherwise(name, flavor)):
+        raise InputError(f"--from {path}: model.flavor {flavor!r}: torchtitan's {name} flavor is {spelled!r} (it looks "
+                         "flavors up by their exact name: this config does not start as written)",
+                         hint=f'set model.flavor = "{spelled}"')
     if found is None:
         raise InputError(f"--from {path}: no MODEL given, and torchtitan's {name} flavor {flavor} has no bundled "
                          "model of its shape", hint="name the model (gplan estimate MODEL --from FILE); bundled: "

@@ -122,6 +122,13 @@ def mesh_degrees(text: str) -> dict[str, int] | None:
     return {key[n]: size for n, size in zip(names, sizes) if n in key}
 
 
+def flavor_spelled_otherwise(name: str | None, flavor: str | None) -> str | None:
+    """The flavor of `name` that `flavor` spells with other capitals (a TOML's "20B" for gpt_oss's "20b"): torchtitan
+    looks flavors up by their exact name, so such a config does not start as written."""
+    wanted = FLAVOR_VARIANTS.sub("", str(flavor)).lower()
+    return next((f for n, f in BUNDLED if n == name and f.lower() == wanted and f != flavor), None)
+
+
 def bundled(name: str | None, flavor: str | None) -> str | None:
     """gplan's bundled model of a torchtitan (name, flavor), attention-kernel variants included."""
     return BUNDLED.get((name, FLAVOR_VARIANTS.sub("", str(flavor))))
