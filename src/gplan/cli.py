@@ -48,6 +48,7 @@ def estimate(
     pure_bf16: bool = o.PureBf16Opt, optimizer_in_backward: bool = o.InBackwardOpt,
     legacy_grouped_gemm: bool = o.LegacyGemmOpt, attention_kernel: Optional[str] = o.AttentionKernelOpt,
     bf16_loss: bool = o.Bf16LossOpt, compiled_loss: bool = o.CompiledLossOpt, fsdp_offload: bool = o.FsdpOffloadOpt,
+    loss_chunks: Optional[int] = o.LossChunksOpt,
     grad_sync_each_microbatch: bool = o.GradSyncOpt,
     precision_aware_optimizer: bool = o.PrecisionAwareOpt, adam_moments: str = o.AdamMomentsOpt,
     master_weights: str = o.MasterWeightsOpt, optimizer_offload: float = o.OffloadOpt,
@@ -89,7 +90,7 @@ def estimate(
                               pure_bf16, optimizer_in_backward, legacy_grouped_gemm, attention_kernel, bf16_loss,
                               grad_sync_each_microbatch, precision_aware_optimizer, adam_moments, master_weights,
                               optimizer_offload, optimizer_offload_overlap, moe_shared_expert_overlap,
-                              moe_pad_to_capacity, compiled_loss, fsdp_offload))
+                              moe_pad_to_capacity, compiled_loss, fsdp_offload, loss_chunks))
     result = estimated(inputs, given_options(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, sp=sp, mbs=mbs,
                                              recompute=recompute, recompute_modules=recompute_modules,
                                              offload_layers=offload_layers, zero=zero, schedule=schedule), stages)
@@ -117,6 +118,7 @@ def search(
     pure_bf16: bool = o.PureBf16Opt, optimizer_in_backward: bool = o.InBackwardOpt,
     legacy_grouped_gemm: bool = o.LegacyGemmOpt, attention_kernel: Optional[str] = o.AttentionKernelOpt,
     bf16_loss: bool = o.Bf16LossOpt, compiled_loss: bool = o.CompiledLossOpt, fsdp_offload: bool = o.FsdpOffloadOpt,
+    loss_chunks: Optional[int] = o.LossChunksOpt,
     grad_sync_each_microbatch: bool = o.GradSyncOpt,
     precision_aware_optimizer: bool = o.PrecisionAwareOpt, adam_moments: str = o.AdamMomentsOpt,
     master_weights: str = o.MasterWeightsOpt, optimizer_offload: float = o.OffloadOpt,
@@ -142,7 +144,7 @@ def search(
                               pure_bf16, optimizer_in_backward, legacy_grouped_gemm, attention_kernel, bf16_loss,
                               grad_sync_each_microbatch, precision_aware_optimizer, adam_moments, master_weights,
                               optimizer_offload, optimizer_offload_overlap, moe_shared_expert_overlap,
-                              moe_pad_to_capacity, compiled_loss, fsdp_offload)
+                              moe_pad_to_capacity, compiled_loss, fsdp_offload, loss_chunks)
     if from_file is not None:  # the launch's devices, batch, sequence, precision and engine, unless said otherwise
         from gplan.planner.launch_files import launch_defaults, priced_launch
 

@@ -83,6 +83,7 @@ def title(inputs) -> str:
             f"cluster {inputs.cluster.name}{default}; gbs {t.gbs} × seq {t.seq_length} = "
             f"{tokens(t.tokens_per_step)} tokens/step{batch}, {t.precision}"
             + (f", priced as {t.engine} runs it (choose with --target)" if t.engine else "")
+            + (f"; the loss in {t.loss_chunks_run} chunks (choose with --loss-chunks)" if t.loss_chunks_run > 1 else "")
             + (f"; routing {'balanced' if t.expert_imbalance == 1 else f'imbalance {t.expert_imbalance:g}'}"
                " (choose with --expert-imbalance)" if inputs.model.is_moe else "")
             + (f", experts' capacity {inputs.model.capacity_factor:g}×{' (padded to it)' if t.moe_pad_to_capacity else ''}"

@@ -453,17 +453,48 @@ def test_a_full_bf16_plan_exports_torchtitans_training_dtype_and_reads_back(tmp_
 
 
 @requires_engine("torchtitan", "dev")
+@requires_engine("torchtitan", "dev")
+@pytest.mark.parametrize("chunks", [None, 4, 1])
+def test_the_export_runs_the_loss_in_the_chunks_it_was_priced_in_and_reads_them_back(tmp_path, gplan, chunks):
+    """torchtitan 0.3's trainer configs wrap the loss in ChunkedLossWrapper (8 chunks): the export keeps it at the
+    plan's chunks, or runs the loss whole where the plan priced it so (--loss-chunks 1); torchtitan's ConfigManager
+    takes either, and --from of the export prices it again at the same step and memory."""
+    import json
+
+    from test_exporters import titan_parse
+    from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
+
+    from gplan.profiles.catalogue import load_model
+
+    training = TrainingSpec(gbs=16, seq_length=8192, engine="torchtitan", loss_chunks=chunks)
+    plan = make_plan(load_model("llama3-8b"), training, load_cluster("dgx-h100", 8), ParallelConfig(dp=8, zero=3),
+                     None)
+    (tmp_path / "parsed").mkdir()
+    loss = titan_parse(tmp_path / "parsed", plan).loss
+    if training.loss_chunks_run == 1:
+        assert isinstance(loss, CrossEntropyLoss.Config)
+    else:
+        assert isinstance(loss, ChunkedLossWrapper.Config) and loss.num_chunks == training.loss_chunks_run
+    plan_path, out = tmp_path / "plan.json", tmp_path / "tt"
+    plan_path.write_text(plan.model_dump_json())
+    assert gplan("export", str(plan_path), "--to", "torchtitan", "--out-dir", str(out)).code == 0
+    back = gplan("estimate", "--from", str(out / "torchtitan_train.sh"), "--cluster", "dgx-h100", "--json").json()
+    written = json.loads(plan_path.read_text())["prediction"]
+    assert back["memory_bytes_per_device_max"] == pytest.approx(written["memory_bytes_per_device_max"], rel=1e-6)
+    assert back["step_time_s"] == pytest.approx(written["step_time_s"], rel=1e-6)
+
+
 def test_a_compiled_loss_exports_torchtitans_compile_of_the_loss_alone_and_reads_back(tmp_path, gplan):
     """A plan with the loss compiled (--compiled-loss): its export for torchtitan 0.3.0 compiles the loss and not
     the model (what was priced), which torchtitan's own ConfigManager takes; --from of the export gives it back at
-    the same step and memory, below the eager loss's."""
+    the same step and memory, below the eager loss's (both over the whole sequence: --loss-chunks 1)."""
     import json
 
     from test_exporters import titan_parse
 
     from gplan.profiles.catalogue import load_model
 
-    training = TrainingSpec(gbs=8, seq_length=32768, engine="torchtitan", compiled_loss=True)
+    training = TrainingSpec(gbs=8, seq_length=32768, engine="torchtitan", compiled_loss=True, loss_chunks=1)
     plan = make_plan(load_model("llama3-8b"), training, load_cluster("dgx-h100", 8), ParallelConfig(dp=8, zero=3,
                      recompute="full"), None)
     (tmp_path / "parsed").mkdir()
@@ -478,7 +509,8 @@ def test_a_compiled_loss_exports_torchtitans_compile_of_the_loss_alone_and_reads
     assert back["step_time_s"] == pytest.approx(written["step_time_s"], rel=1e-6)
     assert back["memory_bytes_per_device_max"] == pytest.approx(written["memory_bytes_per_device_max"], rel=1e-6)
     eager = gplan("estimate", "llama3-8b", "--cluster", "dgx-h100", "--devices", "8", "--dp", "8", "--zero", "3",
-                  "--recompute", "full", "--gbs", "8", "--seq-length", "32768", "--target", "torchtitan", "--json").json()
+                  "--recompute", "full", "--gbs", "8", "--seq-length", "32768", "--target", "torchtitan", "--loss-chunks",
+                  "1", "--json").json()
     logits = 32768 * load_model("llama3-8b").vocab_size  # 4 bytes a logit kept and 4 in the backward, dropped
     assert eager["memory_bytes_per_device_max"] - back["memory_bytes_per_device_max"] == pytest.approx(8 * logits,
                                                                                                       rel=0.01)

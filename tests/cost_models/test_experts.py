@@ -256,20 +256,22 @@ def test_the_alltoall_overlap_keeps_megatron_cores_rules(degrees, message):
         check_config(load_model("qwen3-30b-a3b"), training, config, 16)
 
 
-@pytest.mark.parametrize("target, devices, said", [("megatron", 16, "FSDP + EP at its best"), ("torchtitan", 32, None),
-                                                    ("torchtitan", 8, "layouts searched beats the best plan")])
-def test_the_search_says_where_fsdp_with_expert_parallel_stands(target, devices, said):
+@pytest.mark.parametrize("target, devices, chunks, said", [
+    ("megatron", 16, None, "FSDP + EP at its best"), ("torchtitan", 32, 1, None),
+    ("torchtitan", 8, 1, "layouts searched beats the best plan"), ("torchtitan", 32, None, "FSDP + EP at its best")])
+def test_the_search_says_where_fsdp_with_expert_parallel_stands(target, devices, chunks, said):
     """A mixture of experts' search says how FSDP + EP fared when it did not win (Megatron: Megatron-FSDP's
-    zero 2 ties the distributed optimizer's plan on 16 H100; torchtitan on 8, where pipeline stages win: why each
-    of its layouts lost — memory, the recomputation it needs, or a bound no faster than the best plan), nothing
-    where it won (torchtitan on 32: every zero ≥ 1 is FSDP there, and its best plan is one)."""
+    zero 2 ties the distributed optimizer's plan on 16 H100; torchtitan with its loss whole (≤ 0.2) on 8, where
+    pipeline stages win: why each of its layouts lost — memory, the recomputation it needs, or a bound no faster
+    than the best plan; torchtitan 0.3 on 32, its loss in chunks, where FSDP alone over ep 1 wins at mbs 8),
+    nothing where it won (torchtitan ≤ 0.2 on 32: every zero ≥ 1 is FSDP there, and its best plan is one)."""
     import re
 
     from gplan.planner import plan as best_plan
     from gplan.planner.inputs import resolve_inputs
     from gplan.planner.space import limits_from_options
 
-    inputs = resolve_inputs("qwen3-30b-a3b", devices, "dgx-h100", target=target)
+    inputs = resolve_inputs("qwen3-30b-a3b", devices, "dgx-h100", target=target, loss_chunks=chunks)
     limits = limits_from_options(None, None, None, None, None, None, None, "none,selective,full", None, False,
                                  None, None, None)
     notes = best_plan(inputs, limits, top=3).search.notes

@@ -221,6 +221,35 @@ def test_a_compiled_loss_keeps_neither_an_fp32_copy_of_the_logits_nor_an_fp32_gr
         memory.loss_working_bytes(m, shard, 2, megatron)
 
 
+def test_a_chunked_loss_keeps_no_logits_and_makes_one_chunk_at_a_time():
+    """torchtitan 0.3's ChunkedLossWrapper: each chunk's logits made, lost and differentiated in the forward — none
+    kept to the backward, only the hidden states' gradient it accumulated (in their dtype); one chunk's logits,
+    copy and gradient at a time (the eager loss's 6 + 6 bytes a logit over the chunks) beside the fp32 accumulator."""
+    titan = ENGINES["torchtitan"]
+    m = ModelSpec(name="llamaish", num_layers=1, hidden_size=4096, num_attention_heads=32, vocab_size=128256)
+    shard = Shard(batch=2, seq=8192, kv_seq=8192, tp=2, sp=True)
+    logits, hidden = 2 * 8192 * 128256 / 2, 2 * 2 * 2 * 8192 * 4096 / 2
+    assert memory.head_activation_bytes(m, shard, 2, titan, chunks=8) == hidden + 2 * 2 * 8192 * 4096
+    assert memory.loss_working_bytes(m, shard, 2, titan, chunks=8) == (6 + 6) * logits / 8 + 4 * 2 * 8192 * 4096
+    whole = memory.head_activation_bytes(m, shard, 2, titan) + memory.loss_working_bytes(m, shard, 2, titan)
+    chunked = memory.head_activation_bytes(m, shard, 2, titan, chunks=8) + memory.loss_working_bytes(m, shard, 2, titan, chunks=8)
+    assert whole - chunked > 5 * 2**30  # 12 bytes on 2.1 G logits a tp rank, against 1.5 on them and the fp32 grad
+
+
+def test_the_loss_chunks_must_split_each_cp_ranks_sequence():
+    """ChunkedLossWrapper: "sequence length must be divisible by num_chunks", a cp rank's share of it."""
+    from gplan.spec.parallel import config_violations
+
+    model = ModelSpec(name="llamaish", num_layers=2, hidden_size=256, num_attention_heads=4, vocab_size=1024)
+    config = ParallelConfig(dp=2, cp=2, zero=3)
+    found = config_violations(model, TrainingSpec(gbs=8, seq_length=8 * 2 * 5, engine="torchtitan"), config)
+    assert not [v for v in found if v.rule == "loss_chunks"]  # 40 tokens a cp rank: 8 chunks of 5
+    found = config_violations(model, TrainingSpec(gbs=8, seq_length=72, engine="torchtitan"), config)
+    assert [v.rule for v in found if v.rule == "loss_chunks"] == ["loss_chunks"]  # 36 a rank, not in 8
+    assert not config_violations(model, TrainingSpec(gbs=8, seq_length=72, engine="torchtitan", loss_chunks=1), config)
+    assert TrainingSpec(gbs=8, seq_length=72, engine="torchtitan", loss_chunks=8).loss_chunks is None  # its own
+
+
 def test_zero3_gathers_a_large_vocabulary_embedding_not_just_a_layer():
     """BLOOM's 250880 × 14336 embedding on tp=4 is ~0.9 B parameters, twice a layer's 0.6 B: FSDP gathers it
     whole, and prefetches the next unit beside it."""

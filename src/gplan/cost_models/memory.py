@@ -107,17 +107,29 @@ def embedding_activation_bytes(model: ModelSpec, shard: Shard) -> float:
 
 
 def head_activation_bytes(model: ModelSpec, shard: Shard, element_bytes: int, engine: EngineProfile = NO_ENGINE,
-                          bf16_loss: bool = False, compiled_loss: bool = False) -> float:
+                          bf16_loss: bool = False, compiled_loss: bool = False, chunks: int = 1) -> float:
     """Final norm input and logits-GEMM input (`2·e·s·b·h`), the 16-bit logits and their fp32 copy
     for the loss (`(e + 4)·s·b·V / t`, vocab-parallel) — only the 16-bit logits where the engine's fused
     cross-entropy keeps no fp32 copy (`MemoryAccounting.fp32_logits`: llm-foundry's) or the loss is compiled
     (`compiled_loss`: Inductor replays the upcast in the backward from the 16-bit logits it saves); the copy in
-    16 bits where the loss runs on the 16-bit logits (`bf16_loss`: `(e + e)·s·b·V / t`)."""
+    16 bits where the loss runs on the 16-bit logits (`bf16_loss`: `(e + e)·s·b·V / t`). With the loss in
+    `chunks` > 1 (torchtitan 0.3's ChunkedLossWrapper: each chunk's logits made, lost and differentiated in the
+    forward) no logits are kept to the backward: only the hidden states' gradient the chunks accumulated, cast to
+    their dtype and saved for the decoder's backward (`e·s·b·h`, replicated over tp); the chunks' logits and the
+    fp32 accumulator are `loss_working_bytes`."""
     s, b = shard.seq, shard.batch
     hidden = 2 * element_bytes * s * b * model.hidden_size / (shard.tp if shard.sp else 1)
+    if chunks > 1:
+        return hidden + element_bytes * s * b * model.hidden_size
+    return hidden + kept_bytes_per_logit(element_bytes, engine, bf16_loss, compiled_loss) * s * b * model.vocab_size / shard.tp
+
+
+def kept_bytes_per_logit(element_bytes: int, engine: EngineProfile = NO_ENGINE, bf16_loss: bool = False,
+                         compiled_loss: bool = False) -> float:
+    """The forward's bytes per logit kept for the loss's backward (`head_activation_bytes`): the 16-bit logits and,
+    where the engine keeps one and the loss is not compiled, their copy in the loss's dtype."""
     copy = engine.memory.fp32_logits and not compiled_loss
-    per_logit = element_bytes + ((element_bytes if bf16_loss else 4) if copy else 0)
-    return hidden + per_logit * s * b * model.vocab_size / shard.tp
+    return element_bytes + ((element_bytes if bf16_loss else 4) if copy else 0)
 
 
 # ---- working sets of the backward -------------------------------------------------------------
@@ -160,7 +172,7 @@ def gradient_working_bytes(model: ModelSpec, shard: Shard, element_bytes: int, k
 
 
 def loss_working_bytes(model: ModelSpec, shard: Shard, element_bytes: int, engine: EngineProfile = NO_ENGINE,
-                       bf16_loss: bool = False, compiled_loss: bool = False) -> float:
+                       bf16_loss: bool = False, compiled_loss: bool = False, chunks: int = 1) -> float:
     """The loss backward over the vocabulary (vocab-parallel), beside the 16-bit logits and fp32
     softmax the forward kept (head_activation_bytes), per logit: Megatron's vocab-parallel cross-entropy
     (Megatron-LM, Megatron-DeepSpeed, MindSpore's stack) writes the gradient into its softmax buffer and
@@ -168,10 +180,16 @@ def loss_working_bytes(model: ModelSpec, shard: Shard, element_bytes: int, engin
     worker, torchtitan) allocates the fp32 gradient and its 16-bit copy: `4 + e`; llm-foundry's fused
     cross-entropy (flash-attn's, `inplace_backward`) works in place: nothing. On the 16-bit logits (`bf16_loss`)
     the gradient is 16-bit too: `e + e`. A compiled loss (`compiled_loss`) writes the 16-bit gradient from one fused
-    kernel, no fp32 one before it: `e`."""
+    kernel, no fp32 one before it: `e`. With the loss in `chunks` > 1, one chunk's logits, the copy and the gradient
+    at a time — (kept + gradient) bytes per logit over `chunks` — beside the fp32 accumulator of the hidden states'
+    gradient (`GradAccumulator`, `4·s·b·h`)."""
     fp32_grad = element_bytes if compiled_loss else (element_bytes if bf16_loss else 4) + element_bytes
     per_logit = {"in_place": element_bytes, "fp32_grad": fp32_grad, "fused": 0}[engine.memory.loss_grad]
-    return per_logit * shard.seq * shard.batch * model.vocab_size / shard.tp
+    logits = shard.seq * shard.batch * model.vocab_size / shard.tp
+    if chunks > 1:
+        chunk = (per_logit + kept_bytes_per_logit(element_bytes, engine, bf16_loss, compiled_loss)) * logits / chunks
+        return chunk + 4 * shard.seq * shard.batch * model.hidden_size
+    return per_logit * logits
 
 
 # ---- model states ------------------------------------------------------------------------------

@@ -510,7 +510,8 @@ class StepModel:
         if layout.head:
             head_held = self.num_microbatches if self.config.schedule == "gpipe" else 1
             head = memory.head_activation_bytes(self.model, self.shard, self.training.element_bytes, self.training.profile,
-                                                self.training.bf16_loss, self.training.compiled_loss)
+                                                self.training.bf16_loss, self.training.compiled_loss,
+                                                self.training.loss_chunks_run)
             activations += head_held * head
             if self.model.mtp_layers:  # each depth keeps a layer's activations per micro-batch in flight, and its logits
                 depth = in_flight * self.layer_activation_bytes(self.model.mtp_kind.name, "none") + head_held * head
@@ -604,7 +605,7 @@ class StepModel:
     def head_transient_bytes(self, layout: StageLayout) -> float:
         t = self.training
         return memory.loss_working_bytes(self.model, self.shard, t.element_bytes, t.profile, t.bf16_loss,
-                                         t.compiled_loss) \
+                                         t.compiled_loss, t.loss_chunks_run) \
             if layout.head else 0.0
 
     def stage_transient_bytes(self, layout: StageLayout) -> float:

@@ -129,6 +129,9 @@ class Capabilities:
     `training.enable_cpu_offload`)."""
     compiled_loss: bool = False
     """The loss compiled by torch.compile, its fp32 upcast fused away (torchtitan's `compile.components`)."""
+    loss_chunks: bool = False
+    """Its loss run over the sequence in a chosen number of chunks (torchtitan 0.3's ChunkedLossWrapper
+    `num_chunks`); the others run it whole."""
     grad_sync_each_microbatch: bool = False
     """Its deferred gradient sync switched off: every micro-batch reduce-scatters (NeMo AutoModel's
     `distributed.defer_fsdp_grad_sync: false`)."""
@@ -282,6 +285,10 @@ class EngineProfile:
     """The fused attention it runs on GPUs: "fused", the newest the device has (Transformer Engine picks cuDNN's,
     FlashAttention-3-class on Hopper), or "fa2", FlashAttention-2's class (flash-attn 2, torch SDPA's default
     flash backend, Triton's), which runs Hopper at `DeviceSpec.fa2_attention_ratio` of the former."""
+    loss_chunks: int = 1
+    """The chunks its loss runs in by default: 1, the whole sequence's logits at once; torchtitan 0.3's trainer
+    configs wrap the loss in ChunkedLossWrapper (components/loss.py, num_chunks 8): each chunk's logits made, lost
+    and differentiated in the forward, one chunk at a time (`memory.head_activation_bytes`)."""
     zero3_comm_efficiency: float = 1.0
     """Achieved over modelled speed of its fully sharded data parallel's per-unit all-gathers and
     reduce-scatters (StepModel.zero3_exposed_s): 1 — the ring collective at the link's speed, the shared

@@ -134,7 +134,7 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
                    adam_moments: str = "fp32", master_weights: str = "fp32", optimizer_offload: float = 0.0,
                    optimizer_offload_overlap: bool = False, moe_shared_expert_overlap: bool = False,
                    moe_pad_to_capacity: bool = False, compiled_loss: bool = False,
-                   fsdp_offload: bool = False) -> Inputs:
+                   fsdp_offload: bool = False, loss_chunks: int | None = None) -> Inputs:
     """`target` (a backend or export target) is the engine whose memory accounting prices the run;
     default: the backend of the cluster's hardware, as `gplan search` defaults its --target."""
     from gplan.planner.space import target_name
@@ -177,7 +177,7 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
                                 optimizer_offload_overlap=optimizer_offload_overlap,
                                 moe_shared_expert_overlap=moe_shared_expert_overlap,
                                 moe_pad_to_capacity=moe_pad_to_capacity, compiled_loss=compiled_loss,
-                                fsdp_offload=fsdp_offload)
+                                fsdp_offload=fsdp_offload, loss_chunks=loss_chunks)
     except ValidationError as exc:
         err = exc.errors()[0]
         raise InputError(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}",

@@ -380,6 +380,16 @@ def _seq_split(model: ModelSpec, training: TrainingSpec, c: ParallelConfig, devi
     return None
 
 
+def _loss_chunks(model: ModelSpec, training: TrainingSpec | None, c: ParallelConfig, devices: int) -> Violation | None:
+    """torchtitan 0.3's ChunkedLossWrapper: "sequence length must be divisible by num_chunks", on each cp rank's
+    share of the sequence."""
+    if training is None or training.loss_chunks_run == 1 or training.seq_length % (c.cp * training.loss_chunks_run) == 0:
+        return None
+    chunks = training.loss_chunks_run
+    return Violation("loss_chunks", f"the loss in {chunks} chunks: a cp rank's {training.seq_length / c.cp:g} tokens "
+                     f"do not split into {chunks}", "choose cp, or --loss-chunks, so that cp·chunks divides the sequence")
+
+
 _MODULE_PARTS: dict[str, Callable[[ModelSpec], bool]] = {
     "mlp": lambda m: any(not k.moe for k in m.layer_kinds()), "moe": lambda m: m.is_moe,
     "moe_act": lambda m: m.is_moe, "shared_experts": lambda m: m.is_moe and m.shared_expert_ffn_size > 0,
@@ -504,10 +514,10 @@ def _a2a_overlap(model: ModelSpec, training: TrainingSpec | None, c: ParallelCon
 RULES: tuple[Rule, ...] = (_world, _tp, _dense_experts, _ep_divides, _etp_divides, _expert_grid, _moe_sp,
                            _ep_fp16, _pp_layers, _vpp_chunks, _batch, _interleaved_microbatches, _cp_chunks, _seq_split,
                            _precision_aware_optimizer, _modules_exist, _op_alone, _offload, _a2a_overlap,
-                           _shared_expert_overlap, _optimizer_in_backward, _fsdp_offload)
+                           _shared_expert_overlap, _optimizer_in_backward, _fsdp_offload, _loss_chunks)
 """The rules every configuration keeps, in the order they are reported: the one rule set that
 `check_config`, the search space (planner.space), `--stages` and the plan check read."""
-DEGREE_RULES: tuple[Rule, ...] = (_world, _tp, _pp_layers, _cp_chunks, _seq_split)
+DEGREE_RULES: tuple[Rule, ...] = (_world, _tp, _pp_layers, _cp_chunks, _seq_split, _loss_chunks)
 """The rules that read only the degrees dp tp pp cp (and sp = tp > 1)."""
 BATCH_RULES: tuple[Rule, ...] = (_vpp_chunks, _batch, _interleaved_microbatches)
 """The rules that read the degrees with mbs and vpp."""

@@ -92,6 +92,7 @@ ENGINE_OPTIONS = {"grad_reduce_in_bf16": "--grad-reduce-in-bf16", "fp8_param_gat
                   "moe_a2a_overlap": "--moe-a2a-overlap", "cuda_graphs": "--cuda-graphs",
                   "moe_dispatcher": "--moe-dispatcher", "attention_kernel": "--attention-kernel",
                   "bf16_loss": "--bf16-loss", "compiled_loss": "--compiled-loss", "fsdp_offload": "--fsdp-offload",
+                  "loss_chunks": "--loss-chunks",
                   "grad_sync_each_microbatch": "--grad-sync-each-microbatch",
                   "precision_aware_optimizer": "--precision-aware-optimizer", "adam_moments": "--adam-moments",
                   "master_weights": "--master-weights", "optimizer_offload": "--optimizer-offload",

@@ -179,6 +179,11 @@ class TrainingSpec(BaseModel):
     optimizer_offload_overlap: bool = False
     """The offloaded optimizer's copies overlapped with its host step, group by group (Megatron-LM's
     --overlap-cpu-optimizer-d2h-h2d); without it they run one after the other."""
+    loss_chunks: int | None = Field(default=None, ge=1)
+    """The loss over the sequence in this many chunks, each chunk's logits made, lost and differentiated in the
+    forward before the next (torchtitan 0.3's ChunkedLossWrapper): only one chunk's logits and their gradient
+    exist at a time, beside an fp32 gradient of the hidden states (`memory.head_activation_bytes`,
+    `memory.loss_working_bytes`). None: the engine's own (`EngineProfile.loss_chunks`: 8 for torchtitan, else 1)."""
     attention_kernel: AttentionKernelChoice | None = None
     """The attention kernel, where the engine runs more than one (NeMo AutoModel's `model.backend.attn`: te is the
     fused cuDNN kernel, sdpa and flex — torch SDPA's flash backend and FlexAttention's Triton kernel — are
@@ -195,16 +200,26 @@ class TrainingSpec(BaseModel):
                                                     "precision_aware_optimizer": False, "adam_moments": "fp32",
                                                     "master_weights": "fp32", "moe_pad_to_capacity": False,
                                                     "moe_shared_expert_overlap": False, "optimizer_offload": 0.0,
-                                                    "optimizer_offload_overlap": False, "fsdp_offload": False}
+                                                    "optimizer_offload_overlap": False, "fsdp_offload": False,
+                                                    "loss_chunks": None}
 
     @model_validator(mode="before")
     @classmethod
     def _own_kernel_is_no_choice(cls, data):
-        """Naming the engine's own attention kernel chooses nothing: kept as None, so that every engine takes it."""
+        """Naming the engine's own attention kernel (or loss chunks) chooses nothing: kept as None, so that every
+        engine takes its own."""
         if isinstance(data, dict) and data.get("attention_kernel") is not None and \
                 data["attention_kernel"] == profile_of(data.get("engine")).attention_kernel:
             data = {**data, "attention_kernel": None}
+        if isinstance(data, dict) and data.get("loss_chunks") is not None and \
+                data["loss_chunks"] == profile_of(data.get("engine")).loss_chunks:
+            data = {**data, "loss_chunks": None}
         return data
+
+    @property
+    def loss_chunks_run(self) -> int:
+        """The chunks the run's loss is priced in: the ones it names, else its engine's."""
+        return self.loss_chunks or self.profile.loss_chunks
 
     @property
     def attention_kernel_run(self) -> str:

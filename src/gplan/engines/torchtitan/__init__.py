@@ -41,6 +41,9 @@ ENGINE = EngineProfile(
                               # `compile.components` with "loss" (components/loss.py build_cross_entropy_loss:
                               # torch.compile of cross_entropy_loss, its `.float()` upcast inside)
                               compiled_loss=True,
+                              # 0.3's ChunkedLossWrapper.Config.num_chunks (every registered trainer config wraps
+                              # its loss in it)
+                              loss_chunks=True,
                               # training.enable_cpu_offload: apply_fsdp's CPUOffloadPolicy (models/*/parallelize.py)
                               fsdp_offload=True,
                               # 0.3.0's converters: Float8LinearConverter (recipes rowwise and
@@ -50,6 +53,9 @@ ENGINE = EngineProfile(
     memory=MemoryAccounting(states="fsdp", loss_grad="fp32_grad", quantized_gemm_inputs=False),
     # its default attention is F.scaled_dot_product_attention, whose default flash backend is FlashAttention-2
     attention_kernel="fa2",
+    # 0.3's trainer configs (models/*/config_registry.py) wrap the loss in ChunkedLossWrapper, 8 chunks by default;
+    # ≤ 0.2's TOML runs have none (their reader says 1)
+    loss_chunks=8,  # launch.TITAN_LOSS_CHUNKS
     pipeline_reduce_after_backward=True,
     reduces_every_microbatch=True,
     resharding=Resharding(

@@ -40,7 +40,8 @@ EXACT = (
     "the model built by torchtitan's own layer builders (llama3; its qwen3, deepseek_v3 and gpt_oss MoE models) "
     "with the plan's shape (parameters counted equal in the tests); FSDP/HSDP/DDP degrees, tp/sp, cp, pp schedule; every pipeline chunk's modules "
     "(`module_fqns_per_model_part`), so uneven and interleaved splits are exact; the batch as accumulation "
-    "steps of mbs (with pp: m·mbs split into micro-batches of mbs); CUDA graphs off with pp")
+    "steps of mbs (with pp: m·mbs split into micro-batches of mbs); the loss in the plan's chunks (its trainer's "
+    "ChunkedLossWrapper, or the whole CrossEntropyLoss at one); CUDA graphs off with pp")
 """What its files run exactly as the plan priced it (docs/exporting.md's table, from bench/engine_tables.py)."""
 APPROXIMATED = (
     "one activation-checkpoint policy for every layer (full when any layer recomputes fully; `SelectiveAC`, "
@@ -219,6 +220,7 @@ from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
 SHAPE = {shape}
 MODULE_FQNS_PER_MODEL_PART = {fqns}
 ACTIVATION_CHECKPOINT = {ac!r}
+LOSS_CHUNKS = {chunks}
 {comm}
 '''
 """What every family's config module starts with: the stamp, what it builds, its constants."""
@@ -375,6 +377,10 @@ def {function}():
         model = converter.build().convert(model)
     config.model_spec = dataclasses.replace(model_registry({flavor}), flavor="gplan", model=model)
     config.loss.loss_fn.global_vocab_size = SHAPE["vocab_size"]
+    if LOSS_CHUNKS > 1:  # the trainer's ChunkedLossWrapper, at the plan's chunks
+        config.loss.num_chunks = LOSS_CHUNKS
+    else:  # the loss over the whole sequence, as the plan priced it
+        config.loss = config.loss.loss_fn
     policy = {{"full": FullAC, "selective": SelectiveAC}}.get(ACTIVATION_CHECKPOINT)
     config.activation_checkpoint = policy.Config() if policy else None
     if MODULE_FQNS_PER_MODEL_PART:
@@ -433,6 +439,7 @@ def config_module(plan: Plan, context: ExportContext, ac: str) -> str:
         imports = PINNED_GUARD.format(family=family, pinned=PINNED, module=CONFIG_MODULE) + imports
     head = MODULE_HEAD.format(stamp=stamp(plan, context.version), module=CONFIG_MODULE, function=CONFIG_FUNCTION_NAME,
                               built=built, imports=imports, shape=repr(shape), fqns=repr(fqns), ac=ac,
+                              chunks=plan.training.loss_chunks_run,
                               comm=f"MOE_COMM_BACKEND = {COMM_BACKENDS[plan.training.moe_dispatcher]!r}\n" if plan.model.is_moe else "")
     return (head + model.rstrip("\n") + converters_text(plan)
             + CONFIG_FUNCTION.format(function=CONFIG_FUNCTION_NAME, trainer=trainer, flavor=repr(flavor)))

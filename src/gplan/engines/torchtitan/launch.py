@@ -75,7 +75,7 @@ def read_torchtitan_launch(path: Path, model: ModelSpec | None) -> Launch:
             sizes[j % pp] += sum(1 for name in part if name.startswith("layers."))
     comm = values.get("parallelism.expert_parallel_comm_backend",
                       module_constant(module, "MOE_COMM_BACKEND") if module.is_file() else None)
-    options = titan_engine_options(path, values, model, comm)
+    options = titan_engine_options(path, values, model, comm, module if module.is_file() else None)
     for key in fork_state_dtypes(values, unread):  # said, not listed as having no effect
         unread.remove(key)
         notes.append(f"({key} {values[key]}: not a torchtitan key (a fork's?); Adam's states are priced in fp32, as "
@@ -96,10 +96,15 @@ def read_torchtitan_launch(path: Path, model: ModelSpec | None) -> Launch:
                   engine_options=options)
 
 
-def titan_engine_options(path: Path, values: dict[str, Any], model: ModelSpec, comm: str | None) -> dict[str, Any]:
+def titan_engine_options(path: Path, values: dict[str, Any], model: ModelSpec, comm: str | None,
+                         module: Path | None = None) -> dict[str, Any]:
     """The engine switches a job config sets: the token exchange, the reduce and training dtypes, the optimizer
-    in the backward (≤ 0.2) and a compiled loss."""
+    in the backward (≤ 0.2), a compiled loss, and the loss's chunks — gplan's exported config `module` (0.3)
+    states them (its trainer's ChunkedLossWrapper, 8 before the module said), a ≤ 0.2 job config has none: 1."""
+    chunks = int(module_constant(module, "LOSS_CHUNKS") or TITAN_LOSS_CHUNKS) if module is not None else 1
     options: dict[str, Any] = {"moe_dispatcher": titan_dispatcher(path, comm)} if model.is_moe else {}
+    if chunks != TITAN_LOSS_CHUNKS:
+        options["loss_chunks"] = chunks
     if titan_dtype(path, values, "training.mixed_precision_reduce", TITAN_REDUCE_DTYPES):
         options["grad_reduce_in_bf16"] = True
     if titan_dtype(path, values, "training.dtype", TITAN_TRAINING_DTYPES):
@@ -120,6 +125,9 @@ def fork_state_dtypes(values: dict[str, Any], unread: list[str]) -> list[str]:
             and str(values.get(k)).lower().removeprefix("torch.") not in ("float32", "fp32")]
 
 
+TITAN_LOSS_CHUNKS = 8
+"""torchtitan 0.3's ChunkedLossWrapper.Config.num_chunks default (components/loss.py), which every registered trainer
+config of its models wraps the loss in (engines.torchtitan.ENGINE.loss_chunks)."""
 TITAN_COMPILE_COMPONENTS = ["model", "loss"]
 """torchtitan's `compile.components` default (CompileConfig): with `compile.enable`, the model and the loss."""
 
@@ -382,7 +390,8 @@ def _titan_layout(values: dict, model: ModelSpec, parts, ac) -> tuple[dict[str, 
     # torchtitan ≤ 0.2's defaults (config/job_config.py ActivationCheckpoint): mode "selective", option "2" — a
     # job config without the section checkpoints every second block; a gplan export's module says its own
     mode = str(values.get("activation_checkpoint.mode", ac or TITAN_AC_MODE)).lower()
-    option = str(values.get("activation_checkpoint.selective_ac_option", TITAN_AC_OPTION))
+    # an export's module names 0.3's SelectiveAC, its per-operator policy (`op`); ≤ 0.2's option defaults to "2"
+    option = str(values.get("activation_checkpoint.selective_ac_option", "op" if ac else TITAN_AC_OPTION))
     if "activation_checkpoint.mode" not in values and ac is None:
         notes.append(f"(activation_checkpoint.mode not set: torchtitan's default, {TITAN_AC_MODE} with option "
                      f"{TITAN_AC_OPTION})")

@@ -20,6 +20,7 @@ from torchtitan.models.llama3.model import Llama3TransformerBlock
 SHAPE = {'dim': 8192, 'n_layers': 80, 'n_heads': 64, 'n_kv_heads': 8, 'hidden_dim': 28672, 'vocab_size': 128256, 'rope_theta': 500000.0, 'max_seq_len': 8192, 'tie_embeddings': False}
 MODULE_FQNS_PER_MODEL_PART = None
 ACTIVATION_CHECKPOINT = 'none'
+LOSS_CHUNKS = 1
 
 
 
@@ -70,6 +71,10 @@ def gplan_plan():
         model = converter.build().convert(model)
     config.model_spec = dataclasses.replace(model_registry('8B'), flavor="gplan", model=model)
     config.loss.loss_fn.global_vocab_size = SHAPE["vocab_size"]
+    if LOSS_CHUNKS > 1:  # the trainer's ChunkedLossWrapper, at the plan's chunks
+        config.loss.num_chunks = LOSS_CHUNKS
+    else:  # the loss over the whole sequence, as the plan priced it
+        config.loss = config.loss.loss_fn
     policy = {"full": FullAC, "selective": SelectiveAC}.get(ACTIVATION_CHECKPOINT)
     config.activation_checkpoint = policy.Config() if policy else None
     if MODULE_FQNS_PER_MODEL_PART:
