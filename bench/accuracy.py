@@ -59,6 +59,8 @@ CLUSTERS = {
 }
 #: Sources whose stack runs fused (flash) attention; SC21 and the 2022 Megatron runs predate it.
 FLASH_SOURCES = {"S10", "S19", "S21", "S23"}
+LOSS_CHUNKS = {"S10": 1}
+"""torchtitan's 2024 runs (≤ 0.2) computed the loss over the whole sequence; 0.3's ChunkedLossWrapper came later."""
 #: The engine of each source (SOURCES.md): its memory accounting and, where fitted, its efficiency.
 ENGINE = {"S1": "megatron", "S3": "megatron", "S4": "megatron", "S19": "megatron", "S10": "torchtitan",
           "S21": "llm-foundry", "S22": "deepspeed", "S23": "llm-foundry"}
@@ -184,7 +186,7 @@ def case_from_row(row: dict) -> Case | str:
                             recompute=recompute, recompute_modules=modules)
     training = TrainingSpec(gbs=_int(row["global_batch_size"]), seq_length=_int(row["seq_len"]),
                             precision=precision, flash_attention=src in FLASH_SOURCES, engine=ENGINE.get(src),
-                            tp_comm_overlap=src in TP_COMM_OVERLAP_SOURCES)
+                            tp_comm_overlap=src in TP_COMM_OVERLAP_SOURCES, loss_chunks=LOSS_CHUNKS.get(src))
     try:
         check_config(model, training, config, gpus)
     except GplanError as exc:
