@@ -150,6 +150,21 @@ def test_megatron_core_builds_the_405b_layout_with_an_embedding_only_and_a_loss_
     assert [sum(kind.name == "decoder" for chunk in rank for kind in chunk) for rank in layout.layout] == sizes
 
 
+def exported_and_read_back(tmp_path, gplan, plan) -> dict:
+    """`plan` exported for torchtitan and priced again from the exported launch (--from, no MODEL): what it gives
+    back, at the plan's own step and memory (asserted here)."""
+    import json
+
+    plan_path, out = tmp_path / "plan.json", tmp_path / "tt"
+    plan_path.write_text(plan.model_dump_json())
+    assert gplan("export", str(plan_path), "--to", "torchtitan", "--out-dir", str(out)).code == 0
+    back = gplan("estimate", "--from", str(out / "torchtitan_train.sh"), "--cluster", "dgx-h100", "--json").json()
+    written = json.loads(plan_path.read_text())["prediction"]
+    assert back["step_time_s"] == pytest.approx(written["step_time_s"], rel=1e-6)
+    assert back["memory_bytes_per_device_max"] == pytest.approx(written["memory_bytes_per_device_max"], rel=1e-6)
+    return back
+
+
 # ---- torchtitan: its own qwen3 and deepseek_v3 MoE models ----------------------------------------------
 
 def titan_plan(model_name: str, config: ParallelConfig):
@@ -431,8 +446,6 @@ def test_a_plan_reducing_in_bf16_exports_torchtitans_reduce_dtype_for_main_and_r
 def test_a_full_bf16_plan_exports_torchtitans_training_dtype_and_reads_back(tmp_path, gplan):
     """A plan trained in full bf16 (--pure-bf16): its export for torchtitan 0.3.0 sets training.dtype, which
     torchtitan's own ConfigManager takes; --from of the export gives it back at the same step and memory."""
-    import json
-
     from test_exporters import titan_parse
 
     from gplan.profiles.catalogue import load_model
@@ -442,14 +455,8 @@ def test_a_full_bf16_plan_exports_torchtitans_training_dtype_and_reads_back(tmp_
                      None)
     (tmp_path / "parsed").mkdir()
     assert titan_parse(tmp_path / "parsed", plan).training.dtype == "bfloat16"
-    plan_path, out = tmp_path / "plan.json", tmp_path / "tt"
-    plan_path.write_text(plan.model_dump_json())
-    assert gplan("export", str(plan_path), "--to", "torchtitan", "--out-dir", str(out)).code == 0
-    back = gplan("estimate", "--from", str(out / "torchtitan_train.sh"), "--cluster", "dgx-h100", "--json").json()
-    written = json.loads(plan_path.read_text())["prediction"]
+    back = exported_and_read_back(tmp_path, gplan, plan)
     assert back["engine_options"]["pure_bf16"] is True
-    assert back["step_time_s"] == pytest.approx(written["step_time_s"], rel=1e-6)
-    assert back["memory_bytes_per_device_max"] == pytest.approx(written["memory_bytes_per_device_max"], rel=1e-6)
 
 
 @requires_engine("torchtitan", "dev")
@@ -459,8 +466,6 @@ def test_the_export_runs_the_loss_in_the_chunks_it_was_priced_in_and_reads_them_
     """torchtitan 0.3's trainer configs wrap the loss in ChunkedLossWrapper (8 chunks): the export keeps it at the
     plan's chunks, or runs the loss whole where the plan priced it so (--loss-chunks 1); torchtitan's ConfigManager
     takes either, and --from of the export prices it again at the same step and memory."""
-    import json
-
     from test_exporters import titan_parse
     from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
 
@@ -475,21 +480,13 @@ def test_the_export_runs_the_loss_in_the_chunks_it_was_priced_in_and_reads_them_
         assert isinstance(loss, CrossEntropyLoss.Config)
     else:
         assert isinstance(loss, ChunkedLossWrapper.Config) and loss.num_chunks == training.loss_chunks_run
-    plan_path, out = tmp_path / "plan.json", tmp_path / "tt"
-    plan_path.write_text(plan.model_dump_json())
-    assert gplan("export", str(plan_path), "--to", "torchtitan", "--out-dir", str(out)).code == 0
-    back = gplan("estimate", "--from", str(out / "torchtitan_train.sh"), "--cluster", "dgx-h100", "--json").json()
-    written = json.loads(plan_path.read_text())["prediction"]
-    assert back["memory_bytes_per_device_max"] == pytest.approx(written["memory_bytes_per_device_max"], rel=1e-6)
-    assert back["step_time_s"] == pytest.approx(written["step_time_s"], rel=1e-6)
+    back = exported_and_read_back(tmp_path, gplan, plan)
 
 
 def test_a_compiled_loss_exports_torchtitans_compile_of_the_loss_alone_and_reads_back(tmp_path, gplan):
     """A plan with the loss compiled (--compiled-loss): its export for torchtitan 0.3.0 compiles the loss and not
     the model (what was priced), which torchtitan's own ConfigManager takes; --from of the export gives it back at
     the same step and memory, below the eager loss's (both over the whole sequence: --loss-chunks 1)."""
-    import json
-
     from test_exporters import titan_parse
 
     from gplan.profiles.catalogue import load_model
@@ -500,14 +497,8 @@ def test_a_compiled_loss_exports_torchtitans_compile_of_the_loss_alone_and_reads
     (tmp_path / "parsed").mkdir()
     compile_config = titan_parse(tmp_path / "parsed", plan).compile
     assert compile_config.enable and list(compile_config.components) == ["loss"]
-    plan_path, out = tmp_path / "plan.json", tmp_path / "tt"
-    plan_path.write_text(plan.model_dump_json())
-    assert gplan("export", str(plan_path), "--to", "torchtitan", "--out-dir", str(out)).code == 0
-    back = gplan("estimate", "--from", str(out / "torchtitan_train.sh"), "--cluster", "dgx-h100", "--json").json()
-    written = json.loads(plan_path.read_text())["prediction"]
+    back = exported_and_read_back(tmp_path, gplan, plan)
     assert back["engine_options"]["compiled_loss"] is True
-    assert back["step_time_s"] == pytest.approx(written["step_time_s"], rel=1e-6)
-    assert back["memory_bytes_per_device_max"] == pytest.approx(written["memory_bytes_per_device_max"], rel=1e-6)
     eager = gplan("estimate", "llama3-8b", "--cluster", "dgx-h100", "--devices", "8", "--dp", "8", "--zero", "3",
                   "--recompute", "full", "--gbs", "8", "--seq-length", "32768", "--target", "torchtitan", "--loss-chunks",
                   "1", "--json").json()
@@ -532,15 +523,9 @@ def test_an_fsdp_offload_plan_exports_torchtitans_cpu_offload_and_reads_back(tmp
                      recompute="full"), None)
     (tmp_path / "parsed").mkdir()
     assert titan_parse(tmp_path / "parsed", plan).training.enable_cpu_offload is True
-    plan_path, out = tmp_path / "plan.json", tmp_path / "tt"
-    plan_path.write_text(plan.model_dump_json())
-    assert gplan("export", str(plan_path), "--to", "torchtitan", "--out-dir", str(out)).code == 0
-    back = gplan("estimate", "--from", str(out / "torchtitan_train.sh"), "--cluster", "dgx-h100", "--json").json()
-    written = json.loads(plan_path.read_text())["prediction"]
+    back = exported_and_read_back(tmp_path, gplan, plan)
     assert back["engine_options"]["fsdp_offload"] is True
     assert "an assumption no measured run checks" in json.dumps(back["not_read"])
-    assert back["step_time_s"] == pytest.approx(written["step_time_s"], rel=1e-6)
-    assert back["memory_bytes_per_device_max"] == pytest.approx(written["memory_bytes_per_device_max"], rel=1e-6)
 
 
 @pytest.mark.parametrize("argv, says", [
