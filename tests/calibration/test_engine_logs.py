@@ -184,7 +184,11 @@ def test_a_crashed_run_and_a_log_without_hardware_are_refused(gplan, tmp_path):
 
 # ---- torchtitan --------------------------------------------------------------------------------------
 
-def torchtitan_log(tokens_per_device_s: float, steps: int = 6, shard: int = -1) -> str:
+CHUNKED_LOSS = {"num_chunks": 8, "loss_fn": {"global_vocab_size": 128256}}
+"""0.3's ChunkedLossWrapper.Config as its trainer prints it (every registered trainer config wraps the loss so)."""
+
+
+def torchtitan_log(tokens_per_device_s: float, steps: int = 6, shard: int = -1, loss: dict | None = CHUNKED_LOSS) -> str:
     """A rank-0 torchtitan 0.3 log: `Running with configs:` (trainer.py, --debug.print_config), the mesh line
     (distributed/parallel_dims.py), step lines in metrics.py's format with its colour codes."""
     config = {"job": {"description": "Llama 3 8B training"},
@@ -194,7 +198,8 @@ def torchtitan_log(tokens_per_device_s: float, steps: int = 6, shard: int = -1) 
               "training": {"local_batch_size": 1, "global_batch_size": -1, "seq_len": 8192,
                            "mixed_precision_param": "bfloat16", "steps": 100},
               "activation_checkpoint": {"mode": "selective", "selective_ac_option": "op"},
-              "model_spec": {"name": "llama3", "flavor": "8B", "model": {"dim": 4096}}}
+              "model_spec": {"name": "llama3", "flavor": "8B", "model": {"dim": 4096}},
+              **({"loss": loss} if loss is not None else {})}
     lines = ["[titan] 2026-05-01 10:00:00,000 - root - INFO - Starting job: Llama 3 8B training",
              "[titan] 2026-05-01 10:00:00,001 - root - INFO - Running with configs: " + json.dumps(config, indent=2),
              "[titan] 2026-05-01 10:00:01,000 - root - INFO - Building device mesh with parallelism: pp=1, "
@@ -219,6 +224,15 @@ def test_a_torchtitan_log_gives_its_configuration_and_step(tmp_path):
     assert (t.gbs, t.seq_length, t.precision, t.engine) == (8, 8192, "bf16", "torchtitan")
     assert run.measured_step_s == pytest.approx(8 * 8192 / (6150 * 8))
     assert run.plan.model.name == "llama3-8b"
+
+
+@pytest.mark.parametrize("loss, chunks", [(CHUNKED_LOSS, 8), ({"num_chunks": 4, "loss_fn": {}}, 4),
+                                          ({"global_vocab_size": 128256}, 1), (None, 1)])
+def test_a_torchtitan_log_prices_the_loss_in_the_chunks_it_printed(tmp_path, loss, chunks):
+    """0.3's printed `loss`: ChunkedLossWrapper's num_chunks, or a whole CrossEntropyLoss; ≤ 0.2 prints none."""
+    path = tmp_path / "titan.log"
+    path.write_text(torchtitan_log(6150, loss=loss))
+    assert read_log_run(path, "dgx-h100", None, None).plan.training.loss_chunks_run == chunks
 
 
 @pytest.mark.parametrize("printed, recompute", [

@@ -75,7 +75,10 @@ def read_torchtitan_launch(path: Path, model: ModelSpec | None) -> Launch:
             sizes[j % pp] += sum(1 for name in part if name.startswith("layers."))
     comm = values.get("parallelism.expert_parallel_comm_backend",
                       module_constant(module, "MOE_COMM_BACKEND") if module.is_file() else None)
-    options = titan_engine_options(path, values, model, comm, module if module.is_file() else None)
+    # gplan's exported config module (0.3) states the loss's chunks (its trainer's ChunkedLossWrapper: 8 before the
+    # module said); a ≤ 0.2 job config has none
+    chunks = int(module_constant(module, "LOSS_CHUNKS") or TITAN_LOSS_CHUNKS) if module.is_file() else 1
+    options = titan_engine_options(path, values, model, comm, chunks)
     for key in fork_state_dtypes(values, unread):  # said, not listed as having no effect
         unread.remove(key)
         notes.append(f"({key} {values[key]}: not a torchtitan key (a fork's?); Adam's states are priced in fp32, as "
@@ -97,11 +100,9 @@ def read_torchtitan_launch(path: Path, model: ModelSpec | None) -> Launch:
 
 
 def titan_engine_options(path: Path, values: dict[str, Any], model: ModelSpec, comm: str | None,
-                         module: Path | None = None) -> dict[str, Any]:
+                         chunks: int = 1) -> dict[str, Any]:
     """The engine switches a job config sets: the token exchange, the reduce and training dtypes, the optimizer
-    in the backward (≤ 0.2), a compiled loss, and the loss's chunks — gplan's exported config `module` (0.3)
-    states them (its trainer's ChunkedLossWrapper, 8 before the module said), a ≤ 0.2 job config has none: 1."""
-    chunks = int(module_constant(module, "LOSS_CHUNKS") or TITAN_LOSS_CHUNKS) if module is not None else 1
+    in the backward (≤ 0.2), a compiled loss, and the chunks its loss runs in (0.3's ChunkedLossWrapper; ≤ 0.2: 1)."""
     options: dict[str, Any] = {"moe_dispatcher": titan_dispatcher(path, comm)} if model.is_moe else {}
     if chunks != TITAN_LOSS_CHUNKS:
         options["loss_chunks"] = chunks
@@ -268,7 +269,15 @@ def titan_log_launch(path: Path, model: ModelSpec | None, text: str) -> Launch:
                   stage_sizes=None, recompute_layers=None, world_size=logs.world_size(log.config),
                   unread=notes, local_batch=int(t.get("local_batch_size", t.get("batch_size", 1))), model=model,
                   engine_options=titan_engine_options(path, values, model,
-                                                      values.get("parallelism.expert_parallel_comm_backend")))
+                                                      values.get("parallelism.expert_parallel_comm_backend"),
+                                                      printed_loss_chunks(log.config)))
+
+
+def printed_loss_chunks(config: dict) -> int:
+    """The chunks of the loss a printed job config ran: 0.3's `loss` section holds ChunkedLossWrapper's
+    `num_chunks` (a whole CrossEntropyLoss has none); ≤ 0.2 prints no loss section: 1."""
+    loss = config.get("loss")
+    return int(loss.get("num_chunks") or 1) if isinstance(loss, dict) else 1
 
 
 
