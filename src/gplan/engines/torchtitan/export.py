@@ -28,7 +28,7 @@ from gplan.backends.recipes import default_nodes, script_node_variables, script_
 from gplan.errors import InputError
 from gplan.plan import Plan
 from gplan.spec.parallel import StageLayout, chunk_sizes
-from gplan.spec.targets import expert_family
+from gplan.spec.targets import as_engine_runs, expert_family
 
 VERSIONS = {
     "0.3": "torchtitan 0.3.0 (torchtitan.train, ConfigManager; checked by its own parser)",
@@ -439,7 +439,8 @@ def config_module(plan: Plan, context: ExportContext, ac: str) -> str:
         imports = PINNED_GUARD.format(family=family, pinned=PINNED, module=CONFIG_MODULE) + imports
     head = MODULE_HEAD.format(stamp=stamp(plan, context.version), module=CONFIG_MODULE, function=CONFIG_FUNCTION_NAME,
                               built=built, imports=imports, shape=repr(shape), fqns=repr(fqns), ac=ac,
-                              chunks=plan.training.loss_chunks_run,
+                              # a plan priced for another engine runs torchtitan's own chunks, as it is re-priced
+                              chunks=as_engine_runs(plan.training, "torchtitan").loss_chunks_run,
                               comm=f"MOE_COMM_BACKEND = {COMM_BACKENDS[plan.training.moe_dispatcher]!r}\n" if plan.model.is_moe else "")
     return (head + model.rstrip("\n") + converters_text(plan)
             + CONFIG_FUNCTION.format(function=CONFIG_FUNCTION_NAME, trainer=trainer, flavor=repr(flavor)))

@@ -20,7 +20,7 @@ from torchtitan.models.llama3.model import Llama3TransformerBlock
 SHAPE = {'dim': 8192, 'n_layers': 80, 'n_heads': 64, 'n_kv_heads': 8, 'hidden_dim': 28672, 'vocab_size': 128256, 'rope_theta': 500000.0, 'max_seq_len': 8192, 'tie_embeddings': False}
 MODULE_FQNS_PER_MODEL_PART = None
 ACTIVATION_CHECKPOINT = 'none'
-LOSS_CHUNKS = 1
+LOSS_CHUNKS = 8
 
 
 
