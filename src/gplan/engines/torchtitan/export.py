@@ -155,8 +155,12 @@ def overrides(plan: Plan, main: bool = False) -> tuple[list[str], list[str]]:
                      "(tensorwise) runs as fp8-rowwise here")
     if plan.model.is_moe:
         args += ["--parallelism.expert_parallel_degree", str(c.ep)]
-        notes.append("routing details gplan does not model take torchtitan's defaults (no expert groups, route "
-                     "scale 1, plain RoPE without YaRN): set them in gplan_torchtitan.py if your run needs them")
+        if expert_family(plan.model) == "gpt_oss":  # its builder's router, with its 20b flavor's YaRN RoPE
+            notes.append("the router and RoPE are torchtitan's gpt_oss builder's (softmax top-k with biases, its 20b "
+                         "flavor's YaRN scaling): set them in gplan_torchtitan.py if your run needs others")
+        else:
+            notes.append("routing details gplan does not model take torchtitan's defaults (no expert groups, route "
+                         "scale 1, plain RoPE without YaRN): set them in gplan_torchtitan.py if your run needs them")
     if t.precision == "fp16":
         raise InputError("torchtitan trains in bf16 or fp32, not fp16", hint="plan with --precision bf16")
     if c.pp > 1:
