@@ -86,19 +86,32 @@ CHECK = textwrap.dedent("""
     steps = StepScheduler(s["global_batch_size"], s["local_batch_size"], dims["dp_shard"] * dims["dp_replicate"],
                           dataloader=None, max_steps=1, preemption_signal=None)
     micro = recipe["distributed"].get("pipeline", {}).get("pp_microbatch_size")
+    # its recipe builds `cfg.optimizer` (train_ft.py): the section resolved and built as its typed config does
+    from nemo_automodel.components.optim.optimizer import build_optimizer_config
+    from nemo_automodel.recipes._typed_config import _callable_and_kwargs
+    import torch
+    part = torch.nn.Linear(4, 4).to(torch.bfloat16)
+    built = build_optimizer_config(*_callable_and_kwargs(recipe["optimizer"])).build(part)
+    built[0].zero_grad()
+    for p in part.parameters():
+        p.grad = torch.ones_like(p)
+    built[0].step()
+    moments = {str(v.dtype) for state in built[0].state.values() for k, v in state.items() if k.startswith("exp_avg")}
     print(json.dumps({"mesh": dims, "ep": dict(zip([str(n).split(".")[-1].lower() for n in moe.mesh_dim_names],
                                                    moe.mesh.shape)) if moe is not None else None,
                       "microbatches": steps.grad_acc_steps * (s["local_batch_size"] // micro if micro else 1),
                       "checkpointing": parsed["activation_checkpointing"],
                       "reshard": parsed["strategy_config"].reshard_after_forward,
-                      "reduce": str(parsed["strategy_config"].mp_policy.reduce_dtype)}))
+                      "reduce": str(parsed["strategy_config"].mp_policy.reduce_dtype),
+                      "optimizer": type(built[0]).__name__, "moments": sorted(moments)}))
 """)
 
 
 @requires_engine("nemo_automodel", "dev")
 def test_its_own_code_takes_the_export(exported, tmp_path):
     """nemo_automodel's parser reads the distributed section, its FSDP2 mesh builder lays out the ranks (on a
-    fake process group of the plan's size), and its step scheduler runs the plan's micro-batches."""
+    fake process group of the plan's size), its step scheduler runs the plan's micro-batches, and its optimizer
+    builder makes the recipe's optimizer, whose moments follow the parameters' dtype."""
     script = tmp_path / "check.py"
     script.write_text(CHECK)
     for model, (plan, recipe, devices) in exported.items():
@@ -112,6 +125,8 @@ def test_its_own_code_takes_the_export(exported, tmp_path):
         assert built["checkpointing"] == (c["recompute"] != "none"), model
         # stated, not left to its default (which keeps the weights gathered wherever ep > 1 or pp > 1)
         assert built["reshard"] == (c["zero"] == 3) and built["reduce"] == "torch.float32", model
+        # an optimizer its recipe can build (it has none by default), its moments in the parameters' dtype: as priced
+        assert built["optimizer"] == "AdamW" and built["moments"] == ["torch.bfloat16"], model
 
 
 def recipe_with(tmp_path: Path, exported, **distributed) -> Path:

@@ -24,13 +24,18 @@ EXACT = (
     "bfloat16 for full-bf16 training), the gradients' reduce dtype (and, where a plan asks for it, `defer_fsdp_grad_sync: false`), the attention backend (`attn`), the loss on 16-bit logits (`fp32_upcast`), tp with sp, cp, ep borrowed from dp·cp·tp, "
     "pipeline schedule and its virtual stages (`layers_per_stage`, rounded to a multiple of pp where they differ "
     "by a layer, as AutoModel cuts them), the batch as `global_batch_size` and "
-    "`local_batch_size`, activation checkpointing on or off; checked by its own `parse_distributed_section`, "
-    "FSDP2 mesh builder (on a fake process group of the plan's size) and step scheduler")
+    "`local_batch_size`, activation checkpointing on or off, torch's AdamW (its states in the model's dtype); "
+    "checked by its own `parse_distributed_section`, FSDP2 mesh builder (on a fake process group of the plan's "
+    "size), step scheduler and optimizer builder")
 """What its files run exactly as the plan priced it (docs/exporting.md's table, from bench/engine_tables.py)."""
 APPROXIMATED = (
     "zero 1 runs as zero 2 (noted); one checkpointing switch for every layer; the dataset is its mock dataset"
-    " at the plan's sequence and the model loads its Hugging Face weights (noted: put your own)")
+    " at the plan's sequence, the model loads its Hugging Face weights and the optimizer's hyperparameters are "
+    "placeholders (noted: put your own)")
 """What it runs differently (re-priced, noted) or refuses."""
+OPTIMIZER = {"_target_": "torch.optim.AdamW", "lr": 3.0e-4, "betas": [0.9, 0.95], "eps": 1.0e-8, "weight_decay": 0.1}
+"""The recipe's `optimizer`: torch's AdamW, whose moments follow the parameters' dtype — the states gplan prices
+for AutoModel (its recipe builds `cfg.optimizer` and has no default); the hyperparameters are placeholders."""
 SCHEDULE_NAMES = {"1f1b": "1f1b", "gpipe": "gpipe", "interleaved_1f1b": "interleaved1f1b"}
 """gplan's schedules as PipelineConfig.pp_schedule names them."""
 
@@ -94,6 +99,7 @@ def recipe(plan: Plan, context: ExportContext) -> dict:
         "distributed": distributed,
         "dataset": {"_target_": "nemo_automodel.components.datasets.llm.mock_iterable_dataset.MockIterableDataset",
                     "seq_len": t.seq_length, "vocab_size": plan.model.vocab_size},
+        "optimizer": dict(OPTIMIZER),
         **loss,
     }
 
@@ -107,7 +113,9 @@ def all_recomputed(context: ExportContext) -> bool:
 def notes(plan: Plan) -> list[str]:
     found = ["the dataset is AutoModel's mock dataset at the plan's sequence length: put your own in its place, "
              "keeping seq_len; the model loads its Hugging Face weights (from_pretrained): use from_config to "
-             "train from scratch"]
+             "train from scratch",
+             "the optimizer is torch's AdamW (its states in the model's dtype, as priced); its learning rate, betas "
+             "and weight decay are placeholders: set yours"]
     if plan.parallel.zero == 1:
         found.append("zero 1 runs as zero 2 (FSDP2 has no optimizer-only sharding)")
     return found
