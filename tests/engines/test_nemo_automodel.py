@@ -97,13 +97,22 @@ CHECK = textwrap.dedent("""
         p.grad = torch.ones_like(p)
     built[0].step()
     moments = {str(v.dtype) for state in built[0].state.values() for k, v in state.items() if k.startswith("exp_avg")}
+    from nemo_automodel.components.loss.loss import build_loss_config
+    import importlib.util
+    # the class its YAML loader resolves `_target_` to (whose module needs transformers, not installed here: found
+    # by its file), and its typed config by that class's registry name
+    target, kwargs = _callable_and_kwargs(recipe["loss_fn"])
+    module, name = target.rsplit(".", 1)
+    assert f"class {name}(" in open(importlib.util.find_spec(module).origin).read(), target
+    loss = build_loss_config(name, **kwargs)
     print(json.dumps({"mesh": dims, "ep": dict(zip([str(n).split(".")[-1].lower() for n in moe.mesh_dim_names],
                                                    moe.mesh.shape)) if moe is not None else None,
                       "microbatches": steps.grad_acc_steps * (s["local_batch_size"] // micro if micro else 1),
                       "checkpointing": parsed["activation_checkpointing"],
                       "reshard": parsed["strategy_config"].reshard_after_forward,
                       "reduce": str(parsed["strategy_config"].mp_policy.reduce_dtype),
-                      "optimizer": type(built[0]).__name__, "moments": sorted(moments)}))
+                      "optimizer": type(built[0]).__name__, "moments": sorted(moments),
+                      "loss": type(loss).__name__, "fp32_upcast": loss.fp32_upcast}))
 """)
 
 
@@ -127,6 +136,9 @@ def test_its_own_code_takes_the_export(exported, tmp_path):
         assert built["reshard"] == (c["zero"] == 3) and built["reduce"] == "torch.float32", model
         # an optimizer its recipe can build (it has none by default), its moments in the parameters' dtype: as priced
         assert built["optimizer"] == "AdamW" and built["moments"] == ["torch.bfloat16"], model
+        # and its loss (it has none by default either): the masked cross-entropy, upcast unless priced on 16 bits
+        assert built["loss"] == "MaskedCrossEntropyConfig"
+        assert built["fp32_upcast"] is not plan["training"].get("bf16_loss", False), model
 
 
 def recipe_with(tmp_path: Path, exported, **distributed) -> Path:

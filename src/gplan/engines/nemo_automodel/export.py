@@ -89,8 +89,10 @@ def recipe(plan: Plan, context: ExportContext) -> dict:
         backend["attn"] = "flex" if plan.model.attention_sinks or plan.model.sliding_window else "sdpa"
     if backend:
         model["backend"] = backend
+    # its recipe builds `cfg.loss_fn` (no default either): its masked cross-entropy, which upcasts the logits to fp32
+    # unless the plan priced the loss on the 16-bit ones
     loss = {"loss_fn": {"_target_": "nemo_automodel.components.loss.masked_ce.MaskedCrossEntropy",
-                        "fp32_upcast": False}} if t.bf16_loss else {}  # its default loss upcasts the logits
+                        **({"fp32_upcast": False} if t.bf16_loss else {})}}
     return {
         "recipe": "TrainFinetuneRecipeForNextTokenPrediction",
         "step_scheduler": {"global_batch_size": t.gbs,
