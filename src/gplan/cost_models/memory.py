@@ -244,6 +244,12 @@ def keeps_master_remainders(training: TrainingSpec) -> bool:
     return training.precision_aware_optimizer and training.master_weights == "fp32" and training.precision == "bf16"
 
 
+def fsdp_kept_bytes(element_bytes: int, pure_bf16: bool) -> float:
+    """Bytes of one sharded weight, gradient or Adam moment under FSDP: fp32 shards beside a 16-bit param dtype,
+    the training dtype itself under full-bf16 training (`pure_bf16`)."""
+    return float(element_bytes) if pure_bf16 else 4.0
+
+
 def state_bytes_per_param(element_bytes: int, zero: int, shard_ranks: int, engine: EngineProfile = NO_ENGINE,
                           bf16: bool = False, grad_bytes: int = GRAD_BYTES, pure_bf16: bool = False,
                           optimizer_in_backward: bool = False, unsharded_grads: bool = False,
@@ -276,7 +282,7 @@ def state_bytes_per_param(element_bytes: int, zero: int, shard_ranks: int, engin
     (`bf16_optimizer.py`: `fp32_groups_gradients`) — 4 more bytes, unsharded."""
     e, d, rule = element_bytes, shard_ranks, engine.memory.states
     if rule == "fsdp":
-        kept = float(e) if pure_bf16 else 4.0  # the dtype weights and gradients are kept in; m and v alike
+        kept = fsdp_kept_bytes(e, pure_bf16)  # the dtype weights and gradients are kept in; m and v alike
         grads = 0.0 if optimizer_in_backward else kept
         if offloaded and zero >= 3:  # CPUOffloadPolicy (even on a one-rank mesh): shards, gradients, Adam on the host
             gathered = e if stays_gathered and e < 4 else 0.0

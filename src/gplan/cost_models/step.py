@@ -788,9 +788,9 @@ class StepModel:
             scatters += c.count * scatter
         fixed = self.stage_fixed_params(empty_stage(layout.embedding, layout.head))
         if fixed:
-            fixed_gather = comm.allgather_time_s(fixed * e, ranks, link) * slowdown + self.offload_copy_s(fixed / ranks, g)
-            fixed_scatter = comm.reduce_scatter_time_s(fixed * self.reduced_grad_bytes, ranks, link) * slowdown + \
-                self.offload_copy_s(fixed / ranks, g)
+            copy = self.offload_copy_s(fixed / ranks, g)
+            fixed_gather = comm.allgather_time_s(fixed * e, ranks, link) * slowdown + copy
+            fixed_scatter = comm.reduce_scatter_time_s(fixed * self.reduced_grad_bytes, ranks, link) * slowdown + copy
             exposed += 2 * fixed_gather + fixed_scatter
             unreduced += 2 * fixed_gather
             gathered_once += fixed_gather
@@ -827,7 +827,7 @@ class StepModel:
         dtype the shards are kept in (fp32; bf16 under `pure_bf16`); 0 without the offload."""
         if not self.training.fsdp_offload:
             return 0.0
-        kept = self.training.element_bytes if self.training.pure_bf16 else 4
+        kept = memory.fsdp_kept_bytes(self.training.element_bytes, self.training.pure_bf16)
         return shard_params * kept / (self.host_bandwidths(group)[0] * 1e9)
 
     def host_bandwidths(self, group: int) -> tuple[float, float]:

@@ -287,9 +287,9 @@ def _per_degrees(model: ModelSpec, training: TrainingSpec, limits: SearchLimits,
                     continue
                 schedule = "gpipe"
             # valid field by field by construction (the generators' values), so not re-validated: the search
-            # builds ~10^4 of these (a copy of the degrees' config: ~5× cheaper than model_construct), and only
-            # the rules (each group at the loop that sets what it reads) and the target decide which it keeps
-            # with the first recompute modules already (often the only set: no copy per module set below)
+            # builds ~10^4 of these (a copy of the degrees' config: ~5× cheaper than model_construct, with the first
+            # recompute-module set already, often the only one), and only the rules (each group at the loop that
+            # sets what it reads) and the target decide which it keeps
             batch = degrees.model_copy(update={"vpp": vpp, "mbs": mbs, "schedule": schedule,
                                                "recompute_modules": module_sets[0]})
             if not keeps_rules(model, training, batch, BATCH_RULES):

@@ -208,13 +208,11 @@ class TrainingSpec(BaseModel):
     def _own_kernel_is_no_choice(cls, data):
         """Naming the engine's own attention kernel (or loss chunks) chooses nothing: kept as None, so that every
         engine takes its own."""
-        if isinstance(data, dict) and data.get("attention_kernel") is not None and \
-                data["attention_kernel"] == profile_of(data.get("engine")).attention_kernel:
-            data = {**data, "attention_kernel": None}
-        if isinstance(data, dict) and data.get("loss_chunks") is not None and \
-                data["loss_chunks"] == profile_of(data.get("engine")).loss_chunks:
-            data = {**data, "loss_chunks": None}
-        return data
+        if not isinstance(data, dict):
+            return data
+        own = profile_of(data.get("engine"))
+        return {**data, **{field: None for field in ("attention_kernel", "loss_chunks")
+                           if data.get(field) is not None and data[field] == getattr(own, field)}}
 
     @property
     def loss_chunks_run(self) -> int:

@@ -55,7 +55,7 @@ ENGINE = EngineProfile(
     attention_kernel="fa2",
     # 0.3's trainer configs (models/*/config_registry.py) wrap the loss in ChunkedLossWrapper, 8 chunks by default;
     # ≤ 0.2's TOML runs have none (their reader says 1)
-    loss_chunks=8,  # launch.TITAN_LOSS_CHUNKS
+    loss_chunks=8,
     pipeline_reduce_after_backward=True,
     reduces_every_microbatch=True,
     resharding=Resharding(

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from gplan.engines.torchtitan import logs
+from gplan.engines.torchtitan import ENGINE, logs
 from gplan.engines.torchtitan.flags import titan_class
 from gplan.errors import InputError
 from gplan.launch_text import arguments
@@ -126,9 +126,8 @@ def fork_state_dtypes(values: dict[str, Any], unread: list[str]) -> list[str]:
             and str(values.get(k)).lower().removeprefix("torch.") not in ("float32", "fp32")]
 
 
-TITAN_LOSS_CHUNKS = 8
-"""torchtitan 0.3's ChunkedLossWrapper.Config.num_chunks default (components/loss.py), which every registered trainer
-config of its models wraps the loss in (engines.torchtitan.ENGINE.loss_chunks)."""
+TITAN_LOSS_CHUNKS = ENGINE.loss_chunks
+"""torchtitan 0.3's ChunkedLossWrapper.Config.num_chunks default, its profile's (engines.torchtitan.ENGINE)."""
 TITAN_COMPILE_COMPONENTS = ["model", "loss"]
 """torchtitan's `compile.components` default (CompileConfig): with `compile.enable`, the model and the loss."""
 
