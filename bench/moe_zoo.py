@@ -10,6 +10,9 @@ priced balanced (a lower bound on gplan's own price), and token dropping at capa
 expert padded to its capacity (`capacity`), whose shape is the balanced one gplan prices. A row's gradient reduction (`grad_reduce`) is its recipe's: fp32, Megatron's default for bf16, except
 the Megatron-FSDP row, whose flags the model zoo does not publish — priced with Megatron-LM's own Megatron-FSDP + EP
 example script (the same ep, micro-batch and batch), which reduces in bf16; the table marks it.
+torchtitan's MoE runs from a public thread (bench/data/torchtitan_moe_runs.csv) are read from their own TOML by
+gplan's torchtitan reader and judged on their outcome: a recorded out-of-memory called, a completed run within its
+device, its measured peak compared where stated.
 
     python bench/moe_zoo.py [--readme]
 """
@@ -17,6 +20,7 @@ example script (the same ep, micro-batch and batch), which reduces in bf16; the 
 from __future__ import annotations
 
 import csv
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -88,7 +92,7 @@ def table() -> str:
                      f"{err:+.1%} | {peak_GiB:.0f} ({device_GiB:.0f}) |")
     lines += ["", " ".join(f"{f}: median |error| {statistics.median(e):.1%} ({len(e)} rows)." for f, e in errors.items()),
               "", "By source: " + "; ".join(f"{name} {statistics.median(e):.1%} ({len(e)})" for name, e in by_source.items()) + "."]
-    return "\n".join(lines + [""] + dropless_lines(rows) + [""] + automodel_lines())
+    return "\n".join(lines + [""] + dropless_lines(rows) + [""] + automodel_lines() + [""] + torchtitan_lines())
 
 
 AUTOMODEL_RUNS = ROOT / "bench" / "data" / "automodel_moe_runs.csv"
@@ -141,6 +145,63 @@ def automodel_lines() -> list[str]:
     return lines + ["", f"NeMo AutoModel, FSDP + EP: median |error| {statistics.median(errors):.1%} ({len(errors)} rows "
                         f"priced); completed runs priced above their device's memory: {len(over)}"
                         f"{' (' + ', '.join(over) + ')' if over else ''}."]
+
+
+TORCHTITAN_RUNS = ROOT / "bench" / "data" / "torchtitan_moe_runs.csv"
+
+
+def with_overrides(launch: Path, overrides: str, folder: Path) -> Path:
+    """The TOML `launch` with `section.key=value` overrides (';'-separated) written over its lines, as
+    torchtitan's own command-line overrides would set them; the file itself when there are none."""
+    if not overrides:
+        return launch
+    text = launch.read_text()
+    for override in overrides.split(";"):
+        dotted, value = override.split("=", 1)
+        key = dotted.rsplit(".", 1)[1]
+        text, count = re.subn(rf"^{key}\s*=.*$", f"{key} = {value}", text, count=1, flags=re.MULTILINE)
+        assert count == 1, f"{launch.name} has no {dotted} to override"
+    out = folder / launch.name
+    out.write_text(text)
+    return out
+
+
+def torchtitan_lines() -> list[str]:
+    """torchtitan's MoE runs from public threads, each TOML read by gplan's own torchtitan reader (`--from`) and
+    priced as torchtitan runs it; a recorded out-of-memory must be called (peak above the device's memory),
+    a completed run must not be, and its measured peak is compared where the thread states it. A row whose
+    thread leaves a setting unstated is listed, not priced."""
+    import tempfile
+
+    from gplan.planner.launch_files import priced_launch
+
+    lines = ["| torchtitan MoE run (FSDP; ep borrowed where set) | outcome | measured peak GiB | predicted peak GiB (device) | verdict |",
+             "|---|---|---:|---:|---|"]
+    wrong, memory_errors = [], []
+    for r in csv.DictReader(TORCHTITAN_RUNS.open()):
+        label = f"{Path(r['launch']).stem} {r['gpus']}×H100{' ' + r['overrides'] if r['overrides'] else ' as shipped'}"
+        measured = f"{float(r['measured_peak_GiB']):.1f}" if r["measured_peak_GiB"] else "—"
+        if "?" in r["overrides"]:
+            lines.append(f"| {label} | {r['outcome']} | {measured} | not priced: the thread does not state it | |")
+            continue
+        with tempfile.TemporaryDirectory() as folder:
+            launch = with_overrides(ROOT / "bench" / "data" / r["launch"], r["overrides"], Path(folder))
+            _, inputs, _, _, p = priced_launch(launch, None, int(r["gpus"]), r["cluster"], None, None, None, 0.1,
+                                               None, None, 1.0)
+        device = inputs.cluster.node_groups[0].hardware.memory_bytes / 2**30
+        peak = max(s.memory_bytes for s in p.stages) / 2**30
+        called_oom = peak > device
+        verdict = "OOM called" if called_oom and r["outcome"] == "oom" else (
+            "missed OOM" if r["outcome"] == "oom" else "completed run priced above its memory" if called_oom else "fits, as it ran")
+        if verdict in ("missed OOM", "completed run priced above its memory"):
+            wrong.append(label)
+        if r["measured_peak_GiB"]:
+            memory_errors.append(peak / float(r["measured_peak_GiB"]) - 1)
+            verdict += f", peak {memory_errors[-1]:+.1%}"
+        lines.append(f"| {label} | {r['outcome']} | {measured} | {peak:.1f} ({device:.0f}) | {verdict} |")
+    return lines + ["", f"torchtitan MoE: {len(wrong)} outcome{'s' if len(wrong) != 1 else ''} missed"
+                        f"{' (' + ', '.join(wrong) + ')' if wrong else ''}; measured peaks "
+                        + (", ".join(f"{e:+.1%}" for e in memory_errors) or "none") + "."]
 
 
 def dropless_lines(rows: list[dict]) -> list[str]:
