@@ -169,21 +169,18 @@ def with_overrides(launch: Path, overrides: str, folder: Path) -> Path:
 def torchtitan_lines() -> list[str]:
     """torchtitan's MoE runs from public threads, each TOML read by gplan's own torchtitan reader (`--from`) and
     priced as torchtitan runs it; a recorded out-of-memory must be called (peak above the device's memory),
-    a completed run must not be, and its measured peak is compared where the thread states it. A row whose
-    thread leaves a setting unstated is listed, not priced."""
+    a completed run must not be, and its measured peak and step are compared where the thread states them. A
+    setting the thread leaves unstated is taken as the row's `assumed` says, and the table marks it."""
     import tempfile
 
     from gplan.planner.launch_files import priced_launch
 
-    lines = ["| torchtitan MoE run (FSDP; ep borrowed where set) | outcome | measured peak GiB | predicted peak GiB (device) | verdict |",
-             "|---|---|---:|---:|---|"]
-    wrong, memory_errors = [], []
+    lines = ["| torchtitan MoE run (FSDP; ep borrowed where set) | outcome | measured s | predicted s | "
+             "measured peak GiB | predicted peak GiB (device) | verdict |", "|---|---|---:|---:|---:|---:|---|"]
+    wrong, memory_errors, step_errors = [], [], []
     for r in csv.DictReader(TORCHTITAN_RUNS.open()):
-        label = f"{Path(r['launch']).stem} {r['gpus']}×H100{' ' + r['overrides'] if r['overrides'] else ' as shipped'}"
-        measured = f"{float(r['measured_peak_GiB']):.1f}" if r["measured_peak_GiB"] else "—"
-        if "?" in r["overrides"]:
-            lines.append(f"| {label} | {r['outcome']} | {measured} | not priced: the thread does not state it | |")
-            continue
+        label = (f"{Path(r['launch']).stem} {r['gpus']}×H100{' ' + r['overrides'] if r['overrides'] else ' as shipped'}"
+                 f"{' (assumed)' if r['assumed'] else ''}")
         with tempfile.TemporaryDirectory() as folder:
             launch = with_overrides(ROOT / "bench" / "data" / r["launch"], r["overrides"], Path(folder))
             _, inputs, _, _, p = priced_launch(launch, None, int(r["gpus"]), r["cluster"], None, None, None, 0.1,
@@ -197,11 +194,18 @@ def torchtitan_lines() -> list[str]:
             wrong.append(label)
         if r["measured_peak_GiB"]:
             memory_errors.append(peak / float(r["measured_peak_GiB"]) - 1)
-            verdict += f", peak {memory_errors[-1]:+.1%}"
-        lines.append(f"| {label} | {r['outcome']} | {measured} | {peak:.1f} ({device:.0f}) | {verdict} |")
+            verdict += f"; peak {memory_errors[-1]:+.1%}"
+        if r["step_s"]:
+            step_errors.append(p.step_time_s / float(r["step_s"]) - 1)
+            verdict += f"; step {step_errors[-1]:+.1%}"
+        measured_s = f"{float(r['step_s']):.2f}" if r["step_s"] else "—"
+        predicted_s = f"{p.step_time_s:.2f}" if r["outcome"] == "completed" else "—"
+        measured = f"{float(r['measured_peak_GiB']):.1f}" if r["measured_peak_GiB"] else "—"
+        lines.append(f"| {label} | {r['outcome']} | {measured_s} | {predicted_s} | {measured} | {peak:.1f} ({device:.0f}) | {verdict} |")
     return lines + ["", f"torchtitan MoE: {len(wrong)} outcome{'s' if len(wrong) != 1 else ''} missed"
                         f"{' (' + ', '.join(wrong) + ')' if wrong else ''}; measured peaks "
-                        + (", ".join(f"{e:+.1%}" for e in memory_errors) or "none") + "."]
+                        + (", ".join(f"{e:+.1%}" for e in memory_errors) or "none") + "; steps "
+                        + (", ".join(f"{e:+.1%}" for e in step_errors) or "none") + "."]
 
 
 def dropless_lines(rows: list[dict]) -> list[str]:
