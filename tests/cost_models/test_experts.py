@@ -299,7 +299,7 @@ def test_an_expert_capacity_caps_or_pads_the_busiest_devices_load(capacity, pad,
     """experts.routed_load: what the routed GEMMs, the exchange and the buffers scale with."""
     model = load_model("mixtral-8x7b").model_copy(update={"capacity_factor": capacity})
     t = TrainingSpec(gbs=64, seq_length=SEQ, engine="megatron", expert_imbalance=imbalance, moe_pad_to_capacity=pad)
-    assert experts.routed_load(model, t) == load
+    assert experts.routed_load(model, t, 8) == load
     config, cluster = ParallelConfig(dp=16, ep=8, zero=1), load_cluster("dgx-h100").sized(16)
     step, balanced = (StepModel(model, t, cluster, config),
                       StepModel(model.model_copy(update={"capacity_factor": None}),
@@ -307,3 +307,22 @@ def test_an_expert_capacity_caps_or_pads_the_busiest_devices_load(capacity, pad,
     f, _ = experts.routed_time_s(step.model, step.training, step.shard, config, step.device(0))
     f1, _ = experts.routed_time_s(balanced.model, balanced.training, balanced.shard, config, balanced.device(0))
     assert f == pytest.approx(load * f1)
+
+
+@pytest.mark.parametrize("capacity, pad, load", [(None, False, 1.0), (1.25, False, 1.0), (1.25, True, 1.25)])
+def test_without_expert_parallelism_routing_cannot_load_one_device_more(capacity, pad, load):
+    """At ep 1 each device runs every expert over its own tokens: its routed pairs are k·tokens whatever the
+    routing's imbalance, so the imbalance prices nothing there (a padded capacity still does) — the same
+    --expert-imbalance slows the ep-8 layout, not the ep-1 one."""
+    model = load_model("mixtral-8x7b").model_copy(update={"capacity_factor": capacity})
+    skewed = TrainingSpec(gbs=64, seq_length=SEQ, engine="megatron", expert_imbalance=1.8, moe_pad_to_capacity=pad)
+    assert experts.routed_load(model, skewed, 1) == load
+    cluster = load_cluster("dgx-h100").sized(16)
+    for ep in (1, 8):
+        config = ParallelConfig(dp=16, ep=ep, zero=1)
+        times = [StepModel(model, t, cluster, config) for t in (skewed, skewed.model_copy(update={"expert_imbalance": 1.0}))]
+        f, f1 = (experts.routed_time_s(s.model, s.training, s.shard, config, s.device(0))[0] for s in times)
+        if ep == 1 or pad:  # nothing for the imbalance to load: the same time
+            assert f == pytest.approx(f1)
+        else:
+            assert f > f1 * 1.2

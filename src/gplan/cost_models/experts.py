@@ -96,19 +96,23 @@ def routed_time_s(model: ModelSpec, training: TrainingSpec, shard: Shard, config
         one = Gemm(max(1, int(round(per_expert))), g.n, g.k)
         gemm_s += gemm_time_s(device, training.precision, one) * g.flops / one.flops / GROUPED_GEMM_EFFICIENCY
     moved_s = memory_time_s(device, routed_elementwise_elements(model, shard, config) * training.element_bytes)
-    forward = (gemm_s + moved_s) * routed_load(model, training)
+    forward = (gemm_s + moved_s) * routed_load(model, training, config.ep)
     return forward, GEMM_BACKWARD_FLOP_RATIO * forward
 
 
-def routed_load(model: ModelSpec, training: TrainingSpec) -> float:
+def routed_load(model: ModelSpec, training: TrainingSpec, ep: int) -> float:
     """The busiest device's routed tokens over the balanced share, as its GEMMs, traffic and buffers see them: the
     routing's imbalance (`TrainingSpec.expert_imbalance`), capped where the model drops tokens over a capacity
     (`capacity_factor` × the balanced share: Megatron's --moe-expert-capacity-factor), and exactly that capacity
-    where every expert's input is padded to it (`moe_pad_to_capacity`: --moe-pad-expert-input-to-capacity)."""
+    where every expert's input is padded to it (`moe_pad_to_capacity`: --moe-pad-expert-input-to-capacity).
+    Without expert parallelism (ep 1) every device sends its own tokens to its own copies of every expert: its
+    k·tokens pairs are the balanced share whatever the routing, so only a padded capacity changes them."""
     capacity = model.capacity_factor
-    if capacity is None:
-        return training.expert_imbalance
-    return capacity if training.moe_pad_to_capacity else min(training.expert_imbalance, capacity)
+    if capacity is not None and training.moe_pad_to_capacity:
+        return capacity
+    if ep == 1:
+        return 1.0
+    return training.expert_imbalance if capacity is None else min(training.expert_imbalance, capacity)
 
 
 def routed_elementwise_elements(model: ModelSpec, shard: Shard, config: ParallelConfig) -> float:

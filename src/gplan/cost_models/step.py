@@ -167,8 +167,8 @@ class StepModel:
     @cached_property
     def routed_load(self) -> float:
         """The busiest device's routed tokens over the balanced share (experts.routed_load: the imbalance, capped or
-        padded to the expert capacity)."""
-        return experts.routed_load(self.model, self.training)
+        padded to the expert capacity; 1 without expert parallelism)."""
+        return experts.routed_load(self.model, self.training, self.config.ep)
 
     def layer_ep_comm_s(self, kind: str, recompute: str, group: int) -> float:
         """An MoE layer's token traffic: dispatch and combine, each an all-to-all over ep (and with etp an

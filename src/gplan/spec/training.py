@@ -74,7 +74,8 @@ class TrainingSpec(BaseModel):
     """Mixture of experts: the busiest device's routed tokens over the balanced share (its expert GEMMs,
     all-to-all and expert activations scale with it). 1.0 is balanced routing — the limit the published
     Megatron-Bridge runs force (`moe_router_force_load_balancing`); real routing with an auxiliary loss
-    or DeepSeek's bias balancing runs above it: set it from your own routing statistics."""
+    or DeepSeek's bias balancing runs above it: set it from your own routing statistics. It applies where experts
+    are spread over devices (ep > 1): at ep 1 each device routes its own tokens to its own experts, balanced."""
 
     tp_comm_overlap: bool = True
     """Whether the engine overlaps tp's sequence-parallel collectives with its GEMMs where it can
