@@ -73,24 +73,27 @@ def estimate(
             return prediction.model_dump(mode="json")
         return render.prediction_summary(err, f"{plan.model.name} from {model}", plan.parallel, prediction,
                                          label=plan.label())
+    options = o.engine_options(grad_reduce_in_bf16, fp8_param_gather, moe_a2a_overlap, cuda_graphs, moe_dispatcher,
+                               pure_bf16, optimizer_in_backward, legacy_grouped_gemm, attention_kernel, bf16_loss,
+                               grad_sync_each_microbatch, precision_aware_optimizer, adam_moments, master_weights,
+                               optimizer_offload, optimizer_offload_overlap, moe_shared_expert_overlap,
+                               moe_pad_to_capacity, compiled_loss, fsdp_offload, loss_chunks)
     if from_file is not None:
         from gplan.planner.launch_files import priced_launch
 
+        o.launch_layout_only(from_file, dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, sp=sp, mbs=mbs,
+                             recompute=recompute, recompute_modules=recompute_modules, offload_layers=offload_layers,
+                             zero=zero, schedule=schedule, stages=stages)
         launch, inputs, config, _, prediction = priced_launch(from_file, model, devices, cluster, hardware,
                                                               devices_per_node, seq_length, memory_headroom, profile,
-                                                              target, expert_imbalance)
+                                                              target, expert_imbalance, gbs, precision, options)
         if as_json:
             return render.launch_json(launch, config, prediction, from_file)
         return render.launch_output(err, launch, inputs, config, prediction, from_file)
     from gplan.planner.complete import estimate as estimated, given_options
 
     inputs = inputs_of(model, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, memory_headroom,
-                       profile, target, expert_imbalance,
-                       **o.engine_options(grad_reduce_in_bf16, fp8_param_gather, moe_a2a_overlap, cuda_graphs, moe_dispatcher,
-                              pure_bf16, optimizer_in_backward, legacy_grouped_gemm, attention_kernel, bf16_loss,
-                              grad_sync_each_microbatch, precision_aware_optimizer, adam_moments, master_weights,
-                              optimizer_offload, optimizer_offload_overlap, moe_shared_expert_overlap,
-                              moe_pad_to_capacity, compiled_loss, fsdp_offload, loss_chunks))
+                       profile, target, expert_imbalance, **options)
     result = estimated(inputs, given_options(dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, sp=sp, mbs=mbs,
                                              recompute=recompute, recompute_modules=recompute_modules,
                                              offload_layers=offload_layers, zero=zero, schedule=schedule), stages)
@@ -149,7 +152,7 @@ def search(
         from gplan.planner.launch_files import launch_defaults, priced_launch
 
         mine = priced_launch(from_file, model, devices, cluster, hardware, devices_per_node, seq_length, memory_headroom,
-                             profile, target, expert_imbalance)
+                             profile, target, expert_imbalance, gbs, precision, options)  # yours, as the search prices
         devices, gbs, target, seq_length, precision, options = launch_defaults(mine, gbs, target, seq_length, precision,
                                                                                options)
         model = model or mine[1].model

@@ -125,6 +125,22 @@ LaunchModelArg = typer.Argument(None, help="model.yaml, an HF config.json (or it
                                 "models); with --from, optional: the launch's own model")
 
 
+LAYOUT_FLAGS = {"dp": "--dp", "tp": "--tp", "pp": "--pp", "vpp": "--vpp", "cp": "--cp", "ep": "--ep", "etp": "--etp",
+                "sp": "--sp", "mbs": "--mbs", "recompute": "--recompute", "recompute_modules": "--recompute-modules",
+                "offload_layers": "--offload-layers", "zero": "--zero", "schedule": "--schedule", "stages": "--stages"}
+"""estimate's layout options, which --from takes from the launch itself."""
+
+
+def launch_layout_only(from_file, **given) -> None:
+    """estimate --from prices the launch's own layout: a layout option beside it (tp, pp and cp count when not 1,
+    their default) would be dropped without a word, so it is refused, pointing to what does what the user meant."""
+    said = [LAYOUT_FLAGS[k] for k, v in given.items() if v is not None and not (k in ("tp", "pp", "cp") and v == 1)]
+    if said:
+        raise UsageError(f"{said[0]} with --from: estimate prices the layout {from_file} runs, not another",
+                         hint=f"change it in the launch, or search around the launch: gplan search --from {from_file} "
+                              f"{said[0]} …")
+
+
 def model_or_launch(model: str | None, from_file) -> None:
     """MODEL may be left out only where --from states it."""
     if model is None and from_file is None:

@@ -734,18 +734,35 @@ def launch_json(launch, config, prediction, source) -> dict:
     return {**prediction.model_dump(mode="json"), "parallel": config.model_dump(mode="json"), "from": str(source),
             "engine": launch.engine, "engine_options": launch.engine_options, "not_read": launch.unread,
             "no_effect": launch.no_effect, "model_from_launch": launch.model_from_launch,
-            "measured_step_s": measured_step_of(launch, config, prediction)}
+            "overridden": launch.overridden, "measured_step_s": measured_step_of(launch, config, prediction)}
 
 
 def measured_step_of(launch, config, prediction) -> float | None:
     """A log's measured step: as it logged it, or from its tokens/s per device (torchtitan) at the batch
-    and devices priced."""
+    and devices priced; none where the command line changed the batch (the log ran another)."""
+    if "gbs" in launch.overridden:
+        return None
     if launch.measured_step_s:
         return launch.measured_step_s
     if launch.measured_device_tokens_per_s:
         tokens_per_step = prediction.tokens_per_s * prediction.step_time_s
         return tokens_per_step / (launch.measured_device_tokens_per_s * config.world_size)
     return None
+
+
+def command_line_name(option: str) -> str:
+    """An option's command-line spelling: --gbs, --precision, or the engine switch's (ENGINE_OPTIONS)."""
+    from gplan.spec.targets import ENGINE_OPTIONS
+
+    return {"gbs": "--gbs", "precision": "--precision"}.get(option) or ENGINE_OPTIONS[option]
+
+
+def command_line_value(value) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value is None:
+        return "the engine's default"
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def launch_output(console: Console, launch, inputs, config, prediction, source) -> None:
@@ -759,9 +776,13 @@ def launch_output(console: Console, launch, inputs, config, prediction, source) 
         console.print(f"the log's measured step: {seconds(measured)}; predicted {seconds(prediction.step_time_s)} "
                       f"({prediction.step_time_s / measured - 1:+.1%}: predicted / measured − 1)", highlight=False)
     options = [f"{ENGINE_OPTIONS[k]}{'' if v is True else f' {v}'}" for k, v in launch.engine_options.items()
-               if v != switch_default(k)]
+               if v != switch_default(k) and k not in launch.overridden]
     if options:  # what the launch sets, or its engine defaults to, that prices it (Megatron's allgather dispatcher)
         console.print(f"engine options read: {', '.join(options)}", highlight=False)
+    if launch.overridden:
+        console.print("set on the command line, over the launch: " + ", ".join(
+            f"{command_line_name(k)} {command_line_value(getattr(launch, k) if k in ('gbs', 'precision') else launch.engine_options[k])}"
+            f" (the launch's: {command_line_value(was)})" for k, was in launch.overridden.items()), highlight=False)
     if launch.no_effect:
         console.print(f"read, no effect on the layout or its cost: {', '.join(launch.no_effect)} (why: --json)",
                       highlight=False)

@@ -679,3 +679,44 @@ def test_a_launch_accumulating_over_runs_of_its_pipeline_schedule_pays_the_fill_
     assert two["breakdown"]["compute"] == pytest.approx(2 * one["breakdown"]["compute"], rel=1e-9)
     assert two["breakdown"]["bubble"] == pytest.approx(2 * one["breakdown"]["bubble"], rel=1e-9)
     assert two["breakdown"]["bubble"] > 0
+
+
+def test_estimate_from_a_launch_refuses_a_layout_flag_it_would_drop(gplan):
+    """estimate --from prices the launch's own layout: a --tp (or --zero, --mbs …) beside it was dropped without a
+    word; now refused in one line naming the flag, pointing to search --from, nothing on stdout."""
+    toml = CORPUS / "torchtitan" / "deepseek_v3_16b.toml"
+    for flag in (["--tp", "2"], ["--zero", "1"], ["--mbs", "2"]):
+        r = gplan("estimate", "--from", str(toml), "--devices", "8", "--cluster", "dgx-h100", *flag)
+        assert r.code == 2 and f"{flag[0]} with --from" in r.stderr and "gplan search --from" in r.stderr, r.stderr
+        assert r.stdout == "" and "Traceback" not in r.stderr
+
+
+def test_estimate_from_a_launch_prices_the_engine_options_the_command_line_sets_over_it(gplan):
+    """torchtitan 0.3 runs the loss in 8 chunks where a TOML (≤ 0.2) reads as 1: `--loss-chunks 8` beside --from was
+    ignored; now it is priced over the launch (the whole logits no longer held) and said with the launch's value,
+    as is a --gbs (more micro-batches, a longer step)."""
+    toml = str(CORPUS / "torchtitan" / "deepseek_v3_16b.toml")
+    base = ["estimate", "--from", toml, "--devices", "8", "--cluster", "dgx-h100", "--json"]
+    plain, chunked, doubled = (json.loads(gplan(*base, *extra).stdout)["data"]
+                               for extra in ([], ["--loss-chunks", "8"], ["--gbs", "128"]))
+    peak = lambda d: max(s["memory_bytes"] for s in d["stages"])
+    assert plain["overridden"] == {} and chunked["overridden"] == {"loss_chunks": 1}
+    assert peak(chunked) < peak(plain) and chunked["engine_options"]["loss_chunks"] == 8
+    assert doubled["overridden"] == {"gbs": round(plain["tokens_per_s"] * plain["step_time_s"] / 4096)}
+    assert doubled["step_time_s"] > 1.8 * plain["step_time_s"]
+    said = gplan(*base[:-1], "--loss-chunks", "8")
+    assert said.code == 0 and "over the launch: --loss-chunks 8 (the launch's: 1)" in said.stderr + said.stdout
+
+
+def test_search_from_prices_the_launch_beside_it_with_the_options_the_search_runs(gplan, tmp_path):
+    """search --from --loss-chunks 8 searched with eight chunks but showed your launch priced with its TOML's one:
+    the two sides of its comparison now share the command line's options."""
+    toml = str(CORPUS / "torchtitan" / "deepseek_v3_16b.toml")
+    peaks = []
+    for extra in ([], ["--loss-chunks", "8"]):
+        r = gplan("search", "--from", toml, "--devices", "8", "--cluster", "dgx-h100", "--out", str(tmp_path / "p.json"),
+                  "--json", *extra)
+        assert r.code == 0, r.stderr
+        yours = json.loads(r.stdout)["data"]["from"]["prediction"]
+        peaks.append(max(s["memory_bytes"] for s in yours["stages"]))
+    assert peaks[1] < peaks[0] * 0.8

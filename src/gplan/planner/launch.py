@@ -65,6 +65,9 @@ class Launch:
     """A log's own steady step (the readers `gplan calibrate` uses), shown beside the prediction."""
     measured_device_tokens_per_s: float | None = None
     """torchtitan logs tokens/s per device, not the step: the step follows from the batch and devices priced."""
+    overridden: dict[str, Any] = field(default_factory=dict)
+    """What the command line set over the launch (`estimate --from … --loss-chunks 8`): option -> the launch's
+    own value, said beside the prediction."""
 
 
 def classified(path: Path, flags: dict[str, Any], rule) -> tuple[list[str], dict[str, str]]:

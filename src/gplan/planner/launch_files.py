@@ -82,9 +82,12 @@ def not_a_launch(path: Path, text: str) -> tuple[str, str]:
 # ---- pricing a launch, and beside the best plan ---------------------------------------------------
 
 def priced_launch(from_file: Path, model: str | None, devices, cluster, hardware, devices_per_node, seq_length, headroom,
-                  profile, target, expert_imbalance):  # noqa: PLR0913 - the CLI's options, passed through
+                  profile, target, expert_imbalance, gbs: int | None = None, precision: str | None = None,
+                  options: dict | None = None):  # noqa: PLR0913 - the CLI's options, passed through
     """A launch file read, its inputs resolved (its batch, sequence and precision; priced as its engine runs
-    it unless --target says otherwise) and its configuration priced: (launch, inputs, config, layouts, prediction)."""
+    it unless --target says otherwise) and its configuration priced: (launch, inputs, config, layouts, prediction).
+    `gbs`, `precision` and the engine `options` the command line sets (a switch off: not set) are priced over
+    the launch's own, and recorded in `Launch.overridden`."""
     from gplan.cost_models.step import predict
     from gplan.planner.inputs import resolve_inputs
     from gplan.profiles.catalogue import load_model
@@ -110,15 +113,35 @@ def priced_launch(from_file: Path, model: str | None, devices, cluster, hardware
         raise InputError(f"--from {from_file}: the launch does not say how many GPUs it runs on",
                          hint="pass --devices N")
     spec = launch.model or load_model(model)
-    gbs = launch_batch(launch, launch_config(launch, spec, devices))
-    inputs = resolve_inputs(spec, devices, cluster, hardware, devices_per_node, gbs, seq_length or launch.seq_length,
-                            launch.precision, headroom, str(profile) if profile else None, target or launch.engine,
-                            expert_imbalance, **launch.engine_options)
+    launch = over_the_launch(launch, launch_batch(launch, launch_config(launch, spec, devices)), gbs, precision, options)
+    inputs = resolve_inputs(spec, devices, cluster, hardware, devices_per_node, launch.gbs,
+                            seq_length or launch.seq_length, launch.precision, headroom,
+                            str(profile) if profile else None, target or launch.engine, expert_imbalance,
+                            **launch.engine_options)
     config = launch_config(launch, inputs.model, inputs.devices)
     check_config(inputs.model, inputs.training, config, inputs.devices)
     refuse_what_its_engine_does_not_run(from_file, launch, inputs, config)
     layouts = launch_layouts(launch, inputs.model, config, inputs.cluster)
     return launch, inputs, config, layouts, predict(inputs.model, inputs.training, inputs.cluster, config, layouts)
+
+
+def over_the_launch(launch: Launch, its_gbs: int, gbs: int | None, precision: str | None, options: dict | None) -> Launch:
+    """The launch with what the command line sets over it: a global batch, a precision, engine switches that
+    are on (`switch_default`: off is not said); each option set records the launch's own value."""
+    from gplan.spec.targets import switch_default
+
+    overridden: dict = {}
+    if gbs is not None and gbs != its_gbs:
+        overridden["gbs"] = its_gbs
+    if precision is not None and precision != launch.precision:
+        overridden["precision"] = launch.precision
+    engine_options = dict(launch.engine_options)
+    for key, value in (options or {}).items():
+        if value != switch_default(key) and value != engine_options.get(key, switch_default(key)):
+            overridden[key] = engine_options.get(key, switch_default(key))
+            engine_options[key] = value
+    return dataclasses.replace(launch, gbs=gbs or its_gbs, precision=precision or launch.precision,
+                               engine_options=engine_options, overridden=overridden)
 
 
 def refuse_what_its_engine_does_not_run(path: Path, launch: Launch, inputs, config) -> None:
