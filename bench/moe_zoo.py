@@ -166,6 +166,12 @@ def with_overrides(launch: Path, overrides: str, folder: Path) -> Path:
     return out
 
 
+def option_of(text: str) -> tuple[str, object]:
+    """`loss_chunks=8` -> ("loss_chunks", 8): an engine option the row's source states and its TOML cannot."""
+    key, value = text.split("=", 1)
+    return key, int(value) if value.isdigit() else value
+
+
 def torchtitan_lines() -> list[str]:
     """torchtitan's MoE runs from public threads, each TOML read by gplan's own torchtitan reader (`--from`) and
     priced as torchtitan runs it; a recorded out-of-memory must be called (peak above the device's memory),
@@ -179,12 +185,15 @@ def torchtitan_lines() -> list[str]:
              "measured peak GiB | predicted peak GiB (device) | verdict |", "|---|---|---:|---:|---:|---:|---|"]
     wrong, memory_errors, step_errors = [], [], []
     for r in csv.DictReader(TORCHTITAN_RUNS.open()):
-        label = (f"{Path(r['launch']).stem} {r['gpus']}×H100{' ' + r['overrides'] if r['overrides'] else ' as shipped'}"
-                 f"{' (assumed)' if r['assumed'] else ''}")
+        device_name = r["cluster"].removeprefix("dgx-").upper()
+        changed = "; ".join(x for x in (r["overrides"], r["options"]) if x)
+        label = (f"{Path(r['launch']).stem} {r['gpus']}×{device_name} {changed or 'as written'}"
+                 f"{' (assumed: ' + r['assumed'].split(':')[0] + ')' if r['assumed'] else ''}")
         with tempfile.TemporaryDirectory() as folder:
             launch = with_overrides(ROOT / "bench" / "data" / r["launch"], r["overrides"], Path(folder))
+            options = dict(option_of(o) for o in r["options"].split(";") if o)
             _, inputs, _, _, p = priced_launch(launch, None, int(r["gpus"]), r["cluster"], None, None, None, 0.1,
-                                               None, None, 1.0)
+                                               None, None, 1.0, options=options)
         device = inputs.cluster.node_groups[0].hardware.memory_bytes / 2**30
         peak = max(s.memory_bytes for s in p.stages) / 2**30
         called_oom = peak > device

@@ -54,4 +54,6 @@ def test_torchtitan_moe_outcomes_are_called_from_its_own_toml():
     as_shipped, ep1, lowered = rows
     assert "| oom |" in as_shipped and "OOM called" in as_shipped
     assert "| completed |" in ep1 and "fits, as it ran" in ep1
-    assert "| completed |" in lowered and "fits, as it ran" in lowered and "(assumed)" in lowered
+    assert "| completed |" in lowered and "fits, as it ran" in lowered and "(assumed: local batch 4)" in lowered
+    qwen3 = next(line for line in moe_zoo.torchtitan_lines() if line.startswith("| qwen3_30b_a3b"))
+    assert "loss_chunks=8" in qwen3 and "fits, as it ran" in qwen3
