@@ -44,16 +44,22 @@ def test_bench_cluster_files_price_their_rows():
 def test_torchtitan_moe_outcomes_are_called_from_its_own_toml():
     """torchtitan issue 1789's DeepSeek-V3 16B TOML, read by gplan's torchtitan reader: as shipped (ep 8, local
     batch 8) it ran out of memory on 8 H100 and must be priced above the device; with ep 1 it completed at ~96%
-    and must be priced within it, as must the run with its local batch lowered."""
+    and must be priced within it, as must the run with its local batch lowered. Lambda's B200 sweep of the same
+    model without checkpointing ran out of memory three times: each must be called (before torchtitan's
+    unfused SwiGLU and fp32 routing weights were priced, none was)."""
     sys.path.insert(0, str(BENCH))
     try:
         import moe_zoo
     finally:
         sys.path.remove(str(BENCH))
-    rows = [line for line in moe_zoo.torchtitan_lines() if line.startswith("| deepseek_v3_16b")]
+    rows = [line for line in moe_zoo.torchtitan_lines() if line.startswith("| deepseek_v3_16b_2025-10")]
     as_shipped, ep1, lowered = rows
     assert "| oom |" in as_shipped and "OOM called" in as_shipped
     assert "| completed |" in ep1 and "fits, as it ran" in ep1
     assert "| completed |" in lowered and "fits, as it ran" in lowered and "(assumed: local batch 4)" in lowered
     qwen3 = next(line for line in moe_zoo.torchtitan_lines() if line.startswith("| qwen3_30b_a3b"))
     assert "loss_chunks=8" in qwen3 and "fits, as it ran" in qwen3
+    # every recorded torchtitan MoE outcome, Lambda's B200 sweep (PR 1993) with its three out-of-memory runs among them
+    table = [line for line in moe_zoo.torchtitan_lines() if "| oom |" in line or "| completed |" in line]
+    assert sum("| oom |" in line for line in table) == 4 and all("OOM called" in line for line in table if "| oom |" in line)
+    assert all("fits, as it ran" in line for line in table if "| completed |" in line)

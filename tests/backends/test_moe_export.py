@@ -502,9 +502,13 @@ def test_a_compiled_loss_exports_torchtitans_compile_of_the_loss_alone_and_reads
     eager = gplan("estimate", "llama3-8b", "--cluster", "dgx-h100", "--devices", "8", "--dp", "8", "--zero", "3",
                   "--recompute", "full", "--gbs", "8", "--seq-length", "32768", "--target", "torchtitan", "--loss-chunks",
                   "1", "--json").json()
-    logits = 32768 * load_model("llama3-8b").vocab_size  # 4 bytes a logit kept and 4 in the backward, dropped
-    assert eager["memory_bytes_per_device_max"] - back["memory_bytes_per_device_max"] == pytest.approx(8 * logits,
-                                                                                                      rel=0.01)
+    logits = 32768 * load_model("llama3-8b").vocab_size
+    # the fp32 copy kept to the backward is gone: 4 bytes a logit fewer activations
+    kept = [d["stages"][0]["memory"]["activations_bytes"] for d in (eager, back)]
+    assert kept[0] - kept[1] == pytest.approx(4 * logits, rel=0.01)
+    # and the loss backward's fp32 gradient (4 more) with it, unless a layer's full replay is then the larger transient
+    saved = eager["memory_bytes_per_device_max"] - back["memory_bytes_per_device_max"]
+    assert 4 * logits < saved <= 8 * logits * 1.01
 
 
 @requires_engine("torchtitan", "dev")

@@ -136,8 +136,11 @@ def test_a_moe_plan_written_back_into_torchtitans_own_toml_reads_back_as_the_pla
     assert "enable_sequence_parallel" not in better.read_text() and 'name = "deepseek_v3"' in better.read_text()
     plan = json.loads(plan_path.read_text())
     back = gplan("estimate", "--from", str(better), "--cluster", "dgx-h100", "--devices", "8", "--json").json()
-    for key in ("dp", "tp", "pp", "ep", "mbs", "recompute"):
+    for key in ("dp", "tp", "pp", "ep", "mbs"):
         assert back["parallel"][key] == plan["parallel"][key], key
+    # the recompute its layers run (a plan's configuration field can read none while its stages recompute)
+    layers = {layer["recompute"] for stage in plan["stages"] for layer in stage["layers"]}
+    assert layers == {back["parallel"]["recompute"]}
     assert back["parallel"]["zero"] == max(plan["parallel"]["zero"], 2 if plan["parallel"]["zero"] else 0)
     assert back["step_time_s"] == pytest.approx(plan["prediction"]["step_time_s"], rel=1e-6)
 

@@ -257,14 +257,15 @@ def test_the_alltoall_overlap_keeps_megatron_cores_rules(degrees, message):
 
 
 @pytest.mark.parametrize("target, devices, chunks, said", [
-    ("megatron", 16, None, "FSDP + EP at its best"), ("torchtitan", 32, 1, None),
+    ("megatron", 16, None, "FSDP + EP at its best"), ("torchtitan", 16, 1, None), ("torchtitan", 32, 1, "FSDP + EP at its best"),
     ("torchtitan", 8, 1, "layouts searched beats the best plan"), ("torchtitan", 32, None, "FSDP + EP at its best")])
 def test_the_search_says_where_fsdp_with_expert_parallel_stands(target, devices, chunks, said):
     """A mixture of experts' search says how FSDP + EP fared when it did not win (Megatron: Megatron-FSDP's
     zero 2 ties the distributed optimizer's plan on 16 H100; torchtitan with its loss whole (≤ 0.2) on 8, where
     pipeline stages win: why each of its layouts lost — memory, the recomputation it needs, or a bound no faster
-    than the best plan; torchtitan 0.3 on 32, its loss in chunks, where FSDP alone over ep 1 wins at mbs 8),
-    nothing where it won (torchtitan ≤ 0.2 on 32: every zero ≥ 1 is FSDP there, and its best plan is one)."""
+    than the best plan; on 32, where FSDP alone over ep 1 with its per-op checkpointing wins, with its loss whole or
+    in chunks), nothing where it won (torchtitan ≤ 0.2 on 16: every zero ≥ 1 is FSDP there, and its best plan, pipeline
+    stages with ep 8, is one)."""
     import re
 
     from gplan.planner import plan as best_plan

@@ -462,3 +462,31 @@ def test_an_offloaded_optimizer_leaves_the_device_and_is_stepped_by_the_host(ove
              local * 2 / (h.host_link_GBps * 1e9))
     assert half.offloaded_optimizer_s(0, local) == pytest.approx(max(parts) if overlap else sum(parts))
     assert half.optimizer_s(stage) == pytest.approx(max(kept.optimizer_s(stage) / 2, half.offloaded_optimizer_s(0, local)))
+
+
+def test_torchtitan_keeps_what_its_unfused_swiglu_and_fp32_routing_weights_leave_for_the_backward():
+    """torchtitan's FeedForward and grouped experts run `F.silu(w1(x)) * w3(x)` as separate ops, and its MoE scales
+    the routed tokens by the router's weights in an fp32 op of their own: without recompute it keeps, per token of
+    a dense or shared-expert MLP, the SiLU's output (one more e·f) and, per routed pair, that and the fp32 operand
+    (4·h) beyond what Megatron-core's fused SwiGLU and unpermute keep. Under its per-op checkpointing nothing of
+    it stays (the elementwise ops replay), so a per-op layer keeps the same either way."""
+    from gplan.cost_models import experts
+    from gplan.profiles.catalogue import load_cluster, load_model
+
+    model, cluster = load_model("qwen3-30b-a3b"), load_cluster("dgx-h100").sized(8)
+    kept = {}
+    for engine in ("torchtitan", "nemo-automodel"):
+        t = TrainingSpec(gbs=8, seq_length=4096, engine=engine)
+        for rc, modules in (("none", None), ("selective", ("op",))):
+            config = ParallelConfig(dp=8, zero=3, mbs=1, recompute=rc,
+                                    **({"recompute_modules": modules} if modules else {}))
+            step = StepModel(model, t, cluster, config)
+            kind = next(k for k, v in step.kinds.items() if v.moe)
+            kept[engine, rc] = step.layer_activation_bytes(kind, rc)
+    tokens = 4096
+    pairs = experts.routed_pairs(model, StepModel(model, TrainingSpec(gbs=8, seq_length=4096, engine="torchtitan"),
+                                                  cluster, ParallelConfig(dp=8, zero=3, mbs=1)).shard, 1)
+    extra = pairs * (4 * model.hidden_size + 2 * model.expert_ffn_size) + tokens * 2 * model.shared_expert_ffn_size
+    assert kept["torchtitan", "none"] - kept["nemo-automodel", "none"] == pytest.approx(extra)
+    assert kept["torchtitan", "selective"] == pytest.approx(kept["nemo-automodel", "selective"])
+    assert profile_of("torchtitan").memory.unfused_swiglu and not profile_of("megatron").memory.unfused_swiglu

@@ -23,6 +23,7 @@ the iteration.
 from __future__ import annotations
 
 from gplan.cost_models.compute import GEMM_BACKWARD_FLOP_RATIO, Gemm, Shard, gemm_time_s, memory_time_s
+from gplan.engines.profile import MemoryAccounting
 from gplan.profiles.schema import DeviceSpec
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import ParallelConfig
@@ -170,15 +171,22 @@ ROUTER_SCORE_BYTES = 4
 
 
 def routed_activation_bytes(model: ModelSpec, shard: Shard, config: ParallelConfig, element_bytes: int,
-                            gemm_input: float | None = None) -> float:
+                            gemm_input: float | None = None, accounting: MemoryAccounting | None = None) -> float:
     """What the routed side keeps for its backward, per micro-batch: per pair the permuted input (h) and
     the expert MLP's intermediates (swiglu: gate and up in, product out, 3·f/etp; else 2·f/etp); per
     source token the router's fp32 scores (E). The grouped GEMMs' inputs (the permuted tokens, the
-    activation's output) at `gemm_input` bytes (memory.gemm_input_bytes; e by default)."""
+    activation's output) at `gemm_input` bytes (memory.gemm_input_bytes; e by default). Where the engine
+    runs its SwiGLU as separate ops the SiLU's output is kept too (`MemoryAccounting.unfused_swiglu`: one more
+    f), and where it scales the routed tokens by the router's weights in an fp32 op of their own, that op's
+    fp32 operand (`fp32_routing_weights`: 4·h)."""
     pairs, f = routed_pairs(model, shard, config.etp), model.expert_ffn_size / config.etp
     e = element_bytes
     g = e if gemm_input is None else gemm_input
-    per_pair = g * model.hidden_size + f * (e * (2 if model.ffn_kind == "swiglu" else 1) + g)
+    swiglu = model.ffn_kind == "swiglu"
+    kept_f = e * (2 + (1 if accounting is not None and accounting.unfused_swiglu else 0)) if swiglu else e
+    per_pair = g * model.hidden_size + f * (kept_f + g)
+    if accounting is not None and accounting.fp32_routing_weights:
+        per_pair += 4 * model.hidden_size
     return pairs * per_pair + ROUTER_SCORE_BYTES * model.num_experts * source_tokens(shard)
 
 

@@ -67,7 +67,7 @@ def mlp_width(model: ModelSpec, kind: LayerKind) -> int:
 
 
 def mlp_block_activation_bytes(model: ModelSpec, shard: Shard, element_bytes: int, width: int | None = None,
-                               gemm_input: float | None = None) -> float:
+                               gemm_input: float | None = None, unfused_swiglu: bool = False) -> float:
     """One MLP block: its norm input and first-GEMM input (replicated unless sp), the activation's
     input and output (gelu: 2·s·b·f; fused swiglu: gate and up in, product out: 3·s·b·f), dropout mask;
     f the block's own MLP width (`mlp_width`). The GEMM inputs (the first GEMM's, and the activation's
@@ -76,18 +76,21 @@ def mlp_block_activation_bytes(model: ModelSpec, shard: Shard, element_bytes: in
     g = e if gemm_input is None else gemm_input
     h, f = model.hidden_size, model.ffn_size if width is None else width
     replicated = (e + g) * s * b * h + (s * b * h if model.dropout > 0 else 0)
-    return replicated / (t if shard.sp else 1) + mlp_intermediate_bytes(model, shard, e, f, g)
+    return replicated / (t if shard.sp else 1) + mlp_intermediate_bytes(model, shard, e, f, g, unfused_swiglu)
 
 
-def mlp_intermediate_bytes(model: ModelSpec, shard: Shard, element_bytes: int, width: int, gemm_input: float) -> float:
+def mlp_intermediate_bytes(model: ModelSpec, shard: Shard, element_bytes: int, width: int, gemm_input: float,
+                           unfused_swiglu: bool = False) -> float:
     """An MLP's intermediates on one tp rank: the activation's input (swiglu: gate and up, 2·f; else f) and its
-    output, the second GEMM's input, at `gemm_input` bytes: `s·b·f·(e·(2|1) + g)/t`."""
-    gated = 2 if model.ffn_kind == "swiglu" else 1
+    output, the second GEMM's input, at `gemm_input` bytes: `s·b·f·(e·(2|1) + g)/t`; a SwiGLU run as separate
+    ops (`MemoryAccounting.unfused_swiglu`) keeps the SiLU's output too, one more `e·f`."""
+    gated = (2 + (1 if unfused_swiglu else 0)) if model.ffn_kind == "swiglu" else 1
     return shard.tokens * width * (element_bytes * gated + gemm_input) / shard.tp
 
 
 def layer_activation_bytes(model: ModelSpec, kind: LayerKind, shard: Shard, element_bytes: int,
-                           flash: bool, recompute: str, gemm_input: float | None = None) -> float:
+                           flash: bool, recompute: str, gemm_input: float | None = None,
+                           unfused_swiglu: bool = False) -> float:
     """Bytes one layer keeps for its backward, per micro-batch in flight.
 
     full: only the layer input `2·s·b·h` (/t with sp); selective: everything but the attention
@@ -97,7 +100,8 @@ def layer_activation_bytes(model: ModelSpec, kind: LayerKind, shard: Shard, elem
     scores = "flash" if flash else ("recomputed" if recompute == "selective" else "stored")
     blocks = 2 if kind.cross_attention else 1
     total = blocks * attention_block_activation_bytes(model, shard, element_bytes, scores, shard.kv_seq, gemm_input)
-    return total + mlp_block_activation_bytes(model, shard, element_bytes, mlp_width(model, kind), gemm_input)
+    return total + mlp_block_activation_bytes(model, shard, element_bytes, mlp_width(model, kind), gemm_input,
+                                              unfused_swiglu)
 
 
 def embedding_activation_bytes(model: ModelSpec, shard: Shard) -> float:
@@ -135,13 +139,13 @@ def kept_bytes_per_logit(element_bytes: int, engine: EngineProfile = NO_ENGINE, 
 # ---- working sets of the backward -------------------------------------------------------------
 
 def recompute_working_bytes(model: ModelSpec, kind: LayerKind, shard: Shard, element_bytes: int, flash: bool,
-                            recompute: str) -> float:
+                            recompute: str, unfused_swiglu: bool = False) -> float:
     """What recomputation recreates for one layer while its backward runs (one micro-batch): full
     recompute replays the whole forward, so the layer's full activations exist again beside the ones
     kept; selective replays the attention scores (nothing to keep with fused attention). Checkmate
     (Jain et al. 2020) and Megatron's `CheckpointFunction` hold exactly the recomputed segment."""
     if recompute == "full":
-        return layer_activation_bytes(model, kind, shard, element_bytes, flash, "none")
+        return layer_activation_bytes(model, kind, shard, element_bytes, flash, "none", unfused_swiglu=unfused_swiglu)
     if recompute == "selective":
         return stored_scores_bytes(model, kind, shard, flash)
     return 0.0

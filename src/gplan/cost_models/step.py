@@ -266,12 +266,13 @@ class StepModel:
     def _price_activation_bytes(self, kind: str, recompute: str) -> float:
         """A selective layer keeps what a layer recomputing nothing keeps, less what its modules drop."""
         t = self.training
-        g = memory.gemm_input_bytes(t)
+        g, accounting = memory.gemm_input_bytes(t), t.profile.memory
         kept = memory.layer_activation_bytes(self.model, self.kinds[kind], self.shard, t.element_bytes,
-                                             t.flash_attention, "none" if recompute == "selective" else recompute, g)
+                                             t.flash_attention, "none" if recompute == "selective" else recompute, g,
+                                             accounting.unfused_swiglu)
         if self.kinds[kind].moe and recompute != "full":
             kept += self.routed_load * experts.routed_activation_bytes(self.model, self.shard, self.config,
-                                                                         t.element_bytes, g)
+                                                                         t.element_bytes, g, accounting)
         if recompute == "selective":
             kept -= sum(self.module_drops(kind))
         return kept
@@ -591,14 +592,15 @@ class StepModel:
         t = self.training
         replayed = (max(self.module_drops(kind), default=0.0) if recompute == "selective" else
                     memory.recompute_working_bytes(self.model, self.kinds[kind], self.shard, t.element_bytes,
-                                                   t.flash_attention, recompute))
+                                                   t.flash_attention, recompute, t.profile.memory.unfused_swiglu))
         working = replayed + memory.gradient_working_bytes(self.model, self.shard, t.element_bytes, self.kinds[kind])
         if self.kinds[kind].moe:
             routed = (experts.routed_gradient_working_bytes(self.model, self.shard, self.config, t.element_bytes)
                       + experts.dispatch_buffer_bytes(self.model, self.shard, self.config, t.element_bytes,
                                                       t.moe_dispatcher))
             if recompute == "full":  # the replayed forward recreates the routed side's activations too
-                routed += experts.routed_activation_bytes(self.model, self.shard, self.config, t.element_bytes)
+                routed += experts.routed_activation_bytes(self.model, self.shard, self.config, t.element_bytes,
+                                                          accounting=t.profile.memory)
             working += self.routed_load * routed
         return working
 

@@ -251,6 +251,15 @@ class MemoryAccounting:
     """With zero 3, where the engine runs another allocation pattern than the runs `fragmentation` was
     fitted on (DeepSpeed's ZeRO-3 never runs in the pipeline engine its BLOOM peaks measure); None: as
     `fragmentation`."""
+    unfused_swiglu: bool = False
+    """Whether its SwiGLU runs as separate SiLU and product ops (torchtitan's FeedForward and grouped experts:
+    `F.silu(w1(x)) * w3(x)`), so that autograd keeps the SiLU's output beside its input — one more `f` per
+    token, and per routed pair, than a fused SwiGLU's gate and up in, product out (`memory.mlp_intermediate_bytes`)."""
+    fp32_routing_weights: bool = False
+    """Whether its MoE scales the routed tokens by the router's weights as an op of their own in fp32
+    (torchtitan's MoE: `routed_input.to(torch.float32) * top_scores`, or the experts' output when the scores
+    apply after them), so that autograd keeps the fp32 operand: `4·h` bytes per routed pair
+    (`experts.routed_activation_bytes`) — where Megatron-core applies them in its fused unpermute."""
 
 
 UNKNOWN_RESHARDING = Resharding("none", frozenset(), "not known: every degree kept")

@@ -50,7 +50,8 @@ ENGINE = EngineProfile(
                               # rowwise_with_gw_hp only: an fp8 plan runs rowwise there, and is priced
                               # so) and MXFP8LinearConverter (components/quantization/float8.py, mx.py)
                               precisions=frozenset({"bf16", "fp32", "fp8", "fp8-rowwise", "mxfp8"})),
-    memory=MemoryAccounting(states="fsdp", loss_grad="fp32_grad", quantized_gemm_inputs=False),
+    memory=MemoryAccounting(states="fsdp", loss_grad="fp32_grad", quantized_gemm_inputs=False,
+                            unfused_swiglu=True, fp32_routing_weights=True),  # models/common feed_forward.py and moe.py
     # its default attention is F.scaled_dot_product_attention, whose default flash backend is FlashAttention-2
     attention_kernel="fa2",
     # 0.3's trainer configs (models/*/config_registry.py) wrap the loss in ChunkedLossWrapper, 8 chunks by default;
