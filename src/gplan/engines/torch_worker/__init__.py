@@ -16,7 +16,8 @@ ENGINE = EngineProfile(
                               precisions=frozenset({"bf16", "fp16", "fp32", "fp8", "fp8-rowwise", "mxfp8"}),
                               low_precision_tp=False, recompute_modules=frozenset({"core_attn", "op"})),
     # FSDP2 over autocast; the loss is F.cross_entropy on fp32 logits
-    memory=MemoryAccounting(states="fsdp", loss_grad="fp32_grad", quantized_gemm_inputs=False),
+    memory=MemoryAccounting(states="fsdp", loss_grad="fp32_grad", quantized_gemm_inputs=False,
+                            unfused_swiglu=True),  # backends/torch model.py and moe.py: F.silu(w1 x) * w3 x
     # F.scaled_dot_product_attention: its default flash backend is FlashAttention-2 (cuDNN's ranks below it)
     attention_kernel="fa2",
     pipeline_reduce_after_backward=True,

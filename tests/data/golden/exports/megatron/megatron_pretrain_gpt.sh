@@ -1,8 +1,8 @@
 #!/bin/bash
-# gplan export of plan cdfc49f618acfd3c (layout 278ccb810b29aada; llama3-70b: dp=16 tp=4 pp=1 mbs=1 zero=3 sp, recompute none, predicted 61.762 s/step)
+# gplan export of plan cdfc49f618acfd3c (layout 301f7a540e54f50d; llama3-70b: dp=16 tp=4 pp=1 mbs=1 zero=3 sp, recompute 2 full of 80 layers, predicted 62.268 s/step)
 # written for Megatron-LM core_r0.16 (pretrain_gpt.py; megatron/training/arguments.py as on main at 000c4ac, 2026)
 # Run from a Megatron-LM checkout, the same command on every node (NODE_RANK 0..NNODES-1).
-# note: priced for torch, run by megatron; re-priced as megatron runs it: 54.192 s/step (-12.3% on the plan's 61.762); search with --target megatron for a plan it runs exactly
+# note: priced for torch, run by megatron; re-priced as megatron runs it: 54.451 s/step (-12.6% on the plan's 62.268); search with --target megatron for a plan it runs exactly
 set -euo pipefail
 NNODES=${NNODES:-8}
 NODE_RANK=${NODE_RANK:-0}
@@ -41,6 +41,9 @@ MEGATRON_ARGS=(
   --use-megatron-fsdp
   --data-parallel-sharding-strategy optim_grads_params
   --ckpt-format fsdp_dtensor
+  --recompute-granularity full
+  --recompute-method block
+  --recompute-num-layers 2
   --mock-data
   --tokenizer-type NullTokenizer
   --train-iters 100

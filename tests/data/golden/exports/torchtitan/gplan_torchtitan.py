@@ -1,4 +1,4 @@
-# gplan export of plan cdfc49f618acfd3c (layout 278ccb810b29aada; llama3-70b: dp=16 tp=4 pp=1 mbs=1 zero=3 sp, recompute none, predicted 61.762 s/step)
+# gplan export of plan cdfc49f618acfd3c (layout 301f7a540e54f50d; llama3-70b: dp=16 tp=4 pp=1 mbs=1 zero=3 sp, recompute 2 full of 80 layers, predicted 62.268 s/step)
 # written for torchtitan 0.3.0 (torchtitan.train, ConfigManager; checked by its own parser)
 """The plan's model and pipeline chunks as a torchtitan config function: `--module gplan_torchtitan --config
 gplan_plan`. Built from torchtitan's public config classes (its llama3 block, GQA and FFN config helpers),
@@ -19,7 +19,7 @@ from torchtitan.models.llama3.model import Llama3TransformerBlock
 
 SHAPE = {'dim': 8192, 'n_layers': 80, 'n_heads': 64, 'n_kv_heads': 8, 'hidden_dim': 28672, 'vocab_size': 128256, 'rope_theta': 500000.0, 'max_seq_len': 8192, 'tie_embeddings': False}
 MODULE_FQNS_PER_MODEL_PART = None
-ACTIVATION_CHECKPOINT = 'none'
+ACTIVATION_CHECKPOINT = 'full'
 LOSS_CHUNKS = 8
 
 
