@@ -40,7 +40,8 @@ LAYERS = [
 BACKENDS_MAY_READ = {"gplan", "gplan.errors", "gplan.io", "gplan.launch_text", "gplan.spec", "gplan.engines",
                      "gplan.profiles", "gplan.plan", "gplan.report", "gplan.backends"}
 ENGINE_PART_UNITS = {"flags": "gplan.planner", "arguments": "gplan.planner", "model_zoo": "gplan.planner",
-                     "logs": "gplan.planner", "launch": "gplan.planner", "export": "gplan.backends",
+                     "logs": "gplan.planner", "launch": "gplan.planner", "registry": "gplan.planner",
+                     "export": "gplan.backends",
                      "write_back": "gplan.backends"}
 """An engine folder (gplan.engines.<folder>) spans the layers: its profile (the package itself) with spec,
 each part in the layer of what it does — reading launches and logs with the planner, writing files with the

@@ -723,3 +723,77 @@ def test_search_from_prices_the_launch_beside_it_with_the_options_the_search_run
         yours = json.loads(r.stdout)["data"]["from"]["prediction"]
         peaks.append(max(s["memory_bytes"] for s in yours["stages"]))
     assert peaks[1] < peaks[0] * 0.8
+
+
+def registry_copy(tmp_path: Path) -> Path:
+    """The corpus's config registry where torchtitan keeps one: models/deepseek_v3/config_registry.py."""
+    folder = tmp_path / "deepseek_v3"
+    folder.mkdir()
+    (folder / "config_registry.py").write_text((CORPUS / "torchtitan" / "config_registry.py").read_text())
+    return folder / "config_registry.py"
+
+
+@pytest.mark.parametrize("function, expected", [
+    ("moe_16b", {"ep": 8, "mbs": 4, "recompute": "selective", "chunks": 8, "dispatcher": "alltoall", "compiled": True}),
+    ("moe_16b_deepep_full_ac", {"ep": 8, "mbs": 8, "recompute": "full", "chunks": 1, "dispatcher": "flex",
+                                "compiled": True}),
+    ("moe_16b_two_chunks", {"ep": 8, "mbs": 4, "recompute": "selective", "chunks": 2, "dispatcher": "alltoall",
+                            "compiled": True}),
+])
+def test_a_torchtitan_03_config_registry_function_is_read_as_its_trainer_config(gplan, tmp_path, function, expected):
+    """torchtitan 0.3 has no job TOMLs: `--module deepseek_v3 --config NAME` runs a function of the module's
+    config_registry.py. `--from config_registry.py::NAME` reads it without importing torchtitan — its sections,
+    a derived function's changes, 0.3's defaults (per-op checkpointing; the loss whole unless ChunkedLossWrapper
+    chunks it, 8 by default) — and its model from the module and flavor."""
+    path = registry_copy(tmp_path)
+    r = gplan("estimate", "--from", f"{path}::{function}", "--cluster", "dgx-h100", "--devices", "8", "--json")
+    assert r.code == 0, r.stderr
+    out = r.json()
+    assert out["model_from_launch"].startswith("deepseek-v3-16b")
+    assert {k: out["parallel"][k] for k in ("ep", "mbs", "recompute")} == {k: expected[k] for k in ("ep", "mbs", "recompute")}
+    options = out["engine_options"]
+    assert options.get("loss_chunks", 8) == expected["chunks"]
+    assert options["moe_dispatcher"] == expected["dispatcher"] and bool(options.get("compiled_loss")) == expected["compiled"]
+
+
+@pytest.mark.parametrize("function, said", [
+    ("moe_16b_computed_batch", "training.local_batch_size is computed (2 * 4)"),
+    ("moe_16b_changed_by_a_helper", "add_override(config)"),
+    ("no_such_config", "no function 'no_such_config'"),
+])
+def test_a_registry_function_gplan_cannot_follow_is_refused_in_one_line(gplan, tmp_path, function, said):
+    path = registry_copy(tmp_path)
+    r = gplan("estimate", "--from", f"{path}::{function}", "--cluster", "dgx-h100", "--devices", "8")
+    assert r.code == 3 and said in r.stderr and r.stdout == "" and "Traceback" not in r.stderr
+    assert len([line for line in r.stderr.splitlines() if line.startswith("error:")]) == 1
+
+
+def test_a_registry_without_a_function_named_lists_its_configs(gplan, tmp_path):
+    path = registry_copy(tmp_path)
+    r = gplan("estimate", "--from", str(path), "--cluster", "dgx-h100", "--devices", "8")
+    assert r.code == 3 and "a torchtitan 0.3 config registry" in r.stderr
+    assert "moe_16b_deepep_full_ac" in r.stderr and "add_override" not in r.stderr.split("hint:")[1]
+
+
+def test_torchtitans_own_installed_registry_is_read():
+    """The registry torchtitan 0.3.0 installs (models/qwen3/config_registry.py::qwen3_30b_a3b): FSDP over every
+    rank, local batch 2 at 4096 tokens, every block checkpointed (FullAC), the loss in ChunkedLossWrapper's chunks."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torchtitan")
+    if spec is None:
+        pytest.skip("needs the optional engine torchtitan")
+    registry = Path(spec.submodule_search_locations[0]) / "models" / "qwen3" / "config_registry.py"
+    launch = read_launch(Path(f"{registry}::qwen3_30b_a3b"), None)
+    assert launch.model.name == "qwen3-30b-a3b" and launch.engine == "torchtitan"
+    assert launch.given["recompute"] == "full" and launch.given["mbs"] == 2 and launch.seq_length == 4096
+    assert launch.engine_options.get("loss_chunks", 8) == 8
+
+
+def test_a_registry_is_not_rewritten_in_place_and_nothing_is_written(gplan, tmp_path):
+    path = registry_copy(tmp_path)
+    r = gplan("search", "--from", f"{path}::moe_16b", "--cluster", "dgx-h100", "--devices", "8",
+              "--out", str(tmp_path / "p.json"), "--out-launch", str(tmp_path / "better.py"))
+    assert r.code == 3 and "config registry keeps its layout in its function" in r.stderr
+    assert "gplan export PLAN --to torchtitan" in r.stderr
+    assert not (tmp_path / "p.json").exists() and not (tmp_path / "better.py").exists()

@@ -45,9 +45,10 @@ def readers() -> list:
 def read_launch(path: Path, model: ModelSpec | None) -> Launch:
     """The launch in `path`, by the first engine whose reader claims it (an engine's log by its log
     reader); checked against `model`, or (None) its model read from the launch itself."""
-    if not path.is_file():
+    file = Path(str(path).rsplit("::", 1)[0])  # `file::member`: a function of a config registry (torchtitan 0.3)
+    if not file.is_file():
         raise InputError(f"--from {path}: no such file", hint="pass a Megatron-LM or torchtitan launch")
-    text = path.read_text(errors="replace")
+    text = file.read_text(errors="replace")
     if family(text):
         return read_log_launch(path, model, text)
     reader = next((r for r in readers() if r.claims(path, text)), None)
@@ -62,8 +63,8 @@ def not_a_launch(path: Path, text: str) -> tuple[str, str]:
     module, a DeepSpeed JSON alone, a MaxText or NeMo YAML, another file."""
     reads = "gplan reads " + "; ".join(m.READS for m in engine_parts("launch").values()) + "; and the engines' logs"
     if path.suffix == ".py":
-        return ("a Python file (a Megatron-Bridge or NeMo recipe, or a torchtitan 0.3 config module), not a launch",
-                "pass the script or command line that runs it; " + reads)
+        return ("a Python file (a Megatron-Bridge or NeMo recipe, or a module that is no torchtitan 0.3 config "
+                "registry), not a launch", "pass the script or command line that runs it; " + reads)
     if path.suffix == ".json":
         kind = "a DeepSpeed config, read with the script that names it (--deepspeed_config)" if re.search(
             r'"(train_batch_size|zero_optimization|train_micro_batch_size_per_gpu)"', text) else "a JSON file"

@@ -20,4 +20,5 @@ def write_back(plan: Plan, engine: str, source: Path, target: Path) -> dict[Path
     if part is None:
         takes = ", ".join(ENGINES[name].title for name in engine_parts("write_back"))
         raise InputError(f"--out-launch rewrites {takes} launches, not {engine}'s", hint=f"gplan export PLAN --to {engine}")
-    return part.write_back(plan, source, target, source.read_text())
+    file = Path(str(source).rsplit("::", 1)[0])  # `file::member`: a config registry's function (torchtitan 0.3)
+    return part.write_back(plan, source, target, file.read_text())

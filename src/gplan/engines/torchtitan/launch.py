@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from gplan.engines.torchtitan import ENGINE, logs
+from gplan.engines.torchtitan import ENGINE, logs, registry
 from gplan.engines.torchtitan.flags import titan_class
 from gplan.errors import InputError
 from gplan.launch_text import arguments
@@ -45,6 +45,12 @@ def read_torchtitan_launch(path: Path, model: ModelSpec | None) -> Launch:
     its model the one named, else torchtitan's `model.name` + `model.flavor` (or the config.json of its
     `model.hf_assets_path`)."""
     values, args, variables = titan_values(path)
+    registry_chunks = values.pop(REGISTRY_CHUNKS, None)
+    computed = sorted(k for k, v in values.items() if k in TITAN_KEYS and isinstance(v, registry.Unknown))
+    if computed:
+        raise InputError(f"--from {path}: {computed[0]} is computed ({values[computed[0]].text}): gplan reads the "
+                         "values a config registry writes out", hint=f"write {computed[0]} as a value, or pass the "
+                                                                     "script that runs it with the key overridden")
     values = titan_token_batch(path, values)
     model = titan_model(path, values) if model is None else model
     _check_titan_model(path, values, model)
@@ -78,6 +84,8 @@ def read_torchtitan_launch(path: Path, model: ModelSpec | None) -> Launch:
     # gplan's exported config module (0.3) states the loss's chunks (its trainer's ChunkedLossWrapper: 8 before the
     # module said); a ≤ 0.2 job config has none
     chunks = int(module_constant(module, "LOSS_CHUNKS") or TITAN_LOSS_CHUNKS) if module.is_file() else 1
+    if registry_chunks is not None:  # a 0.3 config registry's loss: ChunkedLossWrapper's chunks, or the loss whole
+        chunks = registry_chunks
     options = titan_engine_options(path, values, model, comm, chunks)
     for key in fork_state_dtypes(values, unread):  # said, not listed as having no effect
         unread.remove(key)
@@ -126,6 +134,8 @@ def fork_state_dtypes(values: dict[str, Any], unread: list[str]) -> list[str]:
             and str(values.get(k)).lower().removeprefix("torch.") not in ("float32", "fp32")]
 
 
+REGISTRY_CHUNKS = "(registry loss chunks)"
+"""The key titan_values hands a config registry's loss chunks under (not a job-config key)."""
 TITAN_LOSS_CHUNKS = ENGINE.loss_chunks
 """torchtitan 0.3's ChunkedLossWrapper.Config.num_chunks default, its profile's (engines.torchtitan.ENGINE)."""
 TITAN_COMPILE_COMPONENTS = ["model", "loss"]
@@ -214,8 +224,12 @@ def titan_token_batch(path: Path, values: dict[str, Any]) -> dict[str, Any]:
 def titan_values(path: Path) -> tuple[dict[str, Any], dict, dict]:
     """A torchtitan launch's `section.key` values (its TOML, then the script's overrides over it), and the
     script's arguments and variables."""
-    if not path.is_file():
+    file, member = registry.split_member(path)
+    if not file.is_file():
         raise InputError(f"--from {path}: no such file", hint="pass a torchtitan TOML or launch script")
+    if member is not None or (file.suffix == ".py" and registry.is_registry(file.read_text(errors="replace"))):
+        values, chunks = registry.registry_values(path)
+        return {**values, REGISTRY_CHUNKS: chunks}, {}, {}
     if path.suffix == ".toml":
         return flatten(_toml(path)), {}, {}
     values: dict[str, Any] = {}
@@ -321,7 +335,7 @@ def titan_model(path: Path, values: dict) -> ModelSpec:
     beside it, else gplan's bundled model of its `model.name` + `model.flavor` (engines.torchtitan.logs)."""
     from gplan.profiles.catalogue import load_model
 
-    exported = exported_model(path)
+    exported = exported_model(registry.split_member(path)[0])
     if exported is not None and "model.name" not in values:
         return exported
     assets = values.get("model.hf_assets_path")
@@ -445,11 +459,11 @@ def _titan_precision(values: dict) -> str:
 
 # ---- the reader's part (planner.launch_files) ---------------------------------------------------------
 
-READS = "torchtitan TOMLs and override lines"
+READS = "torchtitan TOMLs, override lines and 0.3 config registries (config_registry.py::function)"
 
 FROM_READS = (
-    "a job TOML, a script of `--section.key` overrides (`run_train.sh`'s `CONFIG_FILE`/`NGPU` too), or its "
-    "log")
+    "a job TOML, a script of `--section.key` overrides (`run_train.sh`'s `CONFIG_FILE`/`NGPU` too), a 0.3 config "
+    "registry's function (`config_registry.py::qwen3_30b_a3b`), or its log")
 """What `--from` reads (docs/bring-your-own-runs.md's table, from bench/engine_tables.py)."""
 CALIBRATE_READS = (
     "its log: the job config it prints (`--debug.print_config`), else the launch beside it (`run.log` + "
@@ -460,7 +474,10 @@ PRECEDENCE = 1
 
 
 def claims(path: Path, text: str) -> bool:
-    """A TOML job config, or a script that runs torchtitan or passes `--parallelism.…` overrides."""
+    """A TOML job config, a script that runs torchtitan or passes `--parallelism.…` overrides, or a torchtitan 0.3
+    config registry (`config_registry.py::function`)."""
+    if registry.split_member(path)[0].suffix == ".py":
+        return registry.is_registry(text)
     return path.suffix == ".toml" or "torchtitan" in text or "--parallelism." in text
 
 

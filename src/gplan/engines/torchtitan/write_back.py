@@ -20,6 +20,10 @@ WRITES_BACK = (
 
 def write_back(plan: Plan, source: Path, target: Path, text: str) -> dict[Path, str]:
     values = layout_values(plan, layouts_of(plan))
+    if "::" in str(source) or source.suffix == ".py":
+        raise InputError(f"{source}: a torchtitan 0.3 config registry keeps its layout in its function, which gplan "
+                         "does not rewrite", hint="export the best plan as a 0.3 config module: gplan export PLAN --to "
+                                                  "torchtitan")
     if source.suffix == ".toml":
         return {target: rewrite_toml(text, toml_values(plan, values, source))}
     if "--module gplan_torchtitan" in text:

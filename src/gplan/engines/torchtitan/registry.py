@@ -1,0 +1,214 @@
+"""torchtitan 0.3's config registries read as a launch: `--from models/qwen3/config_registry.py::qwen3_30b_a3b`.
+
+torchtitan 0.3 dropped its job TOMLs for Python: `run_train.sh --module qwen3 --config qwen3_30b_a3b` calls a
+function of `torchtitan/models/<module>/config_registry.py` that returns a `Trainer.Config`. gplan reads that
+function statically — it never imports torchtitan or runs the file — by evaluating the few forms the registries
+are written in: `Trainer.Config(section=SectionConfig(key=value, …), …)`, a variable assigned once
+(`model_spec = model_registry("30B-A3B")`), another registry function called and changed
+(`config = qwen3_debugmodel(); config.training.seq_len = 8192`). What it cannot evaluate (a helper's result,
+arithmetic) is kept as unknown: a key gplan prices that is unknown is refused naming it; any other is listed
+as not read. The values come out as the job-config keys the TOML reader takes (`section.key`), with 0.3's
+own defaults where the function sets nothing: per-op checkpointing (`Trainer.Config.activation_checkpoint`
+is `SelectiveAC.Config`), the loss whole unless `ChunkedLossWrapper` chunks it.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gplan.errors import InputError
+
+
+@dataclass
+class Built:
+    """A config object a registry builds: its class as written and the keywords it was given."""
+
+    kind: str
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """A value the registry computes in a way gplan does not evaluate (its source text, to say which)."""
+
+    text: str
+
+
+AC_MODES = {"FullAC": "full", "SelectiveAC": "selective", "MemoryBudgetAC": "memory_budget", "NoAC": "none"}
+"""torchtitan 0.3's activation-checkpointing classes (distributed/activation_checkpoint.py) -> ≤ 0.2's
+`activation_checkpoint.mode`; SelectiveAC is the per-operator policy (`selective_ac_option = "op"`)."""
+MODEL_REGISTRY_KEYS = {"moe_comm_backend": "parallelism.expert_parallel_comm_backend",
+                       "attn_backend": "model.attn_backend", "converters": "model.converters"}
+"""`model_registry(flavor, …)`'s keywords (models/<module>/__init__.py) -> the job-config keys the reader takes."""
+
+
+def split_member(path: Path) -> tuple[Path, str | None]:
+    """`config_registry.py::qwen3_30b_a3b` -> (the file, the function); a plain path -> (it, None)."""
+    text = str(path)
+    if "::" not in text:
+        return path, None
+    file, member = text.rsplit("::", 1)
+    return Path(file), member
+
+
+def is_registry(text: str) -> bool:
+    return "Trainer.Config" in text
+
+
+def registry_values(path: Path) -> tuple[dict[str, Any], int]:
+    """The job-config keys the registry function `path` names (`file::function`) sets, and the chunks its loss
+    runs in."""
+    file, member = split_member(path)
+    tree = ast.parse(file.read_text(), str(file))
+    functions = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
+    configs = sorted(name for name, f in functions.items() if _returns_trainer_config(f) and not name.startswith("_"))
+    if member is None or member not in functions:
+        said = f"no function {member!r} in it" if member else "it holds many configs"
+        raise InputError(f"--from {file}: a torchtitan 0.3 config registry, {said}",
+                         hint=f"name one: --from {file}::{configs[0] if configs else 'NAME'}"
+                              + (f" ({', '.join(configs)})" if configs else ""))
+    root = _Evaluator(functions, file).call(member)
+    if not isinstance(root, Built) or not root.kind.endswith("Trainer.Config"):
+        raise InputError(f"--from {path}: {member} does not return a Trainer.Config gplan can read",
+                         hint="name a function of the registry that returns Trainer.Config(...)")
+    return job_keys(root, path)
+
+
+def _returns_trainer_config(function: ast.FunctionDef) -> bool:
+    return function.returns is not None and ast.unparse(function.returns).endswith("Trainer.Config")
+
+
+def job_keys(root: Built, path: Path) -> tuple[dict[str, Any], int]:
+    """A Trainer.Config as `section.key` values (model.name: the registry's module, the folder it sits in), and its
+    loss's chunks."""
+    module = split_member(path)[0].parent.name
+    values: dict[str, Any] = {"activation_checkpoint.mode": "selective", "activation_checkpoint.selective_ac_option": "op"}
+    chunks = 1
+    for section, item in root.fields.items():
+        if section == "model_spec":
+            values |= _model_keys(item, module, path)
+        elif section == "activation_checkpoint" and isinstance(item, Built):
+            name = item.kind.removesuffix(".Config").rsplit(".", 1)[-1]
+            values["activation_checkpoint.mode"] = AC_MODES.get(name, name)
+            values |= {f"activation_checkpoint.{k}": v for k, v in item.fields.items()}
+        elif section == "loss" and isinstance(item, Built):
+            if "ChunkedLossWrapper" in item.kind:
+                from gplan.engines.torchtitan import ENGINE
+
+                chunks = item.fields.get("num_chunks", ENGINE.loss_chunks)
+            values |= {f"loss.{k}": v for k, v in _flat(item.fields).items()}
+        elif section == "hf_assets_path":
+            values["model.hf_assets_path"] = item
+        elif isinstance(item, Built):
+            values |= {f"{section}.{k}": v for k, v in _flat(item.fields).items()}
+        else:
+            values[section] = item
+    return values, chunks
+
+
+def _model_keys(item: Any, module: str, path: Path) -> dict[str, Any]:
+    if not isinstance(item, Built) or item.kind != "model_registry":
+        return {"model.name": module, "model.flavor": Unknown(str(item))}
+    values = {"model.name": module, "model.flavor": item.fields.get("flavor")}
+    for key, value in item.fields.items():
+        if key not in MODEL_REGISTRY_KEYS and key != "flavor":
+            raise InputError(f"--from {path}: model_registry's {key}={value!r} is not priced by gplan",
+                             hint="name a registry function without it (model_registry's flavor, attn_backend, "
+                                  "moe_comm_backend and converters are read)")
+        if key in MODEL_REGISTRY_KEYS:
+            if key == "converters" and isinstance(value, list):
+                value = [c.kind.removesuffix(".Config").lower() if isinstance(c, Built) else str(c) for c in value]
+            values[MODEL_REGISTRY_KEYS[key]] = value
+    return values
+
+
+def _flat(fields: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in fields.items():
+        if isinstance(value, Built):
+            flat |= _flat(value.fields, f"{prefix}{key}.")
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+class _Evaluator:
+    """The registry's functions evaluated as data: calls build `Built` objects, names resolve to what the
+    function assigned, and anything else is `Unknown`."""
+
+    def __init__(self, functions: dict[str, ast.FunctionDef], file: Path):
+        self.functions, self.file = functions, file
+
+    def call(self, name: str, depth: int = 0) -> Any:
+        if depth > 8:
+            raise InputError(f"--from {self.file}: {name} calls registry functions too deep to follow",
+                             hint="pass a registry function that builds its Trainer.Config itself")
+        env: dict[str, Any] = {}
+        for statement in self.functions[name].body:
+            if isinstance(statement, ast.Return):
+                return self.value(statement.value, env, depth)
+            if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
+                self.assign(statement.targets[0], self.value(statement.value, env, depth), env)
+            elif isinstance(statement, ast.AnnAssign) and statement.value is not None:
+                self.assign(statement.target, self.value(statement.value, env, depth), env)
+            elif isinstance(statement, (ast.Assert, ast.Pass)):  # checks, not changes
+                continue
+            elif not (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)):  # a docstring
+                # a helper that changes the config in place, a loop, a branch: what it does is not followed
+                raise InputError(f"--from {self.file}::{name}: line {statement.lineno} "
+                                 f"({ast.unparse(statement).splitlines()[0]}) changes the config in a way gplan does "
+                                 "not follow", hint="name a registry function that writes its config out, or pass the "
+                                                    "script that runs it with the keys overridden")
+        return Unknown(f"{name}() returns nothing gplan reads")
+
+    def assign(self, target: ast.expr, value: Any, env: dict[str, Any]) -> None:
+        if isinstance(target, ast.Name):
+            env[target.id] = value
+            return
+        chain = []
+        while isinstance(target, ast.Attribute):
+            chain.append(target.attr)
+            target = target.value
+        if isinstance(target, ast.Name) and isinstance(env.get(target.id), Built):
+            holder = env[target.id]
+            for attr in reversed(chain[1:]):
+                holder = holder.fields.setdefault(attr, Built(attr))
+                if not isinstance(holder, Built):
+                    return
+            holder.fields[chain[0]] = value
+
+    def value(self, node: ast.expr | None, env: dict[str, Any], depth: int) -> Any:
+        if node is None:
+            return None
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, (ast.List, ast.Tuple)):
+            return [self.value(item, env, depth) for item in node.elts]
+        if isinstance(node, ast.Name):
+            return env.get(node.id, Unknown(node.id))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant):
+            return -node.operand.value
+        if isinstance(node, ast.Attribute):
+            owner = self.value(node.value, env, depth)
+            if isinstance(owner, Built) and node.attr in owner.fields:
+                return owner.fields[node.attr]
+            return Unknown(ast.unparse(node))
+        if isinstance(node, ast.Call):
+            return self.called(node, env, depth)
+        return Unknown(ast.unparse(node))
+
+    def called(self, node: ast.Call, env: dict[str, Any], depth: int) -> Any:
+        func = ast.unparse(node.func)
+        keywords = {k.arg: self.value(k.value, env, depth) for k in node.keywords if k.arg}
+        if func in self.functions and not node.args:
+            return copy.deepcopy(self.call(func, depth + 1))
+        if func == "model_registry":
+            flavor = self.value(node.args[0], env, depth) if node.args else keywords.get("flavor")
+            return Built("model_registry", {"flavor": flavor, **keywords})
+        if func.endswith("Config") or func.endswith(".Config"):
+            return Built(func, keywords)
+        return Unknown(ast.unparse(node))
