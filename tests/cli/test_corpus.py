@@ -797,3 +797,26 @@ def test_a_registry_is_not_rewritten_in_place_and_nothing_is_written(gplan, tmp_
     assert r.code == 3 and "config registry keeps its layout in its function" in r.stderr
     assert "gplan export PLAN --to torchtitan" in r.stderr
     assert not (tmp_path / "p.json").exists() and not (tmp_path / "better.py").exists()
+
+
+def test_a_03_launch_script_reads_its_registry_function_with_its_overrides(gplan, tmp_path):
+    """`MODULE=deepseek_v3 CONFIG=moe_16b ./run_train.sh --parallelism.… …` in a torchtitan checkout: the registry
+    function under torchtitan/models/deepseek_v3/, the script's overrides over it, NGPU its ranks; outside a
+    checkout the script is asked for the registry's function."""
+    folder = tmp_path / "torchtitan" / "models" / "deepseek_v3"
+    folder.mkdir(parents=True)
+    (folder / "config_registry.py").write_text((CORPUS / "torchtitan" / "config_registry.py").read_text())
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/bash\nNGPU=8 MODULE=deepseek_v3 CONFIG=moe_16b ./run_train.sh "
+                      "--parallelism.expert_parallel_degree 4 --training.local_batch_size 2\n")
+    r = gplan("estimate", "--from", str(script), "--cluster", "dgx-h100", "--json")
+    assert r.code == 0, r.stderr
+    parallel = r.json()["parallel"]
+    assert (parallel["ep"], parallel["mbs"], parallel["recompute"]) == (4, 2, "selective")
+    assert parallel["dp"] * parallel["tp"] * parallel["pp"] * parallel["cp"] == 8
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "train.sh").write_text("torchrun --nproc_per_node 8 -m torchtitan.train --module qwen3 --config "
+                                      "qwen3_30b_a3b\n")
+    refused = gplan("estimate", "--from", str(outside / "train.sh"), "--cluster", "dgx-h100")
+    assert refused.code == 3 and "config_registry.py::qwen3_30b_a3b" in refused.stderr

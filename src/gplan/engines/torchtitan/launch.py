@@ -32,7 +32,8 @@ TITAN_KEYS = {
     "model.converters", "float8.recipe_name", "quantize.linear.float8.recipe_name", "model.name", "model.flavor",
     "training.disable_cuda_graphs", "activation_checkpoint.selective_ac_option",
     "parallelism.expert_tensor_parallel_degree", "model.hf_assets_path", "parallelism.expert_parallel_comm_backend",
-    "training.mixed_precision_reduce", "training.dtype", "optimizer.early_step_in_backward", "training.enable_cpu_offload", *(f"training.{k}" for k in ("max_context_length", "num_tokens_per_train_step",
+    "training.mixed_precision_reduce", "training.dtype", "optimizer.early_step_in_backward", "training.enable_cpu_offload",
+    "loss.num_chunks", *(f"training.{k}" for k in ("max_context_length", "num_tokens_per_train_step",
                                                                    "num_tokens_per_dp_rank",
                                                                    "num_tokens_per_microbatch_per_dp_rank")),
 }
@@ -235,7 +236,10 @@ def titan_values(path: Path) -> tuple[dict[str, Any], dict, dict]:
     values: dict[str, Any] = {}
     args, variables = arguments(path.read_text())
     toml = value(args, "--job.config_file") or variables.get("CONFIG_FILE")  # run_train.sh's CONFIG_FILE
-    if not toml and not any(flag[2:].count(".") and not flag.startswith("--job.") for flag in args):
+    function = value(args, "--config") or variables.get("CONFIG")  # 0.3: run_train.sh --module M --config NAME
+    if not toml and function:
+        values = titan_03_registry(path, value(args, "--module") or variables.get("MODULE"), function)
+    elif not toml and not any(flag[2:].count(".") and not flag.startswith("--job.") for flag in args):
         raise InputError(f"--from {path}: it names torchtitan but holds no job config (no TOML named, no "
                          "--section.key overrides)", hint="pass the torchtitan TOML or the script that runs it")
     if toml:
@@ -248,6 +252,22 @@ def titan_values(path: Path) -> tuple[dict[str, Any], dict, dict]:
             values[name] = (vals[0] if vals else ".no-" not in key)
     return values, args, variables
 
+
+
+def titan_03_registry(path: Path, module: str | None, function: str) -> dict[str, Any]:
+    """The values of a torchtitan 0.3 launch's `--module M --config NAME`: NAME in
+    torchtitan/models/M/config_registry.py of the torchtitan checkout the script sits in (the loss chunks under
+    REGISTRY_CHUNKS); a script outside one is asked for the registry."""
+    registry_file = next((folder / "torchtitan" / "models" / str(module) / "config_registry.py"
+                          for folder in (path.parent, *path.parent.parents)
+                          if (folder / "torchtitan" / "models" / str(module) / "config_registry.py").is_file()), None)
+    if module is None or registry_file is None:
+        raise InputError(f"--from {path}: a torchtitan 0.3 launch of --module {module} --config {function}, outside a "
+                         "torchtitan checkout gplan can read its registry from",
+                         hint=f"pass the registry's function: --from torchtitan/models/{module}/config_registry.py::"
+                              f"{function}")
+    values, chunks = registry.registry_values(Path(f"{registry_file}::{function}"))
+    return {**values, REGISTRY_CHUNKS: chunks}
 
 
 def titan_log_launch(path: Path, model: ModelSpec | None, text: str) -> Launch:
