@@ -88,7 +88,18 @@ def title(inputs) -> str:
                " (choose with --expert-imbalance)" if inputs.model.is_moe else "")
             + (f", experts' capacity {inputs.model.capacity_factor:g}×{' (padded to it)' if t.moe_pad_to_capacity else ''}"
                if inputs.model.is_moe and inputs.model.capacity_factor is not None else "")
-            + (f"; {inputs.hardware_note}" if getattr(inputs, "hardware_note", "") else ""))
+            + (f"; {inputs.hardware_note}" if getattr(inputs, "hardware_note", "") else "")
+            + unfitted_speed(t.engine, inputs.cluster))
+
+
+def unfitted_speed(engine: str | None, cluster) -> str:
+    """Said where an engine's speed is priced at Megatron-LM's efficiency for lack of its own runs on a device
+    (`DeviceSpec.engine_efficiency` has no factor for it there: the prior, 1)."""
+    if engine in (None, "megatron"):
+        return ""
+    names = sorted({g.hardware.name for g in cluster.node_groups if engine not in g.hardware.engine_efficiency})
+    return (f"; {engine}'s speed on {', '.join(names)} not fitted on its own runs: Megatron-LM's efficiency "
+            "(docs/accuracy.md)" if names else "")
 
 
 def model_size_text(m) -> str:

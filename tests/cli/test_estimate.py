@@ -264,3 +264,17 @@ def test_an_fsdp_ep_layout_its_named_target_cannot_run_is_refused_with_the_engin
     assert p["configuration"]["ep etp"] == "4 2" and "etp must be 1 at ep=4" in p["target_refusals"][0]
     runs = gplan("estimate", *layout, "--dp", "16", "--ep", "4", "--zero", "3", "--json")
     assert runs.code == 0 and runs.json()["target_runs_it"] and runs.json()["parallel"]["zero"] == 3
+
+
+@pytest.mark.parametrize("target, cluster, said", [
+    ("torchtitan", "dgx-h100", "torchtitan's speed on h100-sxm not fitted on its own runs"),
+    ("torchtitan", "dgx-a100-80g", None),  # its A100 rows (S10) fit at 1: fitted, not the prior
+    ("megatron", "dgx-h100", None),        # the efficiencies are Megatron-LM's own
+    ("llm-foundry", "dgx-h100", None),
+])
+def test_the_header_says_where_an_engines_speed_is_megatrons_for_lack_of_its_own_runs(gplan, target, cluster, said):
+    r = gplan("estimate", "llama3-8b", "--devices", "8", "--cluster", cluster, "--target", target, "--dp", "8",
+              "--zero", "3", "--mbs", "1", "--gbs", "64")
+    assert r.code == 0, r.stderr
+    header = " ".join((r.stdout + r.stderr).split())
+    assert (said in header) if said else ("not fitted on its own runs" not in header)
