@@ -95,7 +95,9 @@ def title(inputs) -> str:
 def unfitted_speed(engine: str | None, cluster) -> str:
     """Said where an engine's speed is priced at Megatron-LM's efficiency for lack of its own runs on a device
     (`DeviceSpec.engine_efficiency` has no factor for it there: the prior, 1)."""
-    if engine in (None, "megatron"):
+    from gplan.engines import profile_of
+
+    if engine is None or profile_of(engine).speed_reference:
         return ""
     names = sorted({g.hardware.name for g in cluster.node_groups if engine not in g.hardware.engine_efficiency})
     return (f"; {engine}'s speed on {', '.join(names)} not fitted on its own runs: Megatron-LM's efficiency "

@@ -820,3 +820,23 @@ def test_a_03_launch_script_reads_its_registry_function_with_its_overrides(gplan
                                       "qwen3_30b_a3b\n")
     refused = gplan("estimate", "--from", str(outside / "train.sh"), "--cluster", "dgx-h100")
     assert refused.code == 3 and "config_registry.py::qwen3_30b_a3b" in refused.stderr
+
+
+def test_gplans_own_03_export_is_read_with_its_module_not_as_a_registry(gplan, tmp_path):
+    """gplan's torchtitan export runs `--module gplan_torchtitan --config gplan_plan` with its config module beside:
+    read as before (its overrides and module constants), never looked up as a torchtitan checkout's registry."""
+    from gplan.profiles.catalogue import load_model
+
+    from gplan.planner.build import make_plan
+    from gplan.profiles.catalogue import load_cluster
+    from gplan.spec.parallel import ParallelConfig
+    from gplan.spec.training import TrainingSpec
+
+    plan = make_plan(load_model("qwen3-30b-a3b"), TrainingSpec(gbs=64, seq_length=4096, engine="torchtitan"),
+                     load_cluster("dgx-h100", 8), ParallelConfig(dp=8, ep=8, zero=3), None)
+    (tmp_path / "plan.json").write_text(plan.model_dump_json())
+    assert gplan("export", str(tmp_path / "plan.json"), "--to", "torchtitan", "--out-dir", str(tmp_path / "tt")).code == 0
+    assert "--module gplan_torchtitan" in (tmp_path / "tt" / "torchtitan_train.sh").read_text()
+    back = gplan("estimate", "--from", str(tmp_path / "tt" / "torchtitan_train.sh"), "--cluster", "dgx-h100", "--json")
+    assert back.code == 0, back.stderr
+    assert back.json()["parallel"]["ep"] == 8

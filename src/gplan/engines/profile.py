@@ -294,6 +294,9 @@ class EngineProfile:
     """The fused attention it runs on GPUs: "fused", the newest the device has (Transformer Engine picks cuDNN's,
     FlashAttention-3-class on Hopper), or "fa2", FlashAttention-2's class (flash-attn 2, torch SDPA's default
     flash backend, Triton's), which runs Hopper at `DeviceSpec.fa2_attention_ratio` of the former."""
+    speed_reference: bool = False
+    """Whether the hardware catalogue's compute efficiencies are fitted on its runs (`DeviceSpec.efficiency`:
+    Megatron-LM's), so that it needs no factor of its own on a device (`DeviceSpec.engine_efficiency`)."""
     loss_chunks: int = 1
     """The chunks its loss runs in by default: 1, the whole sequence's logits at once; torchtitan 0.3's trainer
     configs wrap the loss in ChunkedLossWrapper (components/loss.py, num_chunks 8): each chunk's logits made, lost

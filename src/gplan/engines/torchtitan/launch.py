@@ -237,8 +237,9 @@ def titan_values(path: Path) -> tuple[dict[str, Any], dict, dict]:
     args, variables = arguments(path.read_text())
     toml = value(args, "--job.config_file") or variables.get("CONFIG_FILE")  # run_train.sh's CONFIG_FILE
     function = value(args, "--config") or variables.get("CONFIG")  # 0.3: run_train.sh --module M --config NAME
-    if not toml and function:
-        values = titan_03_registry(path, value(args, "--module") or variables.get("MODULE"), function)
+    module = value(args, "--module") or variables.get("MODULE")
+    if not toml and function and module != "gplan_torchtitan":  # gplan's own export: its module beside, read below
+        values = titan_03_registry(path, module, function)
     elif not toml and not any(flag[2:].count(".") and not flag.startswith("--job.") for flag in args):
         raise InputError(f"--from {path}: it names torchtitan but holds no job config (no TOML named, no "
                          "--section.key overrides)", hint="pass the torchtitan TOML or the script that runs it")
