@@ -760,6 +760,7 @@ def test_a_torchtitan_03_config_registry_function_is_read_as_its_trainer_config(
     ("moe_16b_computed_batch", "training.local_batch_size is computed (2 * 4)"),
     ("moe_16b_changed_by_a_helper", "add_override(config)"),
     ("no_such_config", "no function 'no_such_config'"),
+    ("moe_16b_nvfp4", "model.converters 'nvfp4linearconverter'"),  # priced as bf16 it would be a silent answer
 ])
 def test_a_registry_function_gplan_cannot_follow_is_refused_in_one_line(gplan, tmp_path, function, said):
     path = registry_copy(tmp_path)

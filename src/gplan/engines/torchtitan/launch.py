@@ -53,6 +53,12 @@ def read_torchtitan_launch(path: Path, model: ModelSpec | None) -> Launch:
                          "values a config registry writes out", hint=f"write {computed[0]} as a value, or pass the "
                                                                      "script that runs it with the key overridden")
     values = titan_token_batch(path, values)
+    converters = values.get("model.converters") or []
+    unpriced = [c for c in ([converters] if isinstance(converters, str) else converters)
+                if not any(kind in str(c).lower() for kind in ("float8", "mx"))]
+    if unpriced:  # nvfp4, LoRA…: priced as bf16 they would change the answer unsaid
+        raise InputError(f"--from {path}: model.converters {unpriced[0]!r}: gplan prices torchtitan's float8 and MX "
+                         "converters only", hint="remove it, or price the launch without it")
     model = titan_model(path, values) if model is None else model
     _check_titan_model(path, values, model)
     module = path.parent / "gplan_torchtitan.py"

@@ -4,6 +4,7 @@
 # copy of this file from a folder named deepseek_v3, whose 16B flavor is gplan's bundled deepseek-v3-16b.
 
 from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
+from torchtitan.components.quantization import NVFP4LinearConverter
 from torchtitan.config import CompileConfig, ParallelismConfig, TrainingConfig
 from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
 from torchtitan.trainer import Trainer
@@ -53,4 +54,10 @@ def add_override(config: Trainer.Config) -> None:
 def moe_16b_changed_by_a_helper() -> Trainer.Config:
     config = moe_16b()
     add_override(config)
+    return config
+
+
+def moe_16b_nvfp4() -> Trainer.Config:
+    config = moe_16b()
+    config.model_spec = model_registry("16B", converters=[NVFP4LinearConverter.Config()])
     return config
