@@ -420,3 +420,13 @@ def _yaml_key_lines(lines: list[str]) -> dict[tuple[str, ...], tuple[int, int]]:
         found[tuple(k for _, k in stack) + (key,)] = (i, indent)
         stack.append((indent, key))
     return found
+
+
+def file_and_member(path: Path) -> tuple[Path, str | None]:
+    """`--from FILE::MEMBER` (a function of a torchtitan 0.3 config registry) -> (FILE, MEMBER); a plain path -> (it,
+    None)."""
+    text = str(path)
+    if "::" not in text:
+        return path, None
+    file, member = text.rsplit("::", 1)
+    return Path(file), member

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import requires_engine
 
 from gplan.errors import InputError
 from gplan.engines.megatron.flags import MEGATRON_DEFAULTS, MEGATRON_NOT_PRICED, at_default, megatron_class
@@ -776,14 +777,13 @@ def test_a_registry_without_a_function_named_lists_its_configs(gplan, tmp_path):
     assert "moe_16b_deepep_full_ac" in r.stderr and "add_override" not in r.stderr.split("hint:")[1]
 
 
+@requires_engine("torchtitan", "dev")
 def test_torchtitans_own_installed_registry_is_read():
     """The registry torchtitan 0.3.0 installs (models/qwen3/config_registry.py::qwen3_30b_a3b): FSDP over every
     rank, local batch 2 at 4096 tokens, every block checkpointed (FullAC), the loss in ChunkedLossWrapper's chunks."""
     import importlib.util
 
     spec = importlib.util.find_spec("torchtitan")
-    if spec is None:
-        pytest.skip("needs the optional engine torchtitan")
     registry = Path(spec.submodule_search_locations[0]) / "models" / "qwen3" / "config_registry.py"
     launch = read_launch(Path(f"{registry}::qwen3_30b_a3b"), None)
     assert launch.model.name == "qwen3-30b-a3b" and launch.engine == "torchtitan"

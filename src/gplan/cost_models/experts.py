@@ -23,6 +23,7 @@ the iteration.
 from __future__ import annotations
 
 from gplan.cost_models.compute import GEMM_BACKWARD_FLOP_RATIO, Gemm, Shard, gemm_time_s, memory_time_s
+from gplan.cost_models.memory import activation_inputs
 from gplan.engines.profile import MemoryAccounting
 from gplan.profiles.schema import DeviceSpec
 from gplan.spec.model import ModelSpec
@@ -182,9 +183,8 @@ def routed_activation_bytes(model: ModelSpec, shard: Shard, config: ParallelConf
     pairs, f = routed_pairs(model, shard, config.etp), model.expert_ffn_size / config.etp
     e = element_bytes
     g = e if gemm_input is None else gemm_input
-    swiglu = model.ffn_kind == "swiglu"
-    kept_f = e * (2 + (1 if accounting is not None and accounting.unfused_swiglu else 0)) if swiglu else e
-    per_pair = g * model.hidden_size + f * (kept_f + g)
+    inputs = activation_inputs(model, accounting is not None and accounting.unfused_swiglu)
+    per_pair = g * model.hidden_size + f * (e * inputs + g)
     if accounting is not None and accounting.fp32_routing_weights:
         per_pair += 4 * model.hidden_size
     return pairs * per_pair + ROUTER_SCORE_BYTES * model.num_experts * source_tokens(shard)

@@ -84,8 +84,13 @@ def mlp_intermediate_bytes(model: ModelSpec, shard: Shard, element_bytes: int, w
     """An MLP's intermediates on one tp rank: the activation's input (swiglu: gate and up, 2·f; else f) and its
     output, the second GEMM's input, at `gemm_input` bytes: `s·b·f·(e·(2|1) + g)/t`; a SwiGLU run as separate
     ops (`MemoryAccounting.unfused_swiglu`) keeps the SiLU's output too, one more `e·f`."""
-    gated = (2 + (1 if unfused_swiglu else 0)) if model.ffn_kind == "swiglu" else 1
-    return shard.tokens * width * (element_bytes * gated + gemm_input) / shard.tp
+    return shard.tokens * width * (element_bytes * activation_inputs(model, unfused_swiglu) + gemm_input) / shard.tp
+
+
+def activation_inputs(model: ModelSpec, unfused_swiglu: bool = False) -> int:
+    """f-wide tensors an MLP's activation keeps for its backward besides its output: swiglu's gate and up (and the
+    SiLU's output where it runs as its own op, `MemoryAccounting.unfused_swiglu`), else its one input."""
+    return (3 if unfused_swiglu else 2) if model.ffn_kind == "swiglu" else 1
 
 
 def layer_activation_bytes(model: ModelSpec, kind: LayerKind, shard: Shard, element_bytes: int,

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from gplan.engines import engine_part, engine_parts
 from gplan.errors import InputError
+from gplan.launch_text import file_and_member
 from gplan.planner.launch import Launch, differences, launch_batch, launch_config, launch_layouts
 from gplan.spec.model import ModelSpec
 
@@ -45,7 +46,7 @@ def readers() -> list:
 def read_launch(path: Path, model: ModelSpec | None) -> Launch:
     """The launch in `path`, by the first engine whose reader claims it (an engine's log by its log
     reader); checked against `model`, or (None) its model read from the launch itself."""
-    file = Path(str(path).rsplit("::", 1)[0])  # `file::member`: a function of a config registry (torchtitan 0.3)
+    file = file_and_member(path)[0]  # `file::member`: a function of a config registry (torchtitan 0.3)
     if not file.is_file():
         raise InputError(f"--from {path}: no such file", hint="pass a Megatron-LM or torchtitan launch")
     text = file.read_text(errors="replace")

@@ -12,6 +12,7 @@ from pathlib import Path
 from gplan.engines import ENGINES, engine_part, engine_parts
 from gplan.errors import InputError
 from gplan.plan import Plan
+from gplan.launch_text import file_and_member
 
 
 def write_back(plan: Plan, engine: str, source: Path, target: Path) -> dict[Path, str]:
@@ -20,5 +21,5 @@ def write_back(plan: Plan, engine: str, source: Path, target: Path) -> dict[Path
     if part is None:
         takes = ", ".join(ENGINES[name].title for name in engine_parts("write_back"))
         raise InputError(f"--out-launch rewrites {takes} launches, not {engine}'s", hint=f"gplan export PLAN --to {engine}")
-    file = Path(str(source).rsplit("::", 1)[0])  # `file::member`: a config registry's function (torchtitan 0.3)
+    file = file_and_member(source)[0]  # `file::member`: a config registry's function (torchtitan 0.3)
     return part.write_back(plan, source, target, file.read_text())

@@ -15,7 +15,7 @@ from typing import Any
 from gplan.engines.torchtitan import ENGINE, logs, registry
 from gplan.engines.torchtitan.flags import titan_class
 from gplan.errors import InputError
-from gplan.launch_text import arguments
+from gplan.launch_text import arguments, file_and_member
 from gplan.planner.launch import with_speed, Launch, as_int, beside, classified, exported_model, flatten, module_constant, value, world_size
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import PER_OP_MODULES
@@ -53,9 +53,7 @@ def read_torchtitan_launch(path: Path, model: ModelSpec | None) -> Launch:
                          "values a config registry writes out", hint=f"write {computed[0]} as a value, or pass the "
                                                                      "script that runs it with the key overridden")
     values = titan_token_batch(path, values)
-    converters = values.get("model.converters") or []
-    unpriced = [c for c in ([converters] if isinstance(converters, str) else converters)
-                if not any(kind in str(c).lower() for kind in ("float8", "mx"))]
+    unpriced = [c for c in titan_converters(values) if not any(kind in c.lower() for kind in ("float8", "mx"))]
     if unpriced:  # nvfp4, LoRA…: priced as bf16 they would change the answer unsaid
         raise InputError(f"--from {path}: model.converters {unpriced[0]!r}: gplan prices torchtitan's float8 and MX "
                          "converters only", hint="remove it, or price the launch without it")
@@ -231,12 +229,11 @@ def titan_token_batch(path: Path, values: dict[str, Any]) -> dict[str, Any]:
 def titan_values(path: Path) -> tuple[dict[str, Any], dict, dict]:
     """A torchtitan launch's `section.key` values (its TOML, then the script's overrides over it), and the
     script's arguments and variables."""
-    file, member = registry.split_member(path)
+    file, member = file_and_member(path)
     if not file.is_file():
         raise InputError(f"--from {path}: no such file", hint="pass a torchtitan TOML or launch script")
     if member is not None or (file.suffix == ".py" and registry.is_registry(file.read_text(errors="replace"))):
-        values, chunks = registry.registry_values(path)
-        return {**values, REGISTRY_CHUNKS: chunks}, {}, {}
+        return registry_launch_values(path), {}, {}
     if path.suffix == ".toml":
         return flatten(_toml(path)), {}, {}
     values: dict[str, Any] = {}
@@ -261,20 +258,26 @@ def titan_values(path: Path) -> tuple[dict[str, Any], dict, dict]:
 
 
 
+def registry_launch_values(path: Path) -> dict[str, Any]:
+    """A config registry function's `section.key` values, its loss chunks under REGISTRY_CHUNKS."""
+    values, chunks = registry.registry_values(path)
+    return {**values, REGISTRY_CHUNKS: chunks}
+
+
 def titan_03_registry(path: Path, module: str | None, function: str) -> dict[str, Any]:
     """The values of a torchtitan 0.3 launch's `--module M --config NAME`: NAME in
     torchtitan/models/M/config_registry.py of the torchtitan checkout the script sits in (the loss chunks under
     REGISTRY_CHUNKS); a script outside one is asked for the registry."""
-    registry_file = next((folder / "torchtitan" / "models" / str(module) / "config_registry.py"
-                          for folder in (path.parent, *path.parent.parents)
-                          if (folder / "torchtitan" / "models" / str(module) / "config_registry.py").is_file()), None)
-    if module is None or registry_file is None:
+    candidates = (folder / "torchtitan" / "models" / str(module) / "config_registry.py"
+                  for folder in (path.parent, *path.parent.parents))
+    registry_file = next((c for c in candidates if c.is_file()), None) if module else None
+    if registry_file is None:
         raise InputError(f"--from {path}: a torchtitan 0.3 launch of --module {module} --config {function}, outside a "
                          "torchtitan checkout gplan can read its registry from",
                          hint=f"pass the registry's function: --from torchtitan/models/{module}/config_registry.py::"
                               f"{function}")
-    values, chunks = registry.registry_values(Path(f"{registry_file}::{function}"))
-    return {**values, REGISTRY_CHUNKS: chunks}
+    return registry_launch_values(Path(f"{registry_file}::{function}"))
+
 
 
 def titan_log_launch(path: Path, model: ModelSpec | None, text: str) -> Launch:
@@ -362,7 +365,7 @@ def titan_model(path: Path, values: dict) -> ModelSpec:
     beside it, else gplan's bundled model of its `model.name` + `model.flavor` (engines.torchtitan.logs)."""
     from gplan.profiles.catalogue import load_model
 
-    exported = exported_model(registry.split_member(path)[0])
+    exported = exported_model(file_and_member(path)[0])
     if exported is not None and "model.name" not in values:
         return exported
     assets = values.get("model.hf_assets_path")
@@ -473,9 +476,14 @@ def _titan_layout(values: dict, model: ModelSpec, parts, ac) -> tuple[dict[str, 
 
 
 
-def _titan_precision(values: dict) -> str:
+def titan_converters(values: dict) -> list[str]:
+    """`model.converters` as a list (a TOML may give one as a string)."""
     converters = values.get("model.converters") or []
-    converters = [converters] if isinstance(converters, str) else list(converters)
+    return [converters] if isinstance(converters, str) else [str(c) for c in converters]
+
+
+def _titan_precision(values: dict) -> str:
+    converters = titan_converters(values)
     if any("float8" in c for c in converters):
         recipe = values.get("quantize.linear.float8.recipe_name", values.get("float8.recipe_name", "tensorwise"))
         return "fp8" if recipe == "tensorwise" else "fp8-rowwise"
@@ -503,7 +511,7 @@ PRECEDENCE = 1
 def claims(path: Path, text: str) -> bool:
     """A TOML job config, a script that runs torchtitan or passes `--parallelism.…` overrides, or a torchtitan 0.3
     config registry (`config_registry.py::function`)."""
-    if registry.split_member(path)[0].suffix == ".py":
+    if file_and_member(path)[0].suffix == ".py":
         return registry.is_registry(text)
     return path.suffix == ".toml" or "torchtitan" in text or "--parallelism." in text
 

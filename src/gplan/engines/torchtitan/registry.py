@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gplan.engines.torchtitan import ENGINE
 from gplan.errors import InputError
+from gplan.launch_text import file_and_member
 
 
 @dataclass
@@ -46,15 +48,6 @@ MODEL_REGISTRY_KEYS = {"moe_comm_backend": "parallelism.expert_parallel_comm_bac
 """`model_registry(flavor, …)`'s keywords (models/<module>/__init__.py) -> the job-config keys the reader takes."""
 
 
-def split_member(path: Path) -> tuple[Path, str | None]:
-    """`config_registry.py::qwen3_30b_a3b` -> (the file, the function); a plain path -> (it, None)."""
-    text = str(path)
-    if "::" not in text:
-        return path, None
-    file, member = text.rsplit("::", 1)
-    return Path(file), member
-
-
 def is_registry(text: str) -> bool:
     return "Trainer.Config" in text
 
@@ -62,7 +55,7 @@ def is_registry(text: str) -> bool:
 def registry_values(path: Path) -> tuple[dict[str, Any], int]:
     """The job-config keys the registry function `path` names (`file::function`) sets, and the chunks its loss
     runs in."""
-    file, member = split_member(path)
+    file, member = file_and_member(path)
     tree = ast.parse(file.read_text(), str(file))
     functions = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
     configs = sorted(name for name, f in functions.items() if _returns_trainer_config(f) and not name.startswith("_"))
@@ -85,7 +78,7 @@ def _returns_trainer_config(function: ast.FunctionDef) -> bool:
 def job_keys(root: Built, path: Path) -> tuple[dict[str, Any], int]:
     """A Trainer.Config as `section.key` values (model.name: the registry's module, the folder it sits in), and its
     loss's chunks."""
-    module = split_member(path)[0].parent.name
+    module = file_and_member(path)[0].parent.name
     values: dict[str, Any] = {"activation_checkpoint.mode": "selective", "activation_checkpoint.selective_ac_option": "op"}
     chunks = 1
     for section, item in root.fields.items():
@@ -97,8 +90,6 @@ def job_keys(root: Built, path: Path) -> tuple[dict[str, Any], int]:
             values |= {f"activation_checkpoint.{k}": v for k, v in item.fields.items()}
         elif section == "loss" and isinstance(item, Built):
             if "ChunkedLossWrapper" in item.kind:
-                from gplan.engines.torchtitan import ENGINE
-
                 chunks = item.fields.get("num_chunks", ENGINE.loss_chunks)
             values |= {f"loss.{k}": v for k, v in _flat(item.fields).items()}
         elif section == "hf_assets_path":
@@ -115,14 +106,15 @@ def _model_keys(item: Any, module: str, path: Path) -> dict[str, Any]:
         return {"model.name": module, "model.flavor": Unknown(str(item))}
     values = {"model.name": module, "model.flavor": item.fields.get("flavor")}
     for key, value in item.fields.items():
-        if key not in MODEL_REGISTRY_KEYS and key != "flavor":
+        if key == "flavor":
+            continue
+        if key not in MODEL_REGISTRY_KEYS:
             raise InputError(f"--from {path}: model_registry's {key}={value!r} is not priced by gplan",
                              hint="name a registry function without it (model_registry's flavor, attn_backend, "
                                   "moe_comm_backend and converters are read)")
-        if key in MODEL_REGISTRY_KEYS:
-            if key == "converters" and isinstance(value, list):
-                value = [c.kind.removesuffix(".Config").lower() if isinstance(c, Built) else str(c) for c in value]
-            values[MODEL_REGISTRY_KEYS[key]] = value
+        if key == "converters" and isinstance(value, list):
+            value = [c.kind.removesuffix(".Config").lower() if isinstance(c, Built) else str(c) for c in value]
+        values[MODEL_REGISTRY_KEYS[key]] = value
     return values
 
 

@@ -11,6 +11,7 @@ from gplan.engines.torchtitan.export import layout_values
 from gplan.errors import InputError
 from gplan.launch_text import FlagStyle, rewrite_launch, rewrite_toml
 from gplan.plan import Plan, layouts_of
+from gplan.launch_text import file_and_member
 
 
 WRITES_BACK = (
@@ -19,11 +20,11 @@ WRITES_BACK = (
 
 
 def write_back(plan: Plan, source: Path, target: Path, text: str) -> dict[Path, str]:
-    values = layout_values(plan, layouts_of(plan))
-    if "::" in str(source) or source.suffix == ".py":
+    if file_and_member(source)[0].suffix == ".py":
         raise InputError(f"{source}: a torchtitan 0.3 config registry keeps its layout in its function, which gplan "
                          "does not rewrite", hint="export the best plan as a 0.3 config module: gplan export PLAN --to "
                                                   "torchtitan")
+    values = layout_values(plan, layouts_of(plan))
     if source.suffix == ".toml":
         return {target: rewrite_toml(text, toml_values(plan, values, source))}
     if "--module gplan_torchtitan" in text:
