@@ -89,7 +89,21 @@ def title(inputs) -> str:
             + (f", experts' capacity {inputs.model.capacity_factor:g}×{' (padded to it)' if t.moe_pad_to_capacity else ''}"
                if inputs.model.is_moe and inputs.model.capacity_factor is not None else "")
             + (f"; {inputs.hardware_note}" if getattr(inputs, "hardware_note", "") else "")
+            + expert_kernel_note(t, inputs.model, inputs.cluster)
             + unfitted_speed(t.engine, inputs.cluster))
+
+
+def expert_kernel_note(training, model, cluster) -> str:
+    """Said where the engine's routed experts run on `torch._grouped_mm` and a device prices that kernel below the
+    grouped GEMMs the MoE constants were fitted on (`DeviceSpec.torch_grouped_mm_ratio`, from kernel timings)."""
+    from gplan.cost_models.experts import kernel_ratio
+
+    if not model.is_moe:
+        return ""
+    slower = sorted({(g.hardware.name, kernel_ratio(training, g.hardware)) for g in cluster.node_groups
+                     if kernel_ratio(training, g.hardware) < 1})
+    return "".join(f"; routed experts on torch._grouped_mm at {ratio:.2g} of the grouped GEMMs' speed on {name} "
+                   "(its timings: docs/moe.md)" for name, ratio in slower)
 
 
 def unfitted_speed(engine: str | None, cluster) -> str:

@@ -80,26 +80,34 @@ def expert_gemms(model: ModelSpec, shard: Shard, config: ParallelConfig) -> list
     return [Gemm(rows, up // etp, h), Gemm(rows, h, f // etp)]
 
 
-def expert_rows_per_gemm(model: ModelSpec, shard: Shard, config: ParallelConfig) -> float:
-    """Rows of one expert's GEMM in the group: the tokens routed to one local expert. Small experts
-    over few tokens are what make the grouped GEMM run below a dense one."""
-    return routed_pairs(model, shard, config.etp) / local_experts(model, config)
-
-
 def routed_time_s(model: ModelSpec, training: TrainingSpec, shard: Shard, config: ParallelConfig,
                   device: DeviceSpec) -> tuple[float, float]:
     """(forward, backward) seconds of the routed experts on the busiest device: the grouped GEMMs at the
     training precision, each at the efficiency of one expert's GEMM (the group's tiles are per expert:
-    E/ep small GEMMs in one launch) times the busiest device's load (`routed_load`); the permutation and
+    E/ep small GEMMs in one launch: `grouped_gemm_time_s`), at the engine's kernel's measured speed (`kernel_ratio`),
+    times the busiest device's load (`routed_load`); the permutation and
     activation at HBM speed. Backward: 2× the GEMMs (input and weight gradients) and the element-wise traffic."""
-    per_expert = expert_rows_per_gemm(model, shard, config)
-    gemm_s = 0.0
-    for g in expert_gemms(model, shard, config):
-        one = Gemm(max(1, int(round(per_expert))), g.n, g.k)
-        gemm_s += gemm_time_s(device, training.precision, one) * g.flops / one.flops / GROUPED_GEMM_EFFICIENCY
+    groups = local_experts(model, config)
+    gemm_s = sum(grouped_gemm_time_s(device, training.precision, g, groups) for g in expert_gemms(model, shard, config))
+    gemm_s /= kernel_ratio(training, device)
     moved_s = memory_time_s(device, routed_elementwise_elements(model, shard, config) * training.element_bytes)
     forward = (gemm_s + moved_s) * routed_load(model, training, config.ep)
     return forward, GEMM_BACKWARD_FLOP_RATIO * forward
+
+
+def grouped_gemm_time_s(device: DeviceSpec, precision: str, whole: Gemm, groups: int) -> float:
+    """One grouped GEMM of `groups` equal groups, `whole` its work with every group's rows: at the efficiency of one
+    group's GEMM (its tiles are per group), over the grouped kernels' fitted efficiency."""
+    one = Gemm(max(1, int(round(whole.m / groups))), whole.n, whole.k)
+    return gemm_time_s(device, precision, one) * whole.flops / one.flops / GROUPED_GEMM_EFFICIENCY
+
+
+def kernel_ratio(training: TrainingSpec, device: DeviceSpec) -> float:
+    """The routed GEMMs' speed over the grouped GEMMs the constants above were fitted on: the device's measured
+    `torch_grouped_mm_ratio` where the engine runs them on `torch._grouped_mm` in BF16 or FP16 (its low-precision
+    recipes run torchao's scaled grouped GEMMs, not measured apart: 1)."""
+    torch_kernel = training.profile.expert_kernel == "torch_grouped_mm" and training.precision in ("bf16", "fp16")
+    return device.torch_grouped_mm_ratio if torch_kernel else 1.0
 
 
 def routed_load(model: ModelSpec, training: TrainingSpec, ep: int) -> float:

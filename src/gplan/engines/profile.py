@@ -215,6 +215,7 @@ ALL_ZERO = frozenset({0, 1, 2, 3})
 StateRule = Literal["mixed_precision", "fsdp", "zero_optimizers"]
 LossGrad = Literal["in_place", "fp32_grad", "fused"]
 AttentionKernel = Literal["fused", "fa2"]
+ExpertKernel = Literal["grouped", "torch_grouped_mm"]
 
 
 @dataclass(frozen=True)
@@ -294,6 +295,10 @@ class EngineProfile:
     """The fused attention it runs on GPUs: "fused", the newest the device has (Transformer Engine picks cuDNN's,
     FlashAttention-3-class on Hopper), or "fa2", FlashAttention-2's class (flash-attn 2, torch SDPA's default
     flash backend, Triton's), which runs Hopper at `DeviceSpec.fa2_attention_ratio` of the former."""
+    expert_kernel: ExpertKernel = "grouped"
+    """The kernel its routed experts' BF16 GEMMs run on: "grouped", the grouped GEMMs the catalogue's MoE constants
+    were fitted on (Transformer Engine's in Megatron-core), or "torch_grouped_mm", `torch._grouped_mm` (torchtitan's
+    GroupedExperts), priced at `DeviceSpec.torch_grouped_mm_ratio` of the former."""
     speed_reference: bool = False
     """Whether the hardware catalogue's compute efficiencies are fitted on its runs (`DeviceSpec.efficiency`:
     Megatron-LM's), so that it needs no factor of its own on a device (`DeviceSpec.engine_efficiency`)."""

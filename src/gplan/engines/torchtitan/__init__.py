@@ -54,6 +54,8 @@ ENGINE = EngineProfile(
                             unfused_swiglu=True, fp32_routing_weights=True),  # models/common feed_forward.py and moe.py
     # its default attention is F.scaled_dot_product_attention, whose default flash backend is FlashAttention-2
     attention_kernel="fa2",
+    # models/moe GroupedExperts: use_grouped_mm (the default) runs the routed experts on torch._grouped_mm
+    expert_kernel="torch_grouped_mm",
     # 0.3's trainer configs (models/*/config_registry.py) wrap the loss in ChunkedLossWrapper, 8 chunks by default;
     # ≤ 0.2's TOML runs have none (their reader says 1)
     loss_chunks=8,

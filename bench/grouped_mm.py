@@ -1,0 +1,84 @@
+"""torch's BF16 grouped GEMM (`torch._grouped_mm`) against the routed experts' GEMMs as gplan prices them.
+
+`bench/data/grouped_mm_kernels.csv`: every published kernel timing of `torch._grouped_mm` in BF16 found (torchao's
+MoE-training benchmarks and README, on B200 and H100), each row one grouped GEMM of M rows split into G groups,
+(M, K) @ (G, K, N), timed forward and backward (`fwd_bwd`: its three products) or forward alone (`fwd`). gplan prices
+the same GEMM as it prices routed experts (`cost_models.experts.grouped_gemm_time_s`: each group at the efficiency of
+its own dense GEMM, the efficiencies fitted on Megatron-LM's runs). The median of measured over priced on the
+forward-and-backward rows of a device is that device's `torch_grouped_mm_ratio` (its reciprocal) in the hardware
+catalogue — the factor on the routed GEMMs of an engine that runs them on this kernel (torchtitan). Forward-only
+rows are shown beside, not used: training runs all three products.
+
+    python bench/grouped_mm.py [--readme]
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from gplan.cost_models.compute import Gemm
+from gplan.cost_models.experts import grouped_gemm_time_s
+from gplan.profiles.catalogue import load_cluster
+
+ROOT = Path(__file__).resolve().parents[1]
+KERNELS = ROOT / "bench" / "data" / "grouped_mm_kernels.csv"
+BEGIN, END = "<!-- grouped-mm:begin -->", "<!-- grouped-mm:end -->"
+CLUSTERS = {"h100-sxm": "dgx-h100", "b200": "dgx-b200"}
+PRODUCTS = {"fwd": 1, "fwd_bwd": 3}
+"""Products a timing covers: the forward's, and with the backward the input's and the weights' gradients."""
+
+
+def device(name: str):
+    """The catalogue's device as loaded, before any engine's factor."""
+    return load_cluster(CLUSTERS[name], 8).node_groups[0].hardware
+
+
+def priced_ms(row: dict) -> float:
+    """gplan's price of the row's grouped GEMM, its products as timed, at the Megatron-fitted efficiencies."""
+    whole = Gemm(int(row["M"]), int(row["N"]), int(row["K"]))
+    one_pass = grouped_gemm_time_s(device(row["device"]), "bf16", whole, int(row["G"]))
+    return 1e3 * PRODUCTS[row["passes"]] * one_pass
+
+
+def slowdowns() -> dict[str, list[float]]:
+    """Device -> measured over priced, forward-and-backward rows."""
+    found: dict[str, list[float]] = defaultdict(list)
+    for row in csv.DictReader(KERNELS.open()):
+        if row["passes"] == "fwd_bwd":
+            found[row["device"]].append(float(row["measured_ms"]) / priced_ms(row))
+    return found
+
+
+def ratios() -> dict[str, float]:
+    """Device -> `torch_grouped_mm_ratio`: priced over measured, the median row's."""
+    return {name: 1.0 / statistics.median(values) for name, values in slowdowns().items()}
+
+
+def lines() -> list[str]:
+    out = ["| device | source | passes | M, N, K, G | measured ms | priced ms | measured / priced |",
+           "|---|---|---|---|---:|---:|---:|"]
+    for row in csv.DictReader(KERNELS.open()):
+        priced = priced_ms(row)
+        out.append(f"| {row['device']} | {row['source']} ({row['date']}) | {row['passes']} | "
+                   f"{row['M']}, {row['N']}, {row['K']}, {row['G']} | {float(row['measured_ms']):.2f} | {priced:.2f} | "
+                   f"{float(row['measured_ms']) / priced:.2f} |")
+    out.append("")
+    for name, values in slowdowns().items():
+        out.append(f"{name}: {len(values)} forward-and-backward rows, measured / priced {min(values):.2f} … "
+                   f"{max(values):.2f}, median {statistics.median(values):.2f}: `torch_grouped_mm_ratio` "
+                   f"{1 / statistics.median(values):.2f}.")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    from readme_section import table_main
+
+    return table_main(__doc__.splitlines()[0], lambda: "\n".join(lines()), BEGIN, END, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
