@@ -52,7 +52,7 @@ def test_torchtitan_moe_outcomes_are_called_from_its_own_toml():
         import moe_zoo
     finally:
         sys.path.remove(str(BENCH))
-    rows = [line for line in moe_zoo.torchtitan_lines() if line.startswith("| deepseek_v3_16b_2025-10")]
+    rows = [line for line in moe_zoo.torchtitan_lines() if line.startswith("| deepseek_v3_16b_2025-10 8×H100")]
     as_shipped, ep1, lowered = rows
     assert "| oom |" in as_shipped and "OOM called" in as_shipped
     assert "| completed |" in ep1 and "fits, as it ran" in ep1
