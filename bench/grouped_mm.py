@@ -27,7 +27,7 @@ from gplan.profiles.catalogue import load_cluster
 ROOT = Path(__file__).resolve().parents[1]
 KERNELS = ROOT / "bench" / "data" / "grouped_mm_kernels.csv"
 BEGIN, END = "<!-- grouped-mm:begin -->", "<!-- grouped-mm:end -->"
-CLUSTERS = {"h100-sxm": "dgx-h100", "b200": "dgx-b200"}
+CLUSTERS = {"h100-sxm": "dgx-h100", "h200": "dgx-h200", "b200": "dgx-b200"}
 PRODUCTS = {"fwd": 1, "fwd_bwd": 3}
 """Products a timing covers: the forward's, and with the backward the input's and the weights' gradients."""
 
