@@ -49,8 +49,9 @@ NO_EFFECT = {
     "distributed.moe.ignore_router_for_ac": "the router left out of checkpointing",
     "distributed.moe.wrap_outer_model": "how FSDP wraps the model around its experts",
     "distributed.moe.lm_head_precision": "the head's dtype under expert parallelism",
-    "model.backend.experts": "the experts' GEMM kernel: priced as its CUDA default torch._grouped_mm (torch_mm; "
-    "gmm its alias), one kernel for all local experts — te's GroupedLinear and torch's loop launch per expert",
+    "model.backend.experts": "the experts' GEMM kernel: priced as one kernel for all local experts at the fitted "
+    "grouped GEMMs' speed, what its published runs' grouped_gemm gmm reached (its CUDA default now, torch_mm, not at "
+    "torch._grouped_mm's timed speed) — te's GroupedLinear and torch's loop launch per expert",
 }
 NOT_PRICED = {
     "distributed.offload_policy": "FSDP's parameters and optimizer on the host (CPUOffloadPolicy)",
