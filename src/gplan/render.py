@@ -96,14 +96,15 @@ def title(inputs) -> str:
 def expert_kernel_note(training, model, cluster) -> str:
     """Said where the engine's routed experts run on `torch._grouped_mm` and a device prices that kernel below the
     grouped GEMMs the MoE constants were fitted on (`DeviceSpec.torch_grouped_mm_ratio`, from kernel timings)."""
-    from gplan.cost_models.experts import kernel_ratio
+    from gplan.cost_models.experts import kernel_ratios
 
     if not model.is_moe:
         return ""
-    slower = sorted({(g.hardware.name, kernel_ratio(training, g.hardware)) for g in cluster.node_groups
-                     if kernel_ratio(training, g.hardware) < 1})
-    return "".join(f"; routed experts on torch._grouped_mm at {ratio:.2g} of the grouped GEMMs' speed on {name} "
-                   "(its timings: docs/moe.md)" for name, ratio in slower)
+    slower = sorted({(g.hardware.name, kernel_ratios(training, g.hardware)) for g in cluster.node_groups
+                     if kernel_ratios(training, g.hardware) != (1.0, 1.0)})
+    return "".join(f"; routed experts on torch._grouped_mm at {forward:.2g} of the grouped GEMMs' speed forward, "
+                   f"{backward:.2g} backward on {name} (its timings: docs/moe.md)"
+                   for name, (forward, backward) in slower)
 
 
 def unfitted_speed(engine: str | None, cluster) -> str:

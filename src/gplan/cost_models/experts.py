@@ -84,15 +84,16 @@ def routed_time_s(model: ModelSpec, training: TrainingSpec, shard: Shard, config
                   device: DeviceSpec) -> tuple[float, float]:
     """(forward, backward) seconds of the routed experts on the busiest device: the grouped GEMMs at the
     training precision, each at the efficiency of one expert's GEMM (the group's tiles are per expert:
-    E/ep small GEMMs in one launch: `grouped_gemm_time_s`), at the engine's kernel's measured speed (`kernel_ratio`),
-    times the busiest device's load (`routed_load`); the permutation and
-    activation at HBM speed. Backward: 2× the GEMMs (input and weight gradients) and the element-wise traffic."""
+    E/ep small GEMMs in one launch: `grouped_gemm_time_s`), at the engine's kernel's measured speed in each pass
+    (`kernel_ratios`), times the busiest device's load (`routed_load`); the permutation and activation at HBM
+    speed. Backward: 2× the GEMMs (input and weight gradients) and the element-wise traffic."""
     groups = local_experts(model, config)
     gemm_s = sum(grouped_gemm_time_s(device, training.precision, g, groups) for g in expert_gemms(model, shard, config))
-    gemm_s /= kernel_ratio(training, device)
     moved_s = memory_time_s(device, routed_elementwise_elements(model, shard, config) * training.element_bytes)
-    forward = (gemm_s + moved_s) * routed_load(model, training, config.ep)
-    return forward, GEMM_BACKWARD_FLOP_RATIO * forward
+    forward_ratio, backward_ratio = kernel_ratios(training, device)
+    load = routed_load(model, training, config.ep)
+    return ((gemm_s / forward_ratio + moved_s) * load,
+            GEMM_BACKWARD_FLOP_RATIO * (gemm_s / backward_ratio + moved_s) * load)
 
 
 def grouped_gemm_time_s(device: DeviceSpec, precision: str, whole: Gemm, groups: int) -> float:
@@ -102,12 +103,16 @@ def grouped_gemm_time_s(device: DeviceSpec, precision: str, whole: Gemm, groups:
     return gemm_time_s(device, precision, one) * whole.flops / one.flops / GROUPED_GEMM_EFFICIENCY
 
 
-def kernel_ratio(training: TrainingSpec, device: DeviceSpec) -> float:
-    """The routed GEMMs' speed over the grouped GEMMs the constants above were fitted on: the device's measured
-    `torch_grouped_mm_ratio` where the engine runs them on `torch._grouped_mm` in BF16 or FP16 (its low-precision
-    recipes run torchao's scaled grouped GEMMs, not measured apart: 1)."""
-    torch_kernel = training.profile.expert_kernel == "torch_grouped_mm" and training.precision in ("bf16", "fp16")
-    return device.torch_grouped_mm_ratio if torch_kernel else 1.0
+def kernel_ratios(training: TrainingSpec, device: DeviceSpec) -> tuple[float, float]:
+    """(forward, backward) speed of the routed GEMMs over the grouped GEMMs the constants above were fitted on: where
+    the engine runs them on `torch._grouped_mm` in BF16 or FP16, the device's measured forward ratio, and the
+    backward's that makes the forward's one product and the backward's two take what the kernel's timings of all
+    three take (`torch_grouped_mm_ratio`: 3/r = 1/r_forward + 2/r_backward); its low-precision recipes run torchao's
+    scaled grouped GEMMs, not timed apart: 1."""
+    if not (training.profile.expert_kernel == "torch_grouped_mm" and training.precision in ("bf16", "fp16")):
+        return 1.0, 1.0
+    forward, both = device.torch_grouped_mm_forward_ratio, device.torch_grouped_mm_ratio
+    return forward, 2.0 / (3.0 / both - 1.0 / forward)
 
 
 def routed_load(model: ModelSpec, training: TrainingSpec, ep: int) -> float:

@@ -114,17 +114,28 @@ class DeviceSpec(BaseModel):
     FlashAttention-3 kernels, on its asynchronous tensor cores). An engine names its kernel
     (`EngineProfile.attention_kernel`)."""
     torch_grouped_mm_ratio: float = Field(default=1.0, gt=0, le=1)
-    """Speed of torch's BF16 grouped GEMM (`torch._grouped_mm`, its CUTLASS kernels), forward and backward, over
-    the routed experts' GEMMs as priced (`cost_models.experts.routed_time_s`, one expert's shape at `efficiency`):
+    """Speed of torch's BF16 grouped GEMM (`torch._grouped_mm`, its CUTLASS kernels), forward and backward together,
+    over the routed experts' GEMMs as priced (`cost_models.experts.routed_time_s`, one expert's shape at `efficiency`):
     measured in kernel benchmarks (bench/grouped_mm.py). An engine that runs its experts on it says so
     (`EngineProfile.expert_kernel`: torchtitan); 1 where no benchmark was published."""
+    torch_grouped_mm_forward_ratio: float = Field(default=1.0, gt=0, le=1)
+    """The same kernel's forward alone (its backward's speed follows from the two: `experts.kernel_ratios`)."""
 
     #: Fields added after schema v1 plans were first written, left out of the digest at their default.
     DIGEST_OPTIONAL: ClassVar[dict[str, object]] = {"communicator_MiB": 0.0, "fragmentation": 0.0, "host_link_GBps": None,
                                                     "host_memory_GBps": None,
                                                     "engine_efficiency": {}, "precision_efficiency": {},
                                                     "engine_precision_efficiency": {}, "fa2_attention_ratio": 1.0,
-                                                    "torch_grouped_mm_ratio": 1.0}
+                                                    "torch_grouped_mm_ratio": 1.0, "torch_grouped_mm_forward_ratio": 1.0}
+
+    @model_validator(mode="after")
+    def _grouped_mm_backward_is_slower_than_nothing(self) -> "DeviceSpec":
+        # the backward's speed is what the forward leaves of the three products' time: there must be some left
+        if 3 / self.torch_grouped_mm_ratio <= 1 / self.torch_grouped_mm_forward_ratio:
+            raise ValueError(f"torch_grouped_mm_forward_ratio {self.torch_grouped_mm_forward_ratio} leaves no time for "
+                             f"the backward in torch_grouped_mm_ratio {self.torch_grouped_mm_ratio} (the forward and "
+                             "backward together): it must exceed a third of it")
+        return self
 
     def for_engine(self, engine: str | None, attention_kernel: str = "fused") -> "DeviceSpec":
         """This device as `engine` runs it: its compute efficiencies scaled by the engine's factor

@@ -1,5 +1,5 @@
 #!/bin/bash
-# gplan export of plan 04bacb261ae31c97 (layout a6adcfee6eaf3db4; llama3-70b: dp=16 tp=4 pp=1 mbs=1 zero=3 sp, recompute 2 full of 80 layers, predicted 62.268 s/step)
+# gplan export of plan 48660b8c4549f069 (layout 87a0eec3aee1c53c; llama3-70b: dp=16 tp=4 pp=1 mbs=1 zero=3 sp, recompute 2 full of 80 layers, predicted 62.268 s/step)
 # written for Megatron-LM core_r0.16 (pretrain_gpt.py; megatron/training/arguments.py as on main at 000c4ac, 2026)
 # Run from a Megatron-LM checkout, the same command on every node (NODE_RANK 0..NNODES-1).
 # note: priced for torch, run by megatron; re-priced as megatron runs it: 54.451 s/step (-12.6% on the plan's 62.268); search with --target megatron for a plan it runs exactly

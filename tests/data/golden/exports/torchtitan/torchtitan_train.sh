@@ -1,5 +1,5 @@
 #!/bin/bash
-# gplan export of plan 04bacb261ae31c97 (layout a6adcfee6eaf3db4; llama3-70b: dp=16 tp=4 pp=1 mbs=1 zero=3 sp, recompute 2 full of 80 layers, predicted 62.268 s/step)
+# gplan export of plan 48660b8c4549f069 (layout 87a0eec3aee1c53c; llama3-70b: dp=16 tp=4 pp=1 mbs=1 zero=3 sp, recompute 2 full of 80 layers, predicted 62.268 s/step)
 # written for torchtitan 0.3.0 (torchtitan.train, ConfigManager; checked by its own parser)
 # Run from a torchtitan install, the same command on every node; gplan_torchtitan.py (beside this
 # script) holds the model and the pipeline chunks.
