@@ -15,6 +15,7 @@ routed GEMMs' speeds, forward and together with the backward, of an engine that 
 from __future__ import annotations
 
 import csv
+import functools
 import statistics
 import sys
 from collections import defaultdict
@@ -36,8 +37,9 @@ PRODUCTS = {"fwd": 1, "fwd_bwd": 3}
 """Products a timing covers: the forward's, and with the backward the input's and the weights' gradients."""
 
 
+@functools.cache
 def device(name: str):
-    """The catalogue's device as loaded, before any engine's factor."""
+    """The catalogue's device as loaded, before any engine's factor (loaded once a device)."""
     return load_cluster(CLUSTERS[name], 8).node_groups[0].hardware
 
 

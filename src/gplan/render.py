@@ -100,11 +100,10 @@ def expert_kernel_note(training, model, cluster) -> str:
 
     if not model.is_moe:
         return ""
-    slower = sorted({(g.hardware.name, kernel_ratios(training, g.hardware)) for g in cluster.node_groups
-                     if kernel_ratios(training, g.hardware) != (1.0, 1.0)})
+    ratios = {g.hardware.name: kernel_ratios(training, g.hardware) for g in cluster.node_groups}
     return "".join(f"; routed experts on torch._grouped_mm at {forward:.2g} of the grouped GEMMs' speed forward, "
                    f"{backward:.2g} backward on {name} (its timings: docs/moe.md)"
-                   for name, (forward, backward) in slower)
+                   for name, (forward, backward) in sorted(ratios.items()) if (forward, backward) != (1.0, 1.0))
 
 
 def unfitted_speed(engine: str | None, cluster) -> str:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from gplan.engines import ENGINES, engine_part, engine_parts
 from gplan.errors import InputError
-from gplan.plan import Plan
 from gplan.launch_text import file_and_member
+from gplan.plan import Plan
 
 
 def write_back(plan: Plan, engine: str, source: Path, target: Path) -> dict[Path, str]:

@@ -9,9 +9,8 @@ from pathlib import Path
 
 from gplan.engines.torchtitan.export import layout_values
 from gplan.errors import InputError
-from gplan.launch_text import FlagStyle, rewrite_launch, rewrite_toml
+from gplan.launch_text import FlagStyle, file_and_member, rewrite_launch, rewrite_toml
 from gplan.plan import Plan, layouts_of
-from gplan.launch_text import file_and_member
 
 
 WRITES_BACK = (
