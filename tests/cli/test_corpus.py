@@ -383,7 +383,11 @@ def test_every_layout_key_of_mindformers_own_config_classes_is_classified():
 @pytest.mark.parametrize("key, value, kind", [("parallel_config.seq_split_num", 4, "refused"),
                                               ("parallel_config.context_parallel_algo", "ulysses_cp", "refused"),
                                               ("parallel_config.gradient_aggregation_group", 8, "no effect"),
-                                              ("parallel.parallel_mode", 1, "no effect")])
+                                              ("parallel.parallel_mode", 1, "no effect"),
+                                              # a sub-key of a section without effect, as MindFormers' own
+                                              # llm_pretrain_moe_template.yaml nests it
+                                              ("parallel.strategy_ckpt_config.save_file", "./s.ckpt", "no effect"),
+                                              ("parallel_config.optimizer_shard.sub_key", 1, "refused"), ("parallel.unknown.sub_key", 1, "refused")])
 def test_mindformers_keys_are_refused_only_away_from_their_default_and_when_unpriced(key, value, kind):
     from gplan.engines.mindformers.flags import mindformers_class
 
@@ -841,3 +845,75 @@ def test_gplans_own_03_export_is_read_with_its_module_not_as_a_registry(gplan, t
     back = gplan("estimate", "--from", str(tmp_path / "tt" / "torchtitan_train.sh"), "--cluster", "dgx-h100", "--json")
     assert back.code == 0, back.stderr
     assert back.json()["parallel"]["ep"] == 8
+
+
+MF_HF_STYLE = """\
+train_dataset:
+  data_loader:
+    type: BlendedMegatronDatasetDataLoader
+    config:
+      seq_length: 4096
+runner_config:
+  batch_size: 1
+parallel_config:
+  data_parallel: 1
+  model_parallel: 4
+  pipeline_stage: 4
+  micro_batch_num: 16
+  expert_parallel: 4
+  use_seq_parallel: True
+parallel:
+  strategy_ckpt_config:
+    save_file: "./ckpt_strategy.ckpt"
+    only_trainable_params: False
+model:
+  model_config:
+    model_type: "qwen3_moe"
+    vocab_size: 151936
+    hidden_size: 2048
+    intermediate_size: 6144
+    num_hidden_layers: 48
+    max_position_embeddings: 40960
+    num_attention_heads: 32
+    num_key_value_heads: 4
+    head_dim: 128
+    rms_norm_eps: 1.e-6
+    tie_word_embeddings: False
+    rope_theta: 1000000
+    compute_dtype: "bfloat16"
+    num_experts: 128
+    num_experts_per_tok: 8
+    moe_intermediate_size: 768
+"""
+
+
+def test_a_mindformers_mcore_config_states_its_model_in_hugging_faces_names(tmp_path):
+    """MindFormers 1.6+'s mcore configs (its qwen3_moe/pretrain_qwen3_30b_a3b_4k.yaml, as trimmed here) give the
+    model in Hugging Face's names with a model_type and the sequence in the dataset's config: read as that config.json
+    would be, the model need not be retyped; a strategy checkpoint's sub-keys have no effect."""
+    path = tmp_path / "pretrain_qwen3_30b_a3b_4k.yaml"
+    path.write_text(MF_HF_STYLE)
+    launch = read_launch(path, None)
+    assert launch.engine == "mindformers" and launch.seq_length == 4096
+    m = launch.model
+    assert (m.num_layers, m.hidden_size, m.num_experts, m.top_k, m.expert_ffn_size, m.kv_heads) == (48, 2048, 128, 8, 768, 4)
+    assert (launch.given["tp"], launch.given["pp"], launch.given["ep"]) == (4, 4, 4)
+    assert "parallel.strategy_ckpt_config.save_file" in launch.no_effect
+
+
+def test_a_mindformers_model_config_left_to_its_class_defaults_asks_for_the_model(gplan, tmp_path):
+    path = tmp_path / "pretrain.yaml"
+    path.write_text(MF_HF_STYLE.replace("    num_attention_heads: 32\n", ""))
+    r = gplan("estimate", "--from", str(path), "--cluster", "atlas-800-910b", "--devices", "16")
+    assert r.code == 3 and "num_attention_heads" in r.stderr and "name the model" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 2, r.stderr
+
+
+@requires_engine("mindformers", "dev")
+def test_mindformers_own_installed_moe_recipe_is_read():
+    """The Qwen3-30B-A3B pretraining recipe MindFormers 2.x installs (configs/qwen3_moe), read without a model named."""
+    import importlib.util
+
+    configs = Path(importlib.util.find_spec("mindformers").origin).parents[1] / "configs"
+    launch = read_launch(configs / "qwen3_moe" / "pretrain_qwen3_30b_a3b_4k.yaml", None)
+    assert launch.model.num_experts == 128 and launch.given["ep"] == 4 and launch.seq_length == 4096

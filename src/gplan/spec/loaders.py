@@ -181,7 +181,8 @@ def _from_gpt_neox(c: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _looks_like_hf(data: dict[str, Any]) -> bool:
+def looks_like_hf(data: dict[str, Any]) -> bool:
+    """A Hugging Face config: it names its `model_type` or `architectures`."""
     return "model_type" in data or "architectures" in data
 
 
@@ -194,7 +195,7 @@ def load_model_file(path: Path) -> ModelSpec:
         raise InputError(f"{path}: {kind}, not a model file (a model is a bundled name, a model.yaml or a config.json)",
                          hint=f"an engine's launch or log goes to --from: gplan estimate --from {path} (it states its model)")
     data = read_data_file(path)
-    if isinstance(data, dict) and _looks_like_hf(data):
+    if isinstance(data, dict) and looks_like_hf(data):
         return model_from_hf_config(data, str(path))
     if isinstance(data, dict) and "name" not in data:
         data = {"name": path.stem, **data}

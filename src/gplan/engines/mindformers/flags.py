@@ -40,9 +40,16 @@ MF_READ = {"parallel_config.data_parallel", "parallel_config.model_parallel", "p
 def mindformers_class(key: str, value: Any) -> tuple[str, str]:
     """("no effect", why) or ("refused", why) for a MindFormers layout key its reader does not read."""
     if key not in MF_KEYS:
-        return "refused", "a layout key gplan does not read"
+        # a sub-key of a section that has no effect as a whole (parallel.strategy_ckpt_config.save_file)
+        parent = next((MF_KEYS[p] for p in parent_keys(key) if p in MF_KEYS and MF_KEYS[p][0]), None)
+        return ("no effect", parent[0]) if parent else ("refused", "a layout key gplan does not read")
     why, default = MF_KEYS[key]
     if value == default or (default is None and value in (None, False, {}, "")):
         return "no effect", "at MindFormers' default"
     return ("no effect", why) if why else ("refused", "a layout setting gplan does not price")
 
+
+def parent_keys(key: str) -> list[str]:
+    """`a.b.c` -> [`a.b`, `a`]: the sections a flattened key sits in, innermost first."""
+    parts = key.split(".")
+    return [".".join(parts[:n]) for n in range(len(parts) - 1, 0, -1)]

@@ -10,6 +10,7 @@ from gplan.engines.mindformers import logs
 from gplan.engines.mindformers.flags import MF_READ, mindformers_class
 from gplan.errors import InputError
 from gplan.planner.launch import with_speed, Launch, classified, exported_model, flatten
+from gplan.spec.loaders import looks_like_hf, model_from_hf_config
 from gplan.spec.model import ModelSpec
 
 def read_mindformers_launch(path: Path, model: ModelSpec | None) -> Launch:
@@ -24,7 +25,8 @@ def read_mindformers_launch(path: Path, model: ModelSpec | None) -> Launch:
     mc = ((data.get("model") or {}).get("model_config")) or {}
     runner = data.get("runner_config") or {}
     model = (exported_model(path) or mindformers_model(mc, data, path)) if model is None else model
-    for key, of in (("num_layers", lambda m: m.num_layers), ("hidden_size", lambda m: m.hidden_size),
+    for key, of in (("num_layers", lambda m: m.num_layers), ("num_hidden_layers", lambda m: m.num_layers),
+                    ("hidden_size", lambda m: m.hidden_size),
                     ("num_heads", lambda m: m.num_attention_heads), ("num_attention_heads", lambda m: m.num_attention_heads),
                     ("n_kv_heads", lambda m: m.kv_heads), ("intermediate_size", lambda m: m.ffn_size if not m.is_moe else None),
                     ("num_experts", lambda m: m.num_experts)):
@@ -62,16 +64,33 @@ def read_mindformers_launch(path: Path, model: ModelSpec | None) -> Launch:
         no_effect[shard] = (f"optimizer state sharded over {size} of the {pc['data_parallel']} data-parallel ranks: "
                             f"priced over all of them (its optimizer memory is under-priced {int(pc['data_parallel']) // size}×)")
     return Launch(source=str(path), engine="mindformers", unread=unread, no_effect=no_effect, given=given, gbs=mbs * dp * steps,
-                  seq_length=mc.get("seq_length"), precision={"bfloat16": "bf16", "float16": "fp16"}.get(
+                  seq_length=mc.get("seq_length") or dataset_seq_length(data), precision={"bfloat16": "bf16", "float16": "fp16"}.get(
                       str(mc.get("compute_dtype", "bfloat16")), "fp32"),
                   stage_sizes=sizes, recompute_layers=None, world_size=dp * tp * pp * given["cp"], model=model,
                   per_stage_recompute=(_counts(rc.get("recompute"), pp), _counts(rc.get("select_recompute"), pp)))
 
 
+def dataset_seq_length(data: dict) -> int | None:
+    """The sequence its Megatron-style dataset returns (`train_dataset.data_loader.config.seq_length`: the mcore
+    configs MindFormers 1.6+ ships state it there, not in `model_config`)."""
+    loader = ((data.get("train_dataset") or {}).get("data_loader") or {})
+    length = (loader.get("config") or {}).get("seq_length")
+    return int(length) if length else None
+
+
 def mindformers_model(mc: dict, data: dict, path: Path) -> ModelSpec:
-    """The dense Llama-family model a MindFormers YAML's `model_config` states (MindFormers 2.1's LlamaConfig
-    names: num_layers, hidden_size, num_heads, n_kv_heads, intermediate_size, vocab_size, seq_length,
-    rms_norm_eps, theta); a mixture of experts (`moe_config`) needs its model named."""
+    """The model a MindFormers YAML's `model_config` states: in Hugging Face's names where it gives a `model_type`
+    (the mcore configs MindFormers 1.6+ ships — qwen3_moe, deepseek_v3 …: read as that config.json would be), else
+    the dense Llama family in MindFormers 2.1's LlamaConfig names (num_layers, hidden_size, num_heads, n_kv_heads,
+    intermediate_size, vocab_size, seq_length, rms_norm_eps, theta); experts there (`moe_config`) need the model
+    named."""
+    if looks_like_hf(mc):
+        try:
+            return model_from_hf_config(mc, "model_config").model_copy(update={"name": path.stem})
+        except InputError as exc:  # a field left to MindFormers' own config class's default, an unsupported family
+            raise InputError(f"--from {path}: no MODEL given, and its {exc.message}",
+                             hint="name the model: gplan estimate MODEL --from FILE (a bundled name, model.yaml or "
+                                  "config.json)") from None
     missing = [k for k in ("num_layers", "hidden_size", "num_heads", "vocab_size", "intermediate_size") if not mc.get(k)]
     if missing or data.get("moe_config"):
         what = f"its model_config has no {', '.join(missing)}" if missing else "its experts (moe_config) are not read"
