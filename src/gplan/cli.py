@@ -84,12 +84,12 @@ def estimate(
         o.launch_layout_only(from_file, dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, sp=sp, mbs=mbs,
                              recompute=recompute, recompute_modules=recompute_modules, offload_layers=offload_layers,
                              zero=zero, schedule=schedule, stages=stages)
-        launch, inputs, config, _, prediction = priced_launch(from_file, model, devices, cluster, hardware,
-                                                              devices_per_node, seq_length, memory_headroom, profile,
-                                                              target, expert_imbalance, gbs, precision, options)
+        launch, inputs, config, layouts, prediction = priced_launch(from_file, model, devices, cluster, hardware,
+                                                                    devices_per_node, seq_length, memory_headroom, profile,
+                                                                    target, expert_imbalance, gbs, precision, options)
         if as_json:
-            return render.launch_json(launch, config, prediction, from_file)
-        return render.launch_output(err, launch, inputs, config, prediction, from_file)
+            return render.launch_json(launch, config, prediction, from_file, layouts)
+        return render.launch_output(err, launch, inputs, config, prediction, from_file, layouts)
     from gplan.planner.complete import estimate as estimated, given_options
 
     inputs = inputs_of(model, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, memory_headroom,

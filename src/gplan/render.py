@@ -74,7 +74,7 @@ def seconds(value: float) -> str:
 
 def title(inputs) -> str:
     """What was planned: model, devices, cluster, and where the costs came from."""
-    default = " (default; choose with --cluster)" if inputs.cluster_note else ""
+    default = f" ({inputs.cluster_note})" if inputs.cluster_note else ""
     if inputs.profile:
         default = f" (measured profile {inputs.profile})"
     t = inputs.training
@@ -757,8 +757,9 @@ def estimate_output(console: Console, e) -> None:
                       highlight=False)
 
 
-def launch_json(launch, config, prediction, source) -> dict:
+def launch_json(launch, config, prediction, source, layouts=None) -> dict:
     return {**prediction.model_dump(mode="json"), "parallel": config.model_dump(mode="json"), "from": str(source),
+            "recompute_run": launch_recompute(config, layouts),
             "engine": launch.engine, "engine_options": launch.engine_options, "not_read": launch.unread,
             "no_effect": launch.no_effect, "model_from_launch": launch.model_from_launch,
             "overridden": launch.overridden, "measured_step_s": measured_step_of(launch, config, prediction)}
@@ -792,10 +793,19 @@ def command_line_value(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def launch_output(console: Console, launch, inputs, config, prediction, source) -> None:
+def launch_recompute(config, layouts) -> str:
+    """The recompute the launch's stages run, layer by layer (MindFormers' per-stage counts, Megatron's block
+    method): its configuration's own where the layouts agree with it."""
+    from gplan.spec.parallel import recompute_mix
+
+    return recompute_mix(layouts, config.recompute_modules) if layouts else config.recompute
+
+
+def launch_output(console: Console, launch, inputs, config, prediction, source, layouts=None) -> None:
     from gplan.spec.targets import ENGINE_OPTIONS, switch_default
 
-    prediction_summary(console, title(inputs) + f"; read from {source}", config, prediction)
+    prediction_summary(console, title(inputs) + f"; read from {source}", config, prediction,
+                       label=config.label(launch_recompute(config, layouts)))
     if launch.model_from_launch:
         console.print(f"model: {launch.model_from_launch}", highlight=False)
     measured = measured_step_of(launch, config, prediction)

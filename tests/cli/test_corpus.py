@@ -901,12 +901,80 @@ def test_a_mindformers_mcore_config_states_its_model_in_hugging_faces_names(tmp_
     assert "parallel.strategy_ckpt_config.save_file" in launch.no_effect
 
 
-def test_a_mindformers_model_config_left_to_its_class_defaults_asks_for_the_model(gplan, tmp_path):
+def test_a_mindformers_model_config_left_to_its_class_defaults_takes_them_and_says_which(gplan, tmp_path):
+    """MindFormers builds a field its model_config leaves out at its config class's default (Qwen3MoeConfig: 32
+    heads); gplan takes the same and names each one taken beside the prediction."""
     path = tmp_path / "pretrain.yaml"
-    path.write_text(MF_HF_STYLE.replace("    num_attention_heads: 32\n", ""))
+    path.write_text(MF_HF_STYLE.replace("    num_attention_heads: 32\n", "").replace("    num_key_value_heads: 4\n", ""))
+    r = gplan("estimate", "--from", str(path), "--cluster", "atlas-800-910b", "--devices", "16", "--json")
+    assert r.code == 0, r.stderr
+    said = r.json()["model_from_launch"]
+    assert "num_attention_heads 32" in said and "num_key_value_heads 4" in said and "hidden_size" not in said
+
+
+def test_a_mindformers_model_config_with_no_class_defaults_known_asks_for_the_model(gplan, tmp_path):
+    path = tmp_path / "pretrain.yaml"
+    path.write_text(MF_HF_STYLE.replace('model_type: "qwen3_moe"', 'model_type: "qwen3"')
+                    .replace("    num_attention_heads: 32\n", ""))
     r = gplan("estimate", "--from", str(path), "--cluster", "atlas-800-910b", "--devices", "16")
     assert r.code == 3 and "num_attention_heads" in r.stderr and "name the model" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 2, r.stderr
+
+
+def mf_yaml(tmp_path, parallel: str = "", context: str = "", optimizer: str = "") -> Path:
+    """MF_HF_STYLE with a `parallel:` section's lines, a context and an optimizer section added."""
+    text = MF_HF_STYLE.replace("parallel:\n", "parallel:\n" + parallel) + context + optimizer
+    path = tmp_path / "pretrain.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("scheduler, code, said", [
+    ("1f1b", 0, "1F1B"), ("seqpipe", 0, "seq_split_num 1"),
+    ("zero_bubble_v", 3, "zero_bubble_v pipeline schedule"), ("seqsmartvpp", 3, "seqsmartvpp pipeline schedule")])
+def test_mindspores_pipeline_scheduler_is_read_and_one_gplan_does_not_price_refused(gplan, tmp_path, scheduler, code,
+                                                                                    said):
+    path = mf_yaml(tmp_path, f"  pipeline_config:\n    pipeline_interleave: False\n    pipeline_scheduler: {scheduler}\n")
+    r = gplan("estimate", "--from", str(path), "--cluster", "atlas-800-910b", "--json")
+    assert r.code == code, r.stderr
+    if code:
+        assert said in r.stderr and len(r.stderr.strip().splitlines()) == 2, r.stderr
+    else:
+        assert said in r.json()["no_effect"]["parallel.pipeline_config.pipeline_scheduler"]
+        assert r.json()["parallel"]["schedule"] == "1f1b"
+
+
+def test_a_gpipe_schedule_is_read_as_gpipe_and_refused_as_mindformers_runs_only_1f1b(gplan, tmp_path):
+    path = mf_yaml(tmp_path, "  pipeline_config:\n    pipeline_scheduler: gpipe\n")
+    r = gplan("estimate", "--from", str(path), "--cluster", "atlas-800-910b")
+    assert r.code == 3 and "gpipe" in r.stderr, r.stderr
+    assert read_launch(path, None).given["schedule"] == "gpipe"
+
+
+def test_an_ascend_yaml_is_priced_on_ascend_unless_the_command_line_names_a_cluster(gplan, tmp_path):
+    path = mf_yaml(tmp_path, context='context:\n  device_target: "Ascend"\n')
+    own = gplan("estimate", "--from", str(path))
+    assert own.code == 0 and "cluster atlas-800-910b (its context.device_target: Ascend" in " ".join(own.stderr.split())
+    named = gplan("estimate", "--from", str(path), "--cluster", "dgx-h100")
+    assert named.code == 0 and "cluster dgx-h100;" in " ".join(named.stderr.split()), named.stderr
+
+
+def test_mindformers_swapped_optimizer_is_said_with_what_it_leaves_over_priced(tmp_path):
+    launch = read_launch(mf_yaml(tmp_path, optimizer="optimizer:\n  type: AdamW\n  swap: True\n"), None)
+    assert "over-priced by 8 bytes a parameter" in launch.no_effect["optimizer.swap"]
+    assert "optimizer.swap" not in read_launch(mf_yaml(tmp_path, optimizer="optimizer:\n  swap: False\n"), None).no_effect
+
+
+@pytest.mark.parametrize("size, said", [(256, False), (-1, False), (1, False), (2, True)])
+def test_an_optimizer_shard_below_the_data_parallel_ranks_is_said(tmp_path, size, said):
+    """`optimizer_weight_shard_size` over fewer ranks than dp leaves optimizer memory under-priced, said; at or above
+    dp (its DeepSeek-V3 recipe: 256 over dp 4) MindSpore shards over all of them, as priced."""
+    text = MF_HF_STYLE.replace("data_parallel: 1", "data_parallel: 4").replace(
+        "parallel:\n", f"parallel:\n  parallel_optimizer_config:\n    optimizer_weight_shard_size: {size}\n")
+    path = tmp_path / "pretrain.yaml"
+    path.write_text(text)
+    note = read_launch(path, None).no_effect.get("parallel.parallel_optimizer_config.optimizer_weight_shard_size", "")
+    assert ("under-priced 2×" in note) == said
 
 
 @requires_engine("mindformers", "dev")
@@ -917,3 +985,24 @@ def test_mindformers_own_installed_moe_recipe_is_read():
     configs = Path(importlib.util.find_spec("mindformers").origin).parents[1] / "configs"
     launch = read_launch(configs / "qwen3_moe" / "pretrain_qwen3_30b_a3b_4k.yaml", None)
     assert launch.model.num_experts == 128 and launch.given["ep"] == 4 and launch.seq_length == 4096
+
+
+@requires_engine("mindformers", "dev")
+def test_mindformers_own_deepseek_v3_671b_recipe_is_read_and_priced_as_it_runs(gplan):
+    """Its pretrain_deepseek3_671b.yaml leaves DeepSeek-V3's shape to DeepseekV3Config's defaults (128 heads, 256
+    experts, 3 dense layers first) and splits 61 layers over pp 8 × 2 chunks by per-chunk offsets: 4 layers a chunk,
+    the last stage's second chunk 1 (offset -2) — read as MindFormers builds it, not refused as uneven."""
+    import importlib.util
+
+    configs = Path(importlib.util.find_spec("mindformers").origin).parents[1] / "configs"
+    path = configs / "deepseek3" / "pretrain_deepseek3_671b.yaml"
+    launch = read_launch(path, None)
+    m = launch.model
+    assert (m.num_layers, m.num_attention_heads, m.num_experts, m.top_k, m.first_dense_layers) == (61, 128, 256, 8, 3)
+    assert launch.stage_sizes == [8] * 7 + [5] and launch.given["vpp"] == 2
+    r = gplan("estimate", "--from", str(path), "--json")
+    assert r.code == 0, r.stderr
+    data = r.json()
+    assert data["parallel"] | {} and (data["parallel"]["ep"], data["parallel"]["vpp"]) == (32, 2)
+    assert [s["num_layers"] for s in data["stages"]] == [8] * 7 + [5] and data["recompute_run"] == "full"
+    assert "first_k_dense_replace 3" in data["model_from_launch"] and "optimizer.swap" in data["no_effect"]

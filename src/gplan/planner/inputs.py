@@ -28,6 +28,7 @@ class Inputs:
     cluster: ClusterSpec
     devices: int
     cluster_note: str = ""
+    """Why the cluster is the one priced where the command line named none, said after its name in the header."""
     hardware_note: str = ""
     """What a --hardware FILE changes from the catalogue, said in the header."""
     profile: str | None = None
@@ -53,7 +54,7 @@ def resolve_cluster(devices: int | None, cluster: str | None, hardware: str | No
     else:
         name = cluster or DEFAULT_CLUSTER
         if not cluster:
-            note = f"cluster: {DEFAULT_CLUSTER} (default; choose with --cluster or --hardware)"
+            note = "default; choose with --cluster"
         spec = load_cluster(name, devices)
         if devices_per_node:
             raise UsageError("--devices-per-node goes with --hardware", hint="set devices_per_node in the cluster file")

@@ -65,6 +65,9 @@ class Launch:
     """A log's own steady step (the readers `gplan calibrate` uses), shown beside the prediction."""
     measured_device_tokens_per_s: float | None = None
     """torchtitan logs tokens/s per device, not the step: the step follows from the batch and devices priced."""
+    default_cluster: tuple[str, str] | None = None
+    """(bundled cluster, why) where the launch names its devices' kind (MindFormers' `context.device_target`
+    Ascend): priced there when the command line names no cluster or hardware, and said."""
     overridden: dict[str, Any] = field(default_factory=dict)
     """What the command line set over the launch (`estimate --from … --loss-chunks 8`): option -> the launch's
     own value, said beside the prediction."""

@@ -100,7 +100,8 @@ def priced_launch(from_file: Path, model: str | None, devices, cluster, hardware
         from gplan.profiles.catalogue import bundled_models
 
         kind = "the bundled model of that shape" if launch.model.name in bundled_models() else "built from its flags"
-        launch = dataclasses.replace(launch, model_from_launch=f"{launch.model.name}, read from the launch ({kind})")
+        own = f"; {launch.model_from_launch}" if launch.model_from_launch else ""  # what the reader took, and from where
+        launch = dataclasses.replace(launch, model_from_launch=f"{launch.model.name}, read from the launch ({kind}){own}")
     if launch.plan is not None:  # gplan's own worker runs the plan it names, as written, priced as it runs it
         from gplan.plan import layouts_of
         from gplan.planner.inputs import Inputs
@@ -116,10 +117,13 @@ def priced_launch(from_file: Path, model: str | None, devices, cluster, hardware
                          hint="pass --devices N")
     spec = launch.model or load_model(model)
     launch = over_the_launch(launch, launch_batch(launch, launch_config(launch, spec, devices)), gbs, precision, options)
-    inputs = resolve_inputs(spec, devices, cluster, hardware, devices_per_node, launch.gbs,
-                            seq_length or launch.seq_length, launch.precision, headroom,
+    own_cluster = launch.default_cluster if not (cluster or hardware or profile) else None
+    inputs = resolve_inputs(spec, devices, own_cluster[0] if own_cluster else cluster, hardware, devices_per_node,
+                            launch.gbs, seq_length or launch.seq_length, launch.precision, headroom,
                             str(profile) if profile else None, target or launch.engine, expert_imbalance,
                             **launch.engine_options)
+    if own_cluster:
+        inputs = dataclasses.replace(inputs, cluster_note=f"{own_cluster[1]}; choose with --cluster")
     config = launch_config(launch, inputs.model, inputs.devices)
     check_config(inputs.model, inputs.training, config, inputs.devices)
     refuse_what_its_engine_does_not_run(from_file, launch, inputs, config)

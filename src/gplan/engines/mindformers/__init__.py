@@ -16,7 +16,7 @@ ENGINE = EngineProfile(
     memory_in_short="mixed-precision states",
     capabilities=Capabilities("mindformers", frozenset({"1f1b", "interleaved_1f1b"}),
                               microbatches_at_least_stages=True, cp=False, tied_embeddings_across_stages=False,
-                              recompute="per_stage", uneven_split=True, zero=OPTIMIZER_PARALLEL_ZERO,
+                              recompute="per_stage", uneven_split=True, uneven_interleaved=True, zero=OPTIMIZER_PARALLEL_ZERO,
                               zero_with_pp=OPTIMIZER_PARALLEL_ZERO,
                               encoder_decoder=False, llama_family_only=True, experts=True, latent_attention=True,
                               latent_attention_split=True, expert_tp="etp1", token_dropping=True,

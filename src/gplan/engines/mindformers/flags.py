@@ -29,12 +29,19 @@ MF_KEYS: dict[str, tuple[str | None, Any]] = {
     ("the expert all-to-all (read with expert_parallel)", False), "parallel.dataset_strategy": ("data loading", None),
     "parallel.parallel_optimizer_config.parallel_optimizer_threshold": ("small parameters left unsharded", 64),
     "parallel.parallel_optimizer_config.optimizer_weight_shard_size": (None, -1),
+    # MindSpore's pipeline schedulers (mindspore/parallel/auto_parallel.py): seqpipe splits sequences only with
+    # parallel_config.seq_split_num above 1 (mindformers/modules/layers.py), refused apart; gpipe is read
+    "parallel.pipeline_config.pipeline_scheduler": (None, "1f1b"),
 }
+PIPELINE_SCHEDULERS = {"1f1b": "1F1B, interleaved with pp_interleave_num",
+                       "seqpipe": "without sequence splitting (seq_split_num 1) MindSpore's seqpipe schedules whole "
+                                  "micro-batches as 1F1B, interleaved with pp_interleave_num",
+                       "gpipe": "read as the GPipe schedule"}
 MF_READ = {"parallel_config.data_parallel", "parallel_config.model_parallel", "parallel_config.pipeline_stage",
            "parallel_config.context_parallel", "parallel_config.use_seq_parallel", "parallel_config.micro_batch_num",
            "parallel_config.expert_parallel", "recompute_config.recompute", "recompute_config.select_recompute",
            "parallel.enable_parallel_optimizer", "parallel.parallel_optimizer_config.gradient_accumulation_shard",
-           "parallel.pipeline_config.pipeline_interleave", "parallel.pipeline_config.pipeline_scheduler"}
+           "parallel.pipeline_config.pipeline_interleave"}
 
 
 def mindformers_class(key: str, value: Any) -> tuple[str, str]:
@@ -43,6 +50,9 @@ def mindformers_class(key: str, value: Any) -> tuple[str, str]:
         # a sub-key of a section that has no effect as a whole (parallel.strategy_ckpt_config.save_file)
         parent = next((MF_KEYS[p] for p in parent_keys(key) if p in MF_KEYS and MF_KEYS[p][0]), None)
         return ("no effect", parent[0]) if parent else ("refused", "a layout key gplan does not read")
+    if key == "parallel.pipeline_config.pipeline_scheduler":
+        return (("no effect", PIPELINE_SCHEDULERS[value]) if value in PIPELINE_SCHEDULERS
+                else ("refused", f"MindSpore's {value} pipeline schedule"))
     why, default = MF_KEYS[key]
     if value == default or (default is None and value in (None, False, {}, "")):
         return "no effect", "at MindFormers' default"

@@ -24,6 +24,7 @@ def read_mindformers_launch(path: Path, model: ModelSpec | None) -> Launch:
     pc, par = data.get("parallel_config") or {}, data.get("parallel") or {}
     mc = ((data.get("model") or {}).get("model_config")) or {}
     runner = data.get("runner_config") or {}
+    taken = class_defaults_taken(mc) if model is None and looks_like_hf(mc) and not exported_model(path) else {}
     model = (exported_model(path) or mindformers_model(mc, data, path)) if model is None else model
     for key, of in (("num_layers", lambda m: m.num_layers), ("num_hidden_layers", lambda m: m.num_layers),
                     ("hidden_size", lambda m: m.hidden_size),
@@ -58,16 +59,37 @@ def read_mindformers_launch(path: Path, model: ModelSpec | None) -> Launch:
     keys = {k: v for k, v in flatten({"parallel_config": pc, "recompute_config": rc, "parallel": par}).items()
             if k not in MF_READ}
     shard = "parallel.parallel_optimizer_config.optimizer_weight_shard_size"
-    size = keys.pop(shard, -1)
+    size = int(keys.pop(shard, -1))
+    scheduler_key = "parallel.pipeline_config.pipeline_scheduler"
+    scheduler = str(keys.get(scheduler_key, "1f1b"))
     unread, no_effect = classified(path, keys, mindformers_class)
-    if size not in (-1, int(pc["data_parallel"])):  # said, not refused: the run this reader was built on sets it
-        no_effect[shard] = (f"optimizer state sharded over {size} of the {pc['data_parallel']} data-parallel ranks: "
-                            f"priced over all of them (its optimizer memory is under-priced {int(pc['data_parallel']) // size}×)")
+    if 0 < size < dp:  # said, not refused: the run this reader was built on sets it (above dp: all of them)
+        no_effect[shard] = (f"optimizer state sharded over {size} of the {dp} data-parallel ranks: "
+                            f"priced over all of them (its optimizer memory is under-priced {dp // size}×)")
+    if scheduler == "gpipe" and pp > 1:
+        given["schedule"] = "gpipe"
+    no_effect.update(swapped_optimizer(data))
     return Launch(source=str(path), engine="mindformers", unread=unread, no_effect=no_effect, given=given, gbs=mbs * dp * steps,
                   seq_length=mc.get("seq_length") or dataset_seq_length(data), precision={"bfloat16": "bf16", "float16": "fp16"}.get(
                       str(mc.get("compute_dtype", "bfloat16")), "fp32"),
                   stage_sizes=sizes, recompute_layers=None, world_size=dp * tp * pp * given["cp"], model=model,
-                  per_stage_recompute=(_counts(rc.get("recompute"), pp), _counts(rc.get("select_recompute"), pp)))
+                  model_from_launch=(f"model_config's {mc['model_type']} class defaults for what it leaves out: "
+                                     + ", ".join(f"{k} {v}" for k, v in taken.items())) if taken else None,
+                  per_stage_recompute=(_counts(rc.get("recompute"), pp), _counts(rc.get("select_recompute"), pp)),
+                  default_cluster=ASCEND_CLUSTER if str((data.get("context") or {}).get("device_target")) == "Ascend" else None)
+
+
+ASCEND_CLUSTER = ("atlas-800-910b", "its context.device_target: Ascend, the 910B MindFormers' parallel_core models train on")
+"""The bundled cluster a YAML that targets Ascend is priced on when the command line names none."""
+
+
+def swapped_optimizer(data: dict) -> dict[str, str]:
+    """MindFormers' AdamW `swap` (its optimizer's moments in host memory, `Parameter(device='CPU')`,
+    mindformers/core/optim/adamw.py): read, not priced — said with what it leaves over-priced."""
+    if not (data.get("optimizer") or {}).get("swap"):
+        return {}
+    return {"optimizer.swap": "Adam's two fp32 moments swapped to host memory: priced on the device (its memory "
+                              "over-priced by 8 bytes a parameter of the device's optimizer shard; the swaps' time not priced)"}
 
 
 def dataset_seq_length(data: dict) -> int | None:
@@ -78,6 +100,31 @@ def dataset_seq_length(data: dict) -> int | None:
     return int(length) if length else None
 
 
+CLASS_DEFAULTS: dict[str, dict] = {
+    # MindFormers 2.1's DeepseekV3Config.__init__ (mindformers/models/deepseek3/configuration_deepseek_v3.py):
+    # DeepSeek-V3 671B's shape, which its own pretrain_deepseek3_671b.yaml leaves to the class
+    "deepseek_v3": {"vocab_size": 129280, "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+                    "num_hidden_layers": 61, "num_nextn_predict_layers": 1, "num_attention_heads": 128,
+                    "num_key_value_heads": 128, "n_shared_experts": 1, "n_routed_experts": 256, "routed_scaling_factor": 2.5,
+                    "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64, "v_head_dim": 128,
+                    "qk_nope_head_dim": 128, "n_group": 8, "topk_group": 4, "num_experts_per_tok": 8, "moe_layer_freq": 1,
+                    "first_k_dense_replace": 3, "scoring_func": "sigmoid", "hidden_act": "silu",
+                    "max_position_embeddings": 4096, "rope_theta": 10000.0, "tie_word_embeddings": False},
+    # its Qwen3MoeConfig.__init__ (mindformers/models/qwen3_moe/configuration_qwen3_moe.py), Hugging Face's defaults
+    "qwen3_moe": {"vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 24,
+                  "num_attention_heads": 32, "num_key_value_heads": 4, "hidden_act": "silu",
+                  "max_position_embeddings": 32768, "tie_word_embeddings": False, "rope_theta": 10000.0,
+                  "decoder_sparse_step": 1, "moe_intermediate_size": 768, "num_experts_per_tok": 8, "num_experts": 128},
+}
+"""What MindFormers' own config class of a `model_type` builds for a field its YAML's model_config leaves out: the
+shape it trains, said beside the prediction (`class_defaults_taken`)."""
+
+
+def class_defaults_taken(mc: dict) -> dict:
+    """The fields of `CLASS_DEFAULTS` a model_config leaves to its class, with the values taken."""
+    return {k: v for k, v in CLASS_DEFAULTS.get(mc.get("model_type"), {}).items() if k not in mc}
+
+
 def mindformers_model(mc: dict, data: dict, path: Path) -> ModelSpec:
     """The model a MindFormers YAML's `model_config` states: in Hugging Face's names where it gives a `model_type`
     (the mcore configs MindFormers 1.6+ ships — qwen3_moe, deepseek_v3 …: read as that config.json would be), else
@@ -86,7 +133,8 @@ def mindformers_model(mc: dict, data: dict, path: Path) -> ModelSpec:
     named."""
     if looks_like_hf(mc):
         try:
-            return model_from_hf_config(mc, "model_config").model_copy(update={"name": path.stem})
+            return model_from_hf_config({**CLASS_DEFAULTS.get(mc.get("model_type"), {}), **mc},
+                                        "model_config").model_copy(update={"name": path.stem})
         except InputError as exc:  # a field left to MindFormers' own config class's default, an unsupported family
             raise InputError(f"--from {path}: no MODEL given, and its {exc.message}",
                              hint="name the model: gplan estimate MODEL --from FILE (a bundled name, model.yaml or "
