@@ -1006,3 +1006,19 @@ def test_mindformers_own_deepseek_v3_671b_recipe_is_read_and_priced_as_it_runs(g
     assert data["parallel"] | {} and (data["parallel"]["ep"], data["parallel"]["vpp"]) == (32, 2)
     assert [s["num_layers"] for s in data["stages"]] == [8] * 7 + [5] and data["recompute_run"] == "full"
     assert "first_k_dense_replace 3" in data["model_from_launch"] and "optimizer.swap" in data["no_effect"]
+
+
+@requires_engine("mindformers", "dev")
+def test_mindformers_own_telechat3_moe_recipe_is_refused_for_its_schedule_alone(gplan, tmp_path):
+    """Its TeleChat3-MoE 105B recipe reads (DeepSeek-V3's blocks, MindFormers' `fusedswiglu`); MindSpore's seqsmartvpp
+    schedule is what gplan does not price, named in one line; with 1F1B it is priced."""
+    import importlib.util
+
+    configs = Path(importlib.util.find_spec("mindformers").origin).parents[1] / "configs"
+    path = configs / "telechat3_moe" / "pretrain_telechat3_105b_a4b_4k.yaml"
+    r = gplan("estimate", "--from", str(path))
+    assert r.code == 3 and "seqsmartvpp" in r.stderr and len(r.stderr.strip().splitlines()) == 2, r.stderr
+    one = tmp_path / "telechat3.yaml"
+    one.write_text(path.read_text().replace("pipeline_scheduler: seqsmartvpp", "pipeline_scheduler: 1f1b"))
+    launch = read_launch(one, None)
+    assert (launch.model.num_experts, launch.model.ffn_kind, launch.model.is_mla) == (192, "swiglu", True)

@@ -17,8 +17,10 @@ from gplan.spec.model import ModelSpec
 # ---- Hugging Face config.json ------------------------------------------------------------------
 
 _LLAMA_LIKE = {"llama", "mistral", "qwen2", "qwen3"}
-_MOE = {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "kimi_k2", "gpt_oss"}
-#: Kimi K2's config.json (model_type kimi_k2) is DeepSeek-V3's, run by DeepseekV3ForCausalLM (its `architectures`)
+_MOE = {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "kimi_k2", "gpt_oss", "telechat3_moe"}
+#: Kimi K2's config.json (model_type kimi_k2) is DeepSeek-V3's, run by DeepseekV3ForCausalLM (its `architectures`);
+#: TeleChat3-MoE's (telechat3_moe) names DeepSeek-V3's fields, which MindFormers' Telechat3MoeConfigConverter maps onto
+#: the same latent-attention and MoE blocks (mindformers/models/telechat3_moe/config_converter_telechat3_moe.py)
 _SUPPORTED_HF = sorted(_LLAMA_LIKE | _MOE | {"gpt2", "gpt_neox"})
 #: HF configs give the longest supported context, not a training length; cap the default there.
 _DEFAULT_SEQ_CAP = 8192
@@ -136,6 +138,8 @@ def _experts(c: dict[str, Any], source: str) -> dict[str, Any]:
                          hint="gplan models dense layers only before the MoE layers (first_k_dense_replace)")
     return {"num_experts": c["n_routed_experts"], "top_k": c["num_experts_per_tok"],
             "moe_ffn_hidden_size": c["moe_intermediate_size"], "num_shared_experts": c.get("n_shared_experts") or 0,
+            # the shared experts' width together, where the config says it (MindFormers' and Megatron's name)
+            "shared_expert_ffn_hidden_size": c.get("moe_shared_expert_intermediate_size") or None,
             "first_dense_layers": c.get("first_k_dense_replace", 0),
             "router": "sigmoid" if c.get("scoring_func") == "sigmoid" else "softmax",
             "router_groups": c.get("n_group") if (c.get("n_group") or 1) > 1 else None,

@@ -26,15 +26,7 @@ def read_mindformers_launch(path: Path, model: ModelSpec | None) -> Launch:
     runner = data.get("runner_config") or {}
     taken = class_defaults_taken(mc) if model is None and looks_like_hf(mc) and not exported_model(path) else {}
     model = (exported_model(path) or mindformers_model(mc, data, path)) if model is None else model
-    for key, of in (("num_layers", lambda m: m.num_layers), ("num_hidden_layers", lambda m: m.num_layers),
-                    ("hidden_size", lambda m: m.hidden_size),
-                    ("num_heads", lambda m: m.num_attention_heads), ("num_attention_heads", lambda m: m.num_attention_heads),
-                    ("n_kv_heads", lambda m: m.kv_heads), ("intermediate_size", lambda m: m.ffn_size if not m.is_moe else None),
-                    ("num_experts", lambda m: m.num_experts)):
-        given = mc.get(key)
-        if given is not None and of(model) is not None and int(given) != of(model):
-            raise InputError(f"--from {path}: model_config.{key} {given}, but {model.name} has {of(model)}",
-                             hint="name the model the launch trains")
+    check_model(path, mc, model, "model_config")
     for key in ("data_parallel", "model_parallel", "pipeline_stage"):
         if key not in pc:
             raise InputError(f"--from {path}: parallel_config.{key} is missing",
@@ -92,6 +84,19 @@ def swapped_optimizer(data: dict) -> dict[str, str]:
                               "over-priced by 8 bytes a parameter of the device's optimizer shard; the swaps' time not priced)"}
 
 
+def check_model(path: Path, mc: dict, model: ModelSpec, section: str) -> None:
+    """A model named beside the YAML must be the one its model section states, where it states one."""
+    for key, of in (("num_layers", lambda m: m.num_layers), ("num_hidden_layers", lambda m: m.num_layers),
+                    ("hidden_size", lambda m: m.hidden_size),
+                    ("num_heads", lambda m: m.num_attention_heads), ("num_attention_heads", lambda m: m.num_attention_heads),
+                    ("n_kv_heads", lambda m: m.kv_heads), ("intermediate_size", lambda m: m.ffn_size if not m.is_moe else None),
+                    ("num_experts", lambda m: m.num_experts), ("n_routed_experts", lambda m: m.num_experts)):
+        given = mc.get(key)
+        if given is not None and of(model) is not None and int(given) != of(model):
+            raise InputError(f"--from {path}: {section}.{key} {given}, but {model.name} has {of(model)}",
+                             hint="name the model the launch trains")
+
+
 def dataset_seq_length(data: dict) -> int | None:
     """The sequence its Megatron-style dataset returns (`train_dataset.data_loader.config.seq_length`: the mcore
     configs MindFormers 1.6+ ships state it there, not in `model_config`)."""
@@ -102,10 +107,11 @@ def dataset_seq_length(data: dict) -> int | None:
 
 CLASS_DEFAULTS: dict[str, dict] = {
     # MindFormers 2.1's DeepseekV3Config.__init__ (mindformers/models/deepseek3/configuration_deepseek_v3.py):
-    # DeepSeek-V3 671B's shape, which its own pretrain_deepseek3_671b.yaml leaves to the class
+    # DeepSeek-V3 671B's shape, which its own pretrain_deepseek3_671b.yaml leaves to the class (its
+    # num_key_value_heads, 128, is not taken: latent attention gives every head its own keys and values)
     "deepseek_v3": {"vocab_size": 129280, "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
                     "num_hidden_layers": 61, "num_nextn_predict_layers": 1, "num_attention_heads": 128,
-                    "num_key_value_heads": 128, "n_shared_experts": 1, "n_routed_experts": 256, "routed_scaling_factor": 2.5,
+                    "n_shared_experts": 1, "n_routed_experts": 256, "routed_scaling_factor": 2.5,
                     "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64, "v_head_dim": 128,
                     "qk_nope_head_dim": 128, "n_group": 8, "topk_group": 4, "num_experts_per_tok": 8, "moe_layer_freq": 1,
                     "first_k_dense_replace": 3, "scoring_func": "sigmoid", "hidden_act": "silu",
@@ -120,21 +126,27 @@ CLASS_DEFAULTS: dict[str, dict] = {
 shape it trains, said beside the prediction (`class_defaults_taken`)."""
 
 
+SWIGLU_NAMES = ("swiglu", "fusedswiglu")
+"""MindFormers' SwiGLU (always gated: parallel_core/transformer_config.py sets gated_linear_unit for both)."""
+
+
 def class_defaults_taken(mc: dict) -> dict:
     """The fields of `CLASS_DEFAULTS` a model_config leaves to its class, with the values taken."""
     return {k: v for k, v in CLASS_DEFAULTS.get(mc.get("model_type"), {}).items() if k not in mc}
 
 
-def mindformers_model(mc: dict, data: dict, path: Path) -> ModelSpec:
+def mindformers_model(mc: dict, data: dict, path: Path, section: str = "model_config") -> ModelSpec:
     """The model a MindFormers YAML's `model_config` states: in Hugging Face's names where it gives a `model_type`
     (the mcore configs MindFormers 1.6+ ships — qwen3_moe, deepseek_v3 …: read as that config.json would be), else
     the dense Llama family in MindFormers 2.1's LlamaConfig names (num_layers, hidden_size, num_heads, n_kv_heads,
     intermediate_size, vocab_size, seq_length, rms_norm_eps, theta); experts there (`moe_config`) need the model
     named."""
     if looks_like_hf(mc):
+        if mc.get("hidden_act") in SWIGLU_NAMES:  # its own names of the gated unit Hugging Face calls silu
+            mc = {**mc, "hidden_act": "silu"}
         try:
             return model_from_hf_config({**CLASS_DEFAULTS.get(mc.get("model_type"), {}), **mc},
-                                        "model_config").model_copy(update={"name": path.stem})
+                                        section).model_copy(update={"name": path.stem})
         except InputError as exc:  # a field left to MindFormers' own config class's default, an unsupported family
             raise InputError(f"--from {path}: no MODEL given, and its {exc.message}",
                              hint="name the model: gplan estimate MODEL --from FILE (a bundled name, model.yaml or "
