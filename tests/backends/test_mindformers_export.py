@@ -186,6 +186,8 @@ MOE_PLANS = {
     "qwen3-30b-a3b dp8 tp2 pp2 ep8": ("qwen3-30b-a3b", dict(dp=8, tp=2, pp=2, ep=8, sp=True, zero=1)),
     "qwen3-30b-a3b dp8 ep4 (ep inside dp)": ("qwen3-30b-a3b", dict(dp=8, ep=4, zero=0)),
     "deepseek-v3 dp8 tp4 pp8 ep32": ("deepseek-v3", dict(dp=8, tp=4, pp=8, ep=32, sp=True, zero=1)),
+    # a DeepSeek-V3 shape away from its config class's defaults (64 experts, top 6, 2 shared, 1 dense layer)
+    "deepseek-v3-16b dp8 ep8": ("deepseek-v3-16b", dict(dp=8, ep=8, zero=1)),
     "qwen3-30b-a3b pp2 uneven, recompute per stage": ("qwen3-30b-a3b", dict(dp=8, pp=2, ep=8, zero=1),
                                                        [[("full", 10), ("selective", 4), ("none", 12)],
                                                         [("full", 2), ("none", 20)]]),
@@ -239,7 +241,9 @@ def test_mindformers_converts_a_moe_export_into_its_transformer_config(name, rea
         assert (transformer.q_lora_rank, transformer.kv_lora_rank, transformer.qk_pos_emb_head_dim,
                 transformer.v_head_dim) == (m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim, m.v_head_dim)
         assert transformer.first_k_dense_replace == m.first_dense_layers and transformer.mtp_num_layers in (0, None)
-        assert transformer.moe_router_score_function == "sigmoid" and transformer.moe_router_enable_expert_bias
+        assert transformer.moe_router_score_function == m.router
+        assert transformer.moe_router_enable_expert_bias == (m.router == "sigmoid")
+        assert (transformer.num_moe_experts, transformer.moe_router_num_groups) == (m.num_experts, m.router_groups or 1)
     else:
         assert transformer.kv_channels == m.kv_channels and transformer.qk_layernorm
 

@@ -53,10 +53,22 @@ def test_compare_reads_it(gplan):
 
 @pytest.mark.parametrize("target", sorted(targets()))
 def test_every_export_target_reads_it(gplan, tmp_path, target):
-    r = gplan("export", str(GOLDEN), "--to", target, "-o", str(tmp_path), "--json", "--image", "registry.example/gplan:0.1")
+    """Every target reads the golden plan; one whose engine cannot run its configuration (MindFormers' PyNative
+    trainer has no zero 1: it shards with FSDP) refuses it in one line naming the capability, writing nothing."""
+    from gplan.spec.targets import TARGETS, config_refusals
+
+    plan = read_plan(GOLDEN)
+    engine = targets()[target].engine
+    refused = config_refusals(TARGETS[engine], plan.model, plan.parallel, plan.parallel.num_microbatches,
+                              plan.training.precision)
+    r = gplan("export", str(GOLDEN), "--to", target, "-o", str(tmp_path / "out"), "--json", "--image",
+              "registry.example/gplan:0.1")
+    if refused:
+        assert r.code == 3 and f"({refused[0].capability})" in r.stderr and not (tmp_path / "out").exists(), r.stderr
+        return
     assert r.code == 0, r.stderr
     files = [Path(f) for f in r.json()["files"]]
-    assert files and all(read_plan(GOLDEN).digest in f.read_text() for f in files)
+    assert files and all(plan.digest in f.read_text() for f in files)
 
 
 @pytest.mark.parametrize("backend", ["torch", "mindspore"])

@@ -132,8 +132,13 @@ def expert_model_config(plan: Plan, offset) -> dict:
     return {**config, "multi_latent_attention": True, "qk_layernorm": True, "q_lora_rank": m.q_lora_rank,
             "kv_lora_rank": m.kv_lora_rank, "qk_nope_head_dim": m.kv_channels, "qk_rope_head_dim": m.qk_rope_head_dim,
             "v_head_dim": m.v_head_dim or m.kv_channels, "n_shared_experts": m.num_shared_experts,
-            "first_k_dense_replace": m.first_dense_layers, "moe_layer_freq": 1, "scoring_func": m.router,
-            "moe_router_enable_expert_bias": m.router == "sigmoid", "num_nextn_predict_layers": m.mtp_layers}
+            # its DeepseekV3Config drops `scoring_func` ("useless") and routes by moe_router_score_function
+            "first_k_dense_replace": m.first_dense_layers, "moe_layer_freq": 1, "moe_router_score_function": m.router,
+            "moe_router_enable_expert_bias": m.router == "sigmoid", "num_nextn_predict_layers": m.mtp_layers,
+            # its DeepseekV3Config's own names, which would otherwise keep DeepSeek-V3 671B's defaults (256 experts,
+            # top 8, 8 groups of which 4 routed to: a 64-expert, top-6 shape with them is refused by its converter)
+            "n_routed_experts": m.num_experts, "n_group": m.router_groups or 1, "topk_group": m.router_group_topk or 1,
+            **({"routed_scaling_factor": m.router_topk_scale} if m.router_topk_scale else {})}
 
 
 def notes(plan: Plan, layouts: list[StageLayout]) -> list[str]:

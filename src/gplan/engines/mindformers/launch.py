@@ -114,7 +114,7 @@ CLASS_DEFAULTS: dict[str, dict] = {
                     "n_shared_experts": 1, "n_routed_experts": 256, "routed_scaling_factor": 2.5,
                     "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64, "v_head_dim": 128,
                     "qk_nope_head_dim": 128, "n_group": 8, "topk_group": 4, "num_experts_per_tok": 8, "moe_layer_freq": 1,
-                    "first_k_dense_replace": 3, "scoring_func": "sigmoid", "hidden_act": "silu",
+                    "first_k_dense_replace": 3, "hidden_act": "silu",
                     "max_position_embeddings": 4096, "rope_theta": 10000.0, "tie_word_embeddings": False},
     # its Qwen3MoeConfig.__init__ (mindformers/models/qwen3_moe/configuration_qwen3_moe.py), Hugging Face's defaults
     "qwen3_moe": {"vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 24,
@@ -144,6 +144,8 @@ def mindformers_model(mc: dict, data: dict, path: Path, section: str = "model_co
     if looks_like_hf(mc):
         if mc.get("hidden_act") in SWIGLU_NAMES:  # its own names of the gated unit Hugging Face calls silu
             mc = {**mc, "hidden_act": "silu"}
+        if mc.get("model_type") == "deepseek_v3":  # its DeepseekV3Config drops scoring_func, routes by its own key
+            mc = {**mc, "scoring_func": mc.get("moe_router_score_function", "sigmoid")}
         try:
             return model_from_hf_config({**CLASS_DEFAULTS.get(mc.get("model_type"), {}), **mc},
                                         section).model_copy(update={"name": path.stem})
