@@ -143,7 +143,7 @@ def search(
         raise InputError(f"--out {out}: is a directory", hint=f"name a file, e.g. --out {out / 'plan.json'}")
     if out_launch is not None and from_file is None:
         raise UsageError("--out-launch rewrites the launch of --from", hint="add --from train.sh")
-    mine, options = None, o.engine_options(grad_reduce_in_bf16, fp8_param_gather, moe_a2a_overlap, cuda_graphs, moe_dispatcher,
+    mine, own_cluster, options = None, None, o.engine_options(grad_reduce_in_bf16, fp8_param_gather, moe_a2a_overlap, cuda_graphs, moe_dispatcher,
                               pure_bf16, optimizer_in_backward, legacy_grouped_gemm, attention_kernel, bf16_loss,
                               grad_sync_each_microbatch, precision_aware_optimizer, adam_moments, master_weights,
                               optimizer_offload, optimizer_offload_overlap, moe_shared_expert_overlap,
@@ -156,8 +156,14 @@ def search(
         devices, gbs, target, seq_length, precision, options = launch_defaults(mine, gbs, target, seq_length, precision,
                                                                                options)
         model = model or mine[1].model
+        own_cluster = mine[0].default_cluster if not (cluster or hardware or profile) else None
+        cluster = own_cluster[0] if own_cluster else cluster  # the launch's devices (an Ascend YAML's), said so
     inputs = inputs_of(model, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, memory_headroom,
                        profile, target, expert_imbalance, **options)
+    if own_cluster:
+        import dataclasses
+
+        inputs = dataclasses.replace(inputs, cluster_note=mine[1].cluster_note)
     limits = limits_from_options(tp, pp, dp, cp, mbs, vpp, zero, recompute, schedule, all_devices, ep, etp,
                                  recompute_modules)
     with render.SearchProgress(err) as progress:

@@ -377,6 +377,8 @@ def rewrite_yaml(text: str, values: dict[str, object]) -> str:
         if tuple(path) in found:
             i, indent = found[tuple(path)]
             comment = re.search(r"\s+#.*$", lines[i])
+            if re.fullmatch(r"\s*[^:#]+:\s*(#.*)?", lines[i]):  # its value a block below it: replaced with the line
+                del lines[i + 1:i + 1 + len(_block_below(lines[i + 1:], indent))]
             lines[i] = f"{' ' * indent}{path[-1]}: {literal(item)}" + (comment.group(0) if comment else "")
             continue
         depth = len(path) - 1
@@ -393,6 +395,25 @@ def rewrite_yaml(text: str, values: dict[str, object]) -> str:
         new.append(f"{' ' * (child + 2 * (len(path) - 1 - depth))}{path[-1]}: {literal(item)}")
         lines[parent_line + 1:parent_line + 1] = new
     return "\n".join(lines) + "\n"
+
+
+def _block_below(lines: list[str], indent: int) -> list[str]:
+    """The lines of a key's block value: those indented past the key, or list items at its indentation (YAML's
+    compact sequences), with the blank and comment lines among them; the trailing blank and comment lines stay."""
+    block = []
+    for line in lines:
+        bare = line.strip()
+        if not bare or bare.startswith("#"):
+            block.append(line)
+            continue
+        ind = len(line) - len(line.lstrip())
+        if ind > indent or (ind == indent and bare.startswith("- ")):
+            block.append(line)
+            continue
+        break
+    while block and (not block[-1].strip() or block[-1].strip().startswith("#")):
+        block.pop()
+    return block
 
 
 def _yaml_key_lines(lines: list[str]) -> dict[tuple[str, ...], tuple[int, int]]:

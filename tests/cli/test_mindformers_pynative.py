@@ -169,3 +169,39 @@ def test_a_telechat3_moe_model_is_read_as_the_deepseek_v3_blocks_mindformers_bui
             .replace("  n_shared_experts: 1\n", "  n_shared_experts: 1\n  moe_shared_expert_intermediate_size: 1024\n"))
     m = read_launch(pynative(tmp_path, text), None).model
     assert m.is_mla and (m.num_experts, m.num_shared_experts, m.first_dense_layers) == (8, 1, 1)
+
+
+def test_the_best_plan_written_back_into_its_yaml_reads_back_as_the_plan(gplan, tmp_path):
+    """search --from a PyNative YAML --out-launch: its comments and model stay, and read back it is the best plan,
+    at the plan's step."""
+    import json
+
+    text = PYNATIVE.replace("recompute:\n", "recompute:  # layers recomputed\n").replace(
+        "  full_recompute_layer: [0-7]", "  full_recompute_layer:\n  - 0-7")  # a block list, as users write them
+    source, better, plan_path = pynative(tmp_path, text), tmp_path / "better.yaml", tmp_path / "p.json"
+    r = gplan("search", "--from", str(source), "--devices", "16", "--out", str(plan_path), "--out-launch", str(better))
+    assert r.code == 0, r.stderr
+    written = better.read_text()
+    assert "recompute:  # layers recomputed" in written and "first_k_dense_replace: 1" in written
+    plan = json.loads(plan_path.read_text())
+    back = gplan("estimate", "--from", str(better), "--devices", "16", "--json")
+    assert back.code == 0, back.stderr
+    for key in ("dp", "tp", "pp", "vpp", "ep", "mbs", "zero"):
+        assert back.json()["parallel"][key] == plan["parallel"][key], key
+    assert back.json()["step_time_s"] == pytest.approx(plan["prediction"]["step_time_s"], rel=1e-6)
+
+
+def test_a_yaml_key_whose_value_is_a_block_is_rewritten_whole():
+    """A write-back replaces a block list (pipeline_parallel_layers_per_stage, full_recompute_layer as users write
+    them) with the plan's value, the key's comment and the lines after it kept; before, the old items stayed below."""
+    import yaml
+
+    from gplan.launch_text import rewrite_yaml
+
+    text = ("parallelism:\n  pipeline_parallel_layers_per_stage:   # per rank\n    - '0-6'\n    - '7-15'\n"
+            "  expert_parallel: 1\nrecompute:\n  full_recompute_layer:\n  - 0-3\n\n  # kept\nmodel:\n  x: 1\n")
+    out = rewrite_yaml(text, {"parallelism.pipeline_parallel_layers_per_stage": ["0-7", "8-15"],
+                              "recompute.full_recompute_layer": ["0-1"]})
+    assert yaml.safe_load(out) == {"parallelism": {"pipeline_parallel_layers_per_stage": ["0-7", "8-15"], "expert_parallel": 1},
+                                   "recompute": {"full_recompute_layer": ["0-1"]}, "model": {"x": 1}}
+    assert "# per rank" in out and "# kept" in out

@@ -74,9 +74,14 @@ def read_pynative_launch(path: Path, data: dict, model: ModelSpec | None) -> Lau
                   model_from_launch=(f"model's {mc['model_type']} class defaults for what it leaves out: "
                                      + ", ".join(f"{k} {v}" for k, v in taken.items())) if taken else None,
                   per_stage_recompute=per_stage_counts(recomputed_layers(recompute, model, path), ranks),
-                  # its ContextConfig's device_target defaults to Ascend: a YAML without one runs there too
-                  default_cluster=ASCEND_CLUSTER if str((data.get("context") or {}).get("device_target", "Ascend"))
-                  == "Ascend" else None)
+                  default_cluster=ascend_cluster((data.get("context") or {}).get("device_target")))
+
+
+def ascend_cluster(device_target: str | None) -> tuple[str, str] | None:
+    """Its ContextConfig's device_target defaults to Ascend: a YAML that names none runs there too."""
+    if device_target is None:
+        return ASCEND_CLUSTER[0], "its device_target left at its ContextConfig's default, Ascend"
+    return ASCEND_CLUSTER if str(device_target) == "Ascend" else None
 
 
 def dataset_seq_length(data: dict) -> int | None:
