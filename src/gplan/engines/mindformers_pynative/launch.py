@@ -56,14 +56,16 @@ def read_pynative_launch(path: Path, data: dict, model: ModelSpec | None) -> Lau
     ranks = rank_layers(par.get("pipeline_parallel_layers_per_stage"), model.num_layers, pp, vpp, path)
     explicit = par.get("pipeline_parallel_layers_per_stage") not in (None, "auto") and pp > 1
     given = {"tp": tp, "pp": pp, "cp": cp, "vpp": vpp, "sp": bool(par.get("sequence_parallel")) and tp > 1,
-             "mbs": int(training.get("local_batch_size", 1)), "zero": 3 if reshards else 2, "recompute": "none",
+             # dp_shard 1: each rank's own whole copy, replicas over dp (its HSDP with one rank a shard)
+             "mbs": int(training.get("local_batch_size", 1)), "zero": 0 if shard == 1 else 3 if reshards else 2,
+             "recompute": "none",
              "ep": int(par.get("expert_parallel", 1)), "etp": 1,
              **({"schedule": SCHEDULES[schedule]} if pp > 1 else {})}
     no_effect.update(swapped_optimizer(data))
     if str((data.get("optimizer") or {}).get("type", "AdamW")) != "AdamW":
         no_effect["optimizer.type"] = (f"{data['optimizer']['type']}: priced as AdamW's two fp32 moments a parameter "
                                        "(its states and step not priced apart)")
-    if shard > 0:
+    if shard > 1:
         no_effect["parallelism.data_parallel_shard"] = (f"HSDP: sharded over {shard} ranks, replicated across the rest "
                                                          "of dp — priced sharded over all of dp (its weights, gradients "
                                                          "and optimizer states under-priced dp/" f"{shard}×)")
