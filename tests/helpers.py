@@ -239,3 +239,10 @@ def squared_log_misfit(equations: list[dict], key: str) -> float:
     """Σ log(1 + error)² over a calibration report's equations (runs, traced stages): what `gplan calibrate`
     minimises, so the fitted value (`error_after`) is never above the catalogue's (`error_before`)."""
     return sum(math.log(1 + e[key]) ** 2 for e in equations)
+
+
+def mindformers_configs() -> Path:
+    """The recipes MindFormers installs (its `configs/` folder, beside the package in site-packages)."""
+    import importlib.util
+
+    return Path(importlib.util.find_spec("mindformers").origin).parents[1] / "configs"

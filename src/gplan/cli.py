@@ -149,14 +149,14 @@ def search(
                               optimizer_offload, optimizer_offload_overlap, moe_shared_expert_overlap,
                               moe_pad_to_capacity, compiled_loss, fsdp_offload, loss_chunks)
     if from_file is not None:  # the launch's devices, batch, sequence, precision and engine, unless said otherwise
-        from gplan.planner.launch_files import launch_defaults, priced_launch
+        from gplan.planner.launch_files import launch_cluster, launch_defaults, priced_launch
 
         mine = priced_launch(from_file, model, devices, cluster, hardware, devices_per_node, seq_length, memory_headroom,
                              profile, target, expert_imbalance, gbs, precision, options)  # yours, as the search prices
         devices, gbs, target, seq_length, precision, options = launch_defaults(mine, gbs, target, seq_length, precision,
                                                                                options)
         model = model or mine[1].model
-        own_cluster = mine[0].default_cluster if not (cluster or hardware or profile) else None
+        own_cluster = launch_cluster(mine[0], cluster, hardware, profile)
         cluster = own_cluster[0] if own_cluster else cluster  # the launch's devices (an Ascend YAML's), said so
     inputs = inputs_of(model, devices, cluster, hardware, devices_per_node, gbs, seq_length, precision, memory_headroom,
                        profile, target, expert_imbalance, **options)

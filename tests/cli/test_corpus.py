@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import requires_engine
+from helpers import mindformers_configs, requires_engine
 
 from gplan.errors import InputError
 from gplan.engines.megatron.flags import MEGATRON_DEFAULTS, MEGATRON_NOT_PRICED, at_default, megatron_class
@@ -980,9 +980,7 @@ def test_an_optimizer_shard_below_the_data_parallel_ranks_is_said(tmp_path, size
 @requires_engine("mindformers", "dev")
 def test_mindformers_own_installed_moe_recipe_is_read():
     """The Qwen3-30B-A3B pretraining recipe MindFormers 2.x installs (configs/qwen3_moe), read without a model named."""
-    import importlib.util
-
-    configs = Path(importlib.util.find_spec("mindformers").origin).parents[1] / "configs"
+    configs = mindformers_configs()
     launch = read_launch(configs / "qwen3_moe" / "pretrain_qwen3_30b_a3b_4k.yaml", None)
     assert launch.model.num_experts == 128 and launch.given["ep"] == 4 and launch.seq_length == 4096
 
@@ -992,9 +990,7 @@ def test_mindformers_own_deepseek_v3_671b_recipe_is_read_and_priced_as_it_runs(g
     """Its pretrain_deepseek3_671b.yaml leaves DeepSeek-V3's shape to DeepseekV3Config's defaults (128 heads, 256
     experts, 3 dense layers first) and splits 61 layers over pp 8 × 2 chunks by per-chunk offsets: 4 layers a chunk,
     the last stage's second chunk 1 (offset -2) — read as MindFormers builds it, not refused as uneven."""
-    import importlib.util
-
-    configs = Path(importlib.util.find_spec("mindformers").origin).parents[1] / "configs"
+    configs = mindformers_configs()
     path = configs / "deepseek3" / "pretrain_deepseek3_671b.yaml"
     launch = read_launch(path, None)
     m = launch.model
@@ -1012,9 +1008,7 @@ def test_mindformers_own_deepseek_v3_671b_recipe_is_read_and_priced_as_it_runs(g
 def test_mindformers_own_telechat3_moe_recipe_is_refused_for_its_schedule_alone(gplan, tmp_path):
     """Its TeleChat3-MoE 105B recipe reads (DeepSeek-V3's blocks, MindFormers' `fusedswiglu`); MindSpore's seqsmartvpp
     schedule is what gplan does not price, named in one line; with 1F1B it is priced."""
-    import importlib.util
-
-    configs = Path(importlib.util.find_spec("mindformers").origin).parents[1] / "configs"
+    configs = mindformers_configs()
     path = configs / "telechat3_moe" / "pretrain_telechat3_105b_a4b_4k.yaml"
     r = gplan("estimate", "--from", str(path))
     assert r.code == 3 and "seqsmartvpp" in r.stderr and len(r.stderr.strip().splitlines()) == 2, r.stderr

@@ -4,11 +4,10 @@ ParallelDims builds it."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
-from helpers import requires_engine
+from helpers import mindformers_configs, requires_engine
 
 from gplan.planner.launch_files import read_launch
 
@@ -115,10 +114,6 @@ def test_hsdp_and_another_optimizer_are_said_with_what_they_leave_mispriced(tmp_
     launch = read_launch(pynative(tmp_path, text), None)
     assert "under-priced dp/4×" in launch.no_effect["parallelism.data_parallel_shard"]
     assert launch.no_effect["optimizer.type"].startswith("Muon: priced as AdamW")
-
-
-def mindformers_configs() -> Path:
-    return Path(importlib.util.find_spec("mindformers").origin).parents[1] / "configs"
 
 
 @requires_engine("mindformers", "dev")

@@ -117,7 +117,7 @@ def priced_launch(from_file: Path, model: str | None, devices, cluster, hardware
                          hint="pass --devices N")
     spec = launch.model or load_model(model)
     launch = over_the_launch(launch, launch_batch(launch, launch_config(launch, spec, devices)), gbs, precision, options)
-    own_cluster = launch.default_cluster if not (cluster or hardware or profile) else None
+    own_cluster = launch_cluster(launch, cluster, hardware, profile)
     inputs = resolve_inputs(spec, devices, own_cluster[0] if own_cluster else cluster, hardware, devices_per_node,
                             launch.gbs, seq_length or launch.seq_length, launch.precision, headroom,
                             str(profile) if profile else None, target or launch.engine, expert_imbalance,
@@ -164,6 +164,12 @@ def refuse_what_its_engine_does_not_run(path: Path, launch: Launch, inputs, conf
     if found:
         raise InputError(f"--from {path}: {engine} does not run this layout ({found[0].capability}): {found[0].detail}",
                          hint=f"fix the launch ({found[0].avoid}), or price it as another engine runs it: --target ENGINE")
+
+
+def launch_cluster(launch: Launch, cluster, hardware, profile) -> tuple[str, str] | None:
+    """The bundled cluster the launch names its devices by (`Launch.default_cluster`: (name, why)), where the command
+    line names no cluster, hardware or profile."""
+    return launch.default_cluster if not (cluster or hardware or profile) else None
 
 
 def launch_defaults(mine, gbs, target, seq_length, precision, options: dict):

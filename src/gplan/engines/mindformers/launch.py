@@ -24,7 +24,8 @@ def read_mindformers_launch(path: Path, model: ModelSpec | None) -> Launch:
     pc, par = data.get("parallel_config") or {}, data.get("parallel") or {}
     mc = ((data.get("model") or {}).get("model_config")) or {}
     runner = data.get("runner_config") or {}
-    taken = class_defaults_taken(mc) if model is None and looks_like_hf(mc) and not exported_model(path) else {}
+    defaults = (class_defaults_said(mc, "model_config") if model is None and looks_like_hf(mc)
+                and not exported_model(path) else None)
     model = (exported_model(path) or mindformers_model(mc, data, path)) if model is None else model
     check_model(path, mc, model, "model_config")
     for key in ("data_parallel", "model_parallel", "pipeline_stage"):
@@ -65,8 +66,7 @@ def read_mindformers_launch(path: Path, model: ModelSpec | None) -> Launch:
                   seq_length=mc.get("seq_length") or dataset_seq_length(data), precision={"bfloat16": "bf16", "float16": "fp16"}.get(
                       str(mc.get("compute_dtype", "bfloat16")), "fp32"),
                   stage_sizes=sizes, recompute_layers=None, world_size=dp * tp * pp * given["cp"], model=model,
-                  model_from_launch=(f"model_config's {mc['model_type']} class defaults for what it leaves out: "
-                                     + ", ".join(f"{k} {v}" for k, v in taken.items())) if taken else None,
+                  model_from_launch=defaults,
                   per_stage_recompute=(_counts(rc.get("recompute"), pp), _counts(rc.get("select_recompute"), pp)),
                   default_cluster=ASCEND_CLUSTER if str((data.get("context") or {}).get("device_target")) == "Ascend" else None)
 
@@ -97,10 +97,10 @@ def check_model(path: Path, mc: dict, model: ModelSpec, section: str) -> None:
                              hint="name the model the launch trains")
 
 
-def dataset_seq_length(data: dict) -> int | None:
+def dataset_seq_length(data: dict, loader_key: str = "data_loader") -> int | None:
     """The sequence its Megatron-style dataset returns (`train_dataset.data_loader.config.seq_length`: the mcore
-    configs MindFormers 1.6+ ships state it there, not in `model_config`)."""
-    loader = ((data.get("train_dataset") or {}).get("data_loader") or {})
+    configs MindFormers 1.6+ ships state it there, not in `model_config`; its PyNative trainer's `dataloader`)."""
+    loader = ((data.get("train_dataset") or {}).get(loader_key) or {})
     length = (loader.get("config") or {}).get("seq_length")
     return int(length) if length else None
 
@@ -123,16 +123,19 @@ CLASS_DEFAULTS: dict[str, dict] = {
                   "decoder_sparse_step": 1, "moe_intermediate_size": 768, "num_experts_per_tok": 8, "num_experts": 128},
 }
 """What MindFormers' own config class of a `model_type` builds for a field its YAML's model_config leaves out: the
-shape it trains, said beside the prediction (`class_defaults_taken`)."""
+shape it trains, said beside the prediction (`class_defaults_said`)."""
 
 
 SWIGLU_NAMES = ("swiglu", "fusedswiglu")
 """MindFormers' SwiGLU (always gated: parallel_core/transformer_config.py sets gated_linear_unit for both)."""
 
 
-def class_defaults_taken(mc: dict) -> dict:
-    """The fields of `CLASS_DEFAULTS` a model_config leaves to its class, with the values taken."""
-    return {k: v for k, v in CLASS_DEFAULTS.get(mc.get("model_type"), {}).items() if k not in mc}
+def class_defaults_said(mc: dict, section: str) -> str | None:
+    """The fields of `CLASS_DEFAULTS` a model section leaves to its class, with the values taken, as said beside the
+    prediction; None where it leaves none."""
+    taken = {k: v for k, v in CLASS_DEFAULTS.get(mc.get("model_type"), {}).items() if k not in mc}
+    return (f"{section}'s {mc['model_type']} class defaults for what it leaves out: "
+            + ", ".join(f"{k} {v}" for k, v in taken.items())) if taken else None
 
 
 def mindformers_model(mc: dict, data: dict, path: Path, section: str = "model_config") -> ModelSpec:

@@ -1,5 +1,6 @@
-"""MindFormers' PyNative trainer's layout keys (mindformers/pynative/config/config.py, ParallelismConfig and
-RecomputeConfig), named once: read, no effect (why), refused away from their default (gplan does not price them)."""
+"""MindFormers' PyNative trainer's layout keys (mindformers/pynative/config/config.py: ParallelismConfig,
+RecomputeConfig, SwapConfig, RecomputeCommConfig), named once: read, no effect (why), refused away from their
+default (gplan does not price them)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ DISPATCHERS = {"alltoall": "alltoall"}
 
 
 def key_class(key: str, value: Any) -> tuple[str, str]:
+    """("no effect", why) or ("refused", why) for a key the reader does not read (planner.launch.classified)."""
     if key not in KEYS:
         return "refused", "a layout key gplan does not read"
     why, default = KEYS[key]

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gplan.engines.mindformers.launch import (ASCEND_CLUSTER, check_model, class_defaults_taken, mindformers_model,
-                                             swapped_optimizer)
+from gplan.engines.mindformers.launch import (ASCEND_CLUSTER, check_model, class_defaults_said, dataset_seq_length,
+                                             mindformers_model, swapped_optimizer)
 from gplan.engines.mindformers_pynative.flags import DISPATCHERS, READ, SCHEDULES, key_class
 from gplan.errors import InputError
 from gplan.planner.launch import Launch, classified, flatten
@@ -34,7 +34,7 @@ def read_pynative_launch(path: Path, data: dict, model: ModelSpec | None) -> Lau
     par, training = data.get("parallelism") or {}, data.get("training") or {}
     recompute = data.get("recompute") or {}
     mc = data["model"]
-    taken = class_defaults_taken(mc) if model is None else {}
+    defaults = class_defaults_said(mc, "model") if model is None else None
     model = mindformers_model(mc, data, path, section="model") if model is None else model
     check_model(path, mc, model, "model")
     tp, cp, pp = (int(par.get(k, 1)) for k in ("tensor_parallel", "context_parallel", "pipeline_parallel"))
@@ -70,11 +70,10 @@ def read_pynative_launch(path: Path, data: dict, model: ModelSpec | None) -> Lau
                                                          "of dp — priced sharded over all of dp (its weights, gradients "
                                                          "and optimizer states under-priced dp/" f"{shard}×)")
     return Launch(source=str(path), engine="mindformers-pynative", unread=unread, no_effect=no_effect, given=given,
-                  gbs=int(training.get("global_batch_size", 1)), seq_length=mc.get("seq_length") or dataset_seq_length(data),
+                  gbs=int(training.get("global_batch_size", 1)), seq_length=mc.get("seq_length") or dataset_seq_length(data, "dataloader"),
                   precision={"bfloat16": "bf16", "float16": "fp16"}.get(str(mc.get("compute_dtype", "bfloat16")), "fp32"),
                   stage_sizes=[len(r) for r in ranks] if explicit else None, recompute_layers=None, world_size=None, model=model,
-                  model_from_launch=(f"model's {mc['model_type']} class defaults for what it leaves out: "
-                                     + ", ".join(f"{k} {v}" for k, v in taken.items())) if taken else None,
+                  model_from_launch=defaults,
                   per_stage_recompute=per_stage_counts(recomputed_layers(recompute, model, path), ranks),
                   default_cluster=ascend_cluster((data.get("context") or {}).get("device_target")))
 
@@ -84,13 +83,6 @@ def ascend_cluster(device_target: str | None) -> tuple[str, str] | None:
     if device_target is None:
         return ASCEND_CLUSTER[0], "its device_target left at its ContextConfig's default, Ascend"
     return ASCEND_CLUSTER if str(device_target) == "Ascend" else None
-
-
-def dataset_seq_length(data: dict) -> int | None:
-    """Its dataset's `seq_length` (`train_dataset.dataloader.config`)."""
-    loader = ((data.get("train_dataset") or {}).get("dataloader") or {})
-    length = (loader.get("config") or {}).get("seq_length")
-    return int(length) if length else None
 
 
 def layer_range(text: Any, path: Path) -> range:

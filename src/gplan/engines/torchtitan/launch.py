@@ -279,7 +279,6 @@ def titan_03_registry(path: Path, module: str | None, function: str) -> dict[str
     return registry_launch_values(Path(f"{registry_file}::{function}"))
 
 
-
 def titan_log_launch(path: Path, model: ModelSpec | None, text: str) -> Launch:
     """A torchtitan log as a launch: its printed job config, or (torchtitan's default, no config printed)
     the launch beside it under its name, its world size from the log's mesh line."""
