@@ -57,7 +57,12 @@ def test_a_full_iteration_graph_is_cheaper_and_exported_with_megatrons_nan_check
 
 
 @pytest.mark.parametrize("argv, says, hint", [
-    ([*MOE, "--target", "torchtitan", "--cuda-graphs", "full_iteration"], "capability cuda_graphs", "--target megatron"),
+    ([*MOE, "--target", "torchtitan", "--cuda-graphs", "moe_router"], "capability cuda_graphs", "--target megatron"),
+    # torchtitan 0.3 captures the whole step, never with pipeline stages or its host-synced expert exchange
+    ([*MOE, "--target", "torchtitan", "--cuda-graphs", "full_iteration", "--ep", "8"], "with ep=8",
+     "--training.disable_cuda_graphs"),
+    ([*MOE, "--target", "torchtitan", "--cuda-graphs", "full_iteration", "--ep", "1", "--pp", "2"], "with pp=2",
+     "use pp=1"),
     ([*MOE, "--target", "torchtitan", "--moe-a2a-overlap"], "capability moe_a2a_overlap", "--target megatron"),
     (["llama3-8b", "--cluster", "dgx-h100", "--devices", "8", "--target", "megatron", "--moe-a2a-overlap"],
      "has no experts", "leave --moe-a2a-overlap out"),
@@ -102,13 +107,14 @@ def test_bad_engine_options_exit_3_with_a_hint(gplan, argv, says, hint):
 
 
 def test_an_export_to_an_engine_without_the_options_runs_and_reprices_without_them(gplan, tmp_path):
-    """torchtitan has no CUDA graphs of the MoE layers: its export says it runs without them and re-prices the
-    plan so (spec.targets.as_engine_runs) — the host time comes back, so it is slower. Its bf16 gradient
+    """torchtitan captures no CUDA graphs with expert parallel (its exchange syncs with the host): its export of an
+    ep > 1 plan says it runs without them and re-prices the plan so (spec.targets.as_engine_runs) — the host time
+    comes back, so it is slower. Its bf16 gradient
     reduction is FSDP's reduce dtype on torchtitan main, kept there; 0.3.0 takes float32 only, and says so."""
     plan_path = tmp_path / "plan.json"
     # full recompute: torchtitan keeps more of an MoE layer than Megatron does (its unfused SwiGLU, its fp32 routing
     # weights), so a plan recomputing nothing would be refused for torchtitan's memory before its options are
-    assert gplan("search", *MOE, "--target", "megatron", "--tp", "1", "--pp", "1", "--recompute", "full",
+    assert gplan("search", *MOE, "--target", "megatron", "--tp", "1", "--pp", "1", "--ep", "8", "--recompute", "full",
                  "--cuda-graphs", "full_iteration", "--grad-reduce-in-bf16", "--out", str(plan_path)).code == 0
     refused = gplan("export", str(plan_path), "--to", "torchtitan", "-o", str(tmp_path / "tt"))
     assert refused.code == 3 and "float32 only" in refused.stderr

@@ -566,3 +566,46 @@ def test_torchtitan_runs_latent_attention_with_tp_and_cp(tmp_path, gplan):
     plan = make_plan(load_model("deepseek-v3-16b"), training, load_cluster("dgx-h100", 16), config, None)
     parsed = titan_parse(tmp_path, plan).parallelism
     assert (parsed.tensor_parallel_degree, parsed.context_parallel_degree, parsed.expert_parallel_degree) == (2, 2, 8)
+
+
+def graphed_titan_plans() -> dict:
+    """qwen3-30b-a3b on 8 H100 under FSDP at ep 1, no stages, priced by torchtitan without and with 0.3's CUDA graphs."""
+    from gplan.profiles.catalogue import load_model
+
+    config = ParallelConfig(dp=8, zero=3, recompute="full")
+    return {graphs: make_plan(load_model("qwen3-30b-a3b"), TrainingSpec(gbs=64, seq_length=4096, engine="torchtitan",
+                                                                       cuda_graphs=graphs),
+                              load_cluster("dgx-h100", 8), config, None) for graphs in ("none", "full_iteration")}
+
+
+def test_torchtitans_cuda_graphs_are_priced_exported_and_read_back_as_03_runs_them(tmp_path, gplan):
+    """torchtitan 0.3 captures a step's forward and backward in one CUDA graph unless told not to: an MoE plan priced
+    with them (no host time in its MoE layers) exports with 0.3's default and is read back with them; one priced
+    without them exports --training.disable_cuda_graphs and is read back without — each at its own step."""
+    plans = graphed_titan_plans()
+    assert plans["full_iteration"].prediction.step_time_s < plans["none"].prediction.step_time_s
+    for graphs, plan in plans.items():
+        folder = tmp_path / graphs
+        folder.mkdir()
+        back = exported_and_read_back(folder, gplan, plan)
+        assert ("--training.disable_cuda_graphs" in (folder / "tt" / "torchtitan_train.sh").read_text()) == (graphs == "none")
+        assert back["engine_options"].get("cuda_graphs", "none") == graphs
+
+
+@requires_engine("torchtitan", "dev")
+def test_torchtitan_validates_the_cuda_graphs_of_the_export(tmp_path):
+    """torchtitan's own Trainer.Config._validate_cuda_graphs accepts both exports: graphs at ep 1 without stages,
+    and, disabled, an ep 8 plan's (which with 0.3's default it refuses)."""
+    from test_exporters import titan_parse
+
+    for name, plan in (("graphed", graphed_titan_plans()["full_iteration"]),
+                       ("ep8", titan_plan("qwen3-30b-a3b", ParallelConfig(dp=8, ep=8, zero=3)))):
+        folder = tmp_path / name
+        folder.mkdir()
+        config = titan_parse(folder, plan)
+        assert config.training.disable_cuda_graphs == (plan.training.cuda_graphs == "none")
+        config._validate_cuda_graphs()
+        if plan.parallel.ep > 1:
+            config.training.disable_cuda_graphs = False
+            with pytest.raises(ValueError, match="without CPU synchronization"):
+                config._validate_cuda_graphs()

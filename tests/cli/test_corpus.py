@@ -744,6 +744,8 @@ def registry_copy(tmp_path: Path) -> Path:
                                 "compiled": True}),
     ("moe_16b_two_chunks", {"ep": 8, "mbs": 4, "recompute": "selective", "chunks": 2, "dispatcher": "alltoall",
                             "compiled": True}),
+    ("moe_16b_ep1_graphed", {"ep": 1, "mbs": 4, "recompute": "selective", "chunks": 8, "dispatcher": "alltoall",
+                             "compiled": True, "graphs": "full_iteration"}),
 ])
 def test_a_torchtitan_03_config_registry_function_is_read_as_its_trainer_config(gplan, tmp_path, function, expected):
     """torchtitan 0.3 has no job TOMLs: `--module deepseek_v3 --config NAME` runs a function of the module's
@@ -759,6 +761,7 @@ def test_a_torchtitan_03_config_registry_function_is_read_as_its_trainer_config(
     options = out["engine_options"]
     assert options.get("loss_chunks", 8) == expected["chunks"]
     assert options["moe_dispatcher"] == expected["dispatcher"] and bool(options.get("compiled_loss")) == expected["compiled"]
+    assert options.get("cuda_graphs", "none") == expected.get("graphs", "none")  # 0.3's default where it captures
 
 
 @pytest.mark.parametrize("function, said", [
@@ -766,6 +769,7 @@ def test_a_torchtitan_03_config_registry_function_is_read_as_its_trainer_config(
     ("moe_16b_changed_by_a_helper", "add_override(config)"),
     ("no_such_config", "no function 'no_such_config'"),
     ("moe_16b_nvfp4", "model.converters 'nvfp4linearconverter'"),  # priced as bf16 it would be a silent answer
+    ("moe_16b_graphed", "--cuda-graphs full_iteration with ep=8"),  # Trainer.Config._validate_cuda_graphs refuses it
 ])
 def test_a_registry_function_gplan_cannot_follow_is_refused_in_one_line(gplan, tmp_path, function, said):
     path = registry_copy(tmp_path)

@@ -21,7 +21,7 @@ def refuse_unsupported(plan: Plan, target: str) -> None:
 def lacked_switch_notes(plan: Plan, target: str) -> list[str]:
     """The plan's engine switches (TrainingSpec: CUDA graphs, the MoE overlap, bf16 gradients, FP8 parameters)
     the backend's worker does not have: it runs without them, so the measured step and memory differ."""
-    lacked = lacked_options(plan.training, target)
+    lacked = lacked_options(plan.training, target, plan.parallel)
     if not lacked:
         return []
     flags = ", ".join(ENGINE_OPTIONS[o] for o in lacked)

@@ -141,13 +141,15 @@ def routed_elementwise_elements(model: ModelSpec, shard: Shard, config: Parallel
 
 def host_time_s(model: ModelSpec, config: ParallelConfig, training: TrainingSpec) -> float:
     """Exposed host seconds of one MoE layer's pass on one device: the dispatcher's sync and launches
-    (`HOST_SYNC_S`) and, where the engine launches each expert's GEMMs (`Capabilities.per_expert_launches`, not
-    with Megatron's legacy GroupedMLP: `TrainingSpec.legacy_grouped_gemm`), the local experts'
-    (`EXPERT_LAUNCH_S`); none of it under a captured iteration."""
+    (`HOST_SYNC_S`, or the engine's own where measured: `EngineProfile.moe_host_s`) and, where the engine
+    launches each expert's GEMMs (`Capabilities.per_expert_launches`, not with Megatron's legacy GroupedMLP:
+    `TrainingSpec.legacy_grouped_gemm`), the local experts' (`EXPERT_LAUNCH_S`); none of it under a captured
+    iteration."""
     graphs, engine = training.cuda_graphs, training.profile
     per_expert = (graphs != "full_iteration" and engine.capabilities.per_expert_launches
                   and not training.legacy_grouped_gemm)  # grouped_gemm's gmm: one kernel for all local experts
-    return HOST_SYNC_S[graphs] + (EXPERT_LAUNCH_S * local_experts(model, config) if per_expert else 0.0)
+    sync_s = engine.moe_host_s if graphs == "none" and engine.moe_host_s is not None else HOST_SYNC_S[graphs]
+    return sync_s + (EXPERT_LAUNCH_S * local_experts(model, config) if per_expert else 0.0)
 
 
 # ---- communication volumes -----------------------------------------------------------------------

@@ -175,7 +175,7 @@ class StepModel:
         all-gather, resp. reduce-scatter, over etp), in the forward and again in the backward; full
         recompute replays the forward's; scaled by the routing imbalance, and under Megatron's
         `--overlap-moe-expert-parallel-comm` only its exposed share. Each pass adds the host time the
-        layer exposes (experts.host_time_s). The all-gather dispatcher instead gathers every token of the
+        layer exposes (experts.host_time_s; `host_passes`). The all-gather dispatcher instead gathers every token of the
         ep × etp group and reduce-scatters as many back, whatever the routing, at the ring's own speed (the
         fitted ALLTOALL_EFFICIENCY is the all-to-all's and DeepEP's); flex is priced as the all-to-all but for
         what leaves the scale-up domain, which DeepEP sends once per destination domain (deepep_outside_share)."""
@@ -200,7 +200,7 @@ class StepModel:
         exchange_s = (a2a + etp_s) * exposed / efficiency
         hidden_s = (passes - 1) * self.shared_expert_hides_s(exchange_s, 1.0, group) + \
             self.shared_expert_hides_s(exchange_s, compute.GEMM_BACKWARD_FLOP_RATIO, group)
-        return passes * (2 * exchange_s + host_s) - hidden_s
+        return passes * 2 * exchange_s + self.host_passes(recompute) * host_s - hidden_s
 
     def shared_expert_hides_s(self, exchange_s: float, ratio: float, group: int) -> float:
         """What of one pass's token exchange the shared experts hide under `--moe-shared-expert-overlap`: their
@@ -228,6 +228,14 @@ class StepModel:
         """Passes an MoE layer's token exchange runs in: forward and backward, and the forward again where the
         layer is replayed (`replays_moe_layer`)."""
         return 3 if self.replays_moe_layer(option) else 2
+
+    def host_passes(self, option: str) -> int:
+        """Passes in which an MoE layer's host time shows (experts.host_time_s): its exchange's, and one more under
+        torchtitan's per-op policy, which keeps the exchange's outputs but runs the block's forward again from
+        Python in the backward (torch.utils.checkpoint with a policy: a kept op's result is handed back, every op
+        still dispatched)."""
+        return self.ep_passes(option) + (1 if option == "selective" and self.config.per_op
+                                         and not self.replays_moe_layer(option) else 0)
 
     def replays_moe_layer(self, option: str) -> bool:
         """Whether the backward replays the MoE layer's forward, its token traffic included: full recompute,

@@ -163,9 +163,13 @@ class Capabilities:
     moe_a2a_overlap: bool = False
     """The MoE all-to-all overlapped with another micro-batch's compute (Megatron-LM's
     --overlap-moe-expert-parallel-comm)."""
-    cuda_graphs: bool = False
+    cuda_graphs: bool | frozenset[str] = False
     """CUDA-graph capture of the MoE router and permutation, or of the whole step (Megatron-LM's
-    --cuda-graph-impl, --cuda-graph-scope)."""
+    --cuda-graph-impl, --cuda-graph-scope): all of TrainingSpec.cuda_graphs, or the captures it runs (torchtitan
+    0.3: the whole forward and backward, `wrap_with_cuda_graph`)."""
+    cuda_graphs_host_free: bool = False
+    """Its CUDA graphs capture a step only where nothing in it waits on the host: no pipeline stages and no expert
+    parallel exchange that reads its splits back (torchtitan 0.3's Trainer.Config._validate_cuda_graphs)."""
     moe_dispatcher: frozenset[str] = frozenset({"alltoall"})
     """The MoE token dispatchers it runs (TrainingSpec.moe_dispatcher): every engine with experts runs an
     all-to-all; Megatron-core also its all-gather and flex (DeepEP) dispatchers."""
@@ -299,6 +303,12 @@ class EngineProfile:
     """The kernel its routed experts' BF16 GEMMs run on: "grouped", the grouped GEMMs the catalogue's MoE constants
     were fitted on (Transformer Engine's in Megatron-core), or "torch_grouped_mm", `torch._grouped_mm` (torchtitan's
     GroupedExperts), priced at `DeviceSpec.torch_grouped_mm_ratio` of the former."""
+    moe_host_s: float | None = None
+    """Exposed host seconds per MoE layer and pass (forward, backward, a replayed forward) where nothing captures the
+    step in CUDA graphs, measured on the engine's own runs; None: Megatron-core's, fitted on Megatron-Bridge's rows
+    (`cost_models.experts.HOST_SYNC_S`). An eager PyTorch MoE layer launches its router, permutation, token exchange
+    and grouped GEMMs op by op from Python, and its exchange reads the tokens per expert back to the host, so the
+    device waits on the host in every pass whatever its speed."""
     speed_reference: bool = False
     """Whether the hardware catalogue's compute efficiencies are fitted on its runs (`DeviceSpec.efficiency`:
     Megatron-LM's), so that it needs no factor of its own on a device (`DeviceSpec.engine_efficiency`)."""

@@ -48,7 +48,7 @@ def reprice_split(plan: Plan, layouts: list[StageLayout], engine: str | None = N
     """The plan's configuration priced as `engine` runs it (default: the plan's own; its overlap,
     efficiency, low-precision kernels and memory accounting) with the stage split it runs: step seconds,
     whether every stage fits its budget, and, when one does not, which and by how much."""
-    training = as_engine_runs(plan.training, engine) if engine else plan.training
+    training = as_engine_runs(plan.training, engine, plan.parallel) if engine else plan.training
     prediction = StepModel(plan.model, training, plan.cluster, plan.parallel).predict(layouts)
     over = [s for s in prediction.stages if s.memory_bytes > s.memory_budget_bytes]
     binds = ""

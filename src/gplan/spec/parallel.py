@@ -454,6 +454,21 @@ def _optimizer_in_backward(model: ModelSpec, training: TrainingSpec | None, c: P
     return None
 
 
+def _cuda_graphs(model: ModelSpec, training: TrainingSpec | None, c: ParallelConfig, devices: int) -> Violation | None:
+    """torchtitan 0.3's Trainer.Config._validate_cuda_graphs: "CUDA graphs do not support pipeline parallelism yet",
+    and "support only expert parallel token dispatcher configurations without CPU synchronization" (its all-to-all
+    and DeepEP read the splits back; gplan prices neither HybridEP's non-blocking capacity nor MinimalAsyncEP)."""
+    if training is None or training.cuda_graphs == "none" or not training.profile.capabilities.cuda_graphs_host_free:
+        return None
+    hint = "leave --cuda-graphs out (torchtitan: --training.disable_cuda_graphs)"
+    for degree, value in (("pp", c.pp), ("ep", c.ep)):
+        if value > 1:
+            return Violation("cuda_graphs", f"--cuda-graphs {training.cuda_graphs} with {degree}={value}: "
+                             f"{training.profile.title} captures a step without pipeline stages or a host-synced "
+                             "expert exchange only", f"use {degree}=1, or {hint}")
+    return None
+
+
 def _precision_aware_optimizer(model: ModelSpec, training: TrainingSpec | None, c: ParallelConfig,
                                devices: int) -> Violation | None:
     """Megatron-core's OptimizerConfig: "--use-precision-aware-optimizer only supported with distributed optimizer"."""
@@ -514,7 +529,7 @@ def _a2a_overlap(model: ModelSpec, training: TrainingSpec | None, c: ParallelCon
 RULES: tuple[Rule, ...] = (_world, _tp, _dense_experts, _ep_divides, _etp_divides, _expert_grid, _moe_sp,
                            _ep_fp16, _pp_layers, _vpp_chunks, _batch, _interleaved_microbatches, _cp_chunks, _seq_split,
                            _precision_aware_optimizer, _modules_exist, _op_alone, _offload, _a2a_overlap,
-                           _shared_expert_overlap, _optimizer_in_backward, _fsdp_offload, _loss_chunks)
+                           _shared_expert_overlap, _optimizer_in_backward, _cuda_graphs, _fsdp_offload, _loss_chunks)
 """The rules every configuration keeps, in the order they are reported: the one rule set that
 `check_config`, the search space (planner.space), `--stages` and the plan check read."""
 DEGREE_RULES: tuple[Rule, ...] = (_world, _tp, _pp_layers, _cp_chunks, _seq_split, _loss_chunks)
@@ -530,9 +545,9 @@ EXPERT_RULES: tuple[Rule, ...] = (_dense_experts, _ep_divides, _etp_divides, _ex
 degree tuple, a batch split or a sharding level that breaks a rule is left before its options are built;
 the five groups are RULES, each rule once (tests/spec: test_rule_groups_are_the_rules)."""
 RECOMPUTE_RULES: tuple[Rule, ...] = (_modules_exist, _op_alone, _offload, _a2a_overlap, _shared_expert_overlap,
-                                     _optimizer_in_backward)
+                                     _optimizer_in_backward, _cuda_graphs)
 """The rules that read the recompute modules, activation offloading, the MoE all-to-all and shared-expert overlaps
-and the optimizer in the backward (asked last: they read the whole configuration)."""
+the optimizer in the backward and torchtitan's CUDA graphs (asked last: they read the whole configuration)."""
 
 
 def config_violations(model: ModelSpec, training: TrainingSpec, config: ParallelConfig,

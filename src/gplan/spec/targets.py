@@ -114,17 +114,22 @@ def switch_default(option: str):
     return TrainingSpec.model_fields[option].default
 
 
-def lacked_options(training: TrainingSpec, engine: str | None) -> list[str]:
-    """The engine switches `training` sets that `engine` does not have (all of them without an engine)."""
+def lacked_options(training: TrainingSpec, engine: str | None, config: ParallelConfig | None = None) -> list[str]:
+    """The engine switches `training` sets that `engine` does not have (all of them without an engine), and, for
+    `config`, CUDA graphs where the engine captures only a step that never waits on the host
+    (`Capabilities.cuda_graphs_host_free`: torchtitan 0.3 runs pipeline stages and expert parallel without them)."""
     caps = TARGETS.get(engine or "")
+    uncaptured = (caps is not None and caps.cuda_graphs_host_free and config is not None
+                  and (config.pp > 1 or config.ep > 1))
     return [option for option in ENGINE_OPTIONS if getattr(training, option) != switch_default(option)
-            and (caps is None or not has_option(caps, option, getattr(training, option)))]
+            and (caps is None or not has_option(caps, option, getattr(training, option))
+                 or (option == "cuda_graphs" and uncaptured))]
 
 
-def as_engine_runs(training: TrainingSpec, engine: str) -> TrainingSpec:
-    """`training` run by `engine`: the switches it lacks at their defaults (an export to another engine
-    runs without Megatron's CUDA graphs or bf16 gradient reduction)."""
-    dropped = {option: switch_default(option) for option in lacked_options(training, engine)}
+def as_engine_runs(training: TrainingSpec, engine: str, config: ParallelConfig | None = None) -> TrainingSpec:
+    """`training` run by `engine` (with `config`): the switches it lacks at their defaults (an export to another
+    engine runs without Megatron's CUDA graphs or bf16 gradient reduction)."""
+    dropped = {option: switch_default(option) for option in lacked_options(training, engine, config)}
     return training.model_copy(update={"engine": engine, **dropped})
 
 

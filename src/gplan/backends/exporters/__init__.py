@@ -135,7 +135,7 @@ def engine_split(plan: Plan, engine: str, reprice: Reprice | None,
         return planned, []
     why = (f"priced for {plan.training.engine}, run by {engine}" if same
            else split_refusals(caps, plan.model, plan.parallel, planned)[0].detail)
-    lacked = lacked_options(plan.training, engine)
+    lacked = lacked_options(plan.training, engine, plan.parallel)
     if lacked:  # the plan's engine switches this engine has not: it runs without them
         why += f" without {', '.join(ENGINE_OPTIONS[o] for o in lacked)} ({engine} has no such option)"
     if reprice is None:

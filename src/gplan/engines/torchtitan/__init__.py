@@ -8,6 +8,14 @@ down-projections replicated, the up-projections colwise and the output rowwise o
 
 from gplan.engines.profile import ALL_SCHEDULES, ALL_ZERO, Capabilities, DCP_RESHARDS, EngineProfile, MemoryAccounting, Resharding
 
+MOE_HOST_S = 6.7e-3
+"""Exposed host seconds per MoE layer and pass, torchtitan's step not captured in CUDA graphs: measured by turning
+its graphs on and off on one run (pytorch/torchtitan PR 3616, Run 4: DeepSeek-V3 16B on 8 H100, FSDP with ep,
+local batch 4 × 4096, full AC — ~12.7% MFU with the graph skipped, ~16.5% captured; at torchtitan's 17.43 GFLOP a
+token and 989 TFLOP/s, 16,384 tokens in 2.274 s against 1.750 s: 0.524 s over 26 MoE layers × 3 passes). Its
+graph trainer without graphs runs as its eager trainer does (issue 3816: 1.01× on B200), so the eager trainer
+pays it too. Megatron-core exposes 1 ms (cost_models.experts.HOST_SYNC_S)."""
+
 ENGINE = EngineProfile(
     name="torchtitan", title="torchtitan", order=3,
     runs_in_short="every schedule, cp, one AC policy for all layers, Llama/Qwen3/DeepSeek-V3/gpt-oss, ep inside FSDP",
@@ -46,6 +54,10 @@ ENGINE = EngineProfile(
                               loss_chunks=True,
                               # training.enable_cpu_offload: apply_fsdp's CPUOffloadPolicy (models/*/parallelize.py)
                               fsdp_offload=True,
+                              # 0.3 captures the forward and backward in one CUDA graph unless
+                              # training.disable_cuda_graphs (trainer.py, wrap_with_cuda_graph), and refuses it with
+                              # pipeline stages or an exchange that syncs with the host (its all-to-all, DeepEP)
+                              cuda_graphs=frozenset({"full_iteration"}), cuda_graphs_host_free=True,
                               # 0.3.0's converters: Float8LinearConverter (recipes rowwise and
                               # rowwise_with_gw_hp only: an fp8 plan runs rowwise there, and is priced
                               # so) and MXFP8LinearConverter (components/quantization/float8.py, mx.py)
@@ -56,6 +68,7 @@ ENGINE = EngineProfile(
     attention_kernel="fa2",
     # models/moe GroupedExperts: use_grouped_mm (the default) runs the routed experts on torch._grouped_mm
     expert_kernel="torch_grouped_mm",
+    moe_host_s=MOE_HOST_S,
     # 0.3's trainer configs (models/*/config_registry.py) wrap the loss in ChunkedLossWrapper, 8 chunks by default;
     # ≤ 0.2's TOML runs have none (their reader says 1)
     loss_chunks=8,

@@ -165,10 +165,11 @@ def overrides(plan: Plan, main: bool = False) -> tuple[list[str], list[str]]:
         raise InputError("torchtitan trains in bf16 or fp32, not fp16", hint="plan with --precision bf16")
     if c.pp > 1:
         args += ["--parallelism.pipeline_parallel_schedule", SCHEDULES[c.schedule]]
-    if c.pp > 1 or (plan.model.is_moe and c.ep > 1):
+    if t.cuda_graphs == "none" and (c.pp > 1 or plan.model.is_moe):
         # torchtitan 0.3 captures CUDA graphs by default and refuses them (Trainer.Config._validate_cuda_graphs)
         # with pipeline stages, and with expert parallel unless its token exchange never syncs with the host
-        # (neither its all-to-all nor DeepEP does); gplan prices no graphs for it
+        # (neither its all-to-all nor DeepEP does); an MoE plan priced without them (the host time of its layers,
+        # cost_models.experts.host_time_s) runs without them; one priced with them keeps 0.3's default
         args += ["--training.disable_cuda_graphs"]
     if c.zero in (1, 2) and c.dp > 1:
         notes.append(f"zero {c.zero} runs as FSDP without resharding after the forward (weights stay gathered "

@@ -91,7 +91,9 @@ def read_torchtitan_launch(path: Path, model: ModelSpec | None) -> Launch:
     chunks = int(module_constant(module, "LOSS_CHUNKS") or TITAN_LOSS_CHUNKS) if module.is_file() else 1
     if registry_chunks is not None:  # a 0.3 config registry's loss: ChunkedLossWrapper's chunks, or the loss whole
         chunks = registry_chunks
-    options = titan_engine_options(path, values, model, comm, chunks)
+    # 0.3's trainer (a config registry, gplan's exported module, or a job config that has the key) captures CUDA graphs
+    options = titan_engine_options(path, values, model, comm, chunks, registry_chunks is not None or module.is_file()
+                                   or "training.disable_cuda_graphs" in values)
     for key in fork_state_dtypes(values, unread):  # said, not listed as having no effect
         unread.remove(key)
         notes.append(f"({key} {values[key]}: not a torchtitan key (a fork's?); Adam's states are priced in fp32, as "
@@ -113,10 +115,13 @@ def read_torchtitan_launch(path: Path, model: ModelSpec | None) -> Launch:
 
 
 def titan_engine_options(path: Path, values: dict[str, Any], model: ModelSpec, comm: str | None,
-                         chunks: int = 1) -> dict[str, Any]:
+                         chunks: int = 1, captures: bool = False) -> dict[str, Any]:
     """The engine switches a job config sets: the token exchange, the reduce and training dtypes, the optimizer
-    in the backward (≤ 0.2), a compiled loss, and the chunks its loss runs in (0.3's ChunkedLossWrapper; ≤ 0.2: 1)."""
+    in the backward (≤ 0.2), a compiled loss, the chunks its loss runs in (0.3's ChunkedLossWrapper; ≤ 0.2: 1), and
+    an MoE model's CUDA graphs where the trainer `captures` them (0.3, unless `training.disable_cuda_graphs`)."""
     options: dict[str, Any] = {"moe_dispatcher": titan_dispatcher(path, comm)} if model.is_moe else {}
+    if model.is_moe and captures and str(values.get("training.disable_cuda_graphs", False)).lower() != "true":
+        options["cuda_graphs"] = "full_iteration"
     if chunks != TITAN_LOSS_CHUNKS:
         options["loss_chunks"] = chunks
     if titan_dtype(path, values, "training.mixed_precision_reduce", TITAN_REDUCE_DTYPES):
@@ -312,7 +317,8 @@ def titan_log_launch(path: Path, model: ModelSpec | None, text: str) -> Launch:
                   unread=notes, local_batch=int(t.get("local_batch_size", t.get("batch_size", 1))), model=model,
                   engine_options=titan_engine_options(path, values, model,
                                                       values.get("parallelism.expert_parallel_comm_backend"),
-                                                      printed_loss_chunks(log.config)))
+                                                      printed_loss_chunks(log.config),
+                                                      "training.disable_cuda_graphs" in values))
 
 
 def printed_loss_chunks(config: dict) -> int:

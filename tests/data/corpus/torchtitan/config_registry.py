@@ -13,13 +13,14 @@ from . import model_registry
 
 
 def moe_16b() -> Trainer.Config:
-    """FSDP over the ranks with ep 8 borrowed from them, per-op checkpointing by default, the loss in chunks."""
+    """FSDP over the ranks with ep 8 borrowed from them, per-op checkpointing by default, the loss in chunks; CUDA
+    graphs off (ep's exchange syncs with the host: torchtitan refuses them, as its deepseek_v3_16b says)."""
     model_spec = model_registry("16B", attn_backend="flex")
     return Trainer.Config(
         loss=ChunkedLossWrapper.Config(loss_fn=CrossEntropyLoss.Config()),
         hf_assets_path="./assets/hf/deepseek-moe-16b-base",
         model_spec=model_spec,
-        training=TrainingConfig(local_batch_size=4, seq_len=4096, steps=1000),
+        training=TrainingConfig(local_batch_size=4, seq_len=4096, steps=1000, disable_cuda_graphs=True),
         parallelism=ParallelismConfig(pipeline_parallel_schedule="Interleaved1F1B", expert_parallel_degree=8),
         compile=CompileConfig(enable=True, components=["loss"]),
     )
@@ -60,4 +61,19 @@ def moe_16b_changed_by_a_helper() -> Trainer.Config:
 def moe_16b_nvfp4() -> Trainer.Config:
     config = moe_16b()
     config.model_spec = model_registry("16B", converters=[NVFP4LinearConverter.Config()])
+    return config
+
+
+def moe_16b_ep1_graphed() -> Trainer.Config:
+    """ep 1: torchtitan 0.3 captures the step in CUDA graphs, its default."""
+    config = moe_16b()
+    config.parallelism.expert_parallel_degree = 1
+    config.training.disable_cuda_graphs = False
+    return config
+
+
+def moe_16b_graphed() -> Trainer.Config:
+    """ep 8 with graphs left on: torchtitan's own check refuses it."""
+    config = moe_16b()
+    config.training.disable_cuda_graphs = False
     return config
