@@ -183,7 +183,7 @@ def torchtitan_lines() -> list[str]:
 
     lines = ["| torchtitan MoE run (FSDP; ep borrowed where set) | outcome | measured s | predicted s | "
              "measured peak GiB | predicted peak GiB (device) | verdict |", "|---|---|---:|---:|---:|---:|---|"]
-    wrong, memory_errors, step_errors = [], [], []
+    wrong, memory_errors, step_errors, by_source = [], [], [], {}
     for r in csv.DictReader(TORCHTITAN_RUNS.open()):
         device_name = r["cluster"].removeprefix("dgx-").upper()
         changed = "; ".join(x for x in (r["overrides"], r["options"]) if x)
@@ -206,6 +206,7 @@ def torchtitan_lines() -> list[str]:
             verdict += f"; peak {memory_errors[-1]:+.1%}"
         if r["step_s"]:
             step_errors.append(p.step_time_s / float(r["step_s"]) - 1)
+            by_source.setdefault(r["source"], []).append(abs(step_errors[-1]))
             verdict += f"; step {step_errors[-1]:+.1%}"
         measured_s = f"{float(r['step_s']):.2f}" if r["step_s"] else "—"
         predicted_s = f"{p.step_time_s:.2f}" if r["outcome"] == "completed" else "—"
@@ -214,7 +215,11 @@ def torchtitan_lines() -> list[str]:
     return lines + ["", f"torchtitan MoE: {len(wrong)} outcome{'s' if len(wrong) != 1 else ''} missed"
                         f"{' (' + ', '.join(wrong) + ')' if wrong else ''}; measured peaks "
                         + (", ".join(f"{e:+.1%}" for e in memory_errors) or "none") + "; steps "
-                        + (", ".join(f"{e:+.1%}" for e in step_errors) or "none") + "."]
+                        + (", ".join(f"{e:+.1%}" for e in step_errors) or "none") + "."] + ([
+        "", f"torchtitan MoE steps: median |error| {statistics.median(abs(e) for e in step_errors):.1%} "
+            f"({len(step_errors)} rows; nothing fitted on them). By source: "
+            + "; ".join(f"{source} {statistics.median(errors):.1%} ({len(errors)})" for source, errors in by_source.items())
+            + "."] if step_errors else [])
 
 
 def dropless_lines(rows: list[dict]) -> list[str]:

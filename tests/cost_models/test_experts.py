@@ -333,3 +333,21 @@ def test_without_expert_parallelism_routing_cannot_load_one_device_more(capacity
             assert f == pytest.approx(f1)
         else:
             assert f > f1 * 1.2
+
+
+def test_the_fsdp_with_expert_parallel_note_names_what_its_stages_recompute():
+    """The note labels FSDP + EP's best plan by what its stages recompute (the split the search solved), not by the
+    option the search seeded that split with."""
+    from types import SimpleNamespace
+
+    from gplan.planner.search import fsdp_ep_notes
+    from gplan.spec.parallel import uniform_layout
+
+    model = load_model("qwen3-30b-a3b")
+    fsdp_ep = ParallelConfig(dp=16, ep=8, zero=1, mbs=4)  # seeded with no recompute, solved with every layer full
+    best = SimpleNamespace(config=ParallelConfig(dp=2, pp=8, zero=1, mbs=8), prediction=SimpleNamespace(step_time_s=10.0))
+    found = {"a": SimpleNamespace(config=fsdp_ep, layouts=uniform_layout(model, 1, "full"),
+                                  prediction=SimpleNamespace(step_time_s=11.0))}
+    notes = fsdp_ep_notes(model, found, [], best, "torchtitan")
+    assert len(notes) == 1 and "+10.0% on the best plan" in notes[0]
+    assert notes[0].endswith(fsdp_ep.label("full")) and "rc=none" not in notes[0]

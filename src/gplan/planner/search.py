@@ -276,6 +276,7 @@ def fsdp_ep_notes(model: ModelSpec, found: dict, scored: list, best: Candidate, 
     a pipeline bound no faster than the best plan); nothing where the winner is one, or the target runs none.
     On an FSDP engine (`MemoryAccounting.states == "fsdp"`) every zero ≥ 1 is FSDP."""
     from gplan.engines import profile_of
+    from gplan.spec.parallel import recompute_mix
 
     least = 1 if profile_of(target).memory.states == "fsdp" else 2
 
@@ -290,7 +291,8 @@ def fsdp_ep_notes(model: ModelSpec, found: dict, scored: list, best: Candidate, 
         c = min(priced, key=lambda c: c.prediction.step_time_s)
         change = c.prediction.step_time_s / best_s - 1
         said = "ties the best plan (it differs in what it shards)" if abs(change) < 1e-6 else f"{change:+.1%} on the best plan"
-        return [f"FSDP + EP at its best: {c.prediction.step_time_s:.2f} s, {said} — {c.config.label()}"]
+        label = c.config.label(recompute_mix(c.layouts, c.config.recompute_modules))  # what its stages recompute
+        return [f"FSDP + EP at its best: {c.prediction.step_time_s:.2f} s, {said} — {label}"]
     layouts = [s for s in scored if fsdp_ep(s.step.config)]
     if not layouts:
         return []
