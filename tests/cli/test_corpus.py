@@ -933,12 +933,17 @@ def mf_yaml(tmp_path, parallel: str = "", context: str = "", optimizer: str = ""
     return path
 
 
-@pytest.mark.parametrize("scheduler, code, said", [
-    ("1f1b", 0, "1F1B"), ("seqpipe", 0, "seq_split_num 1"),
-    ("zero_bubble_v", 3, "zero_bubble_v pipeline schedule"), ("seqsmartvpp", 3, "seqsmartvpp pipeline schedule")])
+@pytest.mark.parametrize("scheduler, code, said, chunks", [
+    ("1f1b", 0, "1F1B", 1), ("seqpipe", 0, "seq_split_num 1", 1),
+    ("seqsmartvpp", 0, "pp_interleave_num 1), 1F1B", 1), ("seqvpp", 0, "pp_interleave_num 1), 1F1B", 1),
+    # with chunks their order (holding less than interleaved 1F1B) is not priced
+    ("seqsmartvpp", 3, "seqsmartvpp schedule with pp_interleave_num 2", 2),
+    ("zero_bubble_v", 3, "zero_bubble_v pipeline schedule", 1)])
 def test_mindspores_pipeline_scheduler_is_read_and_one_gplan_does_not_price_refused(gplan, tmp_path, scheduler, code,
-                                                                                    said):
-    path = mf_yaml(tmp_path, f"  pipeline_config:\n    pipeline_interleave: False\n    pipeline_scheduler: {scheduler}\n")
+                                                                                    said, chunks):
+    path = mf_yaml(tmp_path, f"  pipeline_config:\n    pipeline_interleave: {chunks > 1}\n    pipeline_scheduler: {scheduler}\n")
+    if chunks > 1:
+        path.write_text(path.read_text().replace("  model_config:\n", f"  model_config:\n    pp_interleave_num: {chunks}\n"))
     r = gplan("estimate", "--from", str(path), "--cluster", "atlas-800-910b", "--json")
     assert r.code == code, r.stderr
     if code:
@@ -1009,14 +1014,18 @@ def test_mindformers_own_deepseek_v3_671b_recipe_is_read_and_priced_as_it_runs(g
 
 
 @requires_engine("mindformers", "dev")
-def test_mindformers_own_telechat3_moe_recipe_is_refused_for_its_schedule_alone(gplan, tmp_path):
+def test_mindformers_own_telechat3_moe_recipe_is_priced_with_its_schedule(gplan, tmp_path):
     """Its TeleChat3-MoE 105B recipe reads (DeepSeek-V3's blocks, MindFormers' `fusedswiglu`); MindSpore's seqsmartvpp
-    schedule is what gplan does not price, named in one line; with 1F1B it is priced."""
+    with one chunk a rank and nothing split runs as 1F1B: priced as the same recipe with 1f1b is, the optimizer
+    parallel's whole weights said beside it."""
     configs = mindformers_configs()
     path = configs / "telechat3_moe" / "pretrain_telechat3_105b_a4b_4k.yaml"
-    r = gplan("estimate", "--from", str(path))
-    assert r.code == 3 and "seqsmartvpp" in r.stderr and len(r.stderr.strip().splitlines()) == 2, r.stderr
+    r = gplan("estimate", "--from", str(path), "--json")
+    assert r.code == 0, r.stderr
     one = tmp_path / "telechat3.yaml"
     one.write_text(path.read_text().replace("pipeline_scheduler: seqsmartvpp", "pipeline_scheduler: 1f1b"))
+    same = gplan("estimate", "--from", str(one), "--json")
+    assert r.json()["step_time_s"] == same.json()["step_time_s"] and r.json()["parallel"]["schedule"] == "1f1b"
+    assert any("weights whole" in note for note in r.json()["not_read"])
     launch = read_launch(one, None)
     assert (launch.model.num_experts, launch.model.ffn_kind, launch.model.is_mla) == (192, "swiglu", True)

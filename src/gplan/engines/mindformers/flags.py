@@ -36,7 +36,15 @@ MF_KEYS: dict[str, tuple[str | None, Any]] = {
 PIPELINE_SCHEDULERS = {"1f1b": "1F1B, interleaved with pp_interleave_num",
                        "seqpipe": "without sequence splitting (seq_split_num 1) MindSpore's seqpipe schedules whole "
                                   "micro-batches as 1F1B, interleaved with pp_interleave_num",
-                       "gpipe": "read as the GPipe schedule"}
+                       "gpipe": "read as the GPipe schedule",
+                       # seqpipe with chunks, which order them to hold less (MindSpore 2.6's release notes); MindSpore's
+                       # own memory evaluator counts their micro-batches in flight as 1F1B's where nothing is split
+                       # and a rank holds one chunk (hyper_parallel sapp_nd EvalUtils.pp_seq1f1b_micro_factor:
+                       # p − stage at vp 1, n_s_split 1); with chunks their order is refused apart (launch.py)
+                       "seqvpp": "without sequence splitting and with one chunk a rank (pp_interleave_num 1), 1F1B",
+                       "seqsmartvpp": "without sequence splitting and with one chunk a rank (pp_interleave_num 1), 1F1B"}
+CHUNKED_SCHEDULERS = ("seqvpp", "seqsmartvpp")
+"""MindSpore's seqpipe schedules with chunks: read at pp_interleave_num 1 only (their chunk order is not priced)."""
 MF_READ = {"parallel_config.data_parallel", "parallel_config.model_parallel", "parallel_config.pipeline_stage",
            "parallel_config.context_parallel", "parallel_config.use_seq_parallel", "parallel_config.micro_batch_num",
            "parallel_config.expert_parallel", "recompute_config.recompute", "recompute_config.select_recompute",

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gplan.engines.mindformers import logs
-from gplan.engines.mindformers.flags import MF_READ, mindformers_class
+from gplan.engines.mindformers.flags import CHUNKED_SCHEDULERS, MF_READ, mindformers_class
 from gplan.errors import InputError
 from gplan.planner.launch import with_speed, Launch, classified, exported_model, flatten
 from gplan.spec.loaders import looks_like_hf, model_from_hf_config
@@ -55,6 +55,10 @@ def read_mindformers_launch(path: Path, model: ModelSpec | None) -> Launch:
     size = int(keys.pop(shard, -1))
     scheduler_key = "parallel.pipeline_config.pipeline_scheduler"
     scheduler = str(keys.get(scheduler_key, "1f1b"))
+    if scheduler in CHUNKED_SCHEDULERS and vpp > 1:
+        raise InputError(f"--from {path}: MindSpore's {scheduler} schedule with pp_interleave_num {vpp}: the order it "
+                         "runs chunks in (to hold less than interleaved 1F1B) is not priced",
+                         hint="price it with pipeline_scheduler 1f1b, or pp_interleave_num 1")
     unread, no_effect = classified(path, keys, mindformers_class)
     if 0 < size < dp:  # said, not refused: the run this reader was built on sets it (above dp: all of them)
         no_effect[shard] = (f"optimizer state sharded over {size} of the {dp} data-parallel ranks: "
@@ -62,6 +66,10 @@ def read_mindformers_launch(path: Path, model: ModelSpec | None) -> Launch:
     if scheduler == "gpipe" and pp > 1:
         given["schedule"] = "gpipe"
     no_effect.update(swapped_optimizer(data))
+    if zero == 1 and dp * tp > 1:  # said where it is read: a search header or a plan that does not fit must show why
+        unread.append("(optimizer parallel without gradient_accumulation_shard: priced as zero 1 with the weights "
+                      "whole — MindSpore slices them with the optimizer states and gathers them before use, so the "
+                      "weights' memory is over-priced, up to their bf16 bytes on each device)")
     return Launch(source=str(path), engine="mindformers", unread=unread, no_effect=no_effect, given=given, gbs=mbs * dp * steps,
                   seq_length=mc.get("seq_length") or dataset_seq_length(data), precision={"bfloat16": "bf16", "float16": "fp16"}.get(
                       str(mc.get("compute_dtype", "bfloat16")), "fp32"),
