@@ -460,13 +460,19 @@ def _cuda_graphs(model: ModelSpec, training: TrainingSpec | None, c: ParallelCon
     and DeepEP read the splits back; gplan prices neither HybridEP's non-blocking capacity nor MinimalAsyncEP)."""
     if training is None or training.cuda_graphs == "none" or not training.profile.capabilities.cuda_graphs_host_free:
         return None
-    hint = "leave --cuda-graphs out (torchtitan: --training.disable_cuda_graphs)"
-    for degree, value in (("pp", c.pp), ("ep", c.ep)):
-        if value > 1:
-            return Violation("cuda_graphs", f"--cuda-graphs {training.cuda_graphs} with {degree}={value}: "
-                             f"{training.profile.title} captures a step without pipeline stages or a host-synced "
-                             "expert exchange only", f"use {degree}=1, or {hint}")
+    for degree, value in host_waits(c)[:1]:
+        return Violation("cuda_graphs", f"--cuda-graphs {training.cuda_graphs} with {degree}={value}: "
+                         f"{training.profile.title} captures a step without pipeline stages or a host-synced "
+                         "expert exchange only", f"use {degree}=1, or leave --cuda-graphs out (torchtitan: "
+                                                 "--training.disable_cuda_graphs)")
     return None
+
+
+def host_waits(c: ParallelConfig) -> list[tuple[str, int]]:
+    """The degrees that make a step wait on the host, so that an engine capturing only a host-free step
+    (`Capabilities.cuda_graphs_host_free`) runs it without CUDA graphs: pipeline stages (their sends and
+    receives), and expert parallel (its exchange reads the tokens per expert back)."""
+    return [(degree, value) for degree, value in (("pp", c.pp), ("ep", c.ep)) if value > 1]
 
 
 def _precision_aware_optimizer(model: ModelSpec, training: TrainingSpec | None, c: ParallelConfig,

@@ -165,7 +165,7 @@ def overrides(plan: Plan, main: bool = False) -> tuple[list[str], list[str]]:
         raise InputError("torchtitan trains in bf16 or fp32, not fp16", hint="plan with --precision bf16")
     if c.pp > 1:
         args += ["--parallelism.pipeline_parallel_schedule", SCHEDULES[c.schedule]]
-    if t.cuda_graphs == "none" and (c.pp > 1 or plan.model.is_moe):
+    if as_engine_runs(t, "torchtitan", c).cuda_graphs == "none" and (c.pp > 1 or plan.model.is_moe):
         # torchtitan 0.3 captures CUDA graphs by default and refuses them (Trainer.Config._validate_cuda_graphs)
         # with pipeline stages, and with expert parallel unless its token exchange never syncs with the host
         # (neither its all-to-all nor DeepEP does); an MoE plan priced without them (the host time of its layers,
