@@ -90,7 +90,20 @@ def title(inputs) -> str:
                if inputs.model.is_moe and inputs.model.capacity_factor is not None else "")
             + (f"; {inputs.hardware_note}" if getattr(inputs, "hardware_note", "") else "")
             + expert_kernel_note(t, inputs.model, inputs.cluster)
+            + moe_host_note(t, inputs.model)
             + unfitted_speed(t.engine, inputs.cluster))
+
+
+def moe_host_note(training, model) -> str:
+    """Said where the engine's MoE layers wait on the host by its own measure (`EngineProfile.moe_host_s`) and nothing
+    captures the step: the host time priced, and the CUDA graphs that would remove it where the engine runs them."""
+    engine = training.profile
+    if not model.is_moe or engine.moe_host_s is None or training.cuda_graphs != "none":
+        return ""
+    graphs = (" (--cuda-graphs full_iteration: 0.3's default capture, without stages or ep)"
+              if engine.capabilities.cuda_graphs_host_free else "")
+    return (f"; its MoE layers wait {engine.moe_host_s * 1e3:.1f} ms on the host a pass, priced without CUDA "
+            f"graphs{graphs}")
 
 
 def expert_kernel_note(training, model, cluster) -> str:

@@ -351,3 +351,22 @@ def test_the_fsdp_with_expert_parallel_note_names_what_its_stages_recompute():
     notes = fsdp_ep_notes(model, found, [], best, "torchtitan")
     assert len(notes) == 1 and "+10.0% on the best plan" in notes[0]
     assert notes[0].endswith(fsdp_ep.label("full")) and "rc=none" not in notes[0]
+
+
+@pytest.mark.parametrize("target, argv, said", [
+    ("torchtitan", ["--ep", "8"], True), ("torchtitan", ["--ep", "1", "--cuda-graphs", "full_iteration"], False),
+    ("megatron", ["--ep", "8"], False)])
+def test_the_header_says_the_host_time_an_engine_measured_and_how_graphs_remove_it(target, argv, said):
+    """No silent default: where the engine's own host time is priced (torchtitan's, without CUDA graphs) the header
+    names it and the capture that removes it; captured, or on Megatron's fitted constants, it says nothing."""
+    from typer.testing import CliRunner
+
+    from gplan.cli import app
+
+    done = CliRunner().invoke(app, ["estimate", "qwen3-30b-a3b", "--cluster", "dgx-h100", "--devices", "8",
+                                    "--target", target, *argv])
+    assert done.exit_code == 0, done.output
+    text = " ".join(done.output.split())
+    host_ms = TrainingSpec(gbs=16, seq_length=SEQ, engine="torchtitan").profile.moe_host_s * 1e3
+    assert (f"its MoE layers wait {host_ms:.1f} ms on the host a pass, priced without CUDA graphs "
+            "(--cuda-graphs full_iteration" in text) == said
