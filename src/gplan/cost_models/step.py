@@ -234,8 +234,7 @@ class StepModel:
         torchtitan's per-op policy, which keeps the exchange's outputs but runs the block's forward again from
         Python in the backward (torch.utils.checkpoint with a policy: a kept op's result is handed back, every op
         still dispatched)."""
-        return self.ep_passes(option) + (1 if option == "selective" and self.config.per_op
-                                         and not self.replays_moe_layer(option) else 0)
+        return self.ep_passes(option) + (1 if option == "selective" and self.config.per_op else 0)
 
     def replays_moe_layer(self, option: str) -> bool:
         """Whether the backward replays the MoE layer's forward, its token traffic included: full recompute,

@@ -460,12 +460,14 @@ def _cuda_graphs(model: ModelSpec, training: TrainingSpec | None, c: ParallelCon
     and DeepEP read the splits back; gplan prices neither HybridEP's non-blocking capacity nor MinimalAsyncEP)."""
     if training is None or training.cuda_graphs == "none" or not training.profile.capabilities.cuda_graphs_host_free:
         return None
-    for degree, value in host_waits(c)[:1]:
-        return Violation("cuda_graphs", f"--cuda-graphs {training.cuda_graphs} with {degree}={value}: "
-                         f"{training.profile.title} captures a step without pipeline stages or a host-synced "
-                         "expert exchange only", f"use {degree}=1, or leave --cuda-graphs out (torchtitan: "
-                                                 "--training.disable_cuda_graphs)")
-    return None
+    waits = host_waits(c)
+    if not waits:
+        return None
+    degree, value = waits[0]
+    return Violation("cuda_graphs", f"--cuda-graphs {training.cuda_graphs} with {degree}={value}: "
+                     f"{training.profile.title} captures a step without pipeline stages or a host-synced "
+                     "expert exchange only", f"use {degree}=1, or leave --cuda-graphs out (torchtitan: "
+                                             "--training.disable_cuda_graphs)")
 
 
 def host_waits(c: ParallelConfig) -> list[tuple[str, int]]:

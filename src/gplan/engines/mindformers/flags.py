@@ -41,8 +41,8 @@ PIPELINE_SCHEDULERS = {"1f1b": "1F1B, interleaved with pp_interleave_num",
                        # own memory evaluator counts their micro-batches in flight as 1F1B's where nothing is split
                        # and a rank holds one chunk (hyper_parallel sapp_nd EvalUtils.pp_seq1f1b_micro_factor:
                        # p − stage at vp 1, n_s_split 1); with chunks their order is refused apart (launch.py)
-                       "seqvpp": "without sequence splitting and with one chunk a rank (pp_interleave_num 1), 1F1B",
-                       "seqsmartvpp": "without sequence splitting and with one chunk a rank (pp_interleave_num 1), 1F1B"}
+                       **dict.fromkeys(("seqvpp", "seqsmartvpp"), "without sequence splitting and with one chunk a "
+                                                                  "rank (pp_interleave_num 1), 1F1B")}
 CHUNKED_SCHEDULERS = ("seqvpp", "seqsmartvpp")
 """MindSpore's seqpipe schedules with chunks: read at pp_interleave_num 1 only (their chunk order is not priced)."""
 MF_READ = {"parallel_config.data_parallel", "parallel_config.model_parallel", "parallel_config.pipeline_stage",
@@ -61,8 +61,13 @@ def mindformers_class(key: str, value: Any) -> tuple[str, str]:
     if key == "parallel.pipeline_config.pipeline_scheduler":
         return (("no effect", PIPELINE_SCHEDULERS[value]) if value in PIPELINE_SCHEDULERS
                 else ("refused", f"MindSpore's {value} pipeline schedule"))
-    why, default = MF_KEYS[key]
-    if value == default or (default is None and value in (None, False, {}, "")):
+    return by_default(*MF_KEYS[key], value)
+
+
+def by_default(why: str | None, default: Any, value: Any, empty: tuple = (None, False, {}, "")) -> tuple[str, str]:
+    """A key's class from its table entry (why it has no effect, or None; its default): at its default (an unset
+    value where the default is None) no effect; else `why`, or refused where there is none."""
+    if value == default or (default is None and value in empty):
         return "no effect", "at MindFormers' default"
     return ("no effect", why) if why else ("refused", "a layout setting gplan does not price")
 

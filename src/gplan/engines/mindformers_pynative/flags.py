@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gplan.engines.mindformers.flags import by_default
+
 READ = {"parallelism.data_parallel_shard", "parallelism.tensor_parallel", "parallelism.context_parallel",
         "parallelism.pipeline_parallel", "parallelism.pipeline_parallel_interleave_num",
         "parallelism.pipeline_parallel_schedule", "parallelism.pipeline_parallel_layers_per_stage",
@@ -43,9 +45,4 @@ def key_class(key: str, value: Any) -> tuple[str, str]:
     """("no effect", why) or ("refused", why) for a key the reader does not read (planner.launch.classified)."""
     if key not in KEYS:
         return "refused", "a layout key gplan does not read"
-    why, default = KEYS[key]
-    if value == default or (default is None and value in (None, False, {}, [], "")):
-        return "no effect", "at MindFormers' default"
-    return ("no effect", why) if why else ("refused", "a layout setting gplan does not price")
-
-
+    return by_default(*KEYS[key], value, empty=(None, False, {}, [], ""))

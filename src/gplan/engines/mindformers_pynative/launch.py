@@ -14,6 +14,7 @@ from gplan.engines.mindformers.launch import (ASCEND_CLUSTER, check_model, class
                                              mindformers_model, swapped_optimizer)
 from gplan.engines.mindformers_pynative.flags import DISPATCHERS, READ, SCHEDULES, key_class
 from gplan.errors import InputError
+from gplan.io import load_yaml
 from gplan.planner.launch import Launch, classified, flatten
 from gplan.spec.model import ModelSpec
 
@@ -156,7 +157,7 @@ def _yaml(text: str):
     import yaml
 
     try:
-        return yaml.safe_load(text)
+        return load_yaml(text)
     except yaml.YAMLError:
         return None
 
