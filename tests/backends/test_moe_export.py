@@ -609,3 +609,23 @@ def test_torchtitan_validates_the_cuda_graphs_of_the_export(tmp_path):
             config.training.disable_cuda_graphs = False
             with pytest.raises(ValueError, match="without CPU synchronization"):
                 config._validate_cuda_graphs()
+
+
+@requires_engine("torchtitan", "dev")
+def test_torchtitan_builds_an_fp8_moe_export_with_its_experts_in_fp8(tmp_path, monkeypatch):
+    """An fp8 mixture of experts for torchtitan, priced with its experts' grouped GEMMs in the recipe: its export
+    converts them too (Float8GroupedExpertsConverter beside the linears' converter), and torchtitan's parser builds
+    every routed experts' module as its float8 grouped-GEMM class."""
+    import torchtitan.components.quantization.float8 as float8
+    from torchtitan.models.common.moe import GroupedExperts
+
+    from gplan.profiles.catalogue import load_model
+    from test_exporters import titan_parse
+
+    training = TrainingSpec(gbs=256, seq_length=4096, engine="torchtitan", precision="fp8-rowwise")
+    plan = make_plan(load_model("qwen3-30b-a3b"), training, load_cluster("dgx-h100", 8), ParallelConfig(dp=8, ep=8, zero=3),
+                     None)
+    monkeypatch.setattr(float8, "has_cuda_capability", lambda major, minor: True)
+    config = titan_parse(tmp_path, plan)
+    experts = [type(c).__qualname__ for _, c, _, _ in config.model_spec.model.traverse(GroupedExperts.Config)]
+    assert len(experts) == plan.model.num_layers and all("Float8" in name for name in experts), set(experts)

@@ -746,6 +746,8 @@ def registry_copy(tmp_path: Path) -> Path:
                             "compiled": True}),
     ("moe_16b_ep1_graphed", {"ep": 1, "mbs": 4, "recompute": "selective", "chunks": 8, "dispatcher": "alltoall",
                              "compiled": True, "graphs": "full_iteration"}),
+    ("moe_16b_float8", {"ep": 8, "mbs": 4, "recompute": "selective", "chunks": 8, "dispatcher": "alltoall",
+                        "compiled": True}),
 ])
 def test_a_torchtitan_03_config_registry_function_is_read_as_its_trainer_config(gplan, tmp_path, function, expected):
     """torchtitan 0.3 has no job TOMLs: `--module deepseek_v3 --config NAME` runs a function of the module's
@@ -764,12 +766,28 @@ def test_a_torchtitan_03_config_registry_function_is_read_as_its_trainer_config(
     assert options.get("cuda_graphs", "none") == expected.get("graphs", "none")  # 0.3's default where it captures
 
 
+def test_a_registry_converting_the_experts_to_float8_is_priced_in_the_recipe(gplan, tmp_path):
+    """0.3's Float8GroupedExpertsConverter beside the linears' converter (its deepseek_v3_671b_float8): the routed
+    experts' grouped GEMMs in fp8 too, faster than the same layout in bf16."""
+    path = registry_copy(tmp_path)
+    steps = {}
+    for function in ("moe_16b", "moe_16b_float8"):
+        r = gplan("estimate", "--from", f"{path}::{function}", "--cluster", "dgx-h100", "--devices", "8", "--json")
+        assert r.code == 0, r.stderr
+        steps[function] = r.json()["step_time_s"]
+    header = " ".join(gplan("estimate", "--from", f"{path}::moe_16b_float8", "--cluster", "dgx-h100", "--devices",
+                            "8").stderr.split())
+    assert "= 128k tokens/step, fp8" in header and steps["moe_16b_float8"] < steps["moe_16b"]
+
+
 @pytest.mark.parametrize("function, said", [
     ("moe_16b_computed_batch", "training.local_batch_size is computed (2 * 4)"),
     ("moe_16b_changed_by_a_helper", "add_override(config)"),
     ("no_such_config", "no function 'no_such_config'"),
     ("moe_16b_nvfp4", "model.converters 'nvfp4linearconverter'"),  # priced as bf16 it would be a silent answer
     ("moe_16b_graphed", "--cuda-graphs full_iteration with ep=8"),  # Trainer.Config._validate_cuda_graphs refuses it
+    # float8 linears without the grouped-experts converter: the experts would train in BF16 under an fp8 price
+    ("moe_16b_float8_linears_only", "routed experts stay in BF16 under fp8"),
 ])
 def test_a_registry_function_gplan_cannot_follow_is_refused_in_one_line(gplan, tmp_path, function, said):
     path = registry_copy(tmp_path)
@@ -797,6 +815,18 @@ def test_torchtitans_own_installed_registry_is_read():
     assert launch.model.name == "qwen3-30b-a3b" and launch.engine == "torchtitan"
     assert launch.given["recompute"] == "full" and launch.given["mbs"] == 2 and launch.seq_length == 4096
     assert launch.engine_options.get("loss_chunks", 8) == 8
+
+
+@requires_engine("torchtitan", "dev")
+def test_torchtitans_own_float8_deepseek_registry_is_read_with_its_experts_in_fp8():
+    """Its deepseek_v3_671b_float8 converts the linears and the routed experts' grouped GEMMs: read in fp8 (it was
+    refused as training its experts in BF16)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torchtitan")
+    registry = Path(spec.submodule_search_locations[0]) / "models" / "deepseek_v3" / "config_registry.py"
+    launch = read_launch(Path(f"{registry}::deepseek_v3_671b_float8"), None)
+    assert launch.model.name == "deepseek-v3" and launch.precision == "fp8"
 
 
 def test_a_registry_is_not_rewritten_in_place_and_nothing_is_written(gplan, tmp_path):

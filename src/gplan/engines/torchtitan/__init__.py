@@ -61,7 +61,11 @@ ENGINE = EngineProfile(
                               # 0.3.0's converters: Float8LinearConverter (recipes rowwise and
                               # rowwise_with_gw_hp only: an fp8 plan runs rowwise there, and is priced
                               # so) and MXFP8LinearConverter (components/quantization/float8.py, mx.py)
-                              precisions=frozenset({"bf16", "fp32", "fp8", "fp8-rowwise", "mxfp8"})),
+                              precisions=frozenset({"bf16", "fp32", "fp8", "fp8-rowwise", "mxfp8"}),
+                              # and their grouped-experts converters (Float8GroupedExpertsConverter,
+                              # MXFP8GroupedExpertsConverter: torchao's scaled grouped GEMMs for the routed experts),
+                              # which its export writes beside them for a mixture of experts
+                              low_precision_experts=True),
     memory=MemoryAccounting(states="fsdp", loss_grad="fp32_grad", quantized_gemm_inputs=False,
                             unfused_swiglu=True, fp32_routing_weights=True),  # models/common feed_forward.py and moe.py
     # its default attention is F.scaled_dot_product_attention, whose default flash backend is FlashAttention-2

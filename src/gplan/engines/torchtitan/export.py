@@ -411,17 +411,18 @@ def expert_shape(plan: Plan) -> dict:
 
 
 CONVERTERS = {
-    "fp8": ("from torchtitan.components.quantization import Float8LinearConverter",
-            'Float8LinearConverter.Config(recipe_name="rowwise", filter_fqns=["lm_head"])'),
-    "fp8-rowwise": ("from torchtitan.components.quantization import Float8LinearConverter",
-                    'Float8LinearConverter.Config(recipe_name="rowwise", filter_fqns=["lm_head"])'),
-    "mxfp8": ("from torchtitan.components.quantization import MXFP8LinearConverter",
-              'MXFP8LinearConverter.Config(fqns=["layers."])'),
+    "fp8": ("Float8LinearConverter", 'Float8LinearConverter.Config(recipe_name="rowwise", filter_fqns=["lm_head"])',
+            "Float8GroupedExpertsConverter"),
+    "fp8-rowwise": ("Float8LinearConverter",
+                    'Float8LinearConverter.Config(recipe_name="rowwise", filter_fqns=["lm_head"])',
+                    "Float8GroupedExpertsConverter"),
+    "mxfp8": ("MXFP8LinearConverter", 'MXFP8LinearConverter.Config(fqns=["layers."])', "MXFP8GroupedExpertsConverter"),
 }
-"""The plan's low-precision recipe as torchtitan's own converters (0.3.0: components/quantization): the
-layers' linear projections converted, the output head (`lm_head`) kept in BF16 as the cost model prices
-it. torchtitan 0.3's float8 recipes are rowwise only (`recipe_name: rowwise | rowwise_with_gw_hp`); a
-tensorwise `fp8` plan is refused before export (spec.targets)."""
+"""The plan's low-precision recipe as torchtitan's own converters (0.3.0: components/quantization): (the linear
+converter, its config, the grouped-experts converter a mixture of experts adds). The layers' linear projections
+converted, the output head (`lm_head`) kept in BF16 as the cost model prices it; the routed experts' grouped GEMMs
+in the recipe, as it prices them. torchtitan 0.3's float8 recipes are rowwise only (`recipe_name: rowwise |
+rowwise_with_gw_hp`); a tensorwise `fp8` plan is refused before export (spec.targets)."""
 
 
 def converters_text(plan: Plan) -> str:
@@ -429,10 +430,13 @@ def converters_text(plan: Plan) -> str:
     found = CONVERTERS.get(plan.training.precision)
     if found is None:
         return "\n\n\ndef converters() -> list:\n    return []\n"
-    imported, config = found
-    return (f"\n\n\n{imported}\n\n\ndef converters() -> list:\n"
+    linear, config, grouped = found
+    names, configs = [linear], [config]
+    if plan.model.is_moe:  # the routed experts' grouped GEMMs in the recipe too, as priced
+        names, configs = names + [grouped], configs + [f"{grouped}.Config()"]
+    return (f"\n\n\nfrom torchtitan.components.quantization import {', '.join(names)}\n\n\ndef converters() -> list:\n"
             f"    \"\"\"The plan's {plan.training.precision} recipe: torchtitan checks the GPU when it builds it.\"\"\"\n"
-            f"    return [{config}]\n")
+            f"    return [{', '.join(configs)}]\n")
 
 
 def config_module(plan: Plan, context: ExportContext, ac: str) -> str:

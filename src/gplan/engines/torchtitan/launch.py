@@ -19,6 +19,7 @@ from gplan.launch_text import arguments, file_and_member
 from gplan.planner.launch import with_speed, Launch, as_int, beside, classified, exported_model, flatten, module_constant, value, world_size
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import PER_OP_MODULES
+from gplan.spec.training import LOW_PRECISION
 
 #: torchtitan's job-config keys gplan reads (torchtitan/config/job_config.py: Parallelism, Training,
 #: ActivationCheckpoint; 0.3's `local_batch_size`, before it `batch_size`).
@@ -59,6 +60,7 @@ def read_torchtitan_launch(path: Path, model: ModelSpec | None) -> Launch:
                          "converters only", hint="remove it, or price the launch without it")
     model = titan_model(path, values) if model is None else model
     _check_titan_model(path, values, model)
+    _check_titan_experts_precision(path, values, model)
     module = path.parent / "gplan_torchtitan.py"
     parts = module_constant(module, "MODULE_FQNS_PER_MODEL_PART") if module.is_file() else None
     ac = module_constant(module, "ACTIVATION_CHECKPOINT") if module.is_file() else None
@@ -479,6 +481,18 @@ def _titan_layout(values: dict, model: ModelSpec, parts, ac) -> tuple[dict[str, 
     given["etp"] = tp if given["ep"] == 1 else as_int(values.get("parallelism.expert_tensor_parallel_degree", 1))
     return given, notes
 
+
+
+def _check_titan_experts_precision(path: Path, values: dict, model: ModelSpec) -> None:
+    """A low-precision MoE launch runs its routed experts in the recipe only with 0.3's grouped-experts converter
+    (Float8GroupedExpertsConverter, MXFP8GroupedExpertsConverter: torchao's scaled grouped GEMMs); without it they
+    stay BF16, which gplan does not price under a low-precision recipe (its experts are priced in it)."""
+    converters = [c.lower() for c in titan_converters(values)]
+    if model.is_moe and _titan_precision(values) in LOW_PRECISION and not any("groupedexperts" in c for c in converters):
+        raise InputError(f"--from {path}: its routed experts stay in BF16 under {_titan_precision(values)} (no "
+                         "grouped-experts converter), which gplan prices in the recipe",
+                         hint="add Float8GroupedExpertsConverter (or MXFP8GroupedExpertsConverter) to its converters, "
+                              "or price it without the converters (bf16)")
 
 
 def titan_converters(values: dict) -> list[str]:

@@ -4,7 +4,8 @@
 # copy of this file from a folder named deepseek_v3, whose 16B flavor is gplan's bundled deepseek-v3-16b.
 
 from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
-from torchtitan.components.quantization import NVFP4LinearConverter
+from torchtitan.components.quantization import (Float8GroupedExpertsConverter, Float8LinearConverter,
+                                                 NVFP4LinearConverter)
 from torchtitan.config import CompileConfig, ParallelismConfig, TrainingConfig
 from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
 from torchtitan.trainer import Trainer
@@ -76,4 +77,20 @@ def moe_16b_graphed() -> Trainer.Config:
     """ep 8 with graphs left on: torchtitan's own check refuses it."""
     config = moe_16b()
     config.training.disable_cuda_graphs = False
+    return config
+
+
+def moe_16b_float8() -> Trainer.Config:
+    """float8 in the linears and the routed experts' grouped GEMMs, as its deepseek_v3_671b_float8 converts them."""
+    config = moe_16b()
+    config.model_spec = model_registry("16B", attn_backend="flex", converters=[
+        Float8LinearConverter.Config(filter_fqns=["lm_head", "router.gate"]), Float8GroupedExpertsConverter.Config()])
+    return config
+
+
+def moe_16b_float8_linears_only() -> Trainer.Config:
+    """float8 in the linears alone: the routed experts stay BF16."""
+    config = moe_16b()
+    config.model_spec = model_registry("16B", attn_backend="flex",
+                                       converters=[Float8LinearConverter.Config(filter_fqns=["lm_head"])])
     return config
