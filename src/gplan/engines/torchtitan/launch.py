@@ -487,9 +487,9 @@ def _check_titan_experts_precision(path: Path, values: dict, model: ModelSpec) -
     """A low-precision MoE launch runs its routed experts in the recipe only with 0.3's grouped-experts converter
     (Float8GroupedExpertsConverter, MXFP8GroupedExpertsConverter: torchao's scaled grouped GEMMs); without it they
     stay BF16, which gplan does not price under a low-precision recipe (its experts are priced in it)."""
-    converters = [c.lower() for c in titan_converters(values)]
-    if model.is_moe and _titan_precision(values) in LOW_PRECISION and not any("groupedexperts" in c for c in converters):
-        raise InputError(f"--from {path}: its routed experts stay in BF16 under {_titan_precision(values)} (no "
+    precision, converters = _titan_precision(values), [c.lower() for c in titan_converters(values)]
+    if model.is_moe and precision in LOW_PRECISION and not any("groupedexperts" in c for c in converters):
+        raise InputError(f"--from {path}: its routed experts stay in BF16 under {precision} (no "
                          "grouped-experts converter), which gplan prices in the recipe",
                          hint="add Float8GroupedExpertsConverter (or MXFP8GroupedExpertsConverter) to its converters, "
                               "or price it without the converters (bf16)")
