@@ -234,8 +234,12 @@ A2AOverlapOpt = typer.Option(False, "--moe-a2a-overlap", help="MoE: overlap the 
 CudaGraphsOpt = typer.Option("none", "--cuda-graphs", help="what CUDA graphs capture: none, moe_router (attention, "
                              "router, permutation) or full_iteration (Megatron-LM's --cuda-graph-impl/-scope); an MoE "
                              "layer exposes host time outside a graph")
-DispatcherOpt = typer.Option("alltoall", "--moe-dispatcher", help="MoE: the token dispatcher, alltoall, allgather or "
-                             "flex (DeepEP; Megatron-LM's --moe-token-dispatcher-type): its buffers and traffic")
+DispatcherOpt = typer.Option("alltoall", "--moe-dispatcher", help="MoE: the token dispatcher, alltoall, allgather, "
+                             "flex (DeepEP, HybridEP; Megatron-LM's --moe-token-dispatcher-type) or symmetric_memory "
+                             "(torchtitan's MinimalAsyncEP): its buffers and traffic")
+DispatchCapacityOpt = typer.Option(None, "--moe-dispatch-capacity", help="MoE, flex: HybridEP's output sized for this "
+                                   "share (0-1] of the worst case, without a host sync (torchtitan's "
+                                   "non_blocking_capacity_factor)")
 ScheduleOpt = typer.Option(None, "--schedule", help=f"allowed schedules: {','.join(SCHEDULES)}")
 
 
@@ -256,7 +260,8 @@ def engine_options(grad_reduce_in_bf16: bool, fp8_param_gather: bool, moe_a2a_ov
                    master_weights: str = "fp32", optimizer_offload: float = 0.0,
                    optimizer_offload_overlap: bool = False, moe_shared_expert_overlap: bool = False,
                    moe_pad_to_capacity: bool = False, compiled_loss: bool = False,
-                   fsdp_offload: bool = False, loss_chunks: Optional[int] = None) -> dict:
+                   fsdp_offload: bool = False, loss_chunks: Optional[int] = None,
+                   moe_dispatch_capacity: Optional[float] = None) -> dict:
     """The engine switches of estimate and search, by TrainingSpec field."""
     return {"grad_reduce_in_bf16": grad_reduce_in_bf16, "fp8_param_gather": fp8_param_gather, "pure_bf16": pure_bf16,
             "optimizer_in_backward": optimizer_in_backward, "legacy_grouped_gemm": legacy_grouped_gemm,
@@ -267,7 +272,8 @@ def engine_options(grad_reduce_in_bf16: bool, fp8_param_gather: bool, moe_a2a_ov
             "master_weights": master_weights, "optimizer_offload": optimizer_offload,
             "optimizer_offload_overlap": optimizer_offload_overlap,
             "moe_shared_expert_overlap": moe_shared_expert_overlap, "moe_pad_to_capacity": moe_pad_to_capacity,
-            "compiled_loss": compiled_loss, "fsdp_offload": fsdp_offload, "loss_chunks": loss_chunks}
+            "compiled_loss": compiled_loss, "fsdp_offload": fsdp_offload, "loss_chunks": loss_chunks,
+            "moe_dispatch_capacity": moe_dispatch_capacity}
 
 # ---- estimate -----------------------------------------------------------------------------------------
 

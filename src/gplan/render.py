@@ -100,8 +100,9 @@ def moe_host_note(training, model) -> str:
     engine = training.profile
     if not model.is_moe or engine.moe_host_s is None or training.cuda_graphs != "none":
         return ""
-    graphs = (" (--cuda-graphs full_iteration: 0.3's default capture, without stages or ep)"
-              if engine.capabilities.cuda_graphs_host_free else "")
+    graphs = (" (--cuda-graphs full_iteration: 0.3's default capture, without stages, and with ep only through an "
+              "exchange that never waits on the host: --moe-dispatcher symmetric_memory, or flex with "
+              "--moe-dispatch-capacity)" if engine.capabilities.cuda_graphs_host_free else "")
     return (f"; its MoE layers wait {engine.moe_host_s * 1e3:.1f} ms on the host a pass, priced without CUDA "
             f"graphs{graphs}")
 

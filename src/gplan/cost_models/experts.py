@@ -127,7 +127,22 @@ def routed_load(model: ModelSpec, training: TrainingSpec, ep: int) -> float:
         return capacity
     if ep == 1:
         return 1.0
+    if capacity is None and training.moe_rows_capacity is not None:  # a busier device's tokens past it dropped
+        capacity = allocated_load(model, training, ep)
     return training.expert_imbalance if capacity is None else min(training.expert_imbalance, capacity)
+
+
+def allocated_load(model: ModelSpec, training: TrainingSpec, ep: int) -> float:
+    """The rows the busiest device's routed tensors hold over the balanced share: its routed load, or where the
+    exchange sizes the experts' input without the host (`TrainingSpec.moe_rows_capacity` c: MinimalAsyncEP's
+    receive capacity, token_dispatcher.py `ep·tokens·min(k, E/ep)` rows; HybridEP's non-blocking
+    `tokens·ep·min(E/ep, k)·c`, hybridep.py `_num_permuted_tokens_for_non_blocking`) that allocation, whatever the
+    router sends: `ep·min(E/ep, k)·c / k` of the balanced `k·tokens` (DeepSeek-V3 16B at ep 8, c = 1: 8×). The
+    grouped GEMMs still compute the routed rows only (their offsets end there)."""
+    share = training.moe_rows_capacity
+    if share is None:
+        return routed_load(model, training, ep)
+    return ep * min(model.num_experts // ep, model.top_k) * share / model.top_k
 
 
 def routed_elementwise_elements(model: ModelSpec, shard: Shard, config: ParallelConfig) -> float:
@@ -268,6 +283,23 @@ def flex_buffer_bytes(model: ModelSpec, config: ParallelConfig, element_bytes: i
     rdma_peers = config.ep // DEEPEP_NVL_PEERS
     rdma = 2 * channels * rdma_peers * 128 * (token + 16) if config.ep > DEEPEP_NVL_PEERS else 0
     return float(nvl + rdma)
+
+
+SYMMETRIC_RECV_BUFFERS = 2
+"""MinimalAsyncEP's receive buffers, used in turn by successive exchanges (torchtitan 0.3
+distributed/minimal_async_ep/api.py `_HIDDEN_RECV_BUFFER_COUNT`)."""
+
+
+def symmetric_buffer_bytes(model: ModelSpec, config: ParallelConfig, max_tokens: float, element_bytes: int) -> float:
+    """MinimalAsyncEP's symmetric-memory buffers, allocated once per process (api.py `init_buffer`): two receive
+    buffers of `ep·T_max·min(k, E/ep)` rows of h at the parameters' 16-bit dtype (`mixed_precision_param`), T_max
+    the tokens of a rank's local batch after cp and tp (token_dispatcher.py update_ep_token_dispatcher_config:
+    `local_batch_size·seq_len / (cp·tp)`, every micro-batch of a pipelined step), and an ep × E int64 count
+    matrix."""
+    if config.ep <= 1:
+        return 0.0
+    rows = config.ep * max_tokens * min(model.top_k, model.num_experts // config.ep)
+    return SYMMETRIC_RECV_BUFFERS * rows * model.hidden_size * max(element_bytes, 2) + 8.0 * config.ep * model.num_experts
 
 
 def expert_params_per_device(model: ModelSpec, config: ParallelConfig) -> float:

@@ -170,6 +170,12 @@ class StepModel:
         padded to the expert capacity; 1 without expert parallelism)."""
         return experts.routed_load(self.model, self.training, self.config.ep)
 
+    @cached_property
+    def allocated_load(self) -> float:
+        """The rows the busiest device's routed tensors hold over the balanced share (experts.allocated_load: the
+        routed load, or the capacity an exchange sized without the host allocates)."""
+        return experts.allocated_load(self.model, self.training, self.config.ep)
+
     def layer_ep_comm_s(self, kind: str, recompute: str, group: int) -> float:
         """An MoE layer's token traffic: dispatch and combine, each an all-to-all over ep (and with etp an
         all-gather, resp. reduce-scatter, over etp), in the forward and again in the backward; full
@@ -278,7 +284,7 @@ class StepModel:
                                              t.flash_attention, "none" if recompute == "selective" else recompute, g,
                                              accounting.unfused_swiglu)
         if self.kinds[kind].moe and recompute != "full":
-            kept += self.routed_load * experts.routed_activation_bytes(self.model, self.shard, self.config,
+            kept += self.allocated_load * experts.routed_activation_bytes(self.model, self.shard, self.config,
                                                                          t.element_bytes, g, accounting)
         if recompute == "selective":
             kept -= sum(self.module_drops(kind))
@@ -290,10 +296,10 @@ class StepModel:
         t = self.training
         if self.config.per_op:
             kept = recompute.per_op_kept_bytes(self.model, self.kinds[kind], self.shard, self.config, t.element_bytes,
-                                               t.precision, self.routed_load)
+                                               t.precision, self.allocated_load)
             return [max(0.0, self.layer_activation_bytes(kind, "none") - kept)]
         return recompute.module_drops(self.config.recompute_modules, self.model, self.kinds[kind], self.shard, self.config,
-                                      t.element_bytes, t.flash_attention, self.routed_load, memory.gemm_input_bytes(t))
+                                      t.element_bytes, t.flash_attention, self.allocated_load, memory.gemm_input_bytes(t))
 
     # ---- per stage --------------------------------------------------------------------------------
     def stage_fixed_params(self, stage: StageLayout) -> float:
@@ -608,7 +614,7 @@ class StepModel:
             if recompute == "full":  # the replayed forward recreates the routed side's activations too
                 routed += experts.routed_activation_bytes(self.model, self.shard, self.config, t.element_bytes,
                                                           accounting=t.profile.memory)
-            working += self.routed_load * routed
+            working += self.allocated_load * routed
         return working
 
     def head_transient_bytes(self, layout: StageLayout) -> float:
@@ -637,13 +643,17 @@ class StepModel:
                                              self.config.zero)
 
     def communicator_bytes(self, group: int) -> float:
-        """NCCL's buffers per communicator, and DeepEP's under the flex dispatcher (allocated once, outside
-        PyTorch's allocator, as NCCL's are)."""
+        """NCCL's buffers per communicator, and DeepEP's under the flex dispatcher or MinimalAsyncEP's symmetric
+        memory (allocated once, outside PyTorch's caching allocator's reuse, as NCCL's are)."""
         c, t = self.config, self.training
         tied_pair = self.model.tie_embeddings and c.pp > 1
         nccl = memory.communicator_count(c, tied_pair, self.model.is_moe) * self.group(group).hardware.communicator_MiB * 2**20
-        flex = t.moe_dispatcher == "flex" and self.model.is_moe
-        return nccl + (experts.flex_buffer_bytes(self.model, c, t.element_bytes) if flex else 0.0)
+        if not self.model.is_moe:
+            return nccl
+        if t.moe_dispatcher == "symmetric_memory":  # a rank's local batch: every micro-batch of a pipelined step
+            max_tokens = self.shard.tokens / self.shard.tp * (c.microbatches_for(t.gbs) if c.pp > 1 else 1)
+            return nccl + experts.symmetric_buffer_bytes(self.model, c, max_tokens, t.element_bytes)
+        return nccl + (experts.flex_buffer_bytes(self.model, c, t.element_bytes) if t.moe_dispatcher == "flex" else 0.0)
 
     def stage_memory(self, index: int, layout: StageLayout, params: float, activations: float) -> StageMemory:
         c, t = self.config, self.training

@@ -173,6 +173,12 @@ class Capabilities:
     moe_dispatcher: frozenset[str] = frozenset({"alltoall"})
     """The MoE token dispatchers it runs (TrainingSpec.moe_dispatcher): every engine with experts runs an
     all-to-all; Megatron-core also its all-gather and flex (DeepEP) dispatchers."""
+    moe_dispatch_capacity: bool = False
+    """Its flex dispatcher sized for a fixed capacity without a host sync (TrainingSpec.moe_dispatch_capacity:
+    torchtitan 0.3's HybridEP `non_blocking_capacity_factor`)."""
+    kernel_dispatch_needs_ep: bool = False
+    """Its kernel dispatchers (flex, symmetric_memory) run only over an expert-parallel group: torchtitan 0.3's
+    update_ep_token_dispatcher_config refuses DeepEP, HybridEP and MinimalAsyncEP at expert_parallel_degree 1."""
     per_expert_launches: bool = True
     """Its grouped GEMM launches each local expert's GEMMs as kernels of their own (Transformer Engine's
     GroupedLinear under Megatron, gplan's torch worker's loop over experts, DeepSpeed-MoE's): a host cost

@@ -135,7 +135,8 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
                    adam_moments: str = "fp32", master_weights: str = "fp32", optimizer_offload: float = 0.0,
                    optimizer_offload_overlap: bool = False, moe_shared_expert_overlap: bool = False,
                    moe_pad_to_capacity: bool = False, compiled_loss: bool = False,
-                   fsdp_offload: bool = False, loss_chunks: int | None = None) -> Inputs:
+                   fsdp_offload: bool = False, loss_chunks: int | None = None,
+                   moe_dispatch_capacity: float | None = None) -> Inputs:
     """`target` (a backend or export target) is the engine whose memory accounting prices the run;
     default: the backend of the cluster's hardware, as `gplan search` defaults its --target."""
     from gplan.planner.space import target_name
@@ -171,7 +172,8 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
                                 pure_bf16=pure_bf16, optimizer_in_backward=optimizer_in_backward,
                                 legacy_grouped_gemm=legacy_grouped_gemm,
                                 moe_a2a_overlap=moe_a2a_overlap, cuda_graphs=cuda_graphs,
-                                moe_dispatcher=moe_dispatcher, attention_kernel=attention_kernel,
+                                moe_dispatcher=moe_dispatcher, moe_dispatch_capacity=moe_dispatch_capacity,
+                                attention_kernel=attention_kernel,
                                 bf16_loss=bf16_loss, grad_sync_each_microbatch=grad_sync_each_microbatch,
                                 precision_aware_optimizer=precision_aware_optimizer, adam_moments=adam_moments,
                                 master_weights=master_weights, optimizer_offload=optimizer_offload,
@@ -204,6 +206,7 @@ def check_engine_options(training: TrainingSpec, model: ModelSpec) -> None:
         raise InputError(f"{shown}: {training.engine} has no such option (capability {option})",
                          hint=f"--target {' or '.join(runners)}, or leave {flag} out")
     for option, flag in (("moe_a2a_overlap", "--moe-a2a-overlap"), ("moe_dispatcher", "--moe-dispatcher"),
+                         ("moe_dispatch_capacity", "--moe-dispatch-capacity"),
                          ("legacy_grouped_gemm", "--legacy-grouped-gemm"),
                          ("moe_shared_expert_overlap", "--moe-shared-expert-overlap")):
         if getattr(training, option) != switch_default(option) and not model.is_moe:

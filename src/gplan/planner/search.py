@@ -117,8 +117,16 @@ def search(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, devic
     `bounds=False` solves every candidate's ILP with no bound and no cut-off: the reference the tests
     hold the bounded search to (same best plan), far too slow for real use."""
     with _collector_paused():
-        return _search(model, training, cluster, devices, limits or SearchLimits(), top, time_limit_s, progress,
-                       bounds)
+        return _search(model, training, cluster, devices, engine_limits(training, limits or SearchLimits()), top,
+                       time_limit_s, progress, bounds)
+
+
+def engine_limits(training: TrainingSpec, limits: SearchLimits) -> SearchLimits:
+    """`limits` as the run's exchange allows: torchtitan's MinimalAsyncEP (`symmetric_memory`) runs with full
+    recompute only (minimal_async_ep/api.py), so its layers are given no other option where full is allowed."""
+    if training.moe_dispatcher == "symmetric_memory" and "full" in limits.recompute:
+        return replace(limits, recompute=["full"])
+    return limits
 
 
 @contextlib.contextmanager

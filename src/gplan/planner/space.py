@@ -277,6 +277,8 @@ def _per_degrees(model: ModelSpec, training: TrainingSpec, limits: SearchLimits,
     if not module_sets:
         return
     target = TARGETS[training.engine] if training.engine else None
+    # one recompute option allowed: the candidates are seeded with it, as the rules that read it see it
+    seeded = {"recompute": limits.recompute[0]} if len(limits.recompute) == 1 else {}
     for mbs in limits.mbs or [1, 2, 4, 8]:
         for vpp in vpp_options(model.total_layers, pp, limits, uneven):
             if vpp > 1 and (pp == 1 or (model.total_layers % (pp * vpp) and not uneven)):
@@ -291,7 +293,7 @@ def _per_degrees(model: ModelSpec, training: TrainingSpec, limits: SearchLimits,
             # recompute-module set already, often the only one), and only the rules (each group at the loop that
             # sets what it reads) and the target decide which it keeps
             batch = degrees.model_copy(update={"vpp": vpp, "mbs": mbs, "schedule": schedule,
-                                               "recompute_modules": module_sets[0]})
+                                               "recompute_modules": module_sets[0], **seeded})
             if not keeps_rules(model, training, batch, BATCH_RULES):
                 continue
             for zero in limits.zero or [0, 1, 2, 3]:

@@ -457,24 +457,64 @@ def _optimizer_in_backward(model: ModelSpec, training: TrainingSpec | None, c: P
 def _cuda_graphs(model: ModelSpec, training: TrainingSpec | None, c: ParallelConfig, devices: int) -> Violation | None:
     """torchtitan 0.3's Trainer.Config._validate_cuda_graphs: "CUDA graphs do not support pipeline parallelism yet",
     and "support only expert parallel token dispatcher configurations without CPU synchronization" (its all-to-all
-    and DeepEP read the splits back; gplan prices neither HybridEP's non-blocking capacity nor MinimalAsyncEP)."""
+    and DeepEP read the splits back; HybridEP's non-blocking capacity and MinimalAsyncEP do not: `host_waits`)."""
     if training is None or training.cuda_graphs == "none" or not training.profile.capabilities.cuda_graphs_host_free:
         return None
-    waits = host_waits(c)
+    waits = host_waits(c, training)
     if not waits:
         return None
     degree, value = waits[0]
     return Violation("cuda_graphs", f"--cuda-graphs {training.cuda_graphs} with {degree}={value}: "
                      f"{training.profile.title} captures a step without pipeline stages or a host-synced "
-                     "expert exchange only", f"use {degree}=1, or leave --cuda-graphs out (torchtitan: "
+                     "expert exchange only", f"use {degree}=1, --moe-dispatcher symmetric_memory or "
+                                             "--moe-dispatch-capacity, or leave --cuda-graphs out (torchtitan: "
                                              "--training.disable_cuda_graphs)")
 
 
-def host_waits(c: ParallelConfig) -> list[tuple[str, int]]:
+def host_waits(c: ParallelConfig, training: TrainingSpec | None = None) -> list[tuple[str, int]]:
     """The degrees that make a step wait on the host, so that an engine capturing only a host-free step
     (`Capabilities.cuda_graphs_host_free`) runs it without CUDA graphs: pipeline stages (their sends and
-    receives), and expert parallel (its exchange reads the tokens per expert back)."""
-    return [(degree, value) for degree, value in (("pp", c.pp), ("ep", c.ep)) if value > 1]
+    receives), and expert parallel where its exchange reads the tokens per expert back — not where it is sized
+    without the host (`TrainingSpec.moe_rows_capacity`: MinimalAsyncEP, HybridEP's non-blocking capacity)."""
+    host_free_exchange = training is not None and training.moe_rows_capacity is not None
+    return [(degree, value) for degree, value in (("pp", c.pp), ("ep", c.ep))
+            if value > 1 and not (degree == "ep" and host_free_exchange)]
+
+
+def _kernel_dispatch(model: ModelSpec, training: TrainingSpec | None, c: ParallelConfig,
+                     devices: int) -> Violation | None:
+    """torchtitan 0.3's rules for its kernel dispatchers: update_ep_token_dispatcher_config's "requires expert
+    parallelism (expert_parallel_degree > 1)" for DeepEP, HybridEP and MinimalAsyncEP
+    (`Capabilities.kernel_dispatch_needs_ep`), and minimal_async_ep/api.py's "MinimalAsyncEP requires full
+    recompute"; HybridEP's capacity sizes the flex dispatcher's output only."""
+    if training is None or not model.is_moe:
+        return None
+    dispatcher = training.moe_dispatcher
+    if training.moe_dispatch_capacity is not None and dispatcher != "flex":
+        return Violation("moe_dispatch_capacity", f"--moe-dispatch-capacity sizes HybridEP's (the flex dispatcher's) "
+                         f"output: the dispatcher is {dispatcher}", "use --moe-dispatcher flex, or leave "
+                                                                   "--moe-dispatch-capacity out")
+    capacity = training.moe_dispatch_capacity
+    if capacity is not None and c.ep > 1 and c.ep * min(model.num_experts // c.ep, model.top_k) * capacity < model.top_k:
+        least = model.top_k / (c.ep * min(model.num_experts // c.ep, model.top_k))
+        return Violation("moe_dispatch_capacity", f"--moe-dispatch-capacity {capacity:g} at ep={c.ep} sizes HybridEP's "
+                         f"output under the {model.top_k} copies of each token balanced routing sends: it would drop "
+                         "tokens every step", f"use a capacity ≥ {least:.3g} at this ep (hybridep.py: tokens·ep·"
+                                              "min(E/ep, k)·capacity rows), or a larger ep")
+    if dispatcher not in KERNEL_DISPATCHERS:
+        return None
+    named = f"--moe-dispatcher {dispatcher} ({KERNEL_DISPATCHERS[dispatcher]})"
+    if c.ep == 1 and training.profile.capabilities.kernel_dispatch_needs_ep:
+        return Violation("moe_dispatcher", f"{named} with ep=1: {training.profile.title}'s DeepEP, HybridEP and "
+                         "MinimalAsyncEP dispatchers need expert parallelism", "use ep > 1, or --moe-dispatcher alltoall")
+    if dispatcher == "symmetric_memory" and c.recompute != "full":
+        return Violation("moe_dispatcher", f"{named} with rc={c.recompute}: MinimalAsyncEP requires full recompute",
+                         "use recompute=full (torchtitan: activation-checkpoint:full), or --moe-dispatcher alltoall")
+    return None
+
+
+KERNEL_DISPATCHERS = {"flex": "DeepEP or HybridEP", "symmetric_memory": "torchtitan's minimal_async_ep"}
+"""The dispatchers that run kernels of their own, as the engines name them."""
 
 
 def _precision_aware_optimizer(model: ModelSpec, training: TrainingSpec | None, c: ParallelConfig,
@@ -537,7 +577,8 @@ def _a2a_overlap(model: ModelSpec, training: TrainingSpec | None, c: ParallelCon
 RULES: tuple[Rule, ...] = (_world, _tp, _dense_experts, _ep_divides, _etp_divides, _expert_grid, _moe_sp,
                            _ep_fp16, _pp_layers, _vpp_chunks, _batch, _interleaved_microbatches, _cp_chunks, _seq_split,
                            _precision_aware_optimizer, _modules_exist, _op_alone, _offload, _a2a_overlap,
-                           _shared_expert_overlap, _optimizer_in_backward, _cuda_graphs, _fsdp_offload, _loss_chunks)
+                           _shared_expert_overlap, _optimizer_in_backward, _cuda_graphs, _kernel_dispatch, _fsdp_offload,
+                           _loss_chunks)
 """The rules every configuration keeps, in the order they are reported: the one rule set that
 `check_config`, the search space (planner.space), `--stages` and the plan check read."""
 DEGREE_RULES: tuple[Rule, ...] = (_world, _tp, _pp_layers, _cp_chunks, _seq_split, _loss_chunks)
@@ -553,9 +594,10 @@ EXPERT_RULES: tuple[Rule, ...] = (_dense_experts, _ep_divides, _etp_divides, _ex
 degree tuple, a batch split or a sharding level that breaks a rule is left before its options are built;
 the five groups are RULES, each rule once (tests/spec: test_rule_groups_are_the_rules)."""
 RECOMPUTE_RULES: tuple[Rule, ...] = (_modules_exist, _op_alone, _offload, _a2a_overlap, _shared_expert_overlap,
-                                     _optimizer_in_backward, _cuda_graphs)
+                                     _optimizer_in_backward, _cuda_graphs, _kernel_dispatch)
 """The rules that read the recompute modules, activation offloading, the MoE all-to-all and shared-expert overlaps
-the optimizer in the backward and torchtitan's CUDA graphs (asked last: they read the whole configuration)."""
+the optimizer in the backward, torchtitan's CUDA graphs and its kernel dispatchers (asked last: they read the whole
+configuration)."""
 
 
 def config_violations(model: ModelSpec, training: TrainingSpec, config: ParallelConfig,

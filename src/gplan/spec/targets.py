@@ -90,7 +90,8 @@ ENGINE_OPTIONS = {"grad_reduce_in_bf16": "--grad-reduce-in-bf16", "fp8_param_gat
                   "pure_bf16": "--pure-bf16", "optimizer_in_backward": "--optimizer-in-backward",
                   "legacy_grouped_gemm": "--legacy-grouped-gemm",
                   "moe_a2a_overlap": "--moe-a2a-overlap", "cuda_graphs": "--cuda-graphs",
-                  "moe_dispatcher": "--moe-dispatcher", "attention_kernel": "--attention-kernel",
+                  "moe_dispatcher": "--moe-dispatcher",
+                  "moe_dispatch_capacity": "--moe-dispatch-capacity", "attention_kernel": "--attention-kernel",
                   "bf16_loss": "--bf16-loss", "compiled_loss": "--compiled-loss", "fsdp_offload": "--fsdp-offload",
                   "loss_chunks": "--loss-chunks",
                   "grad_sync_each_microbatch": "--grad-sync-each-microbatch",
@@ -119,7 +120,8 @@ def lacked_options(training: TrainingSpec, engine: str | None, config: ParallelC
     `config`, CUDA graphs where the engine captures only a step that never waits on the host
     (`Capabilities.cuda_graphs_host_free`: torchtitan 0.3 runs pipeline stages and expert parallel without them)."""
     caps = TARGETS.get(engine or "")
-    uncaptured = caps is not None and caps.cuda_graphs_host_free and config is not None and bool(host_waits(config))
+    uncaptured = (caps is not None and caps.cuda_graphs_host_free and config is not None
+                  and bool(host_waits(config, training)))
     return [option for option in ENGINE_OPTIONS if getattr(training, option) != switch_default(option)
             and (caps is None or not has_option(caps, option, getattr(training, option))
                  or (option == "cuda_graphs" and uncaptured))]

@@ -25,8 +25,8 @@ def tensor_core_format(precision: str) -> str:
 
 CudaGraphs = Literal["none", "moe_router", "full_iteration"]
 """What CUDA graphs capture (TrainingSpec.cuda_graphs)."""
-MoeDispatcher = Literal["alltoall", "allgather", "flex"]
-"""Megatron-core's MoE token dispatchers (TrainingSpec.moe_dispatcher)."""
+MoeDispatcher = Literal["alltoall", "allgather", "flex", "symmetric_memory"]
+"""Megatron-core's MoE token dispatchers, and torchtitan 0.3's MinimalAsyncEP (TrainingSpec.moe_dispatcher)."""
 OptimizerStateDtype = Literal["fp32", "bf16", "fp16", "fp8"]
 """The dtypes Megatron-LM keeps Adam's moments in under its precision-aware optimizer (--exp-avg-dtype)."""
 MasterWeightsDtype = Literal["fp32", "fp16"]
@@ -123,8 +123,20 @@ class TrainingSpec(BaseModel):
     buffers an MoE layer holds (experts.dispatch_buffer_bytes, experts.flex_buffer_bytes) and its traffic:
     `alltoall` permutes the tokens into a send buffer and all-to-alls them over ep; `allgather` gathers every
     token of the ep × etp group to each rank; `flex` is DeepEP's fused dispatch and combine (--moe-enable-deepep),
-    which sends from the tokens in place through buffers it allocates once per process. Megatron-LM only
-    (its own default is allgather; gplan's, and Megatron's recommendation with ep, alltoall)."""
+    which sends from the tokens in place through buffers it allocates once per process; `symmetric_memory` is
+    torchtitan 0.3's MinimalAsyncEP (`moe_comm_backend = "minimal_async_ep"`), which writes each routed copy
+    straight into its expert rank's receive buffer in symmetric memory — the all-to-all's bytes, no host sync —
+    through two receive buffers allocated once (`experts.symmetric_buffer_bytes`), the experts' input sized for
+    the worst case (`moe_rows_capacity` 1). Megatron-core's own default is allgather; gplan's, and Megatron's
+    recommendation with ep, alltoall."""
+    moe_dispatch_capacity: float | None = Field(default=None, gt=0.0, le=1.0)
+    """Mixture of experts under the flex dispatcher: its permuted output sized for this share of the worst case
+    on the device, so it never reads the tokens per expert back to the host (torchtitan 0.3's HybridEP
+    `non_blocking_capacity_factor`; hybridep.py `_num_permuted_tokens_for_non_blocking`): each micro-batch the
+    experts' input is `tokens·ep·min(E/ep, k)·capacity` rows whatever the router sends — the rows their
+    activations and gradients hold (`experts.allocated_load`) — while the grouped GEMMs compute the routed ones;
+    tokens past it are dropped, and CUDA graphs capture a step with ep > 1. None: sized on the host after a sync,
+    dropless. torchtitan only."""
 
     bf16_loss: bool = False
     """The cross-entropy on the 16-bit logits, not upcast to fp32 first (NeMo AutoModel's `loss_fn.fp32_upcast:
@@ -196,7 +208,8 @@ class TrainingSpec(BaseModel):
                                                     "grad_reduce_in_bf16": False, "fp8_param_gather": False, "pure_bf16": False,
                                                     "optimizer_in_backward": False, "legacy_grouped_gemm": False,
                                                     "moe_a2a_overlap": False, "cuda_graphs": "none",
-                                                    "moe_dispatcher": "alltoall", "attention_kernel": None,
+                                                    "moe_dispatcher": "alltoall", "moe_dispatch_capacity": None,
+                                                    "attention_kernel": None,
                                                     "bf16_loss": False, "compiled_loss": False, "grad_sync_each_microbatch": False,
                                                     "precision_aware_optimizer": False, "adam_moments": "fp32",
                                                     "master_weights": "fp32", "moe_pad_to_capacity": False,
@@ -224,6 +237,13 @@ class TrainingSpec(BaseModel):
     def attention_kernel_run(self) -> str:
         """The attention kernel the run prices: the one it names, else its engine's."""
         return self.attention_kernel or self.profile.attention_kernel
+
+    @property
+    def moe_rows_capacity(self) -> float | None:
+        """The share of the worst case the experts' input is allocated for where the exchange sizes it without the
+        host (MinimalAsyncEP: all of it; HybridEP non-blocking: its capacity); None where it is sized to the
+        routed tokens after a host sync."""
+        return 1.0 if self.moe_dispatcher == "symmetric_memory" else self.moe_dispatch_capacity
 
     @property
     def grad_bytes(self) -> int:

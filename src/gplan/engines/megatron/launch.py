@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any, get_args
 
-from gplan.engines.megatron import logs
+from gplan.engines.megatron import ENGINE, logs
 from gplan.engines.megatron.flags import LAYOUT_FLAGS, MODEL_FLAGS, MODEL_SWITCHES, megatron_class
 from gplan.errors import InputError
 from gplan.launch_text import arguments, called_script
@@ -274,7 +274,7 @@ def dispatcher_of(named: str | None, model: ModelSpec) -> str:
     default). DeepEP and HybridEP (--moe-enable-deepep, --moe-flex-dispatcher-backend) are both `flex`."""
     if not model.is_moe:
         return "alltoall"
-    known = get_args(MoeDispatcher)
+    known = sorted(ENGINE.capabilities.moe_dispatcher, key=get_args(MoeDispatcher).index)
     if named is not None and named not in known:
         raise InputError(f"--moe-token-dispatcher-type {named}: Megatron's dispatchers are {', '.join(known[:-1])} "
                          f"and {known[-1]}", hint="fix the launch's --moe-token-dispatcher-type")
