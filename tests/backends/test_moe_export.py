@@ -629,3 +629,59 @@ def test_torchtitan_builds_an_fp8_moe_export_with_its_experts_in_fp8(tmp_path, m
     config = titan_parse(tmp_path, plan)
     experts = [type(c).__qualname__ for _, c, _, _ in config.model_spec.model.traverse(GroupedExperts.Config)]
     assert len(experts) == plan.model.num_layers and all("Float8" in name for name in experts), set(experts)
+
+
+def host_free_titan_plans() -> dict:
+    """deepseek-v3-16b on 8 H100 under FSDP + EP 8 with 0.3's CUDA graphs, through its two exchanges that never wait
+    on the host: HybridEP at a non-blocking capacity, MinimalAsyncEP (full recompute, its rule)."""
+    from gplan.profiles.catalogue import load_model
+
+    config = ParallelConfig(dp=8, ep=8, mbs=2, zero=3, recompute="full")
+    exchanges = {"hybridep": {"moe_dispatcher": "flex", "moe_dispatch_capacity": 0.5},
+                 "minimal_async_ep": {"moe_dispatcher": "symmetric_memory"}}
+    return {name: make_plan(load_model("deepseek-v3-16b"),
+                            TrainingSpec(gbs=32, seq_length=4096, engine="torchtitan", cuda_graphs="full_iteration",
+                                         **options), load_cluster("dgx-h100", 8), config, None)
+            for name, options in exchanges.items()}
+
+
+def test_the_host_free_exchanges_export_and_read_back_with_their_graphs(tmp_path, gplan):
+    """Each exports its moe_comm_backend (and HybridEP's capacity) in the config module, keeps 0.3's CUDA graphs at
+    ep 8, and reads back with the same exchange and graphs at its own step and memory."""
+    for name, plan in host_free_titan_plans().items():
+        folder = tmp_path / name
+        folder.mkdir()
+        back = exported_and_read_back(folder, gplan, plan)
+        module = (folder / "tt" / "gplan_torchtitan.py").read_text()
+        assert f"MOE_COMM_BACKEND = {name!r}" in module and "DISABLE_CUDA_GRAPHS = False" in module
+        assert "--training.disable_cuda_graphs" not in (folder / "tt" / "torchtitan_train.sh").read_text()
+        t = plan.training
+        assert back["engine_options"]["moe_dispatcher"] == t.moe_dispatcher
+        assert back["engine_options"].get("moe_dispatch_capacity") == t.moe_dispatch_capacity
+        assert back["engine_options"]["cuda_graphs"] == "full_iteration"
+
+
+@requires_engine("torchtitan", "dev")
+def test_torchtitan_builds_the_host_free_exchanges_of_the_export(tmp_path):
+    """torchtitan's own parser and runtime config over each export: the dispatcher the plan priced (HybridEP with its
+    capacity, MinimalAsyncEP), its buffer sized for a rank's local batch as gplan prices it (update_ep_token_
+    dispatcher_config: local batch · seq / (cp·tp)), MinimalAsyncEP's full-recompute rule passed, and its CUDA graphs
+    at ep 8 accepted (_validate_cuda_graphs) where the all-to-all's are refused."""
+    from test_exporters import titan_parse
+    from torchtitan.models.common.token_dispatcher import (HybridEPTokenDispatcher, MinimalAsyncEPTokenDispatcher,
+                                                           update_ep_token_dispatcher_config)
+
+    kinds = {"hybridep": HybridEPTokenDispatcher.Config, "minimal_async_ep": MinimalAsyncEPTokenDispatcher.Config}
+    for name, plan in host_free_titan_plans().items():
+        folder = tmp_path / name
+        folder.mkdir()
+        config = titan_parse(folder, plan)
+        model = config.model_spec.model
+        update_ep_token_dispatcher_config(model, config)  # MinimalAsyncEP: refuses anything but full recompute
+        dispatchers = [layer.moe.routed_experts.token_dispatcher for layer in model.layers if getattr(layer, "moe", None)]
+        assert dispatchers and all(isinstance(d, kinds[name]) for d in dispatchers)
+        assert dispatchers[0].num_max_tokens_per_rank == plan.parallel.mbs * plan.training.seq_length
+        if name == "hybridep":
+            assert dispatchers[0].non_blocking_capacity_factor == plan.training.moe_dispatch_capacity
+        assert config.training.disable_cuda_graphs is False
+        config._validate_cuda_graphs()

@@ -574,13 +574,16 @@ def test_a_gradient_reduce_dtype_gplan_does_not_price_is_refused_naming_it(gplan
     assert "Traceback" not in r.stderr
 
 
-@pytest.mark.parametrize("backend, says", [("minimal_async_ep", "is not priced"), ("nccl", "torchtitan's are standard")])
+@pytest.mark.parametrize("backend, says", [("minimal_async_ep", "need expert parallelism"),
+                                           ("deepep", "need expert parallelism"), ("nccl", "torchtitan's are standard")])
 def test_a_token_exchange_gplan_does_not_price_is_refused_naming_it(gplan, tmp_path, backend, says):
+    """An exchange torchtitan does not have, and its kernel exchanges at expert_parallel_degree 1, which its
+    update_ep_token_dispatcher_config refuses: exit 3, torchtitan's rule named."""
     toml = tmp_path / "ds.toml"
     toml.write_text((CORPUS / "torchtitan" / "deepseek_v3_16b.toml").read_text().replace(
         "[parallelism]", f'[parallelism]\nexpert_parallel_comm_backend = "{backend}"', 1))
     r = gplan("estimate", "--from", str(toml), "--cluster", "dgx-h100", "--devices", "8")
-    assert r.code == 3 and says in r.stderr and backend in r.stderr
+    assert r.code == 3 and says in r.stderr and backend in r.stderr.lower()
 
 
 def test_a_deepep_plan_exported_to_torchtitan_reads_back_with_deepep(gplan, tmp_path):
@@ -782,7 +785,9 @@ def test_a_registry_converting_the_experts_to_float8_is_priced_in_the_recipe(gpl
 
 @pytest.mark.parametrize("function, said", [
     ("moe_16b_computed_batch", "training.local_batch_size is computed (2 * 4)"),
-    ("moe_16b_changed_by_a_helper", "add_override(config)"),
+    # the helper is followed (its body run on the config): what it adds is a module override gplan does not price
+    ("moe_16b_changed_by_a_helper", "override.imports my.override: a module override gplan does not price"),
+    ("moe_16b_changed_by_a_branch", "changes the config in a way gplan does not follow"),
     ("no_such_config", "no function 'no_such_config'"),
     ("moe_16b_nvfp4", "model.converters 'nvfp4linearconverter'"),  # priced as bf16 it would be a silent answer
     ("moe_16b_graphed", "--cuda-graphs full_iteration with ep=8"),  # Trainer.Config._validate_cuda_graphs refuses it
@@ -829,6 +834,67 @@ def test_torchtitans_own_float8_deepseek_registry_is_read_with_its_experts_in_fp
     assert launch.model.name == "deepseek-v3" and launch.precision == "fp8"
 
 
+def installed_deepseek_registry() -> Path:
+    import importlib.util
+
+    spec = importlib.util.find_spec("torchtitan")
+    return Path(spec.submodule_search_locations[0]) / "models" / "deepseek_v3" / "config_registry.py"
+
+
+@requires_engine("torchtitan", "dev")
+def test_torchtitans_own_hybridep_registry_is_priced_with_its_capacity_and_graphs(gplan):
+    """Its deepseek_v3_16b_hybridep (HybridEP at non_blocking_capacity_factor 1.0, CUDA graphs on, ep 8) was refused;
+    it is priced as deepseek_v3_16b's layout with the experts' input allocated for the worst case — more memory —
+    and without the host time its graphs remove."""
+    registry = installed_deepseek_registry()
+    runs = {name: gplan("estimate", "--from", f"{registry}::{name}", "--cluster", "dgx-h100", "--devices", "8", "--json")
+            for name in ("deepseek_v3_16b", "deepseek_v3_16b_hybridep")}
+    assert all(r.code == 0 for r in runs.values()), [r.stderr for r in runs.values()]
+    plain, hybrid = (runs[name].json() for name in ("deepseek_v3_16b", "deepseek_v3_16b_hybridep"))
+    assert plain["parallel"] == hybrid["parallel"] and hybrid["parallel"]["ep"] == 8
+    assert hybrid["engine_options"] == {**plain["engine_options"], "moe_dispatcher": "flex",
+                                        "moe_dispatch_capacity": 1.0, "cuda_graphs": "full_iteration"}
+    assert hybrid["memory_bytes_per_device_max"] > plain["memory_bytes_per_device_max"]
+    assert hybrid["step_time_s"] < plain["step_time_s"]
+
+
+@requires_engine("torchtitan", "dev")
+def test_torchtitans_own_minimal_async_ep_registry_is_read_and_run_as_its_launcher_runs_it(gplan, tmp_path):
+    """Its deepseek_v3_16b_minimal_async_ep follows enable_fused_swiglu (said) and sets every degree to 1, which
+    torchtitan itself refuses (MinimalAsyncEP "requires expert parallelism"): refused so, exit 3. Run as its
+    launcher would — ep 8 over 8 FSDP ranks, `activation-checkpoint:full` — it is priced with MinimalAsyncEP and
+    0.3's graphs; without full recompute, refused with torchtitan's rule. torchtitan's own parser reads the same
+    arguments the same way (FullAC, its buffer sized for the local batch gplan prices)."""
+    from torchtitan.config.manager import ConfigManager
+    from torchtitan.models.common.token_dispatcher import update_ep_token_dispatcher_config
+
+    registry = installed_deepseek_registry()
+    as_written = gplan("estimate", "--from", f"{registry}::deepseek_v3_16b_minimal_async_ep", "--cluster", "dgx-h100")
+    assert as_written.code == 3 and "need expert parallelism" in as_written.stderr
+    arguments = ["--module", "deepseek_v3", "--config", "deepseek_v3_16b_minimal_async_ep",
+                 "--parallelism.expert_parallel_degree", "8", "--parallelism.data_parallel_shard_degree", "8"]
+    for recompute in ("full", "selective"):
+        script = tmp_path / f"{recompute}.sh"
+        script.write_text(f"#!/bin/bash\nNGPU=8 ./run_train.sh {' '.join(arguments)} activation-checkpoint:{recompute}\n")
+        r = gplan("estimate", "--from", str(script), "--cluster", "dgx-h100", "--json")
+        if recompute == "selective":
+            assert r.code == 3 and "MinimalAsyncEP requires full recompute" in r.stderr
+            continue
+        assert r.code == 0, r.stderr
+        priced = r.json()
+        assert (priced["parallel"]["ep"], priced["parallel"]["recompute"]) == (8, "full")
+        assert priced["engine_options"]["moe_dispatcher"] == "symmetric_memory"
+        assert priced["engine_options"]["cuda_graphs"] == "full_iteration"
+        said = " ".join(" ".join(priced["not_read"]).split())
+        assert "override.imports: the dense SwiGLU and the routed experts' SwiGLU fused" in said
+        config = ConfigManager().parse_args([*arguments, f"activation-checkpoint:{recompute}"])
+        update_ep_token_dispatcher_config(config.model_spec.model, config)
+        dispatcher = next(layer.moe.routed_experts.token_dispatcher for layer in config.model_spec.model.layers
+                          if getattr(layer, "moe", None))
+        assert dispatcher.num_max_tokens_per_rank == priced["parallel"]["mbs"] * 4096
+        assert type(config.activation_checkpoint).__qualname__ == "FullAC.Config"
+
+
 def test_a_registry_is_not_rewritten_in_place_and_nothing_is_written(gplan, tmp_path):
     path = registry_copy(tmp_path)
     r = gplan("search", "--from", f"{path}::moe_16b", "--cluster", "dgx-h100", "--devices", "8",
@@ -838,10 +904,11 @@ def test_a_registry_is_not_rewritten_in_place_and_nothing_is_written(gplan, tmp_
     assert not (tmp_path / "p.json").exists() and not (tmp_path / "better.py").exists()
 
 
-def test_a_03_launch_script_reads_its_registry_function_with_its_overrides(gplan, tmp_path):
+def test_a_03_launch_script_reads_its_registry_function_with_its_overrides(gplan, tmp_path, monkeypatch):
     """`MODULE=deepseek_v3 CONFIG=moe_16b ./run_train.sh --parallelism.… …` in a torchtitan checkout: the registry
     function under torchtitan/models/deepseek_v3/, the script's overrides over it, NGPU its ranks; outside a
-    checkout the script is asked for the registry's function."""
+    checkout the installed torchtitan's registry, said; without one either, the script is asked for the registry's
+    function."""
     folder = tmp_path / "torchtitan" / "models" / "deepseek_v3"
     folder.mkdir(parents=True)
     (folder / "config_registry.py").write_text((CORPUS / "torchtitan" / "config_registry.py").read_text())
@@ -857,6 +924,14 @@ def test_a_03_launch_script_reads_its_registry_function_with_its_overrides(gplan
     outside.mkdir()
     (outside / "train.sh").write_text("torchrun --nproc_per_node 8 -m torchtitan.train --module qwen3 --config "
                                       "qwen3_30b_a3b\n")
+    from gplan.engines.torchtitan import launch
+
+    installed = launch.installed_torchtitan()
+    if installed:  # torchtitan's own registry, from the installed package (its dev extra), the file said
+        read = gplan("estimate", "--from", str(outside / "train.sh"), "--cluster", "dgx-h100")
+        registry = installed[0] / "torchtitan" / "models" / "qwen3" / "config_registry.py"
+        assert read.code == 0 and f"readfrom{registry}" in "".join(read.stderr.split()), read.stderr
+    monkeypatch.setattr(launch, "installed_torchtitan", lambda: [])
     refused = gplan("estimate", "--from", str(outside / "train.sh"), "--cluster", "dgx-h100")
     assert refused.code == 3 and "config_registry.py::qwen3_30b_a3b" in refused.stderr
 

@@ -34,10 +34,13 @@ ENGINE = EngineProfile(
                               # per head, biases, the gated unit clamped at 7, varlen attention), though its
                               # llama3 and qwen3 have none of them
                               family_features=frozenset({"gpt_oss"}),
-                              # its token exchange: all-to-all ("standard") or DeepEP / HybridEP kernels
-                              # (0.3.0 make_token_dispatcher_config; ≤ 0.2 parallelism.expert_parallel_comm_backend),
-                              # priced as Megatron's flex dispatcher
-                              moe_dispatcher=frozenset({"alltoall", "flex"}),
+                              # its token exchange: all-to-all ("standard"), DeepEP / HybridEP kernels priced as
+                              # Megatron's flex dispatcher, or MinimalAsyncEP's symmetric memory (0.3.0
+                              # make_token_dispatcher_config; ≤ 0.2 parallelism.expert_parallel_comm_backend);
+                              # HybridEP sized without a host sync (non_blocking_capacity_factor); the kernel
+                              # dispatchers need ep > 1 (update_ep_token_dispatcher_config)
+                              moe_dispatcher=frozenset({"alltoall", "flex", "symmetric_memory"}),
+                              moe_dispatch_capacity=True, kernel_dispatch_needs_ep=True,
                               # FSDP2's reduce dtype (`training.mixed_precision_reduce`: its MixedPrecisionPolicy's
                               # reduce_dtype, torchtitan/distributed/utils.py): the reduce-scatter in bf16
                               grad_reduce_in_bf16=True,

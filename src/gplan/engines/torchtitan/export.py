@@ -29,6 +29,7 @@ from gplan.errors import InputError
 from gplan.plan import Plan
 from gplan.spec.parallel import StageLayout, chunk_sizes
 from gplan.spec.targets import as_engine_runs, expert_family
+from gplan.spec.training import TrainingSpec
 
 VERSIONS = {
     "0.3": "torchtitan 0.3.0 (torchtitan.train, ConfigManager; checked by its own parser)",
@@ -55,9 +56,25 @@ APPROXIMATED = (
 SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved_1f1b": "Interleaved1F1B"}
 """gplan schedule -> torch.distributed.pipelining's schedule name (what torchtitan takes)."""
 
-COMM_BACKENDS = {"alltoall": "standard", "flex": "deepep"}
+COMM_BACKENDS = {"alltoall": "standard", "flex": "deepep", "symmetric_memory": "minimal_async_ep"}
 """TrainingSpec.moe_dispatcher -> torchtitan's `moe_comm_backend` (0.3.0 models/common/config_utils.py
-make_token_dispatcher_config: "standard" is its all-to-all, "deepep" DeepEP's kernels)."""
+make_token_dispatcher_config: "standard" is its all-to-all, "deepep" DeepEP's kernels, "minimal_async_ep" its
+symmetric-memory exchange); the flex dispatcher with a capacity is HybridEP's non-blocking one ("hybridep")."""
+
+
+def disables_cuda_graphs(plan: Plan) -> bool:
+    """Whether the export turns torchtitan 0.3's CUDA graphs off: where the plan is priced without them (as torchtitan
+    runs it: `as_engine_runs`) and they would run — with pipeline stages, or an MoE model's host-waiting layers."""
+    return (as_engine_runs(plan.training, "torchtitan", plan.parallel).cuda_graphs == "none"
+            and (plan.parallel.pp > 1 or plan.model.is_moe))
+
+
+def comm_constants(training: TrainingSpec) -> str:
+    """The config module's token exchange: its `moe_comm_backend` and HybridEP's non-blocking capacity (None:
+    blocking, or another backend, which ignores it)."""
+    capacity = training.moe_dispatch_capacity
+    backend = "hybridep" if capacity is not None else COMM_BACKENDS[training.moe_dispatcher]
+    return f"MOE_COMM_BACKEND = {backend!r}\nNON_BLOCKING_CAPACITY_FACTOR = {capacity!r}\n"
 
 CONFIG_MODULE = "gplan_torchtitan"
 CONFIG_FUNCTION_NAME = "gplan_plan"
@@ -165,10 +182,11 @@ def overrides(plan: Plan, main: bool = False) -> tuple[list[str], list[str]]:
         raise InputError("torchtitan trains in bf16 or fp32, not fp16", hint="plan with --precision bf16")
     if c.pp > 1:
         args += ["--parallelism.pipeline_parallel_schedule", SCHEDULES[c.schedule]]
-    if as_engine_runs(t, "torchtitan", c).cuda_graphs == "none" and (c.pp > 1 or plan.model.is_moe):
+    if disables_cuda_graphs(plan):
         # torchtitan 0.3 captures CUDA graphs by default and refuses them (Trainer.Config._validate_cuda_graphs)
         # with pipeline stages, and with expert parallel unless its token exchange never syncs with the host
-        # (neither its all-to-all nor DeepEP does); an MoE plan priced without them (the host time of its layers,
+        # (neither its all-to-all nor DeepEP does; MinimalAsyncEP and HybridEP's non-blocking capacity do not);
+        # an MoE plan priced without them (the host time of its layers,
         # cost_models.experts.host_time_s) runs without them; one priced with them keeps 0.3's default
         args += ["--training.disable_cuda_graphs"]
     if c.zero in (1, 2) and c.dp > 1:
@@ -226,6 +244,7 @@ SHAPE = {shape}
 MODULE_FQNS_PER_MODEL_PART = {fqns}
 ACTIVATION_CHECKPOINT = {ac!r}
 LOSS_CHUNKS = {chunks}
+DISABLE_CUDA_GRAPHS = {graphs}
 {comm}
 '''
 """What every family's config module starts with: the stamp, what it builds, its constants."""
@@ -313,7 +332,8 @@ def model_config() -> Qwen3Model.Config:
         layers=_build_qwen3_moe_layers(n_layers=s["n_layers"], dim=dim, n_heads=s["n_heads"], n_kv_heads=s["n_kv_heads"],
                                        head_dim=head_dim, moe_hidden_dim=s["moe_hidden_dim"],
                                        num_experts=s["num_experts"], top_k=s["top_k"], attn_backend="flex",
-                                       moe_comm_backend=MOE_COMM_BACKEND, rope=rope),
+                                       moe_comm_backend=MOE_COMM_BACKEND,
+                                       non_blocking_capacity_factor=NON_BLOCKING_CAPACITY_FACTOR, rope=rope),
     )
 
 '''
@@ -336,7 +356,7 @@ def model_config() -> DeepSeekV3Model.Config:
         dense_hidden_dim=s["dense_hidden_dim"], moe_hidden_dim=s["moe_hidden_dim"], num_experts=s["num_experts"],
         num_shared_experts=s["num_shared_experts"], router_top_k=s["top_k"], router_score_func=s["router"],
         router_route_norm=s["router"] == "sigmoid", attn_backend="flex", moe_comm_backend=MOE_COMM_BACKEND,
-        non_blocking_capacity_factor=None, rope=rope)
+        non_blocking_capacity_factor=NON_BLOCKING_CAPACITY_FACTOR, rope=rope)
     return DeepSeekV3Model.Config(
         dim=dim, vocab_size=vocab, enable_weight_tying=s["tie_embeddings"],
         tok_embeddings=Embedding.Config(num_embeddings=vocab, embedding_dim=dim, param_init=_EMBEDDING_INIT),
@@ -367,7 +387,8 @@ def model_config() -> GptOssModel.Config:
         lm_head=Linear.Config(in_features=dim, out_features=vocab, param_init=_output_linear_init(dim)),
         layers=_build_gptoss_layers(fuse_qkv=True, dim=dim, n_layers=s["n_layers"], hidden_dim=s["moe_hidden_dim"],
                                     num_experts=s["num_experts"], top_k=s["top_k"], load_balance_coeff=1e-3,
-                                    moe_comm_backend=MOE_COMM_BACKEND, rope=rope),
+                                    moe_comm_backend=MOE_COMM_BACKEND,
+                                    non_blocking_capacity_factor=NON_BLOCKING_CAPACITY_FACTOR, rope=rope),
     )
 
 '''
@@ -386,6 +407,8 @@ def {function}():
         config.loss.num_chunks = LOSS_CHUNKS
     else:  # the loss over the whole sequence, as the plan priced it
         config.loss = config.loss.loss_fn
+    if DISABLE_CUDA_GRAPHS is not None:  # as priced, whatever the family's registered trainer config says
+        config.training.disable_cuda_graphs = DISABLE_CUDA_GRAPHS
     policy = {{"full": FullAC, "selective": SelectiveAC}}.get(ACTIVATION_CHECKPOINT)
     config.activation_checkpoint = policy.Config() if policy else None
     if MODULE_FQNS_PER_MODEL_PART:
@@ -450,7 +473,10 @@ def config_module(plan: Plan, context: ExportContext, ac: str) -> str:
                               built=built, imports=imports, shape=repr(shape), fqns=repr(fqns), ac=ac,
                               # a plan priced for another engine runs torchtitan's own chunks, as it is re-priced
                               chunks=as_engine_runs(plan.training, "torchtitan").loss_chunks_run,
-                              comm=f"MOE_COMM_BACKEND = {COMM_BACKENDS[plan.training.moe_dispatcher]!r}\n" if plan.model.is_moe else "")
+                              comm=comm_constants(plan.training) if plan.model.is_moe else "",
+                              # an MoE plan's graphs as priced (torchtitan's deepseek_v3_671b trainer turns them off);
+                              # a dense plan's as its trainer config leaves them, unless the script turns them off
+                              graphs=disables_cuda_graphs(plan) if plan.model.is_moe else None)
     return (head + model.rstrip("\n") + converters_text(plan)
             + CONFIG_FUNCTION.format(function=CONFIG_FUNCTION_NAME, trainer=trainer, flavor=repr(flavor)))
 

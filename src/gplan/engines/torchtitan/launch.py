@@ -34,7 +34,7 @@ TITAN_KEYS = {
     "training.disable_cuda_graphs", "activation_checkpoint.selective_ac_option",
     "parallelism.expert_tensor_parallel_degree", "model.hf_assets_path", "parallelism.expert_parallel_comm_backend",
     "training.mixed_precision_reduce", "training.dtype", "optimizer.early_step_in_backward", "training.enable_cpu_offload",
-    "loss.num_chunks", *(f"training.{k}" for k in ("max_context_length", "num_tokens_per_train_step",
+    "loss.num_chunks", "model.non_blocking_capacity_factor", *(f"training.{k}" for k in ("max_context_length", "num_tokens_per_train_step",
                                                                    "num_tokens_per_dp_rank",
                                                                    "num_tokens_per_microbatch_per_dp_rank")),
 }
@@ -48,6 +48,7 @@ def read_torchtitan_launch(path: Path, model: ModelSpec | None) -> Launch:
     `model.hf_assets_path`)."""
     values, args, variables = titan_values(path)
     registry_chunks = values.pop(REGISTRY_CHUNKS, None)
+    registry_file = values.pop(REGISTRY_FILE, None)
     computed = sorted(k for k, v in values.items() if k in TITAN_KEYS and isinstance(v, registry.Unknown))
     if computed:
         raise InputError(f"--from {path}: {computed[0]} is computed ({values[computed[0]].text}): gplan reads the "
@@ -65,6 +66,9 @@ def read_torchtitan_launch(path: Path, model: ModelSpec | None) -> Launch:
     parts = module_constant(module, "MODULE_FQNS_PER_MODEL_PART") if module.is_file() else None
     ac = module_constant(module, "ACTIVATION_CHECKPOINT") if module.is_file() else None
     given, notes = _titan_layout(values, model, parts, ac)
+    notes += titan_overrides(path, values.pop("override.imports", None))
+    if registry_file is not None:
+        notes.append(f"(--module/--config read from {registry_file})")
     lowp_on = _titan_precision(values) in ("fp8", "fp8-rowwise", "mxfp8")
     unread_keys = {k: v for k, v in values.items() if k not in TITAN_KEYS
                    and not (not lowp_on and re.match(r"(float8|mx|quantize)\.", k))}
@@ -93,9 +97,13 @@ def read_torchtitan_launch(path: Path, model: ModelSpec | None) -> Launch:
     chunks = int(module_constant(module, "LOSS_CHUNKS") or TITAN_LOSS_CHUNKS) if module.is_file() else 1
     if registry_chunks is not None:  # a 0.3 config registry's loss: ChunkedLossWrapper's chunks, or the loss whole
         chunks = registry_chunks
+    if module.is_file():  # gplan's config module states HybridEP's capacity, and the graphs its config function sets
+        stated = {"model.non_blocking_capacity_factor": module_constant(module, "NON_BLOCKING_CAPACITY_FACTOR"),
+                  "training.disable_cuda_graphs": module_constant(module, "DISABLE_CUDA_GRAPHS")}
+        values = {**{k: v for k, v in stated.items() if v is not None}, **values}
     # 0.3's trainer (a config registry, gplan's exported module, or a job config that has the key) captures CUDA graphs
     options = titan_engine_options(path, values, model, comm, chunks, registry_chunks is not None or module.is_file()
-                                   or "training.disable_cuda_graphs" in values)
+                                   or "training.disable_cuda_graphs" in values, notes)
     for key in fork_state_dtypes(values, unread):  # said, not listed as having no effect
         unread.remove(key)
         notes.append(f"({key} {values[key]}: not a torchtitan key (a fork's?); Adam's states are priced in fp32, as "
@@ -117,11 +125,15 @@ def read_torchtitan_launch(path: Path, model: ModelSpec | None) -> Launch:
 
 
 def titan_engine_options(path: Path, values: dict[str, Any], model: ModelSpec, comm: str | None,
-                         chunks: int = 1, captures: bool = False) -> dict[str, Any]:
-    """The engine switches a job config sets: the token exchange, the reduce and training dtypes, the optimizer
-    in the backward (≤ 0.2), a compiled loss, the chunks its loss runs in (0.3's ChunkedLossWrapper; ≤ 0.2: 1), and
-    an MoE model's CUDA graphs where the trainer `captures` them (0.3, unless `training.disable_cuda_graphs`)."""
+                         chunks: int = 1, captures: bool = False, notes: list[str] | None = None) -> dict[str, Any]:
+    """The engine switches a job config sets: the token exchange (and HybridEP's capacity), the reduce and training
+    dtypes, the optimizer in the backward (≤ 0.2), a compiled loss, the chunks its loss runs in (0.3's
+    ChunkedLossWrapper; ≤ 0.2: 1), and an MoE model's CUDA graphs where the trainer `captures` them (0.3, unless
+    `training.disable_cuda_graphs`)."""
     options: dict[str, Any] = {"moe_dispatcher": titan_dispatcher(path, comm)} if model.is_moe else {}
+    capacity = titan_dispatch_capacity(values, comm, [] if notes is None else notes) if model.is_moe else None
+    if capacity is not None:
+        options["moe_dispatch_capacity"] = capacity
     if model.is_moe and captures and str(values.get("training.disable_cuda_graphs", False)).lower() != "true":
         options["cuda_graphs"] = "full_iteration"
     if chunks != TITAN_LOSS_CHUNKS:
@@ -173,22 +185,32 @@ def titan_world_size(given: dict[str, Any]) -> int | None:
 
 
 
-TITAN_COMM_BACKENDS = {"standard": "alltoall", "deepep": "flex", "hybridep": "flex"}
+TITAN_COMM_BACKENDS = {"standard": "alltoall", "deepep": "flex", "hybridep": "flex",
+                       "minimal_async_ep": "symmetric_memory"}
 """torchtitan's token exchange (≤ 0.2 `parallelism.expert_parallel_comm_backend`, 0.3.0 `moe_comm_backend` of
-make_token_dispatcher_config) -> TrainingSpec.moe_dispatcher: its all-to-all, or DeepEP's / HybridEP's kernels,
-priced as Megatron's flex dispatcher (the same de-duplicated exchange and buffers)."""
-
+make_token_dispatcher_config) -> TrainingSpec.moe_dispatcher: its all-to-all; DeepEP's or HybridEP's kernels, priced
+as Megatron's flex dispatcher (the same de-duplicated exchange and buffers); MinimalAsyncEP's symmetric memory."""
 
 
 def titan_dispatcher(path: Path, comm: str | None) -> str:
     if comm is None or comm in TITAN_COMM_BACKENDS:
         return TITAN_COMM_BACKENDS[comm or "standard"]
-    if comm == "minimal_async_ep":
-        raise InputError(f"--from {path}: moe_comm_backend minimal_async_ep (torchtitan's MinimalAsyncEP exchange) "
-                         "is not priced by gplan", hint="use standard, deepep or hybridep")
-    raise InputError(f"--from {path}: moe_comm_backend {comm!r}: torchtitan's are standard, deepep, hybridep and "
-                     "minimal_async_ep", hint="fix the launch's expert_parallel_comm_backend")
+    raise InputError(f"--from {path}: moe_comm_backend {comm!r}: torchtitan's are {', '.join(TITAN_COMM_BACKENDS)}",
+                     hint="fix the launch's expert_parallel_comm_backend")
 
+
+def titan_dispatch_capacity(values: dict[str, Any], comm: str | None, notes: list[str]) -> float | None:
+    """HybridEP's `non_blocking_capacity_factor` (0.3's model_registry keyword; gplan's config module's constant):
+    its output sized without a host sync (TrainingSpec.moe_dispatch_capacity). make_token_dispatcher_config hands it
+    to HybridEP only: with another backend it is said and dropped."""
+    capacity = values.get("model.non_blocking_capacity_factor")
+    if capacity in (None, "None"):
+        return None
+    if comm != "hybridep":
+        notes.append(f"(non_blocking_capacity_factor {capacity}: no effect — torchtitan hands it to HybridEP only, "
+                     f"the exchange is {comm or 'standard'})")
+        return None
+    return float(capacity)
 
 
 TITAN_REDUCE_DTYPES = {"float32": False, "bfloat16": True}
@@ -261,7 +283,22 @@ def titan_values(path: Path) -> tuple[dict[str, Any], dict, dict]:
             name = key.replace("no-", "", 1) if ".no-" in key else key
             name = name.replace(".no-", ".")
             values[name] = (vals[0] if vals else ".no-" not in key)
+    chosen = titan_ac_subcommand(path.read_text())
+    if chosen is not None:  # 0.3 picks the checkpointing class by subcommand; its fields start at their defaults
+        values = {k: v for k, v in values.items() if not k.startswith("activation_checkpoint.")}
+        values["activation_checkpoint.mode"] = chosen
+        if chosen == "selective":  # 0.3's SelectiveAC is the per-operator policy (registry.AC_MODES)
+            values["activation_checkpoint.selective_ac_option"] = "op"
     return values, args, variables
+
+
+def titan_ac_subcommand(text: str) -> str | None:
+    """torchtitan 0.3's checkpointing class as its command line picks it (tyro's subcommand of
+    `Trainer.Config.activation_checkpoint`: `activation-checkpoint:full`, `:selective`, `:memory-budget`, `:none`)
+    -> ≤ 0.2's `activation_checkpoint.mode`; the last one given, comments left out."""
+    code = "\n".join(line.split(" #", 1)[0] for line in text.splitlines() if not line.lstrip().startswith("#"))
+    found = re.findall(r"(?<![\w-])activation-checkpoint:(selective|full|memory-budget|none)\b", code)
+    return found[-1].replace("-", "_") if found else None
 
 
 
@@ -276,14 +313,51 @@ def titan_03_registry(path: Path, module: str | None, function: str) -> dict[str
     torchtitan/models/M/config_registry.py of the torchtitan checkout the script sits in (the loss chunks under
     REGISTRY_CHUNKS); a script outside one is asked for the registry."""
     candidates = (folder / "torchtitan" / "models" / str(module) / "config_registry.py"
-                  for folder in (path.parent, *path.parent.parents))
+                  for folder in (path.parent, *path.parent.parents, *installed_torchtitan()))
     registry_file = next((c for c in candidates if c.is_file()), None) if module else None
     if registry_file is None:
         raise InputError(f"--from {path}: a torchtitan 0.3 launch of --module {module} --config {function}, outside a "
-                         "torchtitan checkout gplan can read its registry from",
+                         "torchtitan checkout gplan can read its registry from, and no torchtitan installed",
                          hint=f"pass the registry's function: --from torchtitan/models/{module}/config_registry.py::"
                               f"{function}")
-    return registry_launch_values(Path(f"{registry_file}::{function}"))
+    return {**registry_launch_values(Path(f"{registry_file}::{function}")), REGISTRY_FILE: str(registry_file)}
+
+
+TITAN_OVERRIDES = {
+    "torchtitan.overrides.fused_swiglu.fused_swiglu": "the dense SwiGLU",
+    "torchtitan.overrides.fused_swiglu.fused_grouped_experts": "the routed experts' SwiGLU",
+}
+"""torchtitan 0.3's module overrides (`override.imports`; torchtitan/overrides/) gplan prices as the modules they
+replace: fused_swiglu.py's gate and up projections as one GEMM (the same FLOPs) and its Triton SiLU-and-mul."""
+
+
+def titan_overrides(path: Path, imports: Any) -> list[str]:
+    """The notes for a launch's `override.imports` (0.3: modules swapped for fused ones); one gplan does not price is
+    refused, naming it."""
+    if not imports:
+        return []
+    names = [str(name) for name in (imports if isinstance(imports, list) else str(imports).split(","))]
+    unknown = next((name for name in names if name not in TITAN_OVERRIDES), None)
+    if unknown is not None:
+        raise InputError(f"--from {path}: override.imports {unknown}: a module override gplan does not price",
+                         hint="price the launch without it (gplan reads "
+                              + ", ".join(n.rsplit(".", 1)[-1] for n in TITAN_OVERRIDES) + ")")
+    fused = " and ".join(TITAN_OVERRIDES[name] for name in names)
+    return [f"(override.imports: {fused} fused — one gate-and-up GEMM, a Triton SiLU-and-mul — priced as torchtitan's "
+            "stock SwiGLU: the same FLOPs, and its SiLU output counted as kept, which the fused kernel does not keep)"]
+
+
+REGISTRY_FILE = "(registry file)"
+"""The key titan_values hands the registry a script's `--module --config` was read from (said beside the price)."""
+
+
+def installed_torchtitan() -> list[Path]:
+    """The folder holding the installed torchtitan package, found without importing it (its spec only): where a
+    script outside a torchtitan checkout has its registries, as run_train.sh run against a pip install does."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torchtitan")
+    return [Path(spec.submodule_search_locations[0]).parent] if spec and spec.submodule_search_locations else []
 
 
 def titan_log_launch(path: Path, model: ModelSpec | None, text: str) -> Launch:

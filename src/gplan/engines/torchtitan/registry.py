@@ -44,7 +44,8 @@ AC_MODES = {"FullAC": "full", "SelectiveAC": "selective", "MemoryBudgetAC": "mem
 """torchtitan 0.3's activation-checkpointing classes (distributed/activation_checkpoint.py) -> ≤ 0.2's
 `activation_checkpoint.mode`; SelectiveAC is the per-operator policy (`selective_ac_option = "op"`)."""
 MODEL_REGISTRY_KEYS = {"moe_comm_backend": "parallelism.expert_parallel_comm_backend",
-                       "attn_backend": "model.attn_backend", "converters": "model.converters"}
+                       "attn_backend": "model.attn_backend", "converters": "model.converters",
+                       "non_blocking_capacity_factor": "model.non_blocking_capacity_factor"}
 """`model_registry(flavor, …)`'s keywords (models/<module>/__init__.py) -> the job-config keys the reader takes."""
 
 
@@ -111,7 +112,7 @@ def _model_keys(item: Any, module: str, path: Path) -> dict[str, Any]:
         if key not in MODEL_REGISTRY_KEYS:
             raise InputError(f"--from {path}: model_registry's {key}={value!r} is not priced by gplan",
                              hint="name a registry function without it (model_registry's flavor, attn_backend, "
-                                  "moe_comm_backend and converters are read)")
+                                  "moe_comm_backend, non_blocking_capacity_factor and converters are read)")
         if key == "converters" and isinstance(value, list):
             value = [c.kind.removesuffix(".Config").lower() if isinstance(c, Built) else str(c) for c in value]
         values[MODEL_REGISTRY_KEYS[key]] = value
@@ -135,27 +136,81 @@ class _Evaluator:
     def __init__(self, functions: dict[str, ast.FunctionDef], file: Path):
         self.functions, self.file = functions, file
 
-    def call(self, name: str, depth: int = 0) -> Any:
+    def call(self, name: str, depth: int = 0, env: dict[str, Any] | None = None) -> Any:
         if depth > 8:
             raise InputError(f"--from {self.file}: {name} calls registry functions too deep to follow",
                              hint="pass a registry function that builds its Trainer.Config itself")
-        env: dict[str, Any] = {}
-        for statement in self.functions[name].body:
+        done, result = self.run(self.functions[name].body, name, {} if env is None else env, depth)
+        return result if done else Unknown(f"{name}() returns nothing gplan reads")
+
+    def run(self, body: list[ast.stmt], name: str, env: dict[str, Any], depth: int) -> tuple[bool, Any]:
+        """Statements in order: (True, the value) at a return, (False, None) at the end."""
+        for statement in body:
             if isinstance(statement, ast.Return):
-                return self.value(statement.value, env, depth)
+                return True, self.value(statement.value, env, depth)
             if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
                 self.assign(statement.targets[0], self.value(statement.value, env, depth), env)
             elif isinstance(statement, ast.AnnAssign) and statement.value is not None:
                 self.assign(statement.target, self.value(statement.value, env, depth), env)
             elif isinstance(statement, (ast.Assert, ast.Pass)):  # checks, not changes
                 continue
-            elif not (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)):  # a docstring
-                # a helper that changes the config in place, a loop, a branch: what it does is not followed
+            elif isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):  # a docstring
+                continue
+            elif isinstance(statement, ast.For) and self.loop(statement, name, env, depth):
+                continue
+            elif not (isinstance(statement, ast.Expr) and self.changes(statement.value, env, depth)):
+                # a helper of another file, a branch, a loop over what gplan cannot list: not followed
                 raise InputError(f"--from {self.file}::{name}: line {statement.lineno} "
                                  f"({ast.unparse(statement).splitlines()[0]}) changes the config in a way gplan does "
                                  "not follow", hint="name a registry function that writes its config out, or pass the "
                                                     "script that runs it with the keys overridden")
-        return Unknown(f"{name}() returns nothing gplan reads")
+        return False, None
+
+    def loop(self, statement: ast.For, name: str, env: dict[str, Any], depth: int) -> bool:
+        """`for x in (a, b): …` over a literal list, its body run once per item (enable_fused_swiglu's overrides)."""
+        items = self.value(statement.iter, env, depth)
+        if not (isinstance(statement.target, ast.Name) and isinstance(items, list) and not statement.orelse):
+            return False
+        for item in items:
+            env[statement.target.id] = item
+            self.run(statement.body, name, env, depth)
+        return True
+
+    def changes(self, node: ast.expr, env: dict[str, Any], depth: int) -> bool:
+        """A call that changes the config in place and that gplan follows: a function of the registry handed the
+        config (`enable_fused_swiglu(config)`: its body run on it), or `config.section.key.append(value)`."""
+        if not isinstance(node, ast.Call) or node.keywords:
+            return False
+        func = ast.unparse(node.func)
+        if func in self.functions:
+            params = [a.arg for a in self.functions[func].args.args]
+            if len(params) != len(node.args):
+                return False
+            self.call(func, depth + 1, {p: self.value(a, env, depth) for p, a in zip(params, node.args)})
+            return True
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "append" and len(node.args) == 1:
+            held = self.held_list(node.func.value, env)
+            if held is not None:
+                held.append(self.value(node.args[0], env, depth))
+                return True
+        return False
+
+    def held_list(self, target: ast.expr, env: dict[str, Any]) -> list | None:
+        """The list `config.section.key` names, made empty where the config does not set it yet (torchtitan's
+        defaults for the list fields gplan reads this way are empty: `override.imports`)."""
+        chain = []
+        while isinstance(target, ast.Attribute):
+            chain.append(target.attr)
+            target = target.value
+        if not (chain and isinstance(target, ast.Name) and isinstance(env.get(target.id), Built)):
+            return None
+        holder = env[target.id]
+        for attr in reversed(chain[1:]):
+            holder = holder.fields.setdefault(attr, Built(attr))
+            if not isinstance(holder, Built):
+                return None
+        held = holder.fields.setdefault(chain[0], [])
+        return held if isinstance(held, list) else None
 
     def assign(self, target: ast.expr, value: Any, env: dict[str, Any]) -> None:
         if isinstance(target, ast.Name):

@@ -59,6 +59,13 @@ def moe_16b_changed_by_a_helper() -> Trainer.Config:
     return config
 
 
+def moe_16b_changed_by_a_branch() -> Trainer.Config:
+    config = moe_16b()
+    if config.training.seq_len > 2048:
+        config.training.local_batch_size = 2
+    return config
+
+
 def moe_16b_nvfp4() -> Trainer.Config:
     config = moe_16b()
     config.model_spec = model_registry("16B", converters=[NVFP4LinearConverter.Config()])

@@ -21,6 +21,7 @@ SHAPE = {'dim': 8192, 'n_layers': 80, 'n_heads': 64, 'n_kv_heads': 8, 'hidden_di
 MODULE_FQNS_PER_MODEL_PART = None
 ACTIVATION_CHECKPOINT = 'full'
 LOSS_CHUNKS = 8
+DISABLE_CUDA_GRAPHS = None
 
 
 
@@ -75,6 +76,8 @@ def gplan_plan():
         config.loss.num_chunks = LOSS_CHUNKS
     else:  # the loss over the whole sequence, as the plan priced it
         config.loss = config.loss.loss_fn
+    if DISABLE_CUDA_GRAPHS is not None:  # as priced, whatever the family's registered trainer config says
+        config.training.disable_cuda_graphs = DISABLE_CUDA_GRAPHS
     policy = {"full": FullAC, "selective": SelectiveAC}.get(ACTIVATION_CHECKPOINT)
     config.activation_checkpoint = policy.Config() if policy else None
     if MODULE_FQNS_PER_MODEL_PART:
