@@ -788,6 +788,7 @@ def test_a_registry_converting_the_experts_to_float8_is_priced_in_the_recipe(gpl
     # the helper is followed (its body run on the config): what it adds is a module override gplan does not price
     ("moe_16b_changed_by_a_helper", "override.imports my.override: a module override gplan does not price"),
     ("moe_16b_changed_by_a_branch", "changes the config in a way gplan does not follow"),
+    ("moe_16b_muon", "muon_optimizer(lr=0.0003) is not Adam"),  # its states and step are not Adam's
     ("no_such_config", "no function 'no_such_config'"),
     ("moe_16b_nvfp4", "model.converters 'nvfp4linearconverter'"),  # priced as bf16 it would be a silent answer
     ("moe_16b_graphed", "--cuda-graphs full_iteration with ep=8"),  # Trainer.Config._validate_cuda_graphs refuses it
@@ -893,6 +894,20 @@ def test_torchtitans_own_minimal_async_ep_registry_is_read_and_run_as_its_launch
                           if getattr(layer, "moe", None))
         assert dispatcher.num_max_tokens_per_rank == priced["parallel"]["mbs"] * 4096
         assert type(config.activation_checkpoint).__qualname__ == "FullAC.Config"
+
+
+@requires_engine("torchtitan", "dev")
+def test_torchtitans_own_muon_registries_are_refused_naming_the_optimizer(gplan):
+    """Its kimi_k2_7 registries (Moonlight 16B-A3B, Kimi K2.5) return their own Trainer.Config subclass and train with
+    DistMuon: read as a Trainer.Config, they are refused for the optimizer gplan does not price (given a model
+    of the shape), exit 3 — not priced as Adam."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torchtitan")
+    registry = Path(spec.submodule_search_locations[0]) / "models" / "kimi_k2_7" / "config_registry.py"
+    r = gplan("estimate", "deepseek-v3-16b", "--from", f"{registry}::moonlight_16b_a3b", "--cluster", "dgx-h100",
+              "--devices", "64")
+    assert r.code == 3 and "_dist_muon_optimizer" in r.stderr and "is not Adam" in r.stderr
 
 
 def test_a_registry_is_not_rewritten_in_place_and_nothing_is_written(gplan, tmp_path):

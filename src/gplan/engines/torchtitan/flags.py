@@ -54,8 +54,29 @@ TITAN_LAYOUT_LIKE = re.compile(r"^(parallelism|activation_checkpoint)\.|batch|se
 `model.converters` turns them on (torchtitan's TOMLs carry them switched off)."""
 
 
+TITAN_ADAM = ("Adam", "AdamW")
+"""The optimizers gplan prices (Adam's two fp32 moments and master weights; AdamW's decay costs nothing more):
+≤ 0.2's `optimizer.name`, 0.3's `default_adamw(...)` param group (components/optimizer/optimizer.py)."""
+
+
+def titan_optimizer_class(key: str, value: Any) -> tuple[str, str] | None:
+    """An optimizer other than Adam would change the states and the step gplan prices (Adam's): refused, naming it."""
+    text = str(getattr(value, "text", value))  # a registry's helper call is kept as its source text
+    if key == "optimizer.name":
+        adam = text in TITAN_ADAM
+    elif key == "optimizer":  # a 0.3 registry's OptimizersContainer, as its helper builds it
+        adam = text.startswith("default_adamw(")
+    else:
+        return None
+    return ("no effect", "AdamW, as gplan prices it") if adam else (
+        "refused", f"{text} is not Adam: gplan prices Adam's and AdamW's states and step")
+
+
 def titan_class(key: str, value: Any) -> tuple[str, str]:
     """("no effect", why) or ("refused", why) for a torchtitan key the launch reader does not read."""
+    optimizer = titan_optimizer_class(key, value)
+    if optimizer is not None:
+        return optimizer
     if key in TITAN_DEFAULTS and _titan_at_default(value, TITAN_DEFAULTS[key]):
         return "no effect", "at torchtitan's default"
     if key in TITAN_NOT_PRICED:

@@ -49,6 +49,7 @@ def read_torchtitan_launch(path: Path, model: ModelSpec | None) -> Launch:
     values, args, variables = titan_values(path)
     registry_chunks = values.pop(REGISTRY_CHUNKS, None)
     registry_file = values.pop(REGISTRY_FILE, None)
+    trainer_class = values.pop(registry.TRAINER_CLASS, None)
     computed = sorted(k for k, v in values.items() if k in TITAN_KEYS and isinstance(v, registry.Unknown))
     if computed:
         raise InputError(f"--from {path}: {computed[0]} is computed ({values[computed[0]].text}): gplan reads the "
@@ -69,6 +70,9 @@ def read_torchtitan_launch(path: Path, model: ModelSpec | None) -> Launch:
     notes += titan_overrides(path, values.pop("override.imports", None))
     if registry_file is not None:
         notes.append(f"(--module/--config read from {registry_file})")
+    if trainer_class is not None:
+        notes.append(f"(its trainer config is the registry's own {trainer_class}: the checks of its __post_init__ "
+                     "are not read)")
     lowp_on = _titan_precision(values) in ("fp8", "fp8-rowwise", "mxfp8")
     unread_keys = {k: v for k, v in values.items() if k not in TITAN_KEYS
                    and not (not lowp_on and re.match(r"(float8|mx|quantize)\.", k))}

@@ -66,6 +66,12 @@ def moe_16b_changed_by_a_branch() -> Trainer.Config:
     return config
 
 
+def moe_16b_muon() -> Trainer.Config:
+    config = moe_16b()
+    config.optimizer = muon_optimizer(lr=3e-4)
+    return config
+
+
 def moe_16b_nvfp4() -> Trainer.Config:
     config = moe_16b()
     config.model_spec = model_registry("16B", converters=[NVFP4LinearConverter.Config()])
