@@ -76,6 +76,24 @@ def test_minimal_async_ep_allocates_two_receive_buffers_of_a_ranks_local_batch()
         2 * 4 * 4096 * micro * 6 * MODEL.hidden_size * 2 + 8 * 4 * MODEL.num_experts)
 
 
+def test_minimal_async_eps_experts_run_on_its_receive_buffer():
+    """MinimalAsyncEP hands the experts its whole receive buffer (api.py `_copy_rows_to_peers_and_wait_cuda` returns
+    it): the replayed layer's routed tensors have the buffer's rows — with stages, every micro-batch of the local
+    batch's — and its input is that buffer, counted once with the communicators, not again in the working set."""
+    full = EP8.model_copy(update={"recompute": "full"})
+    symmetric, hybrid = (_step(full, moe_dispatcher="symmetric_memory"),
+                         _step(full, moe_dispatcher="flex", moe_dispatch_capacity=1.0))
+    kind, t = _moe_kind(symmetric), symmetric.training
+    assert symmetric.allocated_load == hybrid.allocated_load == 8.0
+    held_in_buffer = 8.0 * experts.routed_input_bytes(MODEL, symmetric.shard, full, t.element_bytes)
+    assert hybrid.layer_transient_bytes(kind, "full") - symmetric.layer_transient_bytes(kind, "full") == \
+        pytest.approx(held_in_buffer, rel=1e-6)
+    staged = ParallelConfig(dp=4, pp=2, ep=4, mbs=1, zero=1, recompute="full")
+    training = TrainingSpec(gbs=16, seq_length=4096, engine="torchtitan", moe_dispatcher="symmetric_memory")
+    step = StepModel(MODEL, training, CLUSTER, staged)
+    assert step.allocated_load == pytest.approx(4 * 6 / 6 * staged.microbatches_for(16))
+
+
 def test_the_host_free_exchanges_drop_the_host_time_under_graphs_with_ep():
     """With CUDA graphs an MoE layer waits on no host; the host-synced exchange is refused them at ep > 1 (0.3's
     _validate_cuda_graphs), these two are not."""

@@ -132,17 +132,26 @@ def routed_load(model: ModelSpec, training: TrainingSpec, ep: int) -> float:
     return training.expert_imbalance if capacity is None else min(training.expert_imbalance, capacity)
 
 
-def allocated_load(model: ModelSpec, training: TrainingSpec, ep: int) -> float:
+def allocated_load(model: ModelSpec, training: TrainingSpec, ep: int, buffered_microbatches: int = 1) -> float:
     """The rows the busiest device's routed tensors hold over the balanced share: its routed load, or where the
-    exchange sizes the experts' input without the host (`TrainingSpec.moe_rows_capacity` c: MinimalAsyncEP's
-    receive capacity, token_dispatcher.py `ep·tokens·min(k, E/ep)` rows; HybridEP's non-blocking
-    `tokens·ep·min(E/ep, k)·c`, hybridep.py `_num_permuted_tokens_for_non_blocking`) that allocation, whatever the
-    router sends: `ep·min(E/ep, k)·c / k` of the balanced `k·tokens` (DeepSeek-V3 16B at ep 8, c = 1: 8×). The
-    grouped GEMMs still compute the routed rows only (their offsets end there)."""
+    exchange sizes the experts' input without the host (`TrainingSpec.moe_rows_capacity` c) that allocation, whatever
+    the router sends: `ep·min(E/ep, k)·c / k` of the balanced `k·tokens` (DeepSeek-V3 16B at ep 8, c = 1: 8×) —
+    HybridEP's non-blocking output, `tokens·ep·min(E/ep, k)·c` rows (hybridep.py `_num_permuted_tokens_for_non_
+    blocking`); MinimalAsyncEP hands the experts its whole receive buffer (api.py `_copy_rows_to_peers_and_wait_cuda`
+    returns it), `ep·T_max·min(k, E/ep)` rows, T_max a rank's local batch: the micro-batches one pipelined step holds
+    (`buffered_microbatches`) times a micro-batch's. The grouped GEMMs still compute the routed rows only (their
+    offsets end there)."""
     share = training.moe_rows_capacity
     if share is None:
         return routed_load(model, training, ep)
-    return ep * min(model.num_experts // ep, model.top_k) * share / model.top_k
+    buffered = buffered_microbatches if training.moe_dispatcher == "symmetric_memory" else 1
+    return ep * min(model.num_experts // ep, model.top_k) * share / model.top_k * buffered
+
+
+def routed_input_bytes(model: ModelSpec, shard: Shard, config: ParallelConfig, gemm_input: float) -> float:
+    """The experts' permuted input, `g·h` per routed pair: what MinimalAsyncEP's receive buffer holds in place of a
+    tensor of its own (`symmetric_buffer_bytes`)."""
+    return routed_pairs(model, shard, config.etp) * gemm_input * model.hidden_size
 
 
 def routed_elementwise_elements(model: ModelSpec, shard: Shard, config: ParallelConfig) -> float:
@@ -238,8 +247,9 @@ def dispatch_buffer_bytes(model: ModelSpec, shard: Shard, config: ParallelConfig
       experts' (MoEAllGatherTokenDispatcher: `gather_from_sequence_parallel_region` over the tp-ep group):
       `tokens·ep·etp·h`;
     - flex: none — DeepEP reads the tokens in place into the buffers it allocated once (`flex_buffer_bytes`,
-      counted with the communicators)."""
-    if dispatcher == "flex":
+      counted with the communicators); symmetric_memory likewise copies each row from the tokens straight into its
+      receive buffer (MinimalAsyncEP's dispatch_op: `src_rows`, no permuted copy; `symmetric_buffer_bytes`)."""
+    if dispatcher in ("flex", "symmetric_memory"):
         return 0.0
     if dispatcher == "allgather":
         return allgather_dispatch_bytes(model, shard, config, element_bytes)

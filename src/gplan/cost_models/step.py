@@ -63,11 +63,12 @@ class StepModel:
     @property
     def sharing_key(self) -> tuple:
         """What every shared value depends on: the shard (mbs, sequence, tp, cp, sp), the expert grid, the
-        devices and the engine that runs them (what selective layers recompute is in the keys of the values
-        that depend on it: `selective_modules`) (model and training are one search's own)."""
+        devices and the engine that runs them, and the rows the routed tensors hold (MinimalAsyncEP's buffer grows
+        with a pipelined local batch) (what selective layers recompute is in the keys of the values that depend on
+        it: `selective_modules`) (model and training are one search's own)."""
         devices = tuple((g.hardware.name, g.domain_devices) for g in self.cluster.node_groups)
         c = self.config
-        return compute.shard_of(self.training, c), c.ep, c.etp, devices, self.training.engine
+        return compute.shard_of(self.training, c), c.ep, c.etp, devices, self.training.engine, self.allocated_load
 
     def memo(self, key: tuple, price):
         """`price()`, or its value already in the shared dict under `key`."""
@@ -174,7 +175,14 @@ class StepModel:
     def allocated_load(self) -> float:
         """The rows the busiest device's routed tensors hold over the balanced share (experts.allocated_load: the
         routed load, or the capacity an exchange sized without the host allocates)."""
-        return experts.allocated_load(self.model, self.training, self.config.ep)
+        return experts.allocated_load(self.model, self.training, self.config.ep, self.buffered_microbatches)
+
+    @cached_property
+    def buffered_microbatches(self) -> int:
+        """The micro-batches a rank's local batch holds, which torchtitan sizes its kernel exchanges' buffers for
+        (update_ep_token_dispatcher_config: local batch · seq / (cp·tp)): a pipelined step's all, else one."""
+        c = self.config
+        return c.microbatches_for(self.training.gbs) if c.pp > 1 else 1
 
     def layer_ep_comm_s(self, kind: str, recompute: str, group: int) -> float:
         """An MoE layer's token traffic: dispatch and combine, each an all-to-all over ep (and with etp an
@@ -614,6 +622,8 @@ class StepModel:
             if recompute == "full":  # the replayed forward recreates the routed side's activations too
                 routed += experts.routed_activation_bytes(self.model, self.shard, self.config, t.element_bytes,
                                                           accounting=t.profile.memory)
+                if t.moe_dispatcher == "symmetric_memory":  # its input is the receive buffer, counted once
+                    routed -= experts.routed_input_bytes(self.model, self.shard, self.config, t.element_bytes)
             working += self.allocated_load * routed
         return working
 
@@ -651,7 +661,7 @@ class StepModel:
         if not self.model.is_moe:
             return nccl
         if t.moe_dispatcher == "symmetric_memory":  # a rank's local batch: every micro-batch of a pipelined step
-            max_tokens = self.shard.tokens / self.shard.tp * (c.microbatches_for(t.gbs) if c.pp > 1 else 1)
+            max_tokens = self.shard.tokens / self.shard.tp * self.buffered_microbatches
             return nccl + experts.symmetric_buffer_bytes(self.model, c, max_tokens, t.element_bytes)
         return nccl + (experts.flex_buffer_bytes(self.model, c, t.element_bytes) if t.moe_dispatcher == "flex" else 0.0)
 
