@@ -145,7 +145,7 @@ def allocated_load(model: ModelSpec, training: TrainingSpec, ep: int, buffered_m
     if share is None:
         return routed_load(model, training, ep)
     buffered = buffered_microbatches if training.moe_dispatcher == "symmetric_memory" else 1
-    return ep * min(model.num_experts // ep, model.top_k) * share / model.top_k * buffered
+    return model.worst_case_routed_share(ep) * share * buffered
 
 
 def routed_input_bytes(model: ModelSpec, shard: Shard, config: ParallelConfig, gemm_input: float) -> float:

@@ -231,6 +231,12 @@ class ModelSpec(BaseModel):
     def is_moe(self) -> bool:
         return self.num_experts is not None
 
+    def worst_case_routed_share(self, ep: int) -> float:
+        """The most token-expert rows a rank's E/ep experts can receive, over the balanced k per token: each of the ep
+        ranks' tokens can reach min(E/ep, k) of them, `ep·min(E/ep, k) / k` (what torchtitan sizes its host-free
+        exchanges for: hybridep.py, minimal_async_ep/api.py)."""
+        return ep * min(self.num_experts // ep, self.top_k) / self.top_k
+
     @property
     def is_mla(self) -> bool:
         return self.kv_lora_rank is not None

@@ -481,28 +481,34 @@ def host_waits(c: ParallelConfig, training: TrainingSpec | None = None) -> list[
             if value > 1 and not (degree == "ep" and host_free_exchange)]
 
 
+def _dispatch_capacity(model: ModelSpec, training: TrainingSpec | None, c: ParallelConfig,
+                       devices: int) -> Violation | None:
+    """HybridEP's non-blocking capacity sizes the flex dispatcher's output (torchtitan's make_token_dispatcher_config
+    hands it to HybridEP only), and one under the balanced share drops tokens every step: refused, naming the least."""
+    capacity = training.moe_dispatch_capacity if training is not None and model.is_moe else None
+    if capacity is None:
+        return None
+    if training.moe_dispatcher != "flex":
+        return Violation("moe_dispatch_capacity", "--moe-dispatch-capacity sizes HybridEP's (the flex dispatcher's) "
+                         f"output: the dispatcher is {training.moe_dispatcher}", "use --moe-dispatcher flex, or leave "
+                                                                                 "--moe-dispatch-capacity out")
+    if c.ep > 1 and model.worst_case_routed_share(c.ep) * capacity < 1:
+        return Violation("moe_dispatch_capacity", f"--moe-dispatch-capacity {capacity:g} at ep={c.ep} sizes HybridEP's "
+                         f"output under the {model.top_k} copies of each token balanced routing sends: it would drop "
+                         "tokens every step", f"use a capacity ≥ {1 / model.worst_case_routed_share(c.ep):.3g} at this "
+                                              "ep (hybridep.py: tokens·ep·min(E/ep, k)·capacity rows), or a larger ep")
+    return None
+
+
 def _kernel_dispatch(model: ModelSpec, training: TrainingSpec | None, c: ParallelConfig,
                      devices: int) -> Violation | None:
     """torchtitan 0.3's rules for its kernel dispatchers: update_ep_token_dispatcher_config's "requires expert
     parallelism (expert_parallel_degree > 1)" for DeepEP, HybridEP and MinimalAsyncEP
     (`Capabilities.kernel_dispatch_needs_ep`), and minimal_async_ep/api.py's "MinimalAsyncEP requires full
-    recompute"; HybridEP's capacity sizes the flex dispatcher's output only."""
-    if training is None or not model.is_moe:
+    recompute"."""
+    if training is None or not model.is_moe or training.moe_dispatcher not in KERNEL_DISPATCHERS:
         return None
     dispatcher = training.moe_dispatcher
-    if training.moe_dispatch_capacity is not None and dispatcher != "flex":
-        return Violation("moe_dispatch_capacity", f"--moe-dispatch-capacity sizes HybridEP's (the flex dispatcher's) "
-                         f"output: the dispatcher is {dispatcher}", "use --moe-dispatcher flex, or leave "
-                                                                   "--moe-dispatch-capacity out")
-    capacity = training.moe_dispatch_capacity
-    if capacity is not None and c.ep > 1 and c.ep * min(model.num_experts // c.ep, model.top_k) * capacity < model.top_k:
-        least = model.top_k / (c.ep * min(model.num_experts // c.ep, model.top_k))
-        return Violation("moe_dispatch_capacity", f"--moe-dispatch-capacity {capacity:g} at ep={c.ep} sizes HybridEP's "
-                         f"output under the {model.top_k} copies of each token balanced routing sends: it would drop "
-                         "tokens every step", f"use a capacity ≥ {least:.3g} at this ep (hybridep.py: tokens·ep·"
-                                              "min(E/ep, k)·capacity rows), or a larger ep")
-    if dispatcher not in KERNEL_DISPATCHERS:
-        return None
     named = f"--moe-dispatcher {dispatcher} ({KERNEL_DISPATCHERS[dispatcher]})"
     if c.ep == 1 and training.profile.capabilities.kernel_dispatch_needs_ep:
         return Violation("moe_dispatcher", f"{named} with ep=1: {training.profile.title}'s DeepEP, HybridEP and "
@@ -577,8 +583,8 @@ def _a2a_overlap(model: ModelSpec, training: TrainingSpec | None, c: ParallelCon
 RULES: tuple[Rule, ...] = (_world, _tp, _dense_experts, _ep_divides, _etp_divides, _expert_grid, _moe_sp,
                            _ep_fp16, _pp_layers, _vpp_chunks, _batch, _interleaved_microbatches, _cp_chunks, _seq_split,
                            _precision_aware_optimizer, _modules_exist, _op_alone, _offload, _a2a_overlap,
-                           _shared_expert_overlap, _optimizer_in_backward, _cuda_graphs, _kernel_dispatch, _fsdp_offload,
-                           _loss_chunks)
+                           _shared_expert_overlap, _optimizer_in_backward, _cuda_graphs, _dispatch_capacity,
+                           _kernel_dispatch, _fsdp_offload, _loss_chunks)
 """The rules every configuration keeps, in the order they are reported: the one rule set that
 `check_config`, the search space (planner.space), `--stages` and the plan check read."""
 DEGREE_RULES: tuple[Rule, ...] = (_world, _tp, _pp_layers, _cp_chunks, _seq_split, _loss_chunks)
@@ -594,7 +600,7 @@ EXPERT_RULES: tuple[Rule, ...] = (_dense_experts, _ep_divides, _etp_divides, _ex
 degree tuple, a batch split or a sharding level that breaks a rule is left before its options are built;
 the five groups are RULES, each rule once (tests/spec: test_rule_groups_are_the_rules)."""
 RECOMPUTE_RULES: tuple[Rule, ...] = (_modules_exist, _op_alone, _offload, _a2a_overlap, _shared_expert_overlap,
-                                     _optimizer_in_backward, _cuda_graphs, _kernel_dispatch)
+                                     _optimizer_in_backward, _cuda_graphs, _dispatch_capacity, _kernel_dispatch)
 """The rules that read the recompute modules, activation offloading, the MoE all-to-all and shared-expert overlaps
 the optimizer in the backward, torchtitan's CUDA graphs and its kernel dispatchers (asked last: they read the whole
 configuration)."""
