@@ -1149,3 +1149,21 @@ def test_mindformers_own_telechat3_moe_recipe_is_priced_with_its_schedule(gplan,
     assert any("weights whole" in note for note in r.json()["not_read"])
     launch = read_launch(one, None)
     assert (launch.model.num_experts, launch.model.ffn_kind, launch.model.is_mla) == (192, "swiglu", True)
+
+
+def test_the_modules_selective_layers_recompute_are_said_only_where_both_sides_recompute_selectively():
+    """torchtitan's per-op launch against a best plan recomputing nothing: the change said is the recompute
+    (`selective(op) → none`), not the modules no layer of the plan recomputes (search --from printed
+    `recompute_modules op → core_attn` beside it); between two selective plans the modules are said."""
+    from gplan.planner.launch import differences
+    from gplan.profiles.catalogue import load_model
+    from gplan.spec.parallel import ParallelConfig, layout_from_sizes
+
+    model = load_model("llama3-8b")
+    per_op = ParallelConfig(dp=8, recompute="selective", recompute_modules=("op",))
+    plain = ParallelConfig(dp=8, recompute="none")
+    changed = differences(per_op, plain, layout_from_sizes(model, [32], ["selective"]),
+                          layout_from_sizes(model, [32], ["none"]))
+    assert changed["recompute"] == ("selective(op)", "none") and "recompute_modules" not in changed
+    core = ParallelConfig(dp=8, recompute="selective")
+    assert differences(per_op, core)["recompute_modules"] == ("op", "core_attn")

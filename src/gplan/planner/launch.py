@@ -219,11 +219,15 @@ def differences(mine, best, mine_layouts=None, best_layouts=None) -> dict[str, t
     configuration's `recompute`)."""
     from gplan.spec.parallel import recompute_mix
 
-    found = {}
+    found, recomputes = {}, ()
     for key in ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "sp", "mbs", "zero", "recompute", "recompute_modules"):
         a, b = getattr(mine, key), getattr(best, key)
         if key == "recompute" and mine_layouts is not None and best_layouts is not None:
             a, b = recompute_mix(mine_layouts, mine.recompute_modules), recompute_mix(best_layouts, best.recompute_modules)
+        if key == "recompute":
+            recomputes = (str(a), str(b))
+        if key == "recompute_modules" and not all("selective" in r for r in recomputes):
+            continue  # what selective layers recompute changes nothing where one side has none
         if a != b:
             found[key] = (",".join(a) or "none", ",".join(b) or "none") if key == "recompute_modules" else (str(a), str(b))
     return found
