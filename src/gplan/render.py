@@ -98,8 +98,13 @@ def moe_host_note(training, model) -> str:
     """Said where the engine's MoE layers wait on the host by its own measure (`EngineProfile.moe_host_s`) and nothing
     captures the step: the host time priced, and the CUDA graphs that would remove it where the engine runs them."""
     engine = training.profile
-    if not model.is_moe or engine.moe_host_s is None or training.cuda_graphs != "none":
+    if not model.is_moe or engine.moe_host_s is None:
         return ""
+    if training.cuda_graphs != "none":
+        return (f"; CUDA graphs where {engine.title} captures the step (no pipeline stages; ep 1 or an exchange that "
+                f"never waits on the host), a layout it cannot capture priced without them — its MoE layers waiting "
+                f"{engine.moe_host_s * 1e3:.1f} ms on the host a pass — as its export runs it"
+                if engine.capabilities.cuda_graphs_host_free else "")
     graphs = (" (--cuda-graphs full_iteration: 0.3's default capture, without stages, and with ep only through an "
               "exchange that never waits on the host: --moe-dispatcher symmetric_memory, or flex with "
               "--moe-dispatch-capacity)" if engine.capabilities.cuda_graphs_host_free else "")

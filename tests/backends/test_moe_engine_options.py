@@ -285,3 +285,20 @@ def test_a_capacity_padded_model_is_exported_as_megatron_runs_it_and_read_back(g
                        ([*run, "--moe-pad-to-capacity", "--moe-dispatcher", "flex"], "DeepEP backend does not pad")):
         r = gplan("estimate", *argv)
         assert r.code == 3 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("ep, runs", [("8", "none"), ("1", "full_iteration")])
+def test_a_torchtitan_search_asked_for_graphs_prices_each_layout_as_torchtitan_runs_it(gplan, tmp_path, ep, runs):
+    """--cuda-graphs full_iteration no longer limits a torchtitan search to the layouts it can capture: an ep-8 layout
+    (which 0.3 runs without its graphs, its all-to-all reading the splits back) is searched and priced without them
+    — the step a search without graphs gives it — and its plan written so, which reads back; an ep-1 layout keeps
+    them and is faster for it."""
+    base = ["search", *MOE, "--target", "torchtitan", "--ep", ep]
+    asked, plain = tmp_path / "asked.json", tmp_path / "plain.json"
+    assert gplan(*base, "--cuda-graphs", "full_iteration", "--out", str(asked)).code == 0
+    assert gplan(*base, "--out", str(plain)).code == 0
+    graphed, ungraphed = json.loads(asked.read_text()), json.loads(plain.read_text())
+    assert graphed["training"]["cuda_graphs"] == runs
+    step, without = graphed["prediction"]["step_time_s"], ungraphed["prediction"]["step_time_s"]
+    assert step == pytest.approx(without) if runs == "none" else step < without
+    assert gplan("estimate", str(asked)).code == 0  # the plan, checked as every reader checks it

@@ -8,7 +8,8 @@ import typing
 import pytest
 
 from gplan.engines import ENGINE_NAMES, ENGINES, memory_accounting
-from gplan.spec.parallel import BATCH_RULES, DEGREE_RULES, EXPERT_RULES, RECOMPUTE_RULES, RULES, SHARDING_RULES
+from gplan.spec.parallel import (BATCH_RULES, DEGREE_RULES, EXPERT_RULES, PRICED_RULES, RECOMPUTE_RULES, RULES,
+                                 SHARDING_RULES)
 from gplan.spec.targets import LAUNCH_BACKENDS, TARGETS, how_to_run
 from gplan.spec.training import Engine
 
@@ -34,7 +35,7 @@ def test_the_exporters_are_the_engines_whose_folder_holds_one():
 
 
 def test_rule_groups_are_the_rules_each_once():
-    groups = DEGREE_RULES + BATCH_RULES + SHARDING_RULES + EXPERT_RULES + RECOMPUTE_RULES
+    groups = DEGREE_RULES + BATCH_RULES + SHARDING_RULES + EXPERT_RULES + RECOMPUTE_RULES + PRICED_RULES
     assert len(groups) == len(set(groups)) and set(groups) == set(RULES) and len(RULES) == len(set(RULES))
 
 

@@ -27,7 +27,7 @@ from gplan.cost_models.memory import activation_inputs
 from gplan.engines.profile import MemoryAccounting
 from gplan.profiles.schema import DeviceSpec
 from gplan.spec.model import ModelSpec
-from gplan.spec.parallel import ParallelConfig
+from gplan.spec.parallel import ParallelConfig, captured_graphs
 from gplan.spec.training import TrainingSpec
 
 
@@ -168,8 +168,8 @@ def host_time_s(model: ModelSpec, config: ParallelConfig, training: TrainingSpec
     (`HOST_SYNC_S`, or the engine's own where measured: `EngineProfile.moe_host_s`) and, where the engine
     launches each expert's GEMMs (`Capabilities.per_expert_launches`, not with Megatron's legacy GroupedMLP:
     `TrainingSpec.legacy_grouped_gemm`), the local experts' (`EXPERT_LAUNCH_S`); none of it under a captured
-    iteration."""
-    graphs, engine = training.cuda_graphs, training.profile
+    iteration — where the engine captures the step (`spec.parallel.captured_graphs`)."""
+    graphs, engine = captured_graphs(training, config), training.profile
     per_expert = (graphs != "full_iteration" and engine.capabilities.per_expert_launches
                   and not training.legacy_grouped_gemm)  # grouped_gemm's gmm: one kernel for all local experts
     sync_s = engine.moe_host_s if graphs == "none" and engine.moe_host_s is not None else HOST_SYNC_S[graphs]

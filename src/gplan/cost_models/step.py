@@ -13,7 +13,7 @@ from gplan.errors import InputError
 from gplan.plan import Prediction, StageMemory, StagePrediction, StepBreakdown
 from gplan.profiles.schema import ClusterSpec, NodeGroup
 from gplan.spec.model import LayerKind, ModelSpec
-from gplan.spec.parallel import ParallelConfig, StageLayout, empty_stage, uniform_layout
+from gplan.spec.parallel import ParallelConfig, StageLayout, captured_graphs, empty_stage, uniform_layout
 from gplan.spec.targets import overlaps_param_gather, overlaps_tp_comm
 from gplan.spec.training import TrainingSpec
 
@@ -63,12 +63,13 @@ class StepModel:
     @property
     def sharing_key(self) -> tuple:
         """What every shared value depends on: the shard (mbs, sequence, tp, cp, sp), the expert grid, the
-        devices and the engine that runs them, and the rows the routed tensors hold (MinimalAsyncEP's buffer grows
-        with a pipelined local batch) (what selective layers recompute is in the keys of the values that depend on
+        devices and the engine that runs them, the rows the routed tensors hold (MinimalAsyncEP's buffer grows
+        with a pipelined local batch) and the CUDA graphs the layout runs with (what selective layers recompute is in the keys of the values that depend on
         it: `selective_modules`) (model and training are one search's own)."""
         devices = tuple((g.hardware.name, g.domain_devices) for g in self.cluster.node_groups)
         c = self.config
-        return compute.shard_of(self.training, c), c.ep, c.etp, devices, self.training.engine, self.allocated_load
+        return (compute.shard_of(self.training, c), c.ep, c.etp, devices, self.training.engine, self.allocated_load,
+                captured_graphs(self.training, c))
 
     def memo(self, key: tuple, price):
         """`price()`, or its value already in the shared dict under `key`."""

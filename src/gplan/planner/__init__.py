@@ -32,6 +32,7 @@ def plan(inputs: Inputs, limits: SearchLimits | None = None, top: int = 5, time_
     from gplan.planner.inputs import with_target
     from gplan.planner.search import search, search_record
     from gplan.planner.space import SearchLimits
+    from gplan.spec.parallel import captured_graphs
     from gplan.spec.targets import check_recompute_modules
 
     limits = limits or SearchLimits()
@@ -41,6 +42,8 @@ def plan(inputs: Inputs, limits: SearchLimits | None = None, top: int = 5, time_
     result = search(inputs.model, inputs.training, inputs.cluster, inputs.devices, limits, top=top,
                     time_limit_s=time_limit_s, progress=progress)
     best = result.best
-    winner = make_plan(inputs.model, inputs.training, best.cluster, best.config, best.layouts, best.solver,
+    # the graphs the winner runs with: none where the engine cannot capture its layout, as it was priced
+    training = inputs.training.model_copy(update={"cuda_graphs": captured_graphs(inputs.training, best.config)})
+    winner = make_plan(inputs.model, training, best.cluster, best.config, best.layouts, best.solver,
                        devices_given=inputs.devices, profile=inputs.profile, search=search_record(result, limits))
     return Planned(winner, result)

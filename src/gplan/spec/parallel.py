@@ -500,6 +500,16 @@ def _dispatch_capacity(model: ModelSpec, training: TrainingSpec | None, c: Paral
     return None
 
 
+def captured_graphs(training: TrainingSpec, c: ParallelConfig) -> str:
+    """The CUDA graphs `c` runs with: those asked, save where the engine captures only a step that never waits on the
+    host and this one does (`host_waits`) — torchtitan 0.3 then refuses its default graphs, and gplan's search prices
+    such a layout without them, as its export runs it (`--training.disable_cuda_graphs`)."""
+    if (training.cuda_graphs != "none" and training.profile.capabilities.cuda_graphs_host_free
+            and host_waits(c, training)):
+        return "none"
+    return training.cuda_graphs
+
+
 def _kernel_dispatch(model: ModelSpec, training: TrainingSpec | None, c: ParallelConfig,
                      devices: int) -> Violation | None:
     """torchtitan 0.3's rules for its kernel dispatchers: update_ep_token_dispatcher_config's "requires expert
@@ -600,10 +610,14 @@ EXPERT_RULES: tuple[Rule, ...] = (_dense_experts, _ep_divides, _etp_divides, _ex
 degree tuple, a batch split or a sharding level that breaks a rule is left before its options are built;
 the five groups are RULES, each rule once (tests/spec: test_rule_groups_are_the_rules)."""
 RECOMPUTE_RULES: tuple[Rule, ...] = (_modules_exist, _op_alone, _offload, _a2a_overlap, _shared_expert_overlap,
-                                     _optimizer_in_backward, _cuda_graphs, _dispatch_capacity, _kernel_dispatch)
+                                     _optimizer_in_backward, _dispatch_capacity, _kernel_dispatch)
 """The rules that read the recompute modules, activation offloading, the MoE all-to-all and shared-expert overlaps
-the optimizer in the backward, torchtitan's CUDA graphs and its kernel dispatchers (asked last: they read the whole
-configuration)."""
+the optimizer in the backward and torchtitan's kernel dispatchers (asked last: they read the whole configuration).
+Not torchtitan's CUDA-graph rule (PRICED_RULES)."""
+PRICED_RULES: tuple[Rule, ...] = (_cuda_graphs,)
+"""The rules a search prices instead of filtering by: asked for CUDA graphs, it prices a layout torchtitan cannot
+capture without them (`captured_graphs`), as torchtitan's export runs it; an estimate of that layout with graphs, or
+a launch, is refused (RULES)."""
 
 
 def config_violations(model: ModelSpec, training: TrainingSpec, config: ParallelConfig,
