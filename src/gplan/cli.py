@@ -79,7 +79,7 @@ def estimate(
                                grad_sync_each_microbatch, precision_aware_optimizer, adam_moments, master_weights,
                                optimizer_offload, optimizer_offload_overlap, moe_shared_expert_overlap,
                                moe_pad_to_capacity, compiled_loss, fsdp_offload, loss_chunks,
-                               moe_dispatch_capacity=moe_dispatch_capacity)
+                              moe_dispatch_capacity=moe_dispatch_capacity)
     if from_file is not None:
         from gplan.planner.launch_files import priced_launch
 

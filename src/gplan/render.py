@@ -95,8 +95,9 @@ def title(inputs) -> str:
 
 
 def moe_host_note(training, model) -> str:
-    """Said where the engine's MoE layers wait on the host by its own measure (`EngineProfile.moe_host_s`) and nothing
-    captures the step: the host time priced, and the CUDA graphs that would remove it where the engine runs them."""
+    """Said where the engine's MoE layers wait on the host by its own measure (`EngineProfile.moe_host_s`): without
+    CUDA graphs, the host time priced and the capture that would remove it; with them, on an engine that captures only
+    a host-free step, that a layout it cannot capture is priced without them (`spec.parallel.captured_graphs`)."""
     engine = training.profile
     if not model.is_moe or engine.moe_host_s is None:
         return ""

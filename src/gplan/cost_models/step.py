@@ -64,8 +64,9 @@ class StepModel:
     def sharing_key(self) -> tuple:
         """What every shared value depends on: the shard (mbs, sequence, tp, cp, sp), the expert grid, the
         devices and the engine that runs them, the rows the routed tensors hold (MinimalAsyncEP's buffer grows
-        with a pipelined local batch) and the CUDA graphs the layout runs with (what selective layers recompute is in the keys of the values that depend on
-        it: `selective_modules`) (model and training are one search's own)."""
+        with a pipelined local batch) and the CUDA graphs the layout runs with (what selective layers recompute
+        is in the keys of the values that depend on it: `selective_modules`) (model and training are one search's
+        own)."""
         devices = tuple((g.hardware.name, g.domain_devices) for g in self.cluster.node_groups)
         c = self.config
         return (compute.shard_of(self.training, c), c.ep, c.etp, devices, self.training.engine, self.allocated_load,
@@ -182,8 +183,7 @@ class StepModel:
     def buffered_microbatches(self) -> int:
         """The micro-batches a rank's local batch holds, which torchtitan sizes its kernel exchanges' buffers for
         (update_ep_token_dispatcher_config: local batch · seq / (cp·tp)): a pipelined step's all, else one."""
-        c = self.config
-        return c.microbatches_for(self.training.gbs) if c.pp > 1 else 1
+        return self.num_microbatches if self.config.pp > 1 else 1
 
     def layer_ep_comm_s(self, kind: str, recompute: str, group: int) -> float:
         """An MoE layer's token traffic: dispatch and combine, each an all-to-all over ep (and with etp an

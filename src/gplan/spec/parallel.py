@@ -458,12 +458,9 @@ def _cuda_graphs(model: ModelSpec, training: TrainingSpec | None, c: ParallelCon
     """torchtitan 0.3's Trainer.Config._validate_cuda_graphs: "CUDA graphs do not support pipeline parallelism yet",
     and "support only expert parallel token dispatcher configurations without CPU synchronization" (its all-to-all
     and DeepEP read the splits back; HybridEP's non-blocking capacity and MinimalAsyncEP do not: `host_waits`)."""
-    if training is None or training.cuda_graphs == "none" or not training.profile.capabilities.cuda_graphs_host_free:
+    if training is None or not graphs_refused(training.profile.capabilities, training, c):
         return None
-    waits = host_waits(c, training)
-    if not waits:
-        return None
-    degree, value = waits[0]
+    degree, value = host_waits(c, training)[0]
     return Violation("cuda_graphs", f"--cuda-graphs {training.cuda_graphs} with {degree}={value}: "
                      f"{training.profile.title} captures a step without pipeline stages or a host-synced "
                      "expert exchange only", f"use {degree}=1, --moe-dispatcher symmetric_memory or "
@@ -500,14 +497,18 @@ def _dispatch_capacity(model: ModelSpec, training: TrainingSpec | None, c: Paral
     return None
 
 
+def graphs_refused(capabilities, training: TrainingSpec, c: ParallelConfig) -> bool:
+    """Whether an engine with `capabilities` runs `c` without the CUDA graphs `training` asks: it captures only a step
+    that never waits on the host (`Capabilities.cuda_graphs_host_free`), and this one does (`host_waits`)."""
+    return (training.cuda_graphs != "none" and capabilities.cuda_graphs_host_free
+            and bool(host_waits(c, training)))
+
+
 def captured_graphs(training: TrainingSpec, c: ParallelConfig) -> str:
-    """The CUDA graphs `c` runs with: those asked, save where the engine captures only a step that never waits on the
-    host and this one does (`host_waits`) — torchtitan 0.3 then refuses its default graphs, and gplan's search prices
-    such a layout without them, as its export runs it (`--training.disable_cuda_graphs`)."""
-    if (training.cuda_graphs != "none" and training.profile.capabilities.cuda_graphs_host_free
-            and host_waits(c, training)):
-        return "none"
-    return training.cuda_graphs
+    """The CUDA graphs `c` runs with: those asked, save where its engine refuses them (`graphs_refused`) —
+    torchtitan 0.3 then refuses its default graphs, and gplan's search prices such a layout without them, as its
+    export runs it (`--training.disable_cuda_graphs`)."""
+    return "none" if graphs_refused(training.profile.capabilities, training, c) else training.cuda_graphs
 
 
 def _kernel_dispatch(model: ModelSpec, training: TrainingSpec | None, c: ParallelConfig,

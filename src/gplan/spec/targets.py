@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from gplan.engines import ENGINES, LAUNCH_BACKENDS, has_part  # noqa: F401 - LAUNCH_BACKENDS read from here too
 from gplan.engines.profile import Capabilities
 from gplan.spec.model import ModelSpec
-from gplan.spec.parallel import DEFAULT_RECOMPUTE_MODULES, LayerCount, ParallelConfig, StageLayout, even_sizes, host_waits
+from gplan.spec.parallel import (DEFAULT_RECOMPUTE_MODULES, LayerCount, ParallelConfig, StageLayout, even_sizes,
+                                 graphs_refused)
 from gplan.spec.training import LOW_PRECISION, TrainingSpec
 
 TARGETS: dict[str, Capabilities] = {name: engine.capabilities for name, engine in ENGINES.items()}
@@ -120,8 +121,7 @@ def lacked_options(training: TrainingSpec, engine: str | None, config: ParallelC
     `config`, CUDA graphs where the engine captures only a step that never waits on the host
     (`Capabilities.cuda_graphs_host_free`: torchtitan 0.3 runs pipeline stages and expert parallel without them)."""
     caps = TARGETS.get(engine or "")
-    uncaptured = (caps is not None and caps.cuda_graphs_host_free and config is not None
-                  and bool(host_waits(config, training)))
+    uncaptured = caps is not None and config is not None and graphs_refused(caps, training, config)
     return [option for option in ENGINE_OPTIONS if getattr(training, option) != switch_default(option)
             and (caps is None or not has_option(caps, option, getattr(training, option))
                  or (option == "cuda_graphs" and uncaptured))]

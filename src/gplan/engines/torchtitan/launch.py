@@ -34,9 +34,9 @@ TITAN_KEYS = {
     "training.disable_cuda_graphs", "activation_checkpoint.selective_ac_option",
     "parallelism.expert_tensor_parallel_degree", "model.hf_assets_path", "parallelism.expert_parallel_comm_backend",
     "training.mixed_precision_reduce", "training.dtype", "optimizer.early_step_in_backward", "training.enable_cpu_offload",
-    "loss.num_chunks", "model.non_blocking_capacity_factor", *(f"training.{k}" for k in ("max_context_length", "num_tokens_per_train_step",
-                                                                   "num_tokens_per_dp_rank",
-                                                                   "num_tokens_per_microbatch_per_dp_rank")),
+    "loss.num_chunks", "model.non_blocking_capacity_factor",
+    *(f"training.{k}" for k in ("max_context_length", "num_tokens_per_train_step", "num_tokens_per_dp_rank",
+                                "num_tokens_per_microbatch_per_dp_rank")),
 }
 
 
@@ -314,8 +314,9 @@ def registry_launch_values(path: Path) -> dict[str, Any]:
 
 def titan_03_registry(path: Path, module: str | None, function: str) -> dict[str, Any]:
     """The values of a torchtitan 0.3 launch's `--module M --config NAME`: NAME in
-    torchtitan/models/M/config_registry.py of the torchtitan checkout the script sits in (the loss chunks under
-    REGISTRY_CHUNKS); a script outside one is asked for the registry."""
+    torchtitan/models/M/config_registry.py of the torchtitan checkout the script sits in, else of the installed
+    torchtitan (the loss chunks under REGISTRY_CHUNKS, the file under REGISTRY_FILE); without either the script is
+    asked for the registry."""
     candidates = (folder / "torchtitan" / "models" / str(module) / "config_registry.py"
                   for folder in (path.parent, *path.parent.parents, *installed_torchtitan()))
     registry_file = next((c for c in candidates if c.is_file()), None) if module else None
