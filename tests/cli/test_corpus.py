@@ -824,6 +824,23 @@ def test_torchtitans_own_installed_registry_is_read():
 
 
 @requires_engine("torchtitan", "dev")
+def test_torchtitans_own_sft_registry_is_read_past_its_sample_processor(gplan):
+    """Its sft_qwen3_8b_math defines the dataset's sample processor inside the function (a `def`, which changes
+    no key): read and priced — was refused as a change gplan does not follow — with the processor among the keys
+    not read and its per-document (varlen) attention said as priced over the whole sequence."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torchtitan")
+    registry = Path(spec.submodule_search_locations[0]) / "models" / "qwen3" / "config_registry.py"
+    launch = read_launch(Path(f"{registry}::sft_qwen3_8b_math"), None)
+    assert launch.model.name == "qwen3-8b" and launch.seq_length == 2048 and launch.given["mbs"] == 1
+    assert "dataloader.sample_processor" in launch.unread
+    assert any(note.startswith("(model.attn_backend varlen: attention masked per document") for note in launch.unread)
+    r = gplan("estimate", "--from", f"{registry}::sft_qwen3_8b_math", "--cluster", "dgx-h100", "--devices", "8")
+    assert r.code == 0, r.stderr
+
+
+@requires_engine("torchtitan", "dev")
 def test_torchtitans_own_float8_deepseek_registry_is_read_with_its_experts_in_fp8():
     """Its deepseek_v3_671b_float8 converts the linears and the routed experts' grouped GEMMs: read in fp8 (it was
     refused as training its experts in BF16)."""

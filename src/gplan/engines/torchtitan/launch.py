@@ -114,6 +114,13 @@ def read_torchtitan_launch(path: Path, model: ModelSpec | None) -> Launch:
                      "torchtitan keeps them" + (" — on the host here (training.enable_cpu_offload)"
                                                 if options.get("fsdp_offload") else ": over-counted if the fork keeps "
                                                 "them in 16 bits") + ")")
+    # a 0.3 registry's attention (model_registry's attn_backend, "flex" by default): said, not listed as no effect
+    backend = values.get("model.attn_backend", "flex" if registry_chunks is not None else None)
+    if backend is not None:
+        unread = [k for k in unread if k != "model.attn_backend"]
+        notes.append(f"(model.attn_backend {backend}: attention masked per document — torchtitan 0.3's language "
+                     "models always mask block-causally (models/common/config_utils.py get_attention_config) — priced "
+                     "as causal attention over the whole training.seq_len: an upper bound where documents are shorter)")
     if options.get("fsdp_offload"):
         notes.append("(training.enable_cpu_offload: the host's Adam step is priced at the device's share of the host "
                      "memory bandwidth — an assumption no measured run checks; host memory is not checked)")

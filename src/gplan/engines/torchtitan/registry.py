@@ -162,6 +162,8 @@ class _Evaluator:
                 self.assign(statement.target, self.value(statement.value, env, depth), env)
             elif isinstance(statement, (ast.Assert, ast.Pass)):  # checks, not changes
                 continue
+            elif isinstance(statement, ast.FunctionDef):  # a helper defined in place (an SFT recipe's sample
+                env[statement.name] = Unknown(f"{statement.name} (a function)")  # processor): a value, not a change
             elif isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):  # a docstring
                 continue
             elif isinstance(statement, ast.For) and self.loop(statement, name, env, depth):
