@@ -706,6 +706,27 @@ def overlap_lines(plan) -> list[str]:
     return []
 
 
+def exposed_overlap_lines(training, config, cluster) -> list[str]:
+    """Where a launch leaves off an overlap its engine would run (Megatron-LM's --tp-comm-overlap,
+    --overlap-grad-reduce, --overlap-param-gather: each off by default), that communication is priced exposed, as it
+    runs — said, since a plan of the same layout hides it."""
+    from gplan.spec.targets import overlaps_param_gather, overlaps_tp_comm
+
+    c, t, said = config, training, []
+    asked = t.model_copy(update={"tp_comm_overlap": True})
+    if not t.tp_comm_overlap and overlaps_tp_comm(asked, c, cluster.smallest_domain_devices):
+        said.append("tp's collectives beside the GEMMs (--tp-comm-overlap: Transformer Engine's userbuffers hide them)")
+    synced = c.dp * c.cp > 1 and c.zero < 3
+    if synced and not t.grad_reduce_overlap:
+        said.append("the gradient reduction after the backward (--overlap-grad-reduce: bucket by bucket behind it)")
+    if synced and c.zero >= 1 and not t.param_gather_overlap and overlaps_param_gather(t.engine, t.precision):
+        said.append("the parameter all-gather before the forward (--overlap-param-gather: behind it)")
+    if not said:
+        return []
+    return [f"priced exposed, as the launch runs them without the switch ({t.profile.title}'s default is off): "
+            + "; ".join(said)]
+
+
 def attention_lines(plan) -> list[str]:
     """Where the plan's engine runs FlashAttention-2's class on a device that has a faster fused kernel, the
     ratio its attention is priced at (DeviceSpec.fa2_attention_ratio), said once per device kind."""
@@ -833,9 +854,11 @@ def launch_output(console: Console, launch, inputs, config, prediction, source, 
         console.print(f"the log's measured step: {seconds(measured)}; predicted {seconds(prediction.step_time_s)} "
                       f"({prediction.step_time_s / measured - 1:+.1%}: predicted / measured − 1)", highlight=False)
     options = [f"{ENGINE_OPTIONS[k]}{'' if v is True else f' {v}'}" for k, v in launch.engine_options.items()
-               if v != switch_default(k) and k not in launch.overridden]
+               if k in ENGINE_OPTIONS and v != switch_default(k) and k not in launch.overridden]
     if options:  # what the launch sets, or its engine defaults to, that prices it (Megatron's allgather dispatcher)
         console.print(f"engine options read: {', '.join(options)}", highlight=False)
+    for line in exposed_overlap_lines(inputs.training, config, inputs.cluster):
+        console.print(line, highlight=False)
     if launch.overridden:
         console.print("set on the command line, over the launch: " + ", ".join(
             f"{command_line_name(k)} {command_line_value(getattr(launch, k) if k in ('gbs', 'precision') else launch.engine_options[k])}"

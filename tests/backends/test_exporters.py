@@ -29,7 +29,7 @@ from gplan.planner.placement import axis_groups
 from gplan.profiles.catalogue import load_cluster, load_model
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import LayerCount, ParallelConfig, StageLayout
-from gplan.spec.targets import TARGETS, runs_as, same_split
+from gplan.spec.targets import TARGETS, as_engine_runs, runs_as, same_split
 from gplan.spec.training import TrainingSpec
 from helpers import mixed_cluster_file, requires_engine, requires_program
 
@@ -225,8 +225,8 @@ def test_megatron_script_passes_megatron_lm_validate_args(name):
     # zero levels as Megatron shards them
     assert args.use_distributed_optimizer == (c.zero >= 1)
     assert args.data_parallel_sharding_strategy == {2: "optim_grads", 3: "optim_grads_params"}.get(c.zero, "no_shard")
-    # the communication overlap Megatron runs is the one the plan was priced with
-    step = StepModel(plan.model, plan.training, plan.cluster, plan.parallel)
+    # the communication overlap Megatron runs is the one its export's note re-priced the plan with (as Megatron runs it)
+    step = StepModel(plan.model, as_engine_runs(plan.training, "megatron", c), plan.cluster, plan.parallel)
     assert args.tp_comm_overlap == (c.tp > 1 and step.tp_overlapped)
     assert args.overlap_grad_reduce == (c.dp * c.cp > 1)
     assert args.overlap_param_gather == (c.dp * c.cp > 1 and c.zero >= 1 and plan.training.precision != "mxfp8")

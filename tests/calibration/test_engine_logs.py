@@ -23,7 +23,8 @@ LLAMA = dict(group_query_attention=True, swiglu=True, normalization="RMSNorm", p
              recompute_granularity=None, recompute_method=None, recompute_num_layers=None, fp8="hybrid",
              fp8_recipe="tensorwise", bf16=True, fp16=False, num_experts=None, lr=0.00015, data_path=["/data/x"],
              pipeline_model_parallel_layout=None, decoder_first_pipeline_num_layers=None,
-             decoder_last_pipeline_num_layers=None)
+             decoder_last_pipeline_num_layers=None, tp_comm_overlap=True,  # Bridge's recipes overlap
+             overlap_grad_reduce=True, overlap_param_gather=True)
 #: (Bridge row, arguments, tokens/s per GPU)
 ROWS = {
     "llama3-70b-row70": (dict(LLAMA, num_layers=80, hidden_size=8192, ffn_hidden_size=28672, num_attention_heads=64,
@@ -100,6 +101,25 @@ def test_a_logs_engine_switches_price_the_run_as_it_ran(tmp_path):
     assert not runs[0].training.grad_reduce_in_bf16
     assert runs[1].training.grad_reduce_in_bf16 and runs[1].training.fp8_param_gather
     assert runs[1].prediction.memory_bytes_per_device_max < runs[0].prediction.memory_bytes_per_device_max
+
+
+def test_a_log_without_megatrons_overlap_switches_prices_that_communication_exposed(tmp_path):
+    """Megatron-LM's overlaps are off by default: a log printing `tp_comm_overlap False` (and the gradient
+    reduction's and parameter gather's switches off) ran that communication beside its compute, not behind it, and
+    is priced so — slower, the tp and dp time exposed; the same log with them on is priced overlapped."""
+    args, tokens_per_gpu = ROWS["llama3-70b-row70"]
+    step_s = args["global_batch_size"] * args["seq_length"] / (tokens_per_gpu * args["world_size"])
+    plans = []
+    for on in (True, False):
+        path = tmp_path / f"overlap_{on}.log"
+        path.write_text(megatron_log(dict(args, tp_comm_overlap=on, overlap_grad_reduce=on, overlap_param_gather=on),
+                                     step_s))
+        plans.append(read_log_run(path, "dgx-h100", None, None).plan)
+    assert [(p.training.tp_comm_overlap, p.training.grad_reduce_overlap) for p in plans] == [(True, True), (False, False)]
+    overlapped, exposed = (p.prediction for p in plans)
+    assert exposed.breakdown.tp_comm > 10 * overlapped.breakdown.tp_comm
+    assert exposed.breakdown.dp_comm > overlapped.breakdown.dp_comm
+    assert exposed.step_time_s > overlapped.step_time_s
 
 
 def test_a_logs_precision_aware_optimizer_prices_adams_states_as_it_kept_them(tmp_path):

@@ -39,6 +39,38 @@ def test_search_from_a_launch_shows_it_beside_the_best_plan_and_the_gain(gplan, 
     assert "your launch (megatron_llama3_70b_train.sh)" in text and "tokens/s over your launch" in text
 
 
+def test_a_launch_without_megatrons_overlap_switches_is_priced_with_that_communication_exposed(gplan, tmp_path):
+    """Megatron-LM's --tp-comm-overlap, --overlap-grad-reduce and --overlap-param-gather are off unless passed: a
+    tp-8, dp-2 launch without them runs tp's collectives beside its GEMMs and its gradient reduction and parameter
+    gather outside the backward and forward, is priced so (and says why), and a search from it keeps its choice —
+    the plan, its export and the launch written back run without them, as priced. With the switches the same
+    launch is priced overlapped, and says nothing."""
+    text = TRAIN_SH.read_text()
+    assert not any(flag in text for flag in ("--tp-comm-overlap", "--overlap-grad-reduce", "--overlap-param-gather"))
+    with_them = tmp_path / "with_overlap.sh"
+    with_them.write_text(text.replace("--sequence-parallel", "--sequence-parallel --tp-comm-overlap "
+                                      "--overlap-grad-reduce --overlap-param-gather"))
+    exposed, overlapped = (gplan("estimate", "llama3-70b", "--from", str(p), *ARGS, "--json").json()
+                           for p in (TRAIN_SH, with_them))
+    assert exposed["breakdown"]["tp_comm"] > 10 * overlapped["breakdown"]["tp_comm"]
+    assert exposed["breakdown"]["dp_comm"] > overlapped["breakdown"]["dp_comm"]
+    assert exposed["step_time_s"] > overlapped["step_time_s"]
+    said = " ".join(gplan("estimate", "llama3-70b", "--from", str(TRAIN_SH), *ARGS).stderr.split())
+    assert "priced exposed, as the launch runs them" in said
+    assert all(flag in said for flag in ("--tp-comm-overlap", "--overlap-grad-reduce", "--overlap-param-gather"))
+    assert "priced exposed" not in gplan("estimate", "llama3-70b", "--from", str(with_them), *ARGS).stderr
+    plan_path, better = tmp_path / "plan.json", tmp_path / "better.sh"
+    r = gplan("search", "llama3-70b", "--from", str(TRAIN_SH), *ARGS, "--tp", "8", "--out", str(plan_path),
+              "--out-launch", str(better))
+    assert r.code == 0, r.stderr
+    training = json.loads(plan_path.read_text())["training"]
+    assert not (training["tp_comm_overlap"] or training["grad_reduce_overlap"] or training["param_gather_overlap"])
+    out = tmp_path / "export"
+    assert gplan("export", str(plan_path), "--to", "megatron", "-o", str(out)).code == 0
+    for script in (better.read_text(), (out / "megatron_pretrain_gpt.sh").read_text()):
+        assert not any(flag in script for flag in ("--tp-comm-overlap", "--overlap-grad-reduce", "--overlap-param-gather"))
+
+
 @pytest.mark.parametrize("args", [
     ["llama3-70b", "--cluster", "dgx-h100", "--devices", "64", "--gbs", "512", "--target", "megatron"],
     ["mixtral-8x7b", "--cluster", "dgx-h100", "--devices", "64"],

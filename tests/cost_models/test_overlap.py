@@ -168,3 +168,26 @@ def test_a_deferred_gradient_sync_reduces_once_a_step(zero):
     assert 0 < once < every
     if zero == 2:
         assert every == pytest.approx(8 * once)
+
+
+@pytest.mark.parametrize("zero", [0, 1])
+@pytest.mark.parametrize("grad_behind, gather_behind", [(True, True), (True, False), (False, False)])
+def test_a_run_without_megatrons_dp_overlaps_pays_its_reduction_and_gather_in_full(zero, grad_behind, gather_behind):
+    """Megatron-LM without --overlap-grad-reduce reduces after the backward, without --overlap-param-gather gathers
+    before the forward (`grad_reduce_overlap`, `param_gather_overlap` False): each exposed whole, where the switch
+    hides what fits behind the pass beside it."""
+    training = TrainingSpec(gbs=64, seq_length=8192, engine="megatron", grad_reduce_overlap=grad_behind,
+                            param_gather_overlap=gather_behind)
+    step = StepModel(LLAMA, training, load_cluster("dgx-h100", 64), ParallelConfig(dp=64, zero=zero))
+    params, forward_s, backward_s = 1e9, 0.005, 0.01
+    link = comm.axis_link(step.group(0), step.config, "dp")
+    if zero == 0:
+        reduce = comm.ring_allreduce_time_s(params * step.reduced_grad_bytes, 64, link)
+        gather = 0.0
+    else:
+        reduce = comm.reduce_scatter_time_s(params * step.reduced_grad_bytes, 64, link)
+        gather = comm.allgather_time_s(params * step.training.element_bytes, 64, link)
+    assert reduce > backward_s and (zero == 0 or gather > forward_s)  # each longer than the pass that would hide it
+    expected = (reduce - (backward_s if grad_behind else 0.0)) + \
+        (max(0.0, gather - (forward_s if gather_behind else 0.0)) if zero else 0.0)
+    assert step.dp_sync_exposed_s(params, forward_s, backward_s, 0) == pytest.approx(expected)

@@ -708,7 +708,9 @@ class StepModel:
         """What of a stage's data-parallel synchronisation (its params, its forward and backward per
         micro-batch) compute does not hide. zero 0: the all-reduce overlapped with the last micro-batch's
         backward; zero 1/2: the reduce-scatter there, and the parameter all-gather behind the first
-        forward (unless the engine does not overlap it at this precision: `overlaps_param_gather`); zero 3
+        forward (unless the engine does not overlap it at this precision: `overlaps_param_gather`) — each
+        exposed whole where the run does not overlap it (`TrainingSpec.grad_reduce_overlap`,
+        `param_gather_overlap`: a Megatron-LM launch without --overlap-grad-reduce / --overlap-param-gather); zero 3
         as one unit per micro-batch. Routed-expert parameters (`expert_params` of
         `params`) synchronise over the edp ranks, the rest over dp·cp, one after the other. A schedule run
         once per local batch (`ParallelConfig.schedule_runs`: torchtitan's and NeMo AutoModel's loops over
@@ -738,15 +740,18 @@ class StepModel:
         groups = [(p, n, link) for p, n, link in groups if n > 1 and p > 0]
         if not groups:
             return 0.0
+        t = self.training
+        reduced_behind = t.grad_reduce_overlap  # else after the backward (Megatron-LM without --overlap-grad-reduce)
         if c.zero == 0:
             allreduce = sum(comm.ring_allreduce_time_s(p * self.reduced_grad_bytes, n, link) for p, n, link in groups)
-            return max(0.0, allreduce - backward_s)
+            return max(0.0, allreduce - (backward_s if reduced_behind else 0.0))
         gather = sum(comm.allgather_time_s(p * e, n, link) for p, n, link in groups)
         scatter = sum(comm.reduce_scatter_time_s(p * self.reduced_grad_bytes, n, link) for p, n, link in groups)
         if c.zero < 3:
-            hidden_s = forward_s if overlaps_param_gather(self.training.engine, self.training.precision) else 0.0
+            gathered_behind = t.param_gather_overlap and overlaps_param_gather(t.engine, t.precision)
+            hidden_s = forward_s if gathered_behind else 0.0
             # torch's pipelining reduces a stage's gradients after its last backward, not beside it
-            behind_s = 0.0 if self.reduces_after_last_backward else backward_s
+            behind_s = 0.0 if self.reduces_after_last_backward or not reduced_behind else backward_s
             return max(0.0, scatter - behind_s) + max(0.0, gather - hidden_s)
         if self.reduces_after_last_backward:  # torch's pipelining: one gather a micro-batch, one reduce-scatter a run
             return self.num_microbatches * max(0.0, gather - backward_s) + c.schedule_runs * scatter

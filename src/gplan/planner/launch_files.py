@@ -175,11 +175,15 @@ def launch_cluster(launch: Launch, cluster, hardware, profile) -> tuple[str, str
 def launch_defaults(mine, gbs, target, seq_length, precision, options: dict):
     """What `search --from` takes from the priced launch (`priced_launch`'s tuple) unless the command line
     says otherwise: (devices, gbs, target, seq_length, precision, engine options) — an engine switch the
-    command line leaves at its default (False, "none") is the launch's."""
+    command line leaves at its default (False, "none") is the launch's, and so are the overlaps a launch states
+    (Megatron-LM's --tp-comm-overlap, --overlap-grad-reduce and --overlap-param-gather: no command-line switch)."""
     from gplan.spec.targets import switch_default
 
     launch, training = mine[0], mine[1].training
     options = {key: given if given != switch_default(key) else getattr(training, key) for key, given in options.items()}
+    for key in ("tp_comm_overlap", "grad_reduce_overlap", "param_gather_overlap"):
+        if key in launch.engine_options:  # no command-line switch: the launch's (Megatron's flags, read)
+            options[key] = getattr(training, key)
     return (mine[1].devices, gbs or training.gbs, target or launch.engine, seq_length or training.seq_length,
             precision or launch.precision, options)
 

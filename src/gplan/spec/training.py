@@ -83,6 +83,15 @@ class TrainingSpec(BaseModel):
     False prices and exports them exposed — runs without Transformer Engine's userbuffers, as before
     2023."""
 
+    grad_reduce_overlap: bool = True
+    """Whether zero 0–2 reduce the gradients behind the backward (bucket by bucket as they are made: Megatron-LM's
+    --overlap-grad-reduce, which its export passes; DDP's and FSDP's own hooks), or after it, exposed — Megatron-LM's
+    default, read from a launch without the flag."""
+    param_gather_overlap: bool = True
+    """Whether the distributed optimizer's parameter all-gather runs behind the next forward (Megatron-LM's
+    --overlap-param-gather, which needs --overlap-grad-reduce) or before it, exposed — Megatron-LM's default. Its
+    precision rule (`spec.targets.overlaps_param_gather`) still applies."""
+
     grad_reduce_in_bf16: bool = False
     """Main gradients kept and reduced in 16 bits, not fp32 (Megatron-LM's --grad-reduce-in-bf16; every
     Megatron-Bridge performance recipe sets `grad_reduce_in_fp32 = False`, scripts/performance/configs):
@@ -205,6 +214,7 @@ class TrainingSpec(BaseModel):
 
     #: Fields added after schema v1 plans were first written, left out of the digest at their default.
     DIGEST_OPTIONAL: ClassVar[dict[str, object]] = {"engine": None, "expert_imbalance": 1.0, "tp_comm_overlap": True,
+                                                    "grad_reduce_overlap": True, "param_gather_overlap": True,
                                                     "grad_reduce_in_bf16": False, "fp8_param_gather": False, "pure_bf16": False,
                                                     "optimizer_in_backward": False, "legacy_grouped_gemm": False,
                                                     "moe_a2a_overlap": False, "cuda_graphs": "none",

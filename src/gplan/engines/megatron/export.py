@@ -23,7 +23,7 @@ from gplan.backends.recipes import default_nodes, script_node_variables, script_
 from gplan.errors import InputError
 from gplan.plan import Plan
 from gplan.spec.parallel import DEFAULT_RECOMPUTE_MODULES, StageLayout, chunk_sizes
-from gplan.spec.targets import overlaps_param_gather, overlaps_tp_comm
+from gplan.spec.targets import as_engine_runs, overlaps_param_gather, overlaps_tp_comm
 
 VERSIONS = {"core_r0.16": "Megatron-LM core_r0.16 (pretrain_gpt.py; megatron/training/arguments.py as on main "
                           "at 000c4ac, 2026)"}
@@ -272,12 +272,14 @@ def overlap_args(plan: Plan) -> list[str]:
     Megatron's default), the data-parallel gradient reduction behind the backward (`--overlap-grad-
     reduce`; off by default in Megatron) and, with the distributed optimizer or Megatron-FSDP, the
     parameter all-gather behind the next forward (`--overlap-param-gather`, which needs both;
-    `overlaps_param_gather`)."""
-    c, t = plan.parallel, plan.training
+    `overlaps_param_gather`) — as Megatron-LM runs the plan (`as_engine_runs`: the re-priced step its note states,
+    for a plan searched for another engine)."""
+    c = plan.parallel
+    t = as_engine_runs(plan.training, "megatron", c)
     args = ["--tp-comm-overlap"] if overlaps_tp_comm(t, c, plan.cluster.smallest_domain_devices) else []
-    if c.dp * c.cp > 1:
+    if c.dp * c.cp > 1 and t.grad_reduce_overlap:
         args.append("--overlap-grad-reduce")
-        if c.zero >= 1 and overlaps_param_gather(t.engine, t.precision):
+        if c.zero >= 1 and t.param_gather_overlap and overlaps_param_gather(t.engine, t.precision):
             args.append("--overlap-param-gather")
     return args
 

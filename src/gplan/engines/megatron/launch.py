@@ -23,6 +23,12 @@ from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import even_stage_sizes
 from gplan.spec.training import STATE_DTYPE_BYTES, MoeDispatcher
 
+OVERLAP_SWITCHES = {"tp_comm_overlap": "tp_comm_overlap", "grad_reduce_overlap": "overlap_grad_reduce",
+                    "param_gather_overlap": "overlap_param_gather"}
+"""TrainingSpec's overlaps -> Megatron-LM's switches (arguments.py: each off unless passed), read as the launch
+passes them: a launch without one runs that communication exposed."""
+
+
 def megatron_log_launch(args: dict, path: Path, model: ModelSpec | None) -> Launch:
     """A Megatron-LM or Megatron-DeepSpeed log's arguments (engines.megatron.logs) as a launch of `model`
     (None: the model the log built, its padded vocabulary as printed)."""
@@ -42,6 +48,7 @@ def megatron_log_launch(args: dict, path: Path, model: ModelSpec | None) -> Laun
     values = logs.config_values(args)
     block = values["recompute"] == "full" and args.get("recompute_method") == "block"
     engine_options = {"grad_reduce_in_bf16": bool(args.get("grad_reduce_in_bf16")),
+                      **{key: bool(args.get(flag)) for key, flag in OVERLAP_SWITCHES.items()},
                       "fp8_param_gather": bool(args.get("fp8_param_gather")),
                       "legacy_grouped_gemm": model.is_moe and bool(args.get("moe_use_legacy_grouped_gemm") or (
                           args.get("transformer_impl") == "local" and args.get("moe_grouped_gemm"))),
@@ -101,6 +108,8 @@ def read_megatron_launch(path: Path, model: ModelSpec | None, text: str) -> Laun
                   stage_sizes=stage_sizes_of(args, model), recompute_layers=block_layers(args),
                   world_size=world_size(args, variables), unread=unread + notes, no_effect=no_effect, model=model,
                   engine_options={"grad_reduce_in_bf16": "--grad-reduce-in-bf16" in args,
+                                  **{key: f"--{flag.replace('_', '-')}" in args
+                                     for key, flag in OVERLAP_SWITCHES.items()},
                                   "fp8_param_gather": "--fp8-param-gather" in args,
                                   "legacy_grouped_gemm": legacy_grouped_gemm(args, model),
                                   "moe_a2a_overlap": a2a_overlap,

@@ -35,6 +35,7 @@ MEGATRON_ARGS=(
   --micro-batch-size 1
   --global-batch-size 512
   --sequence-parallel
+  --tp-comm-overlap
   --overlap-grad-reduce
   --overlap-param-gather
   --use-distributed-optimizer
