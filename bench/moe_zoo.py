@@ -2,8 +2,7 @@
 and GB300 (bench/data/moe_zoo_runs.csv, its README's step times; the GB and long-context rows' from their TFLOP/s
 in the H100 rows' FLOP convention) and Megatron-LM's DeepSeek-V3 run on 256 GB200 (its optimization guide's
 TFLOP/s, its reproduction guide's launch), priced by gplan as Megatron-LM runs them — the configuration each row states,
-nothing fitted on them — but for tp's collectives, priced overlapped where the zoo's Qwen3 recipe leaves the overlap
-off (`WITHOUT_TP_OVERLAP`: a table of their own prices them both ways). FSDP + EP (Megatron-FSDP) rows are their own family. MXFP8 rows gather FP8
+nothing fitted on them. FSDP + EP (Megatron-FSDP) rows are their own family. MXFP8 rows gather FP8
 parameters and keep bf16 Adam moments under the precision-aware optimizer, as the model zoo's PR=mxfp8 and
 Megatron-LM's DeepSeek-V3 guide set (`adam_moments`; the fp32 master shards stay whole under an FP8 recipe).
 The zoo's Mixtral-8x22B script states two H100 figures (its comments): dropless with auxiliary-loss routing,
@@ -46,17 +45,16 @@ def predicted_step_s(row: dict, imbalance: float = 1.0) -> float:
     return prediction(row, imbalance)[0]
 
 
-def prediction(row: dict, imbalance: float = 1.0, tp_comm_overlap: bool = True) -> tuple[float, float, float]:
+def prediction(row: dict, imbalance: float = 1.0) -> tuple[float, float, float]:
     """(step seconds, the largest stage's peak GiB, the device's GiB) of a row as stated (forced balance,
-    unless `imbalance` says otherwise), tp's collectives overlapped unless `tp_comm_overlap` is False."""
+    unless `imbalance` says otherwise)."""
     inputs = resolve_inputs(row["model"], int(row["gpus"]), cluster_of(row), gbs=int(row["gbs"]),
                             seq_length=int(row["seq_length"]), precision=row["precision"], target="megatron",
                             expert_imbalance=imbalance,
                             moe_dispatcher=row["dispatcher"], moe_a2a_overlap=row["a2a_overlap"] == "true",
                             cuda_graphs=row["cuda_graphs"], fp8_param_gather=row["precision"] == "mxfp8",
                             grad_reduce_in_bf16=row["grad_reduce"] == "bf16",
-                            precision_aware_optimizer=row["adam_moments"] != "fp32", adam_moments=row["adam_moments"],
-                            tp_comm_overlap=tp_comm_overlap)
+                            precision_aware_optimizer=row["adam_moments"] != "fp32", adam_moments=row["adam_moments"])
     modules = tuple(row["modules"].split("+")) if row["modules"] else None
     config = ParallelConfig(dp=int(row["dp"]), tp=int(row["tp"]), pp=int(row["pp"]), vpp=int(row["vpp"]),
                             cp=int(row["cp"]), ep=int(row["ep"]), etp=1, sp=int(row["tp"]) > 1, zero=int(row["zero"]),
@@ -94,30 +92,7 @@ def table() -> str:
                      f"{err:+.1%} | {peak_GiB:.0f} ({device_GiB:.0f}) |")
     lines += ["", " ".join(f"{f}: median |error| {statistics.median(e):.1%} ({len(e)} rows)." for f, e in errors.items()),
               "", "By source: " + "; ".join(f"{name} {statistics.median(e):.1%} ({len(e)})" for name, e in by_source.items()) + "."]
-    return "\n".join(lines + [""] + tp_overlap_lines(rows) + [""] + dropless_lines(rows) + [""] + automodel_lines()
-                     + [""] + torchtitan_lines())
-
-
-WITHOUT_TP_OVERLAP = {"moe-zoo-h100", "moe-zoo-h100-long"}
-"""Sources whose recipe passes no --tp-comm-overlap (the model zoo's model_configs/benchmarking/Qwen3-235B-A22B.yaml:
-off, Megatron-LM's default), priced above with tp's collectives overlapped as before gplan read the switch."""
-
-
-def tp_overlap_lines(rows: list[dict]) -> list[str]:
-    """The Megatron rows with tp > 1 whose recipe runs without Transformer Engine's userbuffers, priced both ways:
-    overlapped (the table above) and as the recipe states — gplan's exposed pricing, which also exposes the backward's
-    reduce-scatters that Transformer Engine runs asynchronously beside the weight-gradient GEMMs, so the run lies
-    between the two."""
-    lines = ["| run without --tp-comm-overlap | measured s | overlapped: predicted s, error | as stated: predicted s, "
-             "error |", "|---|---:|---:|---:|"]
-    for r in rows:
-        if r["source"] not in WITHOUT_TP_OVERLAP or int(r["tp"]) == 1 or int(r["zero"]) >= 2:
-            continue
-        measured = float(r["step_s"])
-        hidden, shown = prediction(r)[0], prediction(r, tp_comm_overlap=False)[0]
-        lines.append(f"| {r['model']} seq {r['seq_length']} tp{r['tp']} cp{r['cp']} ep{r['ep']} | {measured:.1f} | "
-                     f"{hidden:.1f}, {hidden / measured - 1:+.1%} | {shown:.1f}, {shown / measured - 1:+.1%} |")
-    return lines
+    return "\n".join(lines + [""] + dropless_lines(rows) + [""] + automodel_lines() + [""] + torchtitan_lines())
 
 
 AUTOMODEL_RUNS = ROOT / "bench" / "data" / "automodel_moe_runs.csv"

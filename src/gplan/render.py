@@ -710,16 +710,17 @@ def exposed_overlap_lines(training, config, cluster) -> list[str]:
     """Where a launch leaves off an overlap its engine would run (Megatron-LM's --tp-comm-overlap,
     --overlap-grad-reduce, --overlap-param-gather: each off by default), that communication is priced exposed, as it
     runs — said, since a plan of the same layout hides it."""
-    from gplan.spec.targets import overlaps_param_gather, overlaps_tp_comm
+    from gplan.spec.targets import dp_overlaps, overlaps_tp_comm
 
     c, t, said = config, training, []
-    asked = t.model_copy(update={"tp_comm_overlap": True})
+    asked = t.model_copy(update={"tp_comm_overlap": True, "grad_reduce_overlap": True, "param_gather_overlap": True})
     if not t.tp_comm_overlap and overlaps_tp_comm(asked, c, cluster.smallest_domain_devices):
         said.append("tp's collectives beside the GEMMs (--tp-comm-overlap: Transformer Engine's userbuffers hide them)")
     synced = c.dp * c.cp > 1 and c.zero < 3
-    if synced and not t.grad_reduce_overlap:
+    (reduced, gathered), could = dp_overlaps(t, c), dp_overlaps(asked, c)
+    if synced and not reduced:
         said.append("the gradient reduction after the backward (--overlap-grad-reduce: bucket by bucket behind it)")
-    if synced and c.zero >= 1 and not t.param_gather_overlap and overlaps_param_gather(t.engine, t.precision):
+    if synced and c.zero >= 1 and not gathered and could[1]:
         said.append("the parameter all-gather before the forward (--overlap-param-gather: behind it)")
     if not said:
         return []

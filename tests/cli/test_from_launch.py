@@ -60,8 +60,8 @@ def test_a_launch_without_megatrons_overlap_switches_is_priced_with_that_communi
     assert all(flag in said for flag in ("--tp-comm-overlap", "--overlap-grad-reduce", "--overlap-param-gather"))
     assert "priced exposed" not in gplan("estimate", "llama3-70b", "--from", str(with_them), *ARGS).stderr
     plan_path, better = tmp_path / "plan.json", tmp_path / "better.sh"
-    r = gplan("search", "llama3-70b", "--from", str(TRAIN_SH), *ARGS, "--tp", "8", "--out", str(plan_path),
-              "--out-launch", str(better))
+    r = gplan("search", "llama3-70b", "--from", str(TRAIN_SH), *ARGS, "--tp", "8", "--zero", "1", "--out",
+              str(plan_path), "--out-launch", str(better))  # zero 1: Megatron-FSDP would turn the dp overlaps on
     assert r.code == 0, r.stderr
     training = json.loads(plan_path.read_text())["training"]
     assert not (training["tp_comm_overlap"] or training["grad_reduce_overlap"] or training["param_gather_overlap"])
@@ -69,6 +69,33 @@ def test_a_launch_without_megatrons_overlap_switches_is_priced_with_that_communi
     assert gplan("export", str(plan_path), "--to", "megatron", "-o", str(out)).code == 0
     for script in (better.read_text(), (out / "megatron_pretrain_gpt.sh").read_text()):
         assert not any(flag in script for flag in ("--tp-comm-overlap", "--overlap-grad-reduce", "--overlap-param-gather"))
+
+
+@pytest.mark.parametrize("extra, grad, gather", [
+    ("--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads", True, False),
+    ("--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params", True, True),
+    ("--overlap-grad-reduce", True, False),
+])
+def test_megatron_fsdp_turns_its_overlaps_on_as_validate_args_does(gplan, tmp_path, extra, grad, gather):
+    """Megatron-LM's validate_args turns the gradient reduction's overlap on for Megatron-FSDP's optim_grads and
+    both for optim_grads_params, whatever the launch passes: read so, not as the switches' defaults."""
+    data = gplan("estimate", "llama3-70b", "--from", str(bad_script(tmp_path, extra)), *ARGS, "--json").json()
+    options = data["engine_options"]
+    assert (options["grad_reduce_overlap"], options["param_gather_overlap"]) == (grad, gather)
+
+
+def test_sequence_parallelism_at_tp_1_is_read_off_as_megatron_turns_it_off(gplan, tmp_path):
+    """validate_args turns sequence parallelism off at tp 1; the tp overlap there has nothing to overlap (the model
+    zoo's bf16 launches pass it at tp 1, and ran). At tp 8 without sequence parallelism it asserts: refused."""
+    path = tmp_path / "tp1.sh"
+    path.write_text(TRAIN_SH.read_text().replace("--tensor-model-parallel-size 8",
+                                                 "--tensor-model-parallel-size 1 --tp-comm-overlap"))
+    data = gplan("estimate", "llama3-70b", "--from", str(path), *ARGS, "--json").json()
+    assert data["parallel"]["tp"] == 1 and data["parallel"]["sp"] is False
+    path.write_text(TRAIN_SH.read_text().replace("--sequence-parallel", "--tp-comm-overlap"))
+    r = gplan("estimate", "llama3-70b", "--from", str(path), *ARGS)
+    assert r.code == 3 and "overlap can happen only when sequence parallelism is enabled" in r.stderr
+    assert "Traceback" not in r.stderr and "hint:" in r.stderr
 
 
 @pytest.mark.parametrize("args", [
@@ -103,6 +130,8 @@ def bad_script(tmp_path, extra: str) -> Path:
     ("--num-layers-per-virtual-pipeline-stage $VPP_LAYERS", "expected an integer"),
     ("--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16", "--exp-avg-dtype bf16 without --use-precision-aware-optimizer"),
     ("--use-precision-aware-optimizer --exp-avg-dtype bf16", "--exp-avg-dtype bf16 and --exp-avg-sq-dtype fp32"),
+    # Megatron-LM's validate_args asserts against these: refused as it would refuse them
+    ("--overlap-param-gather", "Must use --overlap-param-gather with --overlap-grad-reduce"),
 ])
 def test_a_launch_gplan_cannot_read_whole_is_refused_naming_the_flag(gplan, tmp_path, extra, fragment):
     r = gplan("search", "llama3-70b", "--from", str(bad_script(tmp_path, extra)), *ARGS,

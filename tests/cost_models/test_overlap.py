@@ -191,3 +191,17 @@ def test_a_run_without_megatrons_dp_overlaps_pays_its_reduction_and_gather_in_fu
     expected = (reduce - (backward_s if grad_behind else 0.0)) + \
         (max(0.0, gather - (forward_s if gather_behind else 0.0)) if zero else 0.0)
     assert step.dp_sync_exposed_s(params, forward_s, backward_s, 0) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("engine, zero, expected", [
+    ("megatron", 1, (False, False)),       # the distributed optimizer: as the switches say
+    ("megatron", 2, (True, False)),        # Megatron-FSDP optim_grads: validate_args turns the reduction's on
+    ("megatron", 3, (True, True)),         # optim_grads_params: both
+    ("torchtitan", 2, (False, False)),     # another engine: as the plan says
+])
+def test_megatron_fsdp_overlaps_whatever_the_switches_say(engine, zero, expected):
+    from gplan.spec.targets import dp_overlaps
+
+    training = TrainingSpec(gbs=64, seq_length=8192, engine=engine, grad_reduce_overlap=False,
+                            param_gather_overlap=False)
+    assert dp_overlaps(training, ParallelConfig(dp=64, zero=zero)) == expected

@@ -14,7 +14,7 @@ from gplan.plan import Prediction, StageMemory, StagePrediction, StepBreakdown
 from gplan.profiles.schema import ClusterSpec, NodeGroup
 from gplan.spec.model import LayerKind, ModelSpec
 from gplan.spec.parallel import ParallelConfig, StageLayout, captured_graphs, empty_stage, uniform_layout
-from gplan.spec.targets import overlaps_param_gather, overlaps_tp_comm
+from gplan.spec.targets import dp_overlaps, overlaps_tp_comm
 from gplan.spec.training import TrainingSpec
 
 
@@ -709,8 +709,8 @@ class StepModel:
         micro-batch) compute does not hide. zero 0: the all-reduce overlapped with the last micro-batch's
         backward; zero 1/2: the reduce-scatter there, and the parameter all-gather behind the first
         forward (unless the engine does not overlap it at this precision: `overlaps_param_gather`) — each
-        exposed whole where the run does not overlap it (`TrainingSpec.grad_reduce_overlap`,
-        `param_gather_overlap`: a Megatron-LM launch without --overlap-grad-reduce / --overlap-param-gather); zero 3
+        exposed whole where the run does not overlap it (`spec.targets.dp_overlaps`: a Megatron-LM launch without
+        --overlap-grad-reduce / --overlap-param-gather); zero 3
         as one unit per micro-batch. Routed-expert parameters (`expert_params` of
         `params`) synchronise over the edp ranks, the rest over dp·cp, one after the other. A schedule run
         once per local batch (`ParallelConfig.schedule_runs`: torchtitan's and NeMo AutoModel's loops over
@@ -740,15 +740,14 @@ class StepModel:
         groups = [(p, n, link) for p, n, link in groups if n > 1 and p > 0]
         if not groups:
             return 0.0
-        t = self.training
-        reduced_behind = t.grad_reduce_overlap  # else after the backward (Megatron-LM without --overlap-grad-reduce)
+        # else after the backward, resp. before the forward (Megatron-LM without --overlap-grad-reduce / -param-gather)
+        reduced_behind, gathered_behind = dp_overlaps(self.training, c)
         if c.zero == 0:
             allreduce = sum(comm.ring_allreduce_time_s(p * self.reduced_grad_bytes, n, link) for p, n, link in groups)
             return max(0.0, allreduce - (backward_s if reduced_behind else 0.0))
         gather = sum(comm.allgather_time_s(p * e, n, link) for p, n, link in groups)
         scatter = sum(comm.reduce_scatter_time_s(p * self.reduced_grad_bytes, n, link) for p, n, link in groups)
         if c.zero < 3:
-            gathered_behind = t.param_gather_overlap and overlaps_param_gather(t.engine, t.precision)
             hidden_s = forward_s if gathered_behind else 0.0
             # torch's pipelining reduces a stage's gradients after its last backward, not beside it
             behind_s = 0.0 if self.reduces_after_last_backward or not reduced_behind else backward_s

@@ -115,6 +115,10 @@ class Capabilities:
     """Precisions at which the distributed optimizer's parameter all-gather is not overlapped with the
     next forward (Megatron-Bridge turns `overlap_param_gather` off for MXFP8 — "keeping this enabled
     causes NaN grad norm", the same file — so gplan's export does too)."""
+    sharded_dp_overlaps: bool = False
+    """Its sharded data parallel overlaps the gradient reduction (zero 2) and the parameter gather too (zero 3)
+    whatever the run's overlap switches say (Megatron-LM's validate_args turns --overlap-grad-reduce on for
+    Megatron-FSDP's optim_grads, and --overlap-param-gather too for optim_grads_params: `spec.targets.dp_overlaps`)."""
     grad_reduce_in_bf16: bool = False
     """Main gradients kept and reduced in 16 bits (Megatron-LM's --grad-reduce-in-bf16)."""
     pure_bf16: bool = False

@@ -87,6 +87,18 @@ def overlaps_param_gather(engine: str | None, precision: str) -> bool:
     return target is None or precision not in target.no_param_gather_overlap
 
 
+def dp_overlaps(training: TrainingSpec, config: ParallelConfig) -> tuple[bool, bool]:
+    """(the gradient reduction behind the backward, the parameter gather behind the forward) as the run asks
+    (`TrainingSpec.grad_reduce_overlap`, `param_gather_overlap`) — except where its engine turns them on whatever
+    the switches say (`Capabilities.sharded_dp_overlaps`: Megatron-LM's validate_args for Megatron-FSDP's
+    optim_grads, zero 2: the reduction, and optim_grads_params, zero 3: both). The gather still follows `overlaps_param_gather`'s precision rule."""
+    target = TARGETS.get(training.engine or "")
+    fsdp = target is not None and target.sharded_dp_overlaps and config.zero >= 2
+    return (training.grad_reduce_overlap or fsdp,
+            (training.param_gather_overlap or (fsdp and config.zero >= 3))
+            and overlaps_param_gather(training.engine, training.precision))
+
+
 ENGINE_OPTIONS = {"grad_reduce_in_bf16": "--grad-reduce-in-bf16", "fp8_param_gather": "--fp8-param-gather",
                   "pure_bf16": "--pure-bf16", "optimizer_in_backward": "--optimizer-in-backward",
                   "legacy_grouped_gemm": "--legacy-grouped-gemm",

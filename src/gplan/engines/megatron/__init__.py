@@ -28,7 +28,7 @@ ENGINE = EngineProfile(
                               recompute_modules=frozenset({"core_attn", "mlp", "moe", "moe_act", "shared_experts",
                                                            "layernorm", "mla_up_proj"}),
                               tp_comm_overlap=frozenset({"bf16", "fp16", "fp8", "mxfp8"}),
-                              no_param_gather_overlap=frozenset({"mxfp8"})),
+                              no_param_gather_overlap=frozenset({"mxfp8"}), sharded_dp_overlaps=True),
     speed_reference=True,  # the catalogue's efficiencies are fitted on its runs (bench/accuracy.py --fit)
     memory=MemoryAccounting(),  # Megatron's theoretical_memory_usage: 18 bytes, the distributed optimizer's 6 + 12/d,
     resharding=Resharding(

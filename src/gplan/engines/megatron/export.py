@@ -23,7 +23,7 @@ from gplan.backends.recipes import default_nodes, script_node_variables, script_
 from gplan.errors import InputError
 from gplan.plan import Plan
 from gplan.spec.parallel import DEFAULT_RECOMPUTE_MODULES, StageLayout, chunk_sizes
-from gplan.spec.targets import as_engine_runs, overlaps_param_gather, overlaps_tp_comm
+from gplan.spec.targets import as_engine_runs, dp_overlaps, overlaps_tp_comm
 
 VERSIONS = {"core_r0.16": "Megatron-LM core_r0.16 (pretrain_gpt.py; megatron/training/arguments.py as on main "
                           "at 000c4ac, 2026)"}
@@ -277,9 +277,10 @@ def overlap_args(plan: Plan) -> list[str]:
     c = plan.parallel
     t = as_engine_runs(plan.training, "megatron", c)
     args = ["--tp-comm-overlap"] if overlaps_tp_comm(t, c, plan.cluster.smallest_domain_devices) else []
-    if c.dp * c.cp > 1 and t.grad_reduce_overlap:
+    reduced, gathered = dp_overlaps(t, c)
+    if c.dp * c.cp > 1 and reduced:
         args.append("--overlap-grad-reduce")
-        if c.zero >= 1 and t.param_gather_overlap and overlaps_param_gather(t.engine, t.precision):
+        if c.zero >= 1 and gathered:
             args.append("--overlap-param-gather")
     return args
 

@@ -101,15 +101,16 @@ def read_megatron_launch(path: Path, model: ModelSpec | None, text: str) -> Laun
     model = with_capacity(model, value(args, "--moe-expert-capacity-factor"))
     known = MODEL_FLAGS.keys() | LAYOUT_FLAGS | MODEL_SWITCHES | WORLD.keys()
     unread, no_effect = classified(path, {a: v for a, v in args.items() if a not in known}, megatron_class)
+    given = layout_of(args)
+    overlaps = overlaps_of(args, given, path)
     a2a_overlap = "--overlap-moe-expert-parallel-comm" in args or (
         "--combined-1f1b" in args and value(args, "--combined-1f1b-recipe") == "ep_a2a")
-    return Launch(source=str(path), engine="megatron", given=layout_of(args), gbs=integer(args, "--global-batch-size", path),
+    return Launch(source=str(path), engine="megatron", given=given, gbs=integer(args, "--global-batch-size", path),
                   seq_length=optional_int(args, "--seq-length"), precision=precision_of(args),
                   stage_sizes=stage_sizes_of(args, model), recompute_layers=block_layers(args),
                   world_size=world_size(args, variables), unread=unread + notes, no_effect=no_effect, model=model,
                   engine_options={"grad_reduce_in_bf16": "--grad-reduce-in-bf16" in args,
-                                  **{key: f"--{flag.replace('_', '-')}" in args
-                                     for key, flag in OVERLAP_SWITCHES.items()},
+                                  **overlaps,
                                   "fp8_param_gather": "--fp8-param-gather" in args,
                                   "legacy_grouped_gemm": legacy_grouped_gemm(args, model),
                                   "moe_a2a_overlap": a2a_overlap,
@@ -322,6 +323,8 @@ def layout_of(args: dict) -> dict[str, Any]:
                              "ep": optional_int(args, "--expert-model-parallel-size") or 1,
                              "mbs": optional_int(args, "--micro-batch-size") or 1,
                              "sp": "--sequence-parallel" in args}
+    # Megatron's validate_args: "Disabling sequence parallelism because tensor model parallelism is disabled"
+    given["sp"] = given["sp"] and given["tp"] > 1
     etp = optional_int(args, "--expert-tensor-parallel-size")
     given["etp"] = etp if etp is not None else given["tp"]  # Megatron: expert tp defaults to tp
     per_chunk, vpp = optional_int(args, "--num-layers-per-virtual-pipeline-stage"), \
@@ -352,6 +355,32 @@ def layout_of(args: dict) -> dict[str, Any]:
         given["offload_layers"] = optional_int(args, "--cpu-offloading-num-layers") or 0
     return given
 
+
+
+def overlaps_of(args: dict, given: dict, path: Path) -> dict[str, bool]:
+    """TrainingSpec's overlaps as Megatron-LM's validate_args leaves them: each switch off unless passed, but
+    Megatron-FSDP's sharded strategies turn the gradient reduction's on (optim_grads) and the parameter gather's too
+    (optim_grads_params); the combinations it asserts against refused (exit 3), naming its rule."""
+    said = {key: f"--{flag.replace('_', '-')}" in args for key, flag in OVERLAP_SWITCHES.items()}
+    zero = zero_of(args)
+    fsdp = "--use-megatron-fsdp" in args or "--use-custom-fsdp" in args
+    said["grad_reduce_overlap"] |= fsdp and zero >= 2
+    said["param_gather_overlap"] |= fsdp and zero >= 3
+    rule = None
+    # at tp 1 it has nothing to overlap (the model zoo's bf16 launches pass it at tp 1 and ran): only tp > 1 is checked
+    if said["tp_comm_overlap"] and given["tp"] > 1 and not given["sp"]:
+        rule = ("--tp-comm-overlap", "Tensor parallel communication/GEMM overlap can happen only when sequence "
+                "parallelism is enabled", "add --sequence-parallel")
+    elif said["param_gather_overlap"] and not said["grad_reduce_overlap"]:
+        rule = ("--overlap-param-gather", "Must use --overlap-param-gather with --overlap-grad-reduce",
+                "add --overlap-grad-reduce")
+    elif said["param_gather_overlap"] and zero == 0:
+        rule = ("--overlap-param-gather", "--overlap-param-gather only supported with distributed optimizer or "
+                "megatron fsdp", "add --use-distributed-optimizer")
+    if rule is not None:
+        raise InputError(f"--from {path}: {rule[0]} — Megatron-LM's validate_args refuses it: '{rule[1]}'",
+                         hint=f"{rule[2]}, or leave {rule[0]} out")
+    return said
 
 
 def zero_of(args: dict) -> int:
