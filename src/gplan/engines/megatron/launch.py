@@ -78,10 +78,10 @@ def read_megatron_launch(path: Path, model: ModelSpec | None, text: str) -> Laun
     """The Megatron-LM launch in `path` (a script, a file of arguments, or the MoE model zoo's YAML map with
     the launch line that fills it), checked against `model` — or, without one, its model built from the
     shape flags."""
-    from gplan.engines.megatron.model_zoo import zoo_arguments
+    from gplan.engines.megatron.model_zoo import ZOO_NOTE, zoo_arguments
 
     args, variables = zoo_arguments(path, text) or arguments(text)
-    notes = []
+    notes = [variables.pop(ZOO_NOTE)] if ZOO_NOTE in variables else []
     called = called_script(path, text) if "--num-layers" not in args else None
     if called is not None:  # a line that runs a script with positional arguments (Pai-Megatron-Patch's launches)
         script, positional, environment = called

@@ -15,7 +15,8 @@ launch line: `MODEL=Qwen3-235B-A22B TP=2 PP=8 … bash sbatch_benchmarking.sh --
     (bf16, fp8, mxfp8) the precision flags; A2A_OVERLAP=1 `--overlap-moe-expert-parallel-comm`;
     OPTIMIZER_OFFLOAD=1 `--optimizer-cpu-offload --overlap-cpu-optimizer-d2h-h2d`; the flags after the script
     name come last;
-  - NNODES nodes of 8 GPUs (4 with GB200_CLUSTER=1).
+  - NNODES nodes of 8 GPUs (4 with GB200_CLUSTER=1, or, left unset, with NVLINK_DOMAIN_SIZE=72 exported, as the
+    zoo's GB200/GB300 scripts do).
 """
 
 from __future__ import annotations
@@ -65,8 +66,23 @@ def zoo_arguments(path: Path, text: str) -> tuple[dict[str, list[str]], dict[str
     args = map_arguments((yaml.safe_load(config.read_text()) or {}).get("MODEL_ARGS") or {}, env, config, launch=path)
     args |= script_flags(args, env)
     args |= extra
-    per_node = "4" if env.get("GB200_CLUSTER") == "1" else "8"
-    return args, {"NNODES": env.get("NNODES", "1"), "GPUS_PER_NODE": per_node}
+    trays = gb200_trays(env)
+    said = {ZOO_NOTE: "(NNODES read as 4-GPU GB200 trays: the launch exports NVLINK_DOMAIN_SIZE=72 and sets no "
+                      "GB200_CLUSTER)"} if trays and "GB200_CLUSTER" not in env else {}
+    return args, {"NNODES": env.get("NNODES", "1"), "GPUS_PER_NODE": "4" if trays else "8", **said}
+
+
+ZOO_NOTE = "(zoo note)"
+"""The world-size variables' key for what the launch reader says beside the prediction."""
+
+
+def gb200_trays(env: dict[str, str]) -> bool:
+    """sbatch_benchmarking.sh runs 4 tasks a node where GB200_CLUSTER=1 (its cluster config, a file of the user's
+    own, sets it); left unset, a launch that exports NVLINK_DOMAIN_SIZE=72 — as the zoo's GB200 and GB300 scripts do,
+    and as the script itself sets it only for GB200 clusters — runs on those 4-GPU trays."""
+    if "GB200_CLUSTER" in env:
+        return env["GB200_CLUSTER"] == "1"
+    return env.get("NVLINK_DOMAIN_SIZE") == "72"
 
 
 def map_arguments(mapping: dict, env: dict[str, str], source: Path, launch: Path | None) -> dict[str, list[str]]:
