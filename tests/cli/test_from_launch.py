@@ -84,6 +84,17 @@ def test_megatron_fsdp_turns_its_overlaps_on_as_validate_args_does(gplan, tmp_pa
     assert (options["grad_reduce_overlap"], options["param_gather_overlap"]) == (grad, gather)
 
 
+def test_a_batch_ramp_up_is_priced_at_the_batch_every_later_step_runs(gplan, tmp_path):
+    """Megatron-LM's own GPT-3 175B example ramps its batch up (--rampup-batch-size 16 16 5859375): it was refused;
+    read at its --global-batch-size, the steady state, and the ramp said."""
+    plain = gplan("estimate", "llama3-70b", "--from", str(TRAIN_SH), *ARGS, "--json").json()
+    ramped = gplan("estimate", "llama3-70b", "--from", str(bad_script(tmp_path, "--rampup-batch-size 16 16 5859375")),
+                   *ARGS, "--json").json()
+    assert ramped["step_time_s"] == plain["step_time_s"]
+    assert any(note.startswith("(--rampup-batch-size 16 16 5859375: the first 5859375 samples")
+               for note in ramped["not_read"])
+
+
 def test_sequence_parallelism_at_tp_1_is_read_off_as_megatron_turns_it_off(gplan, tmp_path):
     """validate_args turns sequence parallelism off at tp 1; the tp overlap there has nothing to overlap (the model
     zoo's bf16 launches pass it at tp 1, and ran). At tp 8 without sequence parallelism it asserts: refused."""

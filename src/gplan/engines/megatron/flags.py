@@ -173,7 +173,6 @@ MEGATRON_NOT_PRICED = {
     "--optimizer": "another optimizer than Adam (its state differs)",
     "--batch-size": "the old spelling of --micro-batch-size: write --micro-batch-size",
     "--model-parallel-size": "the old spelling of --tensor-model-parallel-size: write that",
-    "--rampup-batch-size": "a batch that ramps up (gplan prices one batch)",
     "--distribute-saved-activations": "recompute inputs split over the tp ranks",
     "--deterministic-mode": "deterministic (slower) kernels", "--use-legacy-models": "Megatron's legacy models",
     "--fp32-residual-connection": "the residual stream in fp32",

@@ -100,7 +100,8 @@ def read_megatron_launch(path: Path, model: ModelSpec | None, text: str) -> Laun
     check_model(args, model, path)
     model = with_capacity(model, value(args, "--moe-expert-capacity-factor"))
     known = MODEL_FLAGS.keys() | LAYOUT_FLAGS | MODEL_SWITCHES | WORLD.keys()
-    unread, no_effect = classified(path, {a: v for a, v in args.items() if a not in known}, megatron_class)
+    unread, no_effect = classified(path, {a: v for a, v in args.items() if a not in known | {RAMP}}, megatron_class)
+    notes += ramp_note(args.get(RAMP))
     given = layout_of(args)
     overlaps = overlaps_of(args, given, path)
     a2a_overlap = "--overlap-moe-expert-parallel-comm" in args or (
@@ -124,6 +125,20 @@ def read_megatron_launch(path: Path, model: ModelSpec | None, text: str) -> Laun
                                   **optimizer_offload_of("--optimizer-cpu-offload" in args,
                                                          value(args, "--optimizer-offload-fraction"),
                                                          "--overlap-cpu-optimizer-d2h-h2d" in args)})
+
+
+RAMP = "--rampup-batch-size"
+
+
+def ramp_note(values: list[str] | None) -> list[str]:
+    """Megatron's batch ramp-up (`--rampup-batch-size START INCREMENT SAMPLES`, microbatches.py
+    RampupBatchsizeNumMicroBatchesCalculator): the first SAMPLES samples run batches from START up by INCREMENT, every
+    later step the global batch — the steady state gplan prices, said."""
+    if not values:
+        return []
+    start, step, samples = (values + ["?", "?", "?"])[:3]
+    return [f"({RAMP} {' '.join(values)}: the first {samples} samples run batches from {start} up by {step}; priced at "
+            "--global-batch-size, which every step after them runs)"]
 
 
 def with_capacity(model: ModelSpec, factor: Any) -> ModelSpec:
