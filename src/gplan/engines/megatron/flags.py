@@ -32,7 +32,7 @@ LAYOUT_FLAGS = {
     "--checkpoint-activations", "--moe-use-legacy-grouped-gemm", "--use-precision-aware-optimizer", "--exp-avg-dtype",
     "--exp-avg-sq-dtype", "--main-params-dtype", "--main-grads-dtype", "--optimizer-cpu-offload",
     "--optimizer-offload-fraction", "--overlap-cpu-optimizer-d2h-h2d", "--moe-shared-expert-overlap",
-    "--moe-pad-expert-input-to-capacity",
+    "--moe-pad-expert-input-to-capacity", "--rampup-batch-size",
 }
 #: Model flags whose presence gplan reads through the named model (checked as switches).
 MODEL_SWITCHES = {

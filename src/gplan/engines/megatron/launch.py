@@ -100,7 +100,7 @@ def read_megatron_launch(path: Path, model: ModelSpec | None, text: str) -> Laun
     check_model(args, model, path)
     model = with_capacity(model, value(args, "--moe-expert-capacity-factor"))
     known = MODEL_FLAGS.keys() | LAYOUT_FLAGS | MODEL_SWITCHES | WORLD.keys()
-    unread, no_effect = classified(path, {a: v for a, v in args.items() if a not in known | {RAMP}}, megatron_class)
+    unread, no_effect = classified(path, {a: v for a, v in args.items() if a not in known}, megatron_class)
     notes += ramp_note(args.get(RAMP))
     given = layout_of(args)
     overlaps = overlaps_of(args, given, path)
