@@ -54,7 +54,7 @@ def estimate(
     master_weights: str = o.MasterWeightsOpt, optimizer_offload: float = o.OffloadOpt,
     optimizer_offload_overlap: bool = o.OffloadOverlapOpt, moe_shared_expert_overlap: bool = o.SharedOverlapOpt,
     moe_pad_to_capacity: bool = o.PadCapacityOpt,
-    moe_dispatch_capacity: Optional[float] = o.DispatchCapacityOpt):
+    moe_dispatch_capacity: Optional[float] = o.DispatchCapacityOpt, async_tp: bool = o.AsyncTpOpt):
     """Predict step time, throughput, MFU and memory of one configuration.
 
     What is not given (vpp, mbs, zero, sp, recompute, the split, ep/etp) is chosen as `gplan search`
@@ -79,7 +79,7 @@ def estimate(
                                grad_sync_each_microbatch, precision_aware_optimizer, adam_moments, master_weights,
                                optimizer_offload, optimizer_offload_overlap, moe_shared_expert_overlap,
                                moe_pad_to_capacity, compiled_loss, fsdp_offload, loss_chunks,
-                              moe_dispatch_capacity=moe_dispatch_capacity)
+                              moe_dispatch_capacity=moe_dispatch_capacity, async_tp=async_tp)
     if from_file is not None:
         from gplan.planner.launch_files import priced_launch
 
@@ -129,7 +129,7 @@ def search(
     master_weights: str = o.MasterWeightsOpt, optimizer_offload: float = o.OffloadOpt,
     optimizer_offload_overlap: bool = o.OffloadOverlapOpt, moe_shared_expert_overlap: bool = o.SharedOverlapOpt,
     moe_pad_to_capacity: bool = o.PadCapacityOpt,
-    moe_dispatch_capacity: Optional[float] = o.DispatchCapacityOpt):
+    moe_dispatch_capacity: Optional[float] = o.DispatchCapacityOpt, async_tp: bool = o.AsyncTpOpt):
     """Search degrees, micro-batch, recompute, optimizer sharding, stage split and placement; write the best plan."""
     set_wide(wide)
     from gplan import render
@@ -151,7 +151,7 @@ def search(
                               grad_sync_each_microbatch, precision_aware_optimizer, adam_moments, master_weights,
                               optimizer_offload, optimizer_offload_overlap, moe_shared_expert_overlap,
                               moe_pad_to_capacity, compiled_loss, fsdp_offload, loss_chunks,
-                               moe_dispatch_capacity=moe_dispatch_capacity)
+                               moe_dispatch_capacity=moe_dispatch_capacity, async_tp=async_tp)
     if from_file is not None:  # the launch's devices, batch, sequence, precision and engine, unless said otherwise
         from gplan.planner.launch_files import launch_cluster, launch_defaults, priced_launch
 

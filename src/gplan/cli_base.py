@@ -191,6 +191,9 @@ CompiledLossOpt = typer.Option(False, "--compiled-loss", help="the loss compiled
 FsdpOffloadOpt = typer.Option(False, "--fsdp-offload", help="FSDP's CPU offload: sharded weights, gradients and "
                               "Adam's states in host memory, the optimizer stepped on the host — its speed assumed, "
                               "not measured (torchtitan's training.enable_cpu_offload; zero 3)")
+AsyncTpOpt = typer.Option(False, "--async-tp", help="torch's asynchronous tensor parallelism: tp's all-gathers and "
+                          "reduce-scatters pipelined with the matmuls beside them (torchtitan's "
+                          "compile.enable_async_tensor_parallel, which compiles the model)")
 LossChunksOpt = typer.Option(None, "--loss-chunks", min=1, help="the loss over the sequence in N chunks, one "
                              "chunk's logits at a time (torchtitan 0.3's ChunkedLossWrapper: 8 by default there; 1: "
                              "the whole sequence's logits at once, as ≤ 0.2 and every other engine run it)")
@@ -261,7 +264,7 @@ def engine_options(grad_reduce_in_bf16: bool, fp8_param_gather: bool, moe_a2a_ov
                    optimizer_offload_overlap: bool = False, moe_shared_expert_overlap: bool = False,
                    moe_pad_to_capacity: bool = False, compiled_loss: bool = False,
                    fsdp_offload: bool = False, loss_chunks: Optional[int] = None,
-                   moe_dispatch_capacity: Optional[float] = None) -> dict:
+                   moe_dispatch_capacity: Optional[float] = None, async_tp: bool = False) -> dict:
     """The engine switches of estimate and search, by TrainingSpec field."""
     return {"grad_reduce_in_bf16": grad_reduce_in_bf16, "fp8_param_gather": fp8_param_gather, "pure_bf16": pure_bf16,
             "optimizer_in_backward": optimizer_in_backward, "legacy_grouped_gemm": legacy_grouped_gemm,
@@ -273,7 +276,7 @@ def engine_options(grad_reduce_in_bf16: bool, fp8_param_gather: bool, moe_a2a_ov
             "optimizer_offload_overlap": optimizer_offload_overlap,
             "moe_shared_expert_overlap": moe_shared_expert_overlap, "moe_pad_to_capacity": moe_pad_to_capacity,
             "compiled_loss": compiled_loss, "fsdp_offload": fsdp_offload, "loss_chunks": loss_chunks,
-            "moe_dispatch_capacity": moe_dispatch_capacity}
+            "moe_dispatch_capacity": moe_dispatch_capacity, "async_tp": async_tp}
 
 # ---- estimate -----------------------------------------------------------------------------------------
 

@@ -700,10 +700,13 @@ def overlap_lines(plan) -> list[str]:
     """What the plan's prediction takes as overlapped and its export turns on (spec.targets)."""
     from gplan.spec.targets import overlaps_tp_comm
 
-    if overlaps_tp_comm(plan.training, plan.parallel, plan.cluster.smallest_domain_devices):
-        return [f"[dim]tp's collectives priced overlapped with the GEMMs, as {plan.training.engine} runs them "
-                "(--tp-comm-overlap in its export; tp_comm_overlap: false in the plan prices them exposed)[/]"]
-    return []
+    if not overlaps_tp_comm(plan.training, plan.parallel, plan.cluster.smallest_domain_devices):
+        return []
+    if plan.training.async_tp:
+        return ["[dim]tp's collectives priced pipelined with the matmuls (torch's async tp: its export compiles the "
+                "model with compile.enable_async_tensor_parallel)[/]"]
+    return [f"[dim]tp's collectives priced overlapped with the GEMMs, as {plan.training.engine} runs them "
+            "(--tp-comm-overlap in its export; tp_comm_overlap: false in the plan prices them exposed)[/]"]
 
 
 def exposed_overlap_lines(training, config, cluster) -> list[str]:

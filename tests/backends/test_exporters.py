@@ -386,6 +386,33 @@ def test_torchtitan_config_manager_parses_the_export_into_the_plans_model_and_la
 
 
 @requires_engine("torchtitan", "dev")
+@pytest.mark.parametrize("compiled_loss", [False, True])
+def test_an_async_tp_plan_exports_to_torchtitan_compiled_and_reads_back(tmp_path, compiled_loss):
+    """A torchtitan plan priced with async tp: its export compiles the model (and the loss where priced so) with
+    compile.enable_async_tensor_parallel, which torchtitan's own ConfigManager takes; read back it is the plan,
+    priced alike."""
+    from gplan.planner.launch_files import priced_launch
+
+    training = TRAINING.model_copy(update={"engine": "torchtitan", "async_tp": True, "compiled_loss": compiled_loss})
+    plan = plan_of(ParallelConfig(dp=4, tp=2, sp=True, zero=3), cluster="dgx-h100", training=training,
+                   model=load_model("llama3-8b"))
+    assert StepModel(plan.model, plan.training, plan.cluster, plan.parallel).tp_overlapped
+    parsed = tmp_path / "parsed"
+    parsed.mkdir()
+    compile_config = titan_parse(parsed, plan).compile
+    assert compile_config.enable and compile_config.enable_async_tensor_parallel
+    assert compile_config.components == (["model", "loss"] if compiled_loss else ["model"])
+    files = export(plan, "torchtitan").files
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    launch, _, _, _, prediction = priced_launch(tmp_path / "torchtitan_train.sh", "llama3-8b", None, "dgx-h100", None, None,
+                                                None, 0.1, None, None, 1.0)
+    assert launch.engine_options["async_tp"] is True
+    assert launch.engine_options.get("compiled_loss", False) is compiled_loss
+    assert prediction.step_time_s == pytest.approx(plan.prediction.step_time_s, rel=1e-9)
+
+
+@requires_engine("torchtitan", "dev")
 def test_torchtitan_refuses_a_gpt_plan_it_would_train_as_a_llama(tmp_path):
     with pytest.raises(InputError, match=r"\(model\).*Llama family"):
         export(plan_of(ParallelConfig(dp=8), model=GPT), "torchtitan")

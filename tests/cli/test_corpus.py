@@ -513,6 +513,41 @@ def test_torchtitans_gradient_reduce_dtype_is_read_and_priced(gplan, tmp_path, r
         assert read["step_time_s"] == plain["step_time_s"]
 
 
+@pytest.mark.parametrize("compiled", [True, False])
+def test_torchtitans_async_tp_is_read_and_priced_only_over_a_compiled_model(gplan, tmp_path, compiled):
+    """torchtitan's async tensor parallel (its Qwen3-32B TOML at tp 2, with it switched on) was refused: read as
+    --async-tp, tp's collectives pipelined with the matmuls; without the model compiled torchtitan refuses it, and
+    so does gplan, naming its rule."""
+    base = (CORPUS / "torchtitan" / "qwen3_32b.toml").read_text()
+    assert "enable_async_tensor_parallel = false" in base and "[compile]\nenable = false" in base
+    toml = tmp_path / "async.toml"
+    toml.write_text(base.replace("enable_async_tensor_parallel = false", "enable_async_tensor_parallel = true")
+                    .replace("[compile]\nenable = false", f"[compile]\nenable = {str(compiled).lower()}"))
+    args = ("--cluster", "dgx-h100", "--devices", "16")
+    if not compiled:
+        r = gplan("estimate", "--from", str(toml), *args)
+        assert r.code == 3 and "Async TP requires 'model' in --compile.components" in r.stderr and "hint:" in r.stderr
+        return
+    read = gplan("estimate", "--from", str(toml), *args, "--json").json()
+    plain = gplan("estimate", "--from", str(CORPUS / "torchtitan" / "qwen3_32b.toml"), *args, "--json").json()
+    assert read["engine_options"]["async_tp"] is True and read["parallel"]["tp"] == 2
+    assert read["breakdown"]["tp_comm"] < plain["breakdown"]["tp_comm"] / 2
+
+
+@requires_engine("torchtitan", "dev")
+def test_torchtitans_own_405b_registry_is_read_with_async_tp(gplan):
+    """Its llama3_405b compiles the model with async tensor parallel (tp 8, float8): it was refused."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torchtitan")
+    registry = Path(spec.submodule_search_locations[0]) / "models" / "llama3" / "config_registry.py"
+    launch = read_launch(Path(f"{registry}::llama3_405b"), None)
+    assert launch.model.name == "llama3-405b" and launch.given["tp"] == 8
+    assert launch.engine_options["async_tp"] is True and launch.engine_options["compiled_loss"] is True
+    r = gplan("estimate", "--from", f"{registry}::llama3_405b", "--cluster", "dgx-h100", "--devices", "512")
+    assert r.code == 0, r.stderr
+
+
 def test_torchtitans_full_bf16_training_is_read_and_priced(gplan, tmp_path):
     """torchtitan's training.dtype = "bfloat16" (full-bf16 training, no fp32 copy: its 8×B200 long-context
     TOMLs run it): read as --pure-bf16 — the states at half their bytes, the same layout."""

@@ -58,6 +58,18 @@ def test_tp_collectives_are_paid_in_full_where_nothing_overlaps_them(engine, pre
     assert step.layer_tp_comm_s("decoder", "none", 0) == unoverlapped(step, 2)
 
 
+@pytest.mark.parametrize("async_tp", [False, True])
+def test_torchtitans_async_tp_hides_tps_collectives_as_the_userbuffers_do(async_tp):
+    """torch's micro-pipelined tp (torchtitan's compile.enable_async_tensor_parallel) pipelines each all-gather and
+    reduce-scatter with the matmul beside it: priced as Megatron's userbuffers overlap; without it, in full."""
+    training = TrainingSpec(gbs=64, seq_length=8192, engine="torchtitan", async_tp=async_tp)
+    step = StepModel(LLAMA, training, load_cluster("dgx-h100", 64), ParallelConfig(dp=8, tp=8, sp=True, zero=1))
+    megatron = step_of(LLAMA, "megatron")
+    assert step.tp_overlapped == async_tp
+    expected = megatron.layer_tp_comm_s("decoder", "none", 0) if async_tp else unoverlapped(step, 2)
+    assert step.layer_tp_comm_s("decoder", "none", 0) == pytest.approx(expected)
+
+
 def test_tp_across_nvlink_domains_is_not_overlapped():
     """tp = 16 on 8-GPU nodes: its group leaves the NVLink domain the userbuffers exchange over."""
     step = step_of(LLAMA, "megatron", tp=16)

@@ -133,6 +133,9 @@ class Capabilities:
     `training.enable_cpu_offload`)."""
     compiled_loss: bool = False
     """The loss compiled by torch.compile, its fp32 upcast fused away (torchtitan's `compile.components`)."""
+    async_tp: bool = False
+    """torch's asynchronous tensor parallelism over a compiled model (torchtitan's
+    `compile.enable_async_tensor_parallel`): tp's collectives pipelined with the matmuls beside them."""
     loss_chunks: bool = False
     """Its loss run over the sequence in a chosen number of chunks (torchtitan 0.3's ChunkedLossWrapper
     `num_chunks`); the others run it whole."""

@@ -137,7 +137,8 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
                    moe_pad_to_capacity: bool = False, compiled_loss: bool = False,
                    fsdp_offload: bool = False, loss_chunks: int | None = None,
                    moe_dispatch_capacity: float | None = None, tp_comm_overlap: bool = True,
-                   grad_reduce_overlap: bool = True, param_gather_overlap: bool = True) -> Inputs:
+                   grad_reduce_overlap: bool = True, param_gather_overlap: bool = True,
+                   async_tp: bool = False) -> Inputs:
     """`target` (a backend or export target) is the engine whose memory accounting prices the run;
     default: the backend of the cluster's hardware, as `gplan search` defaults its --target."""
     from gplan.planner.space import target_name
@@ -182,7 +183,8 @@ def resolve_inputs(model_ref: str, devices: int | None = None, cluster: str | No
                                 moe_shared_expert_overlap=moe_shared_expert_overlap,
                                 moe_pad_to_capacity=moe_pad_to_capacity, compiled_loss=compiled_loss,
                                 fsdp_offload=fsdp_offload, loss_chunks=loss_chunks, tp_comm_overlap=tp_comm_overlap,
-                                grad_reduce_overlap=grad_reduce_overlap, param_gather_overlap=param_gather_overlap)
+                                grad_reduce_overlap=grad_reduce_overlap, param_gather_overlap=param_gather_overlap,
+                                async_tp=async_tp)
     except ValidationError as exc:
         err = exc.errors()[0]
         raise InputError(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}",

@@ -75,10 +75,12 @@ def overlaps_tp_comm(training: TrainingSpec, config: ParallelConfig, domain_devi
     (`TrainingSpec.tp_comm_overlap`), its engine does it at this precision (`Capabilities.tp_comm_overlap`),
     with sequence parallelism (Megatron asserts "Tensor parallel communication/GEMM overlap can happen
     only when sequence parallelism is enabled") and the tp group inside the smallest scale-up domain of
-    the cluster (the userbuffers exchange over NVLink)."""
+    the cluster (the userbuffers exchange over NVLink) — or torch's asynchronous tp (`TrainingSpec.async_tp`, its
+    symmetric memory inside the domain too) where its engine runs it."""
     target = TARGETS.get(training.engine or "")
-    return (training.tp_comm_overlap and target is not None and training.precision in target.tp_comm_overlap
-            and config.sp and 1 < config.tp <= domain_devices)
+    asked = (training.tp_comm_overlap and target is not None and training.precision in target.tp_comm_overlap) or (
+        training.async_tp and target is not None and target.async_tp)  # torch's micro-pipelined tp, over NVLink too
+    return asked and config.sp and 1 < config.tp <= domain_devices
 
 
 def overlaps_param_gather(engine: str | None, precision: str) -> bool:
@@ -106,7 +108,7 @@ ENGINE_OPTIONS = {"grad_reduce_in_bf16": "--grad-reduce-in-bf16", "fp8_param_gat
                   "moe_dispatcher": "--moe-dispatcher",
                   "moe_dispatch_capacity": "--moe-dispatch-capacity", "attention_kernel": "--attention-kernel",
                   "bf16_loss": "--bf16-loss", "compiled_loss": "--compiled-loss", "fsdp_offload": "--fsdp-offload",
-                  "loss_chunks": "--loss-chunks",
+                  "loss_chunks": "--loss-chunks", "async_tp": "--async-tp",
                   "grad_sync_each_microbatch": "--grad-sync-each-microbatch",
                   "precision_aware_optimizer": "--precision-aware-optimizer", "adam_moments": "--adam-moments",
                   "master_weights": "--master-weights", "optimizer_offload": "--optimizer-offload",

@@ -152,6 +152,13 @@ class TrainingSpec(BaseModel):
     false`, which its benchmark recipes set): the softmax it keeps and its gradient in 16 bits
     (`memory.head_activation_bytes`, `memory.loss_working_bytes`), and 16-bit reads in its time
     (`compute.cross_entropy_bytes_per_logit`)."""
+    async_tp: bool = False
+    """torch's asynchronous tensor parallelism (torchtitan's `compile.enable_async_tensor_parallel`, which needs the
+    model compiled: Inductor's micro-pipeline TP pass, torch/_inductor/fx_passes/micro_pipeline_tp.py, splits each
+    all-gather before a matmul and each reduce-scatter after one into chunks run beside the matmul's, over symmetric
+    memory inside an NVLink domain): priced as Megatron's userbuffers overlap (`spec.targets.overlaps_tp_comm`), each
+    pass exposing what tp's collectives take beyond the GEMMs beside them. What compiling the model changes besides
+    is not priced."""
     compiled_loss: bool = False
     """The loss compiled by torch.compile (torchtitan's `compile.components` holding "loss" with `compile.enable`;
     ≤ 0.2's `training.compile`): Inductor fuses the fp32 upcast into the cross-entropy's reductions and replays it in
@@ -220,7 +227,7 @@ class TrainingSpec(BaseModel):
                                                     "moe_a2a_overlap": False, "cuda_graphs": "none",
                                                     "moe_dispatcher": "alltoall", "moe_dispatch_capacity": None,
                                                     "attention_kernel": None,
-                                                    "bf16_loss": False, "compiled_loss": False, "grad_sync_each_microbatch": False,
+                                                    "bf16_loss": False, "compiled_loss": False, "async_tp": False, "grad_sync_each_microbatch": False,
                                                     "precision_aware_optimizer": False, "adam_moments": "fp32",
                                                     "master_weights": "fp32", "moe_pad_to_capacity": False,
                                                     "moe_shared_expert_overlap": False, "optimizer_offload": 0.0,

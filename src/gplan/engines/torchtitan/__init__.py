@@ -52,6 +52,9 @@ ENGINE = EngineProfile(
                               # `compile.components` with "loss" (components/loss.py build_cross_entropy_loss:
                               # torch.compile of cross_entropy_loss, its `.float()` upcast inside)
                               compiled_loss=True,
+                              # compile.enable_async_tensor_parallel (distributed/compile.py _maybe_enable_async_tp:
+                              # Inductor's _micro_pipeline_tp over the tp mesh's symmetric memory)
+                              async_tp=True,
                               # 0.3's ChunkedLossWrapper.Config.num_chunks (every registered trainer config wraps
                               # its loss in it)
                               loss_chunks=True,

@@ -165,7 +165,11 @@ def overrides(plan: Plan, main: bool = False) -> tuple[list[str], list[str]]:
         args += ["--training.dtype", "bfloat16"]
     if t.fsdp_offload:  # FSDP2's CPUOffloadPolicy (apply_fsdp)
         args += ["--training.enable_cpu_offload"]
-    if t.compiled_loss:  # the loss alone: compiling the model is not what the plan priced
+    if t.async_tp:  # torch's micro-pipelined tp runs in a compiled model only (CompileConfig.__post_init__)
+        args += ["--compile.enable", "--compile.components", "model,loss" if t.compiled_loss else "model",
+                 "--compile.enable_async_tensor_parallel"]  # ConfigManager's list[str]: comma-separated
+        notes.append("async tp compiles the model (torch.compile), whose other speed-ups gplan does not price")
+    elif t.compiled_loss:  # the loss alone: compiling the model is not what the plan priced
         args += ["--compile.enable", "--compile.components", "loss"]
     if t.precision == "fp8":
         notes.append("torchtitan 0.3's float8 converter scales rowwise (its only float8 recipes): the plan's fp8 "

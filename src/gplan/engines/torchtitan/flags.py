@@ -44,10 +44,8 @@ TITAN_NOT_LAYOUT = {"training.max_norm", "training.steps", "training.gc_freq", "
 """Keys of the sections gplan reads that are no layout setting (clipping, schedule, garbage collection)."""
 #: Keys gplan cannot price when set away from their default.
 TITAN_NOT_PRICED = {
-    "parallelism.enable_async_tensor_parallel": "async tensor parallel (tp collectives fused into matmuls)",
     "parallelism.pipeline_parallel_schedule_csv": "a schedule from a CSV file",
     "activation_checkpoint.memory_budget": "torch.compile's memory-budget recompute",
-    "compile.enable_async_tensor_parallel": "async tensor parallel (tp collectives fused into matmuls)",
 }
 TITAN_LAYOUT_LIKE = re.compile(r"^(parallelism|activation_checkpoint)\.|batch|seq_len")
 """Unread keys that would change the layout or its cost. The float8/mx/quantize sections count only when

@@ -21,6 +21,8 @@ from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import PER_OP_MODULES
 from gplan.spec.training import LOW_PRECISION
 
+TITAN_ASYNC_TP = ("compile.enable_async_tensor_parallel", "parallelism.enable_async_tensor_parallel")
+"""torch's asynchronous tp: 0.3's CompileConfig key, ≤ 0.2's ParallelismConfig one (read as TrainingSpec.async_tp)."""
 #: torchtitan's job-config keys gplan reads (torchtitan/config/job_config.py: Parallelism, Training,
 #: ActivationCheckpoint; 0.3's `local_batch_size`, before it `batch_size`).
 TITAN_KEYS = {
@@ -34,7 +36,7 @@ TITAN_KEYS = {
     "training.disable_cuda_graphs", "activation_checkpoint.selective_ac_option",
     "parallelism.expert_tensor_parallel_degree", "model.hf_assets_path", "parallelism.expert_parallel_comm_backend",
     "training.mixed_precision_reduce", "training.dtype", "optimizer.early_step_in_backward", "training.enable_cpu_offload",
-    "loss.num_chunks", "model.non_blocking_capacity_factor",
+    "loss.num_chunks", "model.non_blocking_capacity_factor", *TITAN_ASYNC_TP,
     *(f"training.{k}" for k in ("max_context_length", "num_tokens_per_train_step", "num_tokens_per_dp_rank",
                                 "num_tokens_per_microbatch_per_dp_rank")),
 }
@@ -157,6 +159,8 @@ def titan_engine_options(path: Path, values: dict[str, Any], model: ModelSpec, c
         options["optimizer_in_backward"] = True
     if titan_compiles_loss(values):
         options["compiled_loss"] = True
+    if titan_async_tp(path, values):
+        options["async_tp"] = True
     if str(values.get("training.enable_cpu_offload", False)).lower() == "true":
         options["fsdp_offload"] = True
     return options
@@ -175,6 +179,21 @@ TITAN_LOSS_CHUNKS = ENGINE.loss_chunks
 """torchtitan 0.3's ChunkedLossWrapper.Config.num_chunks default, its profile's (engines.torchtitan.ENGINE)."""
 TITAN_COMPILE_COMPONENTS = ["model", "loss"]
 """torchtitan's `compile.components` default (CompileConfig): with `compile.enable`, the model and the loss."""
+
+
+def titan_async_tp(path: Path, values: dict[str, Any]) -> bool:
+    """Whether the run pipelines tp's collectives with its matmuls (TITAN_ASYNC_TP) — which torch only does in a
+    compiled model: without one torchtitan refuses it (0.3's CompileConfig.__post_init__), and so does gplan."""
+    def on(key: str) -> bool:
+        return str(values.get(key, False)).lower() == "true"
+    if not any(on(key) for key in TITAN_ASYNC_TP):
+        return False
+    components = values.get("compile.components", TITAN_COMPILE_COMPONENTS)
+    if not (on("training.compile") or (on("compile.enable") and "model" in components)):
+        raise InputError(f"--from {path}: async tensor parallel without the model compiled — torchtitan refuses it "
+                         "(\"Async TP requires 'model' in --compile.components and --compile.enable\")",
+                         hint="set compile.enable with \"model\" among compile.components, or leave async tp off")
+    return True
 
 
 def titan_compiles_loss(values: dict[str, Any]) -> bool:
