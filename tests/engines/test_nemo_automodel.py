@@ -156,7 +156,8 @@ def recipe_with(tmp_path: Path, exported, **distributed) -> Path:
     ({"strategy": "ddp"}, "strategy ddp"),
     ({"strategy": "zero_bubble"}, "fsdp2, megatron_fsdp and ddp"),
     ({"offload_policy": {"pin_memory": True}}, "on the host"),
-    ({"enable_async_tensor_parallel": True}, "async tensor parallel"),
+    ({"enable_async_tensor_parallel": True, "tp_size": 2, "dp_size": 8, "sequence_parallel": False},
+     "requires sequence_parallel=True"),  # AutoModel's parallelizer raises it
     ({"some_new_layout_key": 4}, "distributed.some_new_layout_key"),
     ({"activation_checkpointing": "selective"}, "selective"),
 ])
@@ -164,6 +165,23 @@ def test_a_recipe_it_cannot_price_is_refused_naming_the_key(gplan, tmp_path, exp
     r = gplan("estimate", "--from", str(recipe_with(tmp_path, exported, **change)), "--cluster", "dgx-h100",
               "--devices", "16")
     assert r.code == 3 and fragment in r.stderr and "hint:" in r.stderr, r.stderr
+
+
+def test_its_async_tensor_parallel_is_read_and_priced_with_tps_collectives_pipelined(gplan, tmp_path, exported):
+    """distributed.enable_async_tensor_parallel (AutoModel compiles each block for it) was refused: read as --async-tp
+    at tp 2 with sequence parallelism — tp's collectives pipelined with the matmuls — and exported back."""
+    args = ("--cluster", "dgx-h100", "--devices", "16", "--json")
+    layout = {"tp_size": 2, "dp_size": 8, "sequence_parallel": True}
+    on = gplan("estimate", "--from", str(recipe_with(tmp_path, exported, enable_async_tensor_parallel=True, **layout)),
+               *args).json()
+    off = gplan("estimate", "--from", str(recipe_with(tmp_path, exported, **layout)), *args).json()
+    assert on["engine_options"]["async_tp"] is True and on["parallel"]["tp"] == 2
+    assert on["breakdown"]["tp_comm"] < off["breakdown"]["tp_comm"] / 2
+    plan = tmp_path / "plan.json"
+    assert gplan("search", "llama3-8b", "--devices", "16", "--cluster", "dgx-h100", "--target", "nemo-automodel",
+                 "--tp", "2", "--async-tp", "--out", str(plan)).code == 0
+    assert gplan("export", str(plan), "--to", "nemo-automodel", "-o", str(tmp_path / "out")).code == 0
+    assert "enable_async_tensor_parallel: true" in (tmp_path / "out" / "automodel_llama3-8b.yaml").read_text()
 
 
 def test_keys_at_their_default_and_other_sections_are_read_without_effect(gplan, tmp_path, exported):

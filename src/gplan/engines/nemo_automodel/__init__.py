@@ -46,6 +46,9 @@ ENGINE = EngineProfile(
         bf16_loss=True,
         # distributed.defer_fsdp_grad_sync: false — reduce-scatter every micro-batch (its default defers to the last)
         grad_sync_each_microbatch=True,
+        # distributed.enable_async_tensor_parallel: torch's micro-pipelined tp over per-layer compiled blocks
+        # (model_parallelizer.py compile_parallelized_model compiles them for it; parallelizer.py needs sequence_parallel)
+        async_tp=True,
         precisions=frozenset({"bf16", "fp32"}),
         # mp_policy.reduce_dtype: the dtype FSDP2 reduce-scatters the gradients in (float32 by default)
         grad_reduce_in_bf16=True,

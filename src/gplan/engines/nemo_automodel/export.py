@@ -67,6 +67,8 @@ def recipe(plan: Plan, context: ExportContext) -> dict:
     # always stated: unset, it follows the layout (false with ep > 1 or pipeline stages; launch.reshards_after_forward);
     # zero 1 runs as zero 2 (FSDP2 has no optimizer-only sharding)
     distributed["reshard_after_forward"] = c.zero == 3
+    if t.async_tp:  # torch's micro-pipelined tp: AutoModel compiles each block for it
+        distributed["enable_async_tensor_parallel"] = True
     if t.grad_sync_each_microbatch:  # its default defers the reduce-scatter to a step's last micro-batch
         distributed["defer_fsdp_grad_sync"] = False
     if c.pp > 1:

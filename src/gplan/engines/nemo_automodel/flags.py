@@ -19,7 +19,7 @@ READ = frozenset({
     "distributed.mp_policy.param_dtype", "distributed.mp_policy.reduce_dtype", "distributed.mp_policy._target_",
     "distributed._target_", "packed_sequence.packed_sequence_size", "dataset.seq_len", "dataset.seq_length",
     "model.backend.dispatcher", "model.torch_dtype", "model.dtype", "model.backend.attn",
-    "loss_fn.fp32_upcast", "distributed.defer_fsdp_grad_sync",
+    "loss_fn.fp32_upcast", "distributed.defer_fsdp_grad_sync", "distributed.enable_async_tensor_parallel",
 })
 """Keys the reader reads: the layout, the batch, the sequence and the precision."""
 
@@ -55,7 +55,6 @@ NO_EFFECT = {
 }
 NOT_PRICED = {
     "distributed.offload_policy": "FSDP's parameters and optimizer on the host (CPUOffloadPolicy)",
-    "distributed.enable_async_tensor_parallel": "async tensor parallel (tp collectives fused into matmuls)",
     "distributed.autocast_dtype": "autocast over another parameter dtype",
     "distributed.pipeline.pp_schedule_csv": "a schedule from a CSV file",
     "distributed.pipeline.module_fqns_per_model_part": "a hand-made stage split",

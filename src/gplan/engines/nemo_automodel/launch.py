@@ -54,6 +54,8 @@ def read_automodel_launch(path: Path, model: ModelSpec | None) -> Launch:
         options["bf16_loss"] = True
     if str(values.get("distributed.defer_fsdp_grad_sync", True)).lower() == "false":
         options["grad_sync_each_microbatch"] = True
+    if async_tp(path, values, given):
+        options["async_tp"] = True
     kernel = attention(path, values)
     if kernel is not None:
         options["attention_kernel"] = kernel
@@ -63,6 +65,19 @@ def read_automodel_launch(path: Path, model: ModelSpec | None) -> Launch:
                   stage_sizes=rank_layers(model.total_layers, given["pp"], given["vpp"]) if given["pp"] > 1 else None,
                   unread=unread + notes, no_effect=no_effect, model=model, engine_options=options,
                   local_batch=as_int(values.get("step_scheduler.local_batch_size")) if given["pp"] > 1 else None)
+
+
+def async_tp(path: Path, values: dict, given: dict) -> bool:
+    """`distributed.enable_async_tensor_parallel` (read as TrainingSpec.async_tp where tp > 1: AutoModel compiles each
+    block for it, model_parallelizer.py compile_parallelized_model); without sequence parallelism AutoModel raises
+    (parallelizer.py: "enable_async_tensor_parallel=True requires sequence_parallel=True"), and so does gplan."""
+    if str(values.get("distributed.enable_async_tensor_parallel", False)).lower() != "true" or given["tp"] == 1:
+        return False
+    if not given["sp"]:
+        raise InputError(f"--from {path}: distributed.enable_async_tensor_parallel without sequence_parallel — NeMo "
+                         "AutoModel refuses it (\"enable_async_tensor_parallel=True requires sequence_parallel=True\")",
+                         hint="set distributed.sequence_parallel: true, or leave async tensor parallel off")
+    return True
 
 
 def optimizer_notes(values: dict[str, Any], bf16_model: bool) -> list[str]:
