@@ -731,6 +731,15 @@ def exposed_overlap_lines(training, config, cluster) -> list[str]:
             + "; ".join(said)]
 
 
+def kept_overlap_lines(plan) -> list[str]:
+    """`search --from`: the best plan keeps the launch's overlap switches (none on the command line), so it pays what
+    they leave exposed — said, with the switches that would hide it."""
+    said = exposed_overlap_lines(plan.training, plan.parallel, plan.cluster)
+    return [line.replace("priced exposed, as the launch runs them without the switch", "the best plan keeps your "
+                         "launch's switches, so it too pays exposed", 1) + " — add them to your launch to hide that"
+            for line in said]
+
+
 def attention_lines(plan) -> list[str]:
     """Where the plan's engine runs FlashAttention-2's class on a device that has a faster fused kernel, the
     ratio its attention is priced at (DeviceSpec.fa2_attention_ratio), said once per device kind."""
@@ -892,6 +901,8 @@ def search_output(console: Console, inputs, planned, mine, versus, out) -> None:
         changes = ", ".join(f"{k} {a} → {b}" for k, (a, b) in versus["differences"].items()) or "nothing"
         console.print(f"the best plan changes {changes}: {versus['gain']:+.1%} tokens/s over your launch",
                       highlight=False)
+        for line in kept_overlap_lines(best):
+            console.print(line, highlight=False)
     console.print(f"[green]wrote[/] {out}")
 
 

@@ -63,6 +63,7 @@ def test_a_launch_without_megatrons_overlap_switches_is_priced_with_that_communi
     r = gplan("search", "llama3-70b", "--from", str(TRAIN_SH), *ARGS, "--tp", "8", "--zero", "1", "--out",
               str(plan_path), "--out-launch", str(better))  # zero 1: Megatron-FSDP would turn the dp overlaps on
     assert r.code == 0, r.stderr
+    assert "the best plan keeps your launch's switches, so it too pays exposed" in " ".join(r.stderr.split())
     training = json.loads(plan_path.read_text())["training"]
     assert not (training["tp_comm_overlap"] or training["grad_reduce_overlap"] or training["param_gather_overlap"])
     out = tmp_path / "export"
