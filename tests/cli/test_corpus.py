@@ -534,6 +534,25 @@ def test_torchtitans_async_tp_is_read_and_priced_only_over_a_compiled_model(gpla
     assert read["breakdown"]["tp_comm"] < plain["breakdown"]["tp_comm"] / 2
 
 
+def test_an_async_tp_plan_is_written_back_into_a_toml_as_its_torchtitan_reads_it(gplan, tmp_path):
+    """search --from a ≤ 0.2 TOML with --async-tp: the TOML written back switches it on where that torchtitan reads it
+    ([parallelism]; 0.3 moved it to [compile]), compiles the model (a TOML array of components), and reads back as
+    the plan, priced alike."""
+    import tomllib
+
+    plan_path, better = tmp_path / "plan.json", tmp_path / "better.toml"
+    r = gplan("search", "--from", str(CORPUS / "torchtitan" / "qwen3_32b.toml"), "--cluster", "dgx-h100", "--devices",
+              "16", "--tp", "2", "--async-tp", "--out", str(plan_path), "--out-launch", str(better))
+    assert r.code == 0, r.stderr
+    written = tomllib.loads(better.read_text())
+    assert written["parallelism"]["enable_async_tensor_parallel"] is True
+    assert written["compile"]["enable"] is True and "model" in written["compile"]["components"]
+    assert "enable_async_tensor_parallel" not in written["compile"]
+    back = gplan("estimate", "--from", str(better), "--cluster", "dgx-h100", "--devices", "16", "--json").json()
+    assert back["engine_options"]["async_tp"] is True
+    assert back["step_time_s"] == pytest.approx(json.loads(plan_path.read_text())["prediction"]["step_time_s"], rel=1e-9)
+
+
 @requires_engine("torchtitan", "dev")
 def test_torchtitans_own_405b_registry_is_read_with_async_tp(gplan):
     """Its llama3_405b compiles the model with async tensor parallel (tp 8, float8): it was refused."""

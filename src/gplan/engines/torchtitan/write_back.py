@@ -53,7 +53,7 @@ def titan_flags(values: dict[str, object]) -> dict[str, str | None]:
 TOML_PARALLELISM = {"data_parallel_replicate_degree", "data_parallel_shard_degree", "fsdp_reshard_after_forward",
                     "tensor_parallel_degree", "pipeline_parallel_degree", "pipeline_parallel_schedule",
                     "pipeline_parallel_microbatch_size", "pipeline_parallel_layers_per_stage", "context_parallel_degree",
-                    "expert_parallel_degree", "expert_tensor_parallel_degree"}
+                    "expert_parallel_degree", "expert_tensor_parallel_degree", "enable_async_tensor_parallel"}
 """The layout keys of [parallelism] in the job config a TOML is read by (torchtitan ≤ 0.2,
 torchtitan/config/job_config.py `Parallelism`): no `enable_sequence_parallel` there — with tp > 1
 sequence parallelism is always on."""
@@ -62,12 +62,18 @@ sequence parallelism is always on."""
 
 def toml_values(plan: Plan, values: dict[str, object], source: Path) -> dict[str, object]:
     """`values` as the TOML's torchtitan takes them: sequence parallelism left out (on with tp > 1, which is
-    what the plan asks), a plan without it at tp > 1 refused — that torchtitan has no switch for it."""
+    what the plan asks), a plan without it at tp > 1 refused — that torchtitan has no switch for it; async tp under
+    [parallelism], where ≤ 0.2 reads it, and the compiled components as a TOML array."""
     sp = values.pop("parallelism.enable_sequence_parallel", None)
     if sp is False and plan.parallel.tp > 1:
         raise InputError(f"{source}: the best plan runs tp {plan.parallel.tp} without sequence parallelism, which the "
                          "TOML job config of torchtitan ≤ 0.2 cannot say (sequence parallel is always on with tp)",
                          hint="search with --sp, or export the plan for torchtitan 0.3: gplan export PLAN --to torchtitan")
+    async_tp = values.pop("compile.enable_async_tensor_parallel", None)
+    if async_tp is not None:  # ≤ 0.2 keeps the switch in [parallelism] (0.3 moved it to CompileConfig)
+        values["parallelism.enable_async_tensor_parallel"] = async_tp
+    if isinstance(values.get("compile.components"), str):  # a TOML array, not the command line's "a,b"
+        values["compile.components"] = values["compile.components"].split(",")
     unknown = [k for k in values if k.startswith("parallelism.") and k.split(".", 1)[1] not in TOML_PARALLELISM]
     if unknown:
         raise InputError(f"{source}: the TOML's torchtitan has no {', '.join(unknown)}",
