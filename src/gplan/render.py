@@ -709,10 +709,9 @@ def overlap_lines(plan) -> list[str]:
             "(--tp-comm-overlap in its export; tp_comm_overlap: false in the plan prices them exposed)[/]"]
 
 
-def exposed_overlap_lines(training, config, cluster) -> list[str]:
-    """Where a launch leaves off an overlap its engine would run (Megatron-LM's --tp-comm-overlap,
-    --overlap-grad-reduce, --overlap-param-gather: each off by default), that communication is priced exposed, as it
-    runs — said, since a plan of the same layout hides it."""
+def exposed_overlaps(training, config, cluster) -> list[str]:
+    """What a run leaves exposed by leaving off an overlap its engine would run (Megatron-LM's --tp-comm-overlap,
+    --overlap-grad-reduce, --overlap-param-gather: each off by default), each with the switch that would hide it."""
     from gplan.spec.targets import dp_overlaps, overlaps_tp_comm
 
     c, t, said = config, training, []
@@ -725,19 +724,23 @@ def exposed_overlap_lines(training, config, cluster) -> list[str]:
         said.append("the gradient reduction after the backward (--overlap-grad-reduce: bucket by bucket behind it)")
     if synced and c.zero >= 1 and not gathered and could[1]:
         said.append("the parameter all-gather before the forward (--overlap-param-gather: behind it)")
-    if not said:
-        return []
-    return [f"priced exposed, as the launch runs them without the switch ({t.profile.title}'s default is off): "
-            + "; ".join(said)]
+    return said
+
+
+def exposed_overlap_lines(training, config, cluster) -> list[str]:
+    """A launch's `exposed_overlaps`, said beside its estimate: priced as it runs, where a plan of the same layout
+    hides them."""
+    said = exposed_overlaps(training, config, cluster)
+    return [f"priced exposed, as the launch runs them without the switch ({training.profile.title}'s default is "
+            "off): " + "; ".join(said)] if said else []
 
 
 def kept_overlap_lines(plan) -> list[str]:
     """`search --from`: the best plan keeps the launch's overlap switches (none on the command line), so it pays what
     they leave exposed — said, with the switches that would hide it."""
-    said = exposed_overlap_lines(plan.training, plan.parallel, plan.cluster)
-    return [line.replace("priced exposed, as the launch runs them without the switch", "the best plan keeps your "
-                         "launch's switches, so it too pays exposed", 1) + " — add them to your launch to hide that"
-            for line in said]
+    said = exposed_overlaps(plan.training, plan.parallel, plan.cluster)
+    return [f"the best plan keeps your launch's switches, so it too pays exposed ({plan.training.profile.title}'s "
+            "default is off): " + "; ".join(said) + " — add them to your launch to hide that"] if said else []
 
 
 def attention_lines(plan) -> list[str]:

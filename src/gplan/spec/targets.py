@@ -94,11 +94,16 @@ def dp_overlaps(training: TrainingSpec, config: ParallelConfig) -> tuple[bool, b
     (`TrainingSpec.grad_reduce_overlap`, `param_gather_overlap`) — except where its engine turns them on whatever
     the switches say (`Capabilities.sharded_dp_overlaps`: Megatron-LM's validate_args for Megatron-FSDP's
     optim_grads, zero 2: the reduction, and optim_grads_params, zero 3: both). The gather still follows `overlaps_param_gather`'s precision rule."""
-    target = TARGETS.get(training.engine or "")
-    fsdp = target is not None and target.sharded_dp_overlaps and config.zero >= 2
-    return (training.grad_reduce_overlap or fsdp,
-            (training.param_gather_overlap or (fsdp and config.zero >= 3))
-            and overlaps_param_gather(training.engine, training.precision))
+    reduced, gathered = sharded_overlaps(TARGETS.get(training.engine or ""), config.zero)
+    return (training.grad_reduce_overlap or reduced,
+            (training.param_gather_overlap or gathered) and overlaps_param_gather(training.engine, training.precision))
+
+
+def sharded_overlaps(capabilities: Capabilities | None, zero: int) -> tuple[bool, bool]:
+    """(the gradient reduction, the parameter gather) an engine's sharded data parallel overlaps at `zero` whatever
+    the run's switches (`Capabilities.sharded_dp_overlaps`): zero 2 the reduction, zero 3 both."""
+    on = capabilities is not None and capabilities.sharded_dp_overlaps and zero >= 2
+    return on, on and zero >= 3
 
 
 ENGINE_OPTIONS = {"grad_reduce_in_bf16": "--grad-reduce-in-bf16", "fp8_param_gather": "--fp8-param-gather",

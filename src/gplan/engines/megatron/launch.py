@@ -21,6 +21,7 @@ from gplan.launch_text import arguments, called_script
 from gplan.planner.launch import with_speed, WORLD, Launch, classified, exported_model, integer, number, optional_int, value, world_size
 from gplan.spec.model import ModelSpec
 from gplan.spec.parallel import even_stage_sizes
+from gplan.spec.targets import sharded_overlaps
 from gplan.spec.training import STATE_DTYPE_BYTES, MoeDispatcher
 
 OVERLAP_SWITCHES = {"tp_comm_overlap": "tp_comm_overlap", "grad_reduce_overlap": "overlap_grad_reduce",
@@ -378,9 +379,9 @@ def overlaps_of(args: dict, given: dict, path: Path) -> dict[str, bool]:
     (optim_grads_params); the combinations it asserts against refused (exit 3), naming its rule."""
     said = {key: f"--{flag.replace('_', '-')}" in args for key, flag in OVERLAP_SWITCHES.items()}
     zero = zero_of(args)
-    fsdp = "--use-megatron-fsdp" in args or "--use-custom-fsdp" in args
-    said["grad_reduce_overlap"] |= fsdp and zero >= 2
-    said["param_gather_overlap"] |= fsdp and zero >= 3
+    reduced, gathered = sharded_overlaps(ENGINE.capabilities, zero)  # Megatron-FSDP's (zero 2 and 3)
+    said["grad_reduce_overlap"] |= reduced
+    said["param_gather_overlap"] |= gathered
     rule = None
     # at tp 1 it has nothing to overlap (the model zoo's bf16 launches pass it at tp 1 and ran): only tp > 1 is checked
     if said["tp_comm_overlap"] and given["tp"] > 1 and not given["sp"]:

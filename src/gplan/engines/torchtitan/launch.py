@@ -157,7 +157,7 @@ def titan_engine_options(path: Path, values: dict[str, Any], model: ModelSpec, c
         options["pure_bf16"] = True
     if str(values.get("optimizer.early_step_in_backward", False)).lower() == "true":  # ≤ 0.2
         options["optimizer_in_backward"] = True
-    if titan_compiles_loss(values):
+    if titan_compiles(values, "loss"):  # components/loss.py build_cross_entropy_loss
         options["compiled_loss"] = True
     if titan_async_tp(path, values):
         options["async_tp"] = True
@@ -181,28 +181,28 @@ TITAN_COMPILE_COMPONENTS = ["model", "loss"]
 """torchtitan's `compile.components` default (CompileConfig): with `compile.enable`, the model and the loss."""
 
 
+def titan_switched_on(values: dict[str, Any], key: str) -> bool:
+    return str(values.get(key, False)).lower() == "true"
+
+
+def titan_compiles(values: dict[str, Any], component: str) -> bool:
+    """Whether torch.compile runs `component` ("model" or "loss"): `compile.enable` with it among
+    `compile.components`, or ≤ 0.2's `training.compile`, which compiled both."""
+    components = values.get("compile.components", TITAN_COMPILE_COMPONENTS)
+    return titan_switched_on(values, "training.compile") or (titan_switched_on(values, "compile.enable")
+                                                            and component in components)
+
+
 def titan_async_tp(path: Path, values: dict[str, Any]) -> bool:
     """Whether the run pipelines tp's collectives with its matmuls (TITAN_ASYNC_TP) — which torch only does in a
     compiled model: without one torchtitan refuses it (0.3's CompileConfig.__post_init__), and so does gplan."""
-    def on(key: str) -> bool:
-        return str(values.get(key, False)).lower() == "true"
-    if not any(on(key) for key in TITAN_ASYNC_TP):
+    if not any(titan_switched_on(values, key) for key in TITAN_ASYNC_TP):
         return False
-    components = values.get("compile.components", TITAN_COMPILE_COMPONENTS)
-    if not (on("training.compile") or (on("compile.enable") and "model" in components)):
+    if not titan_compiles(values, "model"):
         raise InputError(f"--from {path}: async tensor parallel without the model compiled — torchtitan refuses it "
                          "(\"Async TP requires 'model' in --compile.components and --compile.enable\")",
                          hint="set compile.enable with \"model\" among compile.components, or leave async tp off")
     return True
-
-
-def titan_compiles_loss(values: dict[str, Any]) -> bool:
-    """Whether the loss runs compiled: `compile.enable` with "loss" among `compile.components`
-    (components/loss.py build_cross_entropy_loss), or ≤ 0.2's `training.compile`, which compiled both."""
-    def on(key: str) -> bool:
-        return str(values.get(key, False)).lower() == "true"
-    components = values.get("compile.components", TITAN_COMPILE_COMPONENTS)
-    return on("training.compile") or (on("compile.enable") and "loss" in components)
 
 
 def titan_world_size(given: dict[str, Any]) -> int | None:
