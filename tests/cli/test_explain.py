@@ -111,3 +111,23 @@ def test_the_interleaved_picture_tells_forward_backward_and_chunks_apart(gplan, 
     assert "2 chunks per rank" in text and "F1" in text and "B2" in text
     rows = [line for line in text.splitlines() if line.startswith("stage  0 ")]
     assert any(ch.isdigit() for ch in rows[0][9:]) and any(ch in "abcdefghij" for ch in rows[0][9:])
+
+
+@pytest.mark.parametrize("ep, said", [(1, "most of it the MoE layers' host time"), (8, "most of it ep_comm")])
+def test_a_costly_exposed_term_is_named_for_what_it_is(ep, said):
+    """The search's warning names the term that idles the step and what shrinks it: at ep 1 the MoE layers' ep_comm
+    is no traffic but the time they wait on the host (torchtitan's 6.7 ms a pass), so a smaller ep is no remedy."""
+    from gplan.cost_models.step import predict
+    from gplan.planner.explain import large_costs
+    from gplan.planner.inputs import resolve_inputs
+    from gplan.spec.parallel import ParallelConfig, even_stage_sizes, layout_from_sizes
+
+    inputs = resolve_inputs("qwen3-30b-a3b", 32, "dgx-h100", gbs=256, seq_length=4096, target="torchtitan")
+    config = ParallelConfig(dp=32, ep=ep, zero=3, mbs=1, recompute="full")
+    model = inputs.model
+    layouts = layout_from_sizes(model, even_stage_sizes(model.total_layers, 1, 1), ["full"])
+    prediction = predict(model, inputs.training, inputs.cluster, config, layouts)
+    assert prediction.breakdown.ep_comm / prediction.step_time_s > 0.2  # the term that idles the step
+    lines = large_costs(config, prediction)
+    assert len(lines) == 1 and said in lines[0]
+    assert ("a smaller ep" in lines[0]) == (ep > 1)

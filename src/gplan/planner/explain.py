@@ -75,9 +75,19 @@ def large_costs(config, prediction: Prediction) -> list[str]:
     exposed = sum(comm.values()) / prediction.step_time_s
     if exposed > LARGE_EXPOSED_COMM:
         term = max(comm, key=comm.get)
-        lines.append(f"{exposed:.0%} of the step is exposed communication, most of it {term} "
-                     f"({comm[term] / prediction.step_time_s:.0%}): {COMM_REMEDY.get(term, 'faster links')} would shrink it")
+        share = comm[term] / prediction.step_time_s
+        if term == "ep_comm" and config.ep == 1:  # no exchange at ep 1: the term is the MoE layers' host time alone
+            lines.append(f"{exposed:.0%} of the step is exposed communication and host time, most of it the MoE "
+                         f"layers' host time (ep_comm {share:.0%}: at ep 1 no token traffic, only the time the layers wait on "
+                         f"the host, experts.host_time_s): {MOE_HOST_REMEDY} would shrink it")
+        else:
+            lines.append(f"{exposed:.0%} of the step is exposed communication, most of it {term} "
+                         f"({share:.0%}): {COMM_REMEDY.get(term, 'faster links')} would shrink it")
     return lines
+
+
+MOE_HOST_REMEDY = "larger micro-batches (--mbs), or CUDA graphs where the engine captures the step (--cuda-graphs)"
+"""What shrinks the MoE layers' host time: more tokens per pass, or a captured step (experts.host_time_s)."""
 
 
 def findings(plan: Plan) -> list[Finding]:
